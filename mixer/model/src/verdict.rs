@@ -1,0 +1,89 @@
+//! What handlers answer and what the mixer decides.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::referenced::ReferencedAttributes;
+use crate::status::Status;
+
+/// A check handler's answer for one instance (Istio's `CheckResult`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckResult {
+    /// OK allows; any other code denies.
+    pub status: Status,
+    /// How long the answer may be reused.
+    pub valid_duration: Duration,
+    /// How many times the answer may be reused.
+    pub valid_use_count: i32,
+}
+
+impl CheckResult {
+    /// An OK answer valid for `valid_duration` and `valid_use_count` uses.
+    pub fn ok(valid_duration: Duration, valid_use_count: i32) -> CheckResult {
+        CheckResult {
+            status: Status::OK,
+            valid_duration,
+            valid_use_count,
+        }
+    }
+}
+
+/// A quota handler's answer (Istio's `QuotaResult`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct QuotaResult {
+    /// OK when granted (possibly less than asked with best effort).
+    pub status: Status,
+    /// How long the grant holds.
+    pub valid_duration: Duration,
+    /// How much was granted.
+    pub granted_amount: i64,
+}
+
+/// How a rule changes a header on the way through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HeaderOp {
+    /// Set, replacing any value.
+    Replace,
+    /// Add a value, keeping existing ones.
+    Append,
+    /// Delete the header.
+    Remove,
+}
+
+/// One header operation with its value already evaluated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeaderOperation {
+    /// Header name.
+    pub name: String,
+    /// Value (empty for remove).
+    pub value: String,
+    /// What to do.
+    pub op: HeaderOp,
+}
+
+/// The mixer's answer to a check: the combined status of every handler consulted, how long
+/// and how often it may be reused, and exactly which attributes it depended on.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Verdict {
+    /// OK allows; otherwise the first denial's status.
+    pub status: Status,
+    /// The minimum valid duration across the handlers consulted.
+    pub valid_duration: Duration,
+    /// The minimum use count across the handlers consulted.
+    pub valid_use_count: i32,
+    /// What the decision read (matches, instance fields, header values).
+    pub referenced: ReferencedAttributes,
+    /// Names of the rules whose match was true, in evaluation order.
+    pub matched_rules: Vec<Arc<str>>,
+    /// Header operations for the request on its way upstream.
+    pub request_header_ops: Vec<HeaderOperation>,
+    /// Header operations for the response to the client.
+    pub response_header_ops: Vec<HeaderOperation>,
+}
+
+impl Verdict {
+    /// True when the request may go through.
+    pub fn is_allowed(&self) -> bool {
+        self.status.is_ok()
+    }
+}
