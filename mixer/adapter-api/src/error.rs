@@ -1,0 +1,98 @@
+//! Errors: an adapter that could not decide, and params that do not validate.
+
+use std::fmt;
+
+/// Why a handler call failed. The kind decides metrics labels and whether a retry may help.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The backend could not be reached.
+    Unavailable,
+    /// The call did not finish before its deadline.
+    Timeout,
+    /// The backend answered something that makes no sense.
+    InvalidResponse,
+    /// The instance cannot be handled (wrong template, bad field).
+    InvalidInstance,
+    /// Too many calls in flight, or the circuit is open.
+    Overloaded,
+    /// Anything else inside the adapter.
+    Internal,
+}
+
+impl ErrorKind {
+    /// A short label for metrics (`unavailable`, `timeout`, ...).
+    pub fn label(self) -> &'static str {
+        match self {
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::InvalidResponse => "invalid_response",
+            ErrorKind::InvalidInstance => "invalid_instance",
+            ErrorKind::Overloaded => "overloaded",
+            ErrorKind::Internal => "internal",
+        }
+    }
+}
+
+/// A handler could not decide. This is not a denial: the front end applies the handler's
+/// [`crate::FailPolicy`] or reports an error to the proxy.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{kind:?}: {message}")]
+pub struct AdapterError {
+    /// What went wrong.
+    pub kind: ErrorKind,
+    /// Whether trying again may succeed.
+    pub retryable: bool,
+    /// For people.
+    pub message: String,
+}
+
+impl AdapterError {
+    /// A transient failure (retry may help).
+    pub fn transient(kind: ErrorKind, message: impl Into<String>) -> AdapterError {
+        AdapterError {
+            kind,
+            retryable: true,
+            message: message.into(),
+        }
+    }
+
+    /// A permanent failure (retrying the same call will fail again).
+    pub fn permanent(kind: ErrorKind, message: impl Into<String>) -> AdapterError {
+        AdapterError {
+            kind,
+            retryable: false,
+            message: message.into(),
+        }
+    }
+}
+
+/// One problem with a handler's `params`, at a field path inside them (`status.code`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParamError {
+    /// Dotted path inside `params`; empty for the params as a whole.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl ParamError {
+    /// A problem at `path`.
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> ParamError {
+        ParamError {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ParamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+impl std::error::Error for ParamError {}

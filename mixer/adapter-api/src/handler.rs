@@ -1,0 +1,65 @@
+//! The handler trait family: one per variety, the same for every kind of adapter.
+
+use async_trait::async_trait;
+use mixer_model::{CheckResult, Instance, QuotaResult};
+
+use crate::error::AdapterError;
+
+/// A built handler. It offers one or more varieties; the runtime asks once, when the config
+/// snapshot is built, and routes each template to the matching trait.
+#[async_trait]
+pub trait Handler: Send + Sync {
+    /// The check side, if this handler decides checks.
+    fn as_check(&self) -> Option<&dyn CheckHandler> {
+        None
+    }
+
+    /// The quota side, if this handler allocates quota.
+    fn as_quota(&self) -> Option<&dyn QuotaHandler> {
+        None
+    }
+
+    /// The report side, if this handler takes telemetry.
+    fn as_report(&self) -> Option<&dyn ReportHandler> {
+        None
+    }
+
+    /// Releases what the handler holds; called once, when no snapshot uses it any more.
+    async fn close(&self) {}
+}
+
+/// Decides checks.
+#[async_trait]
+pub trait CheckHandler: Send + Sync {
+    /// Decides one instance (of authorization, checknothing or listentry).
+    async fn check(&self, instance: &Instance) -> Result<CheckResult, AdapterError>;
+}
+
+/// What a quota call asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuotaArgs {
+    /// Units wanted.
+    pub amount: i64,
+    /// Grant what is left instead of failing when fewer than `amount` remain.
+    pub best_effort: bool,
+    /// A retried request with the same id is not charged twice.
+    pub deduplication_id: String,
+}
+
+/// Allocates quota.
+#[async_trait]
+pub trait QuotaHandler: Send + Sync {
+    /// Allocates `args.amount` against the instance's dimensions.
+    async fn allocate(
+        &self,
+        instance: &Instance,
+        args: &QuotaArgs,
+    ) -> Result<QuotaResult, AdapterError>;
+}
+
+/// Takes telemetry, a batch at a time.
+#[async_trait]
+pub trait ReportHandler: Send + Sync {
+    /// Handles a batch of instances (metric, logentry, tracespan, reportnothing).
+    async fn report(&self, instances: &[Instance]) -> Result<(), AdapterError>;
+}

@@ -1,0 +1,40 @@
+//! The set of adapters a mixer binary knows, by name.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::adapter::Adapter;
+
+/// Adapters by name. The server fills it at start-up; config validation looks names up here.
+#[derive(Clone, Default)]
+pub struct AdapterRegistry {
+    adapters: BTreeMap<&'static str, Arc<dyn Adapter>>,
+}
+
+impl AdapterRegistry {
+    /// An empty registry.
+    pub fn new() -> AdapterRegistry {
+        AdapterRegistry::default()
+    }
+
+    /// Adds an adapter under its declared name, replacing one of the same name.
+    pub fn register(&mut self, adapter: Arc<dyn Adapter>) {
+        self.adapters.insert(adapter.info().name, adapter);
+    }
+
+    /// The adapter called `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Adapter>> {
+        self.adapters.get(name)
+    }
+
+    /// Registered names, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.adapters.keys().copied()
+    }
+}
+
+impl std::fmt::Debug for AdapterRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.adapters.keys()).finish()
+    }
+}
