@@ -207,11 +207,11 @@ impl fmt::Display for Duration {
         let sign = if n < 0 { "-" } else { "" };
         if abs == 0 {
             f.write_str("0s")
-        } else if abs % 1_000_000_000 == 0 {
+        } else if abs.is_multiple_of(1_000_000_000) {
             write!(f, "{sign}{}s", abs / 1_000_000_000)
-        } else if abs % 1_000_000 == 0 {
+        } else if abs.is_multiple_of(1_000_000) {
             write!(f, "{sign}{}ms", abs / 1_000_000)
-        } else if abs % 1_000 == 0 {
+        } else if abs.is_multiple_of(1_000) {
             write!(f, "{sign}{}us", abs / 1_000)
         } else {
             write!(f, "{sign}{abs}ns")
