@@ -6,7 +6,8 @@ use crate::value::{Value, ValueType};
 use crate::vocabulary::{AttrId, Vocabulary};
 
 /// Read access to a request's attributes. Expressions read bags only through this trait.
-pub trait Bag {
+/// `Send + Sync` so that a check can hold a bag across the awaits of its handler calls.
+pub trait Bag: Send + Sync {
     /// The value of a declared attribute, if the request carries it.
     fn get(&self, id: AttrId) -> Option<&Value>;
 }

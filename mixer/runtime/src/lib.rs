@@ -1,1 +1,27 @@
-//! Placeholder.
+//! The mixer's runtime: config snapshots with handlers built and rules indexed, the
+//! dispatcher that turns an attribute bag into a verdict, and hot reload.
+//!
+//! ```text
+//! config (validated) ──build──> Snapshot ──ArcSwap──> Runtime::snapshot()
+//! bag ──> Snapshot::evaluate ──> matched rules, instances ──> handlers ──> Verdict
+//! ```
+//!
+//! A request takes [`Runtime::snapshot`] once and finishes on it; a reload builds a whole new
+//! snapshot and swaps it in, so a request never sees half a config.
+
+mod dispatch;
+mod index;
+mod metrics;
+mod snapshot;
+mod store;
+mod watch;
+
+pub use dispatch::{
+    CheckError, DEFAULT_VALID_DURATION, DEFAULT_VALID_USE_COUNT, Dispatch, Evaluation,
+    MatchFailure, ReportOutcome,
+};
+pub use index::RuleIndex;
+pub use metrics::RuntimeMetrics;
+pub use snapshot::{BuildError, Built, BuiltHandler, RuntimeOptions, Snapshot};
+pub use store::{ConfigOrigin, ReloadError, Runtime};
+pub use watch::{WatchGuard, watch};

@@ -1,1 +1,5 @@
-fn main() {}
+//! The `mixer` binary.
+
+fn main() -> std::process::ExitCode {
+    mixer_server::main()
+}

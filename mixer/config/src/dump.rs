@@ -1,0 +1,122 @@
+//! A readable summary of a config for the admin endpoint `/config_dump`.
+
+use mixer_adapter_api::FailPolicy;
+use mixer_model::HeaderOp;
+use serde_json::{Map, Value, json};
+
+use crate::model::{Config, FieldExprValue, HeaderOperationConfig, MatchErrorPolicy};
+
+impl Config {
+    /// A JSON summary: handlers (name, adapter, params, failPolicy, connection), instances
+    /// (name, template, field -> expression source) and rules (name, match, actions by name,
+    /// header operations), plus the attributes added to Istio's vocabulary.
+    pub fn dump(&self) -> Value {
+        let handlers: Vec<Value> = self
+            .handlers
+            .iter()
+            .map(|h| {
+                json!({
+                    "name": &*h.name,
+                    "adapter": h.adapter,
+                    "params": h.params,
+                    "failPolicy": h.fail_policy.map(|p| match p {
+                        FailPolicy::Open => "OPEN",
+                        FailPolicy::Closed => "CLOSED",
+                    }),
+                    "connection": h.connection.as_ref().map(|c| json!({
+                        "address": c.address,
+                        "timeout": c.timeout.map(|t| format!("{}s", t.as_secs_f64())),
+                        "authentication": c.authentication,
+                    })),
+                    "file": h.file,
+                })
+            })
+            .collect();
+        let instances: Vec<Value> = self
+            .instances
+            .iter()
+            .map(|i| {
+                let mut fields = Map::new();
+                for f in &i.fields {
+                    let v = match &f.value {
+                        FieldExprValue::Value(e) => Value::from(e.source()),
+                        FieldExprValue::Map(entries) => Value::Object(
+                            entries
+                                .iter()
+                                .map(|(k, e)| (k.to_string(), Value::from(e.source())))
+                                .collect(),
+                        ),
+                    };
+                    fields.insert(f.name.to_string(), v);
+                }
+                json!({"name": &*i.name, "template": i.template.name(), "fields": fields})
+            })
+            .collect();
+        let name_of = |list: &[&str], i: usize| list.get(i).map_or("?", |n| *n).to_string();
+        let handler_names: Vec<&str> = self.handlers.iter().map(|h| &*h.name).collect();
+        let instance_names: Vec<&str> = self.instances.iter().map(|i| &*i.name).collect();
+        let rules: Vec<Value> = self
+            .rules
+            .iter()
+            .map(|r| {
+                let actions: Vec<Value> = r
+                    .actions
+                    .iter()
+                    .map(|a| {
+                        json!({
+                            "name": a.name,
+                            "handler": name_of(&handler_names, a.handler),
+                            "instances": a.instances.iter().map(|i| name_of(&instance_names, *i)).collect::<Vec<_>>(),
+                        })
+                    })
+                    .collect();
+                json!({
+                    "name": &*r.name,
+                    "match": r.match_expr.as_ref().map(|e| e.source()),
+                    "matchErrorPolicy": r.match_error_policy.map(|p| match p {
+                        MatchErrorPolicy::NoMatch => "NO_MATCH",
+                        MatchErrorPolicy::Deny => "DENY",
+                    }),
+                    "actions": actions,
+                    "requestHeaderOperations": header_ops(&r.request_header_operations),
+                    "responseHeaderOperations": header_ops(&r.response_header_operations),
+                })
+            })
+            .collect();
+        let standard = mixer_model::Vocabulary::istio();
+        let attributes: Map<String, Value> = self
+            .vocabulary
+            .iter()
+            .filter(|(_, a)| standard.lookup(&a.name).is_none())
+            .map(|(_, a)| {
+                (
+                    a.name.to_string(),
+                    Value::from(a.value_type.manifest_name()),
+                )
+            })
+            .collect();
+        json!({
+            "defaultNamespace": &*self.default_namespace,
+            "attributes": attributes,
+            "handlers": handlers,
+            "instances": instances,
+            "rules": rules,
+        })
+    }
+}
+
+fn header_ops(ops: &[HeaderOperationConfig]) -> Vec<Value> {
+    ops.iter()
+        .map(|op| {
+            json!({
+                "name": op.name,
+                "values": op.values.iter().map(|v| v.source()).collect::<Vec<_>>(),
+                "operation": match op.operation {
+                    HeaderOp::Replace => "REPLACE",
+                    HeaderOp::Append => "APPEND",
+                    HeaderOp::Remove => "REMOVE",
+                },
+            })
+        })
+        .collect()
+}

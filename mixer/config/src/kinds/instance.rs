@@ -1,0 +1,374 @@
+//! `instance` documents (and Istio 1.0's per-template kinds such as `kind: checknothing`).
+
+use std::sync::Arc;
+
+use mixer_model::{FieldKind, FieldSpec, Template, Vocabulary, camel_to_snake};
+use serde_json::{Map, Value};
+
+use super::{Doc, compile_leaf};
+use crate::document::{as_map, check_keys, opt_string, type_name};
+use crate::error::{Diagnostics, did_you_mean, join};
+use crate::model::{FieldExpr, FieldExprValue, InstanceConfig};
+
+/// Validates a `kind: instance` document.
+pub(crate) fn instance(
+    doc: &Doc<'_>,
+    vocabulary: &Vocabulary,
+    diags: &mut Diagnostics,
+) -> Option<InstanceConfig> {
+    let raw = doc.raw;
+    let spec = as_map(&raw.spec, "spec", &raw.doc, diags)?;
+    check_keys(
+        &spec,
+        &[
+            "compiledTemplate",
+            "template",
+            "params",
+            "attributeBindings",
+        ],
+        "spec",
+        &raw.doc,
+        diags,
+    );
+    if spec.get("attributeBindings").is_some_and(|v| !v.is_null()) {
+        diags.error(
+            &raw.doc,
+            "spec.attributeBindings",
+            "attribute-producing adapters (attributeBindings) are not supported",
+        );
+    }
+    let compiled = opt_string(&spec, "compiledTemplate", "spec", &raw.doc, diags);
+    let plain = opt_string(&spec, "template", "spec", &raw.doc, diags);
+    let (name, field) = match (compiled, plain) {
+        (Some(t), None) => (t, "spec.compiledTemplate"),
+        (None, Some(t)) => (t, "spec.template"),
+        (Some(_), Some(_)) => {
+            diags.error(
+                &raw.doc,
+                "spec.template",
+                "give either compiledTemplate or template, not both",
+            );
+            return None;
+        }
+        (None, None) => {
+            if !spec.contains_key("compiledTemplate") && !spec.contains_key("template") {
+                diags.error(
+                    &raw.doc,
+                    "spec",
+                    "missing compiledTemplate (or template): which template does this instance fill?",
+                );
+            }
+            return None;
+        }
+    };
+    let Some(template) = Template::from_name(&name) else {
+        let hint = did_you_mean(&name, Template::ALL.iter().map(|t| t.name()));
+        let message = if hint.is_empty() {
+            let known: Vec<&str> = Template::ALL.iter().map(|t| t.name()).collect();
+            format!(
+                "unknown template {name:?} (known templates: {})",
+                known.join(", ")
+            )
+        } else {
+            format!("unknown template {name:?}{hint}")
+        };
+        diags.error(&raw.doc, field, message);
+        return None;
+    };
+    let params = spec.get("params").cloned().unwrap_or(Value::Null);
+    fields(doc, template, &params, "spec.params", vocabulary, diags)
+}
+
+/// Validates a legacy document whose kind is a template name; its spec is the params.
+pub(crate) fn legacy_instance(
+    doc: &Doc<'_>,
+    template: Template,
+    vocabulary: &Vocabulary,
+    diags: &mut Diagnostics,
+) -> Option<InstanceConfig> {
+    fields(doc, template, &doc.raw.spec, "spec", vocabulary, diags)
+}
+
+fn fields(
+    doc: &Doc<'_>,
+    template: Template,
+    params: &Value,
+    path: &str,
+    vocabulary: &Vocabulary,
+    diags: &mut Diagnostics,
+) -> Option<InstanceConfig> {
+    let before = diags.errors.len();
+    let params = as_map(params, path, &doc.raw.doc, diags)?;
+    let mut out = Vec::new();
+    let mut walker = Walker {
+        doc,
+        template,
+        vocabulary,
+        diags,
+        out: &mut out,
+    };
+    walker.walk(&params, "", path);
+    if diags.errors.len() > before {
+        return None;
+    }
+    out.sort_by_key(|f| {
+        template
+            .fields()
+            .iter()
+            .position(|s| s.name == f.name)
+            .unwrap_or(usize::MAX)
+    });
+    Some(InstanceConfig {
+        name: Arc::from(format!("{}.{}", doc.raw.name, doc.raw.namespace)),
+        namespace: Arc::from(doc.raw.namespace.as_str()),
+        template,
+        fields: out,
+    })
+}
+
+struct Walker<'a, 'd> {
+    doc: &'a Doc<'d>,
+    template: Template,
+    vocabulary: &'a Vocabulary,
+    diags: &'a mut Diagnostics,
+    out: &'a mut Vec<FieldExpr>,
+}
+
+impl Walker<'_, '_> {
+    /// Walks a params mapping whose keys continue the field name `prefix` (snake case).
+    fn walk(&mut self, map: &Map<String, Value>, prefix: &str, path: &str) {
+        for (key, value) in map {
+            let here = join(path, key);
+            let name = join(prefix, &camel_to_snake(key));
+            if let Some(spec) = self.template.field(&name) {
+                if self.out.iter().any(|f| f.name == spec.name) {
+                    self.diags.error(
+                        &self.doc.raw.doc,
+                        here,
+                        format!("field {} is set twice", spec.name),
+                    );
+                    continue;
+                }
+                self.field(spec, value, &here);
+                continue;
+            }
+            let nested = format!("{name}.");
+            if self
+                .template
+                .fields()
+                .iter()
+                .any(|f| f.name.starts_with(&nested))
+            {
+                match value {
+                    Value::Object(inner) => self.walk(inner, &name, &here),
+                    Value::Null => {}
+                    other => self.diags.error(
+                        &self.doc.raw.doc,
+                        here,
+                        format!("expected a mapping of fields, found {}", type_name(other)),
+                    ),
+                }
+                continue;
+            }
+            self.unknown(key, prefix, here);
+        }
+    }
+
+    fn unknown(&mut self, key: &str, prefix: &str, here: String) {
+        // Candidates: the next name segment of every field under `prefix`.
+        let mut candidates: Vec<&str> = self
+            .template
+            .fields()
+            .iter()
+            .filter_map(|f| {
+                let rest = if prefix.is_empty() {
+                    Some(f.name)
+                } else {
+                    f.name
+                        .strip_prefix(prefix)
+                        .and_then(|r| r.strip_prefix('.'))
+                };
+                rest.map(|r| r.split('.').next().unwrap_or(r))
+            })
+            .collect();
+        candidates.dedup();
+        let hint = did_you_mean(&camel_to_snake(key), candidates.iter().copied());
+        let message = if self.template.fields().is_empty() {
+            format!("unknown field: template {} has no fields", self.template)
+        } else if hint.is_empty() {
+            format!(
+                "unknown field of template {} (fields: {})",
+                self.template,
+                candidates.join(", ")
+            )
+        } else {
+            format!("unknown field of template {}{hint}", self.template)
+        };
+        self.diags.error(&self.doc.raw.doc, here, message);
+    }
+
+    fn field(&mut self, spec: &'static FieldSpec, value: &Value, path: &str) {
+        let doc = self.doc;
+        match spec.kind {
+            FieldKind::Value(ty) => {
+                if let Some(e) = compile_leaf(doc, value, path, ty, self.vocabulary, self.diags) {
+                    self.out.push(FieldExpr {
+                        name: spec.name,
+                        value: FieldExprValue::Value(e),
+                    });
+                }
+            }
+            FieldKind::Map(ty) => {
+                let entries = match value {
+                    Value::Object(m) => m,
+                    Value::Null => return,
+                    other => {
+                        self.diags.error(
+                            &doc.raw.doc,
+                            path,
+                            format!(
+                                "expected a mapping of names to expressions, found {}",
+                                type_name(other)
+                            ),
+                        );
+                        return;
+                    }
+                };
+                let mut compiled = Vec::with_capacity(entries.len());
+                for (k, v) in entries {
+                    let here = join(path, k);
+                    if let Some(e) = compile_leaf(doc, v, &here, ty, self.vocabulary, self.diags) {
+                        compiled.push((Arc::from(k.as_str()), e));
+                    }
+                }
+                self.out.push(FieldExpr {
+                    name: spec.name,
+                    value: FieldExprValue::Map(compiled),
+                });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{errors, ok};
+    use crate::model::FieldExprValue;
+    use mixer_model::Template;
+
+    #[test]
+    fn nested_and_camel_case_fields_compile() {
+        let v = ok(r#"
+kind: instance
+metadata: {name: authz, namespace: ns}
+spec:
+  compiledTemplate: authorization
+  params:
+    subject:
+      user: source.principal
+      properties: {ns: source.namespace, port: source.port}
+    action: {path: request.path, method: request.method}
+"#);
+        let i = &v.config.instances[0];
+        assert_eq!(&*i.name, "authz.ns");
+        assert_eq!(i.template, Template::Authorization);
+        let names: Vec<&str> = i.fields.iter().map(|f| f.name).collect();
+        assert_eq!(
+            names,
+            [
+                "subject.user",
+                "subject.properties",
+                "action.method",
+                "action.path"
+            ]
+        );
+        let FieldExprValue::Map(props) = &i.fields[1].value else {
+            panic!("map field");
+        };
+        assert_eq!(&*props[0].0, "ns");
+        assert_eq!(props[1].1.source(), "source.port");
+
+        let v = ok(
+            "kind: instance\nmetadata: {name: q}\nspec:\n  template: tracespan\n  params: {spanName: request.path, httpStatusCode: 200, clientSpan: true}\n",
+        );
+        let names: Vec<&str> = v.config.instances[0]
+            .fields
+            .iter()
+            .map(|f| f.name)
+            .collect();
+        assert_eq!(names, ["span_name", "http_status_code", "client_span"]);
+        let FieldExprValue::Value(e) = &v.config.instances[0].fields[1].value else {
+            panic!("value field");
+        };
+        assert_eq!(e.source(), "200");
+    }
+
+    #[test]
+    fn unknown_templates_and_fields() {
+        assert_eq!(
+            errors("kind: instance\nmetadata: {name: i}\nspec: {compiledTemplate: checknothin}\n"),
+            [
+                "c.yaml: instance i: spec.compiledTemplate: unknown template \"checknothin\" (did you mean checknothing?)"
+            ]
+        );
+        assert_eq!(
+            errors(
+                "kind: instance\nmetadata: {name: i}\nspec:\n  compiledTemplate: authorization\n  params: {subject: {usr: source.user}, acton: {}}\n"
+            ),
+            [
+                "c.yaml: instance i: spec.params.subject.usr: unknown field of template authorization (did you mean user?)",
+                "c.yaml: instance i: spec.params.acton: unknown field of template authorization (did you mean action?)",
+            ]
+        );
+        assert_eq!(
+            errors(
+                "kind: instance\nmetadata: {name: i}\nspec: {compiledTemplate: checknothing, params: {value: x}}\n"
+            ),
+            [
+                "c.yaml: instance i: spec.params.value: unknown field: template checknothing has no fields"
+            ]
+        );
+        assert_eq!(
+            errors(
+                "kind: instance\nmetadata: {name: i}\nspec: {compiledTemplate: listentry, params: {value: [a]}}\n"
+            ),
+            ["c.yaml: instance i: spec.params.value: expected an expression, found a list"]
+        );
+    }
+
+    #[test]
+    fn expressions_are_checked_against_the_vocabulary() {
+        let e = errors(
+            "kind: instance\nmetadata: {name: i}\nspec: {compiledTemplate: listentry, params: {value: source.nmespace}}\n",
+        );
+        assert_eq!(e.len(), 1);
+        assert!(
+            e[0].starts_with("c.yaml: instance i: spec.params.value: ")
+                && e[0].contains("source.namespace"),
+            "{e:?}"
+        );
+        let e = errors(
+            "kind: instance\nmetadata: {name: i}\nspec: {compiledTemplate: listentry, params: {value: source.port}}\n",
+        );
+        assert_eq!(e.len(), 1);
+        assert!(
+            e[0].starts_with("c.yaml: instance i: spec.params.value: "),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn legacy_template_kind_is_an_instance_whose_spec_is_params() {
+        let v = ok(
+            "kind: listentry\nmetadata: {name: l}\nspec: {value: source.namespace}\n---\nkind: checknothing\nmetadata: {name: c}\n",
+        );
+        assert_eq!(v.config.instances[0].template, Template::ListEntry);
+        assert_eq!(v.config.instances[1].template, Template::CheckNothing);
+        assert_eq!(
+            errors("kind: listentry\nmetadata: {name: l}\nspec: {vlaue: x}\n"),
+            [
+                "c.yaml: listentry l: spec.vlaue: unknown field of template listentry (did you mean value?)"
+            ]
+        );
+    }
+}

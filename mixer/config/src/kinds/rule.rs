@@ -1,0 +1,436 @@
+//! `rule` documents: match, actions (resolved to handlers and instances) and header edits.
+
+use std::sync::Arc;
+
+use mixer_adapter_api::AdapterRegistry;
+use mixer_model::{ValueType, Vocabulary};
+use serde_json::Value;
+
+use super::{Doc, compile_leaf, parse_enum};
+use crate::document::{as_map, check_keys, opt_string, type_name};
+use crate::error::{Diagnostics, did_you_mean, index, join};
+use crate::model::{ActionConfig, HandlerConfig, InstanceConfig, MatchErrorPolicy, RuleConfig};
+use crate::resolve::{Resolution, Table};
+
+/// What rules are resolved against.
+pub(crate) struct Scope<'a> {
+    pub vocabulary: &'a Vocabulary,
+    pub registry: &'a AdapterRegistry,
+    pub default_namespace: &'a str,
+    pub handlers: &'a [HandlerConfig],
+    pub handler_table: &'a Table,
+    pub instances: &'a [InstanceConfig],
+    pub instance_table: &'a Table,
+}
+
+/// Validates a `kind: rule` document.
+pub(crate) fn rule(
+    doc: &Doc<'_>,
+    scope: &Scope<'_>,
+    diags: &mut Diagnostics,
+) -> Option<RuleConfig> {
+    let raw = doc.raw;
+    let before = diags.errors.len();
+    let spec = as_map(&raw.spec, "spec", &raw.doc, diags)?;
+    check_keys(
+        &spec,
+        &[
+            "match",
+            "actions",
+            "requestHeaderOperations",
+            "responseHeaderOperations",
+            "matchErrorPolicy",
+            "sampling",
+        ],
+        "spec",
+        &raw.doc,
+        diags,
+    );
+    if spec.get("sampling").is_some_and(|v| !v.is_null()) {
+        diags.error(&raw.doc, "spec.sampling", "sampling is not supported");
+    }
+    let match_error_policy = parse_enum(
+        doc,
+        spec.get("matchErrorPolicy"),
+        "spec.matchErrorPolicy",
+        &[
+            ("NO_MATCH", MatchErrorPolicy::NoMatch),
+            ("DENY", MatchErrorPolicy::Deny),
+        ],
+        diags,
+    );
+    let match_expr = match spec.get("match") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s.trim().is_empty() => None,
+        Some(v) => compile_leaf(
+            doc,
+            v,
+            "spec.match",
+            Some(ValueType::Bool),
+            scope.vocabulary,
+            diags,
+        ),
+    };
+    if let Some(expr) = &match_expr
+        && match_error_policy.is_none()
+    {
+        for risk in expr.absent_failure_risks() {
+            diags.warn(
+                &raw.doc,
+                "spec.match",
+                format!(
+                    "can fail when {risk} is absent; Istio treats that as no match (add a \"|\" default or set matchErrorPolicy)"
+                ),
+            );
+        }
+    }
+    let actions = list(doc, spec.get("actions"), "spec.actions", diags)
+        .iter()
+        .enumerate()
+        .filter_map(|(i, a)| action(doc, scope, a, &index("spec.actions", i), diags))
+        .collect();
+    let request_header_operations =
+        super::headers::header_ops(doc, scope, &spec, "requestHeaderOperations", diags);
+    let response_header_operations =
+        super::headers::header_ops(doc, scope, &spec, "responseHeaderOperations", diags);
+    if diags.errors.len() > before {
+        return None;
+    }
+    Some(RuleConfig {
+        name: Arc::from(format!("{}.{}", raw.name, raw.namespace)),
+        namespace: Arc::from(raw.namespace.as_str()),
+        match_expr,
+        match_error_policy,
+        actions,
+        request_header_operations,
+        response_header_operations,
+    })
+}
+
+pub(crate) fn list<'v>(
+    doc: &Doc<'_>,
+    value: Option<&'v Value>,
+    path: &str,
+    diags: &mut Diagnostics,
+) -> &'v [Value] {
+    match value {
+        None | Some(Value::Null) => &[],
+        Some(Value::Array(items)) => items,
+        Some(other) => {
+            diags.error(
+                &doc.raw.doc,
+                path,
+                format!("expected a list, found {}", type_name(other)),
+            );
+            &[]
+        }
+    }
+}
+
+fn action(
+    doc: &Doc<'_>,
+    scope: &Scope<'_>,
+    value: &Value,
+    path: &str,
+    diags: &mut Diagnostics,
+) -> Option<ActionConfig> {
+    let raw = doc.raw;
+    let map = as_map(value, path, &raw.doc, diags)?;
+    check_keys(
+        &map,
+        &["handler", "instances", "name"],
+        path,
+        &raw.doc,
+        diags,
+    );
+    let name = opt_string(&map, "name", path, &raw.doc, diags);
+    let handler_ref = opt_string(&map, "handler", path, &raw.doc, diags);
+    let handler = match handler_ref.as_deref() {
+        None | Some("") => {
+            if !matches!(map.get("handler"), Some(v) if !v.is_string() && !v.is_null()) {
+                diags.error(&raw.doc, join(path, "handler"), "missing");
+            }
+            None
+        }
+        Some(r) => lookup(
+            doc,
+            scope,
+            scope.handler_table,
+            "handler",
+            r,
+            &join(path, "handler"),
+            diags,
+        ),
+    };
+    let instances_path = join(path, "instances");
+    let items = list(doc, map.get("instances"), &instances_path, diags);
+    if items.is_empty()
+        && map
+            .get("instances")
+            .is_none_or(|v| v.is_array() || v.is_null())
+    {
+        diags.error(
+            &raw.doc,
+            &instances_path,
+            "an action needs at least one instance",
+        );
+    }
+    let mut instances = Vec::new();
+    let mut ok = handler.is_some();
+    for (j, item) in items.iter().enumerate() {
+        let here = index(&instances_path, j);
+        let Value::String(r) = item else {
+            diags.error(
+                &raw.doc,
+                here,
+                format!("expected an instance name, found {}", type_name(item)),
+            );
+            ok = false;
+            continue;
+        };
+        let Some(i) = lookup(
+            doc,
+            scope,
+            scope.instance_table,
+            "instance",
+            r,
+            &here,
+            diags,
+        ) else {
+            ok = false;
+            continue;
+        };
+        if let Some(h) = handler.and_then(|h| scope.handlers.get(h))
+            && !h.is_remote()
+            && let Some(adapter) = scope.registry.get(&h.adapter)
+            && let Some(inst) = scope.instances.get(i)
+        {
+            let supported = adapter.info().templates;
+            if !supported.contains(&inst.template) {
+                let names: Vec<&str> = supported.iter().map(|t| t.name()).collect();
+                diags.error(
+                    &raw.doc,
+                    here,
+                    format!(
+                        "instance {} is of template {}, which handler {} (adapter {}) does not support (it supports {})",
+                        inst.name,
+                        inst.template,
+                        h.name,
+                        h.adapter,
+                        names.join(", ")
+                    ),
+                );
+                ok = false;
+                continue;
+            }
+        }
+        instances.push(i);
+    }
+    let handler = handler?;
+    ok.then_some(ActionConfig {
+        handler,
+        instances,
+        name,
+    })
+}
+
+/// Resolves a reference, reporting unknown names; `None` also for invalid targets (their
+/// own errors are already reported).
+fn lookup(
+    doc: &Doc<'_>,
+    scope: &Scope<'_>,
+    table: &Table,
+    what: &str,
+    reference: &str,
+    path: &str,
+    diags: &mut Diagnostics,
+) -> Option<usize> {
+    match table.resolve(reference, &doc.raw.namespace, scope.default_namespace) {
+        Resolution::Found(i) => Some(i),
+        Resolution::Invalid => None,
+        Resolution::NotFound => {
+            let elsewhere = table.same_name_elsewhere(reference);
+            let hint = if let Some(found) = elsewhere.first() {
+                format!(" (did you mean {found}?)")
+            } else {
+                let candidates = table.candidates(&doc.raw.namespace);
+                did_you_mean(reference, candidates.iter().map(String::as_str))
+            };
+            let message = if !hint.is_empty() {
+                format!("unknown {what} {reference:?}{hint}")
+            } else if doc.raw.namespace == scope.default_namespace || reference.contains('.') {
+                format!("unknown {what} {reference:?}: no {what} by that name")
+            } else {
+                format!(
+                    "unknown {what} {reference:?}: no {what} by that name in namespace {} or {}",
+                    doc.raw.namespace, scope.default_namespace
+                )
+            };
+            diags.error(&doc.raw.doc, path, message);
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{errors, ok};
+    use crate::model::MatchErrorPolicy;
+    use mixer_model::HeaderOp;
+
+    const BASE: &str = "kind: handler\nmetadata: {name: denyall}\nspec: {compiledAdapter: denier}\n---\nkind: handler\nmetadata: {name: nothing-h, namespace: team}\nspec: {compiledAdapter: noop}\n---\nkind: instance\nmetadata: {name: nothing}\nspec: {compiledTemplate: checknothing}\n---\nkind: instance\nmetadata: {name: span, namespace: team}\nspec: {compiledTemplate: tracespan, params: {spanName: request.path}}\n---\n";
+
+    fn with_base(rule: &str) -> String {
+        format!("{BASE}{rule}")
+    }
+
+    #[test]
+    fn actions_resolve_to_indices() {
+        let v = ok(&with_base(
+            "kind: rule\nmetadata: {name: r, namespace: team}\nspec:\n  match: source.namespace == \"bad\"\n  matchErrorPolicy: DENY\n  actions:\n  - {handler: denyall, instances: [nothing.istio-system]}\n  - {handler: nothing-h.handler, instances: [span, nothing.instance.istio-system], name: a2}\n",
+        ));
+        let r = &v.config.rules[0];
+        assert_eq!(&*r.name, "r.team");
+        assert_eq!(r.match_error_policy, Some(MatchErrorPolicy::Deny));
+        assert_eq!(
+            r.match_expr.as_ref().map(|e| e.source()),
+            Some("source.namespace == \"bad\"")
+        );
+        assert_eq!(r.actions[0].handler, 0);
+        assert_eq!(r.actions[0].instances, [0]);
+        assert_eq!(r.actions[1].handler, 1);
+        assert_eq!(r.actions[1].instances, [1, 0]);
+        assert_eq!(r.actions[1].name.as_deref(), Some("a2"));
+        let dump = v.config.dump();
+        assert_eq!(dump["rules"][0]["actions"][1]["handler"], "nothing-h.team");
+        assert_eq!(dump["rules"][0]["actions"][1]["instances"][0], "span.team");
+    }
+
+    #[test]
+    fn empty_match_means_always() {
+        let v = ok(&with_base(
+            "kind: rule\nmetadata: {name: r}\nspec:\n  match: \"\"\n  actions: [{handler: denyall, instances: [nothing]}]\n",
+        ));
+        assert!(v.config.rules[0].match_expr.is_none());
+        let v = ok(&with_base(
+            "kind: rule\nmetadata: {name: r}\nspec:\n  actions: [{handler: denyall, instances: [nothing]}]\n",
+        ));
+        assert!(v.config.rules[0].match_expr.is_none());
+    }
+
+    #[test]
+    fn unknown_references_and_unsupported_templates() {
+        assert_eq!(
+            errors(&with_base(
+                "kind: rule\nmetadata: {name: r}\nspec:\n  actions:\n  - {handler: denyal, instances: [nothin, span]}\n"
+            )),
+            [
+                "c.yaml: rule r: spec.actions[0].handler: unknown handler \"denyal\" (did you mean denyall?)",
+                "c.yaml: rule r: spec.actions[0].instances[0]: unknown instance \"nothin\" (did you mean nothing?)",
+                "c.yaml: rule r: spec.actions[0].instances[1]: unknown instance \"span\" (did you mean span.team?)",
+            ]
+        );
+        assert_eq!(
+            errors(&with_base(
+                "kind: rule\nmetadata: {name: r}\nspec:\n  actions:\n  - {handler: denyall, instances: [span.team]}\n"
+            )),
+            [
+                "c.yaml: rule r: spec.actions[0].instances[0]: instance span.team is of template tracespan, which handler denyall.istio-system (adapter denier) does not support (it supports checknothing, listentry, quota)"
+            ]
+        );
+        assert_eq!(
+            errors(&with_base(
+                "kind: rule\nmetadata: {name: r}\nspec:\n  actions:\n  - {handler: denyall}\n"
+            )),
+            ["c.yaml: rule r: spec.actions[0].instances: an action needs at least one instance"]
+        );
+    }
+
+    #[test]
+    fn references_to_broken_documents_do_not_cascade() {
+        let e = errors(
+            "kind: handler\nmetadata: {name: h}\nspec: {compiledAdapter: denier, params: {status: {code: 99}}}\n---\nkind: rule\nmetadata: {name: r}\nspec:\n  actions: [{handler: h, instances: [i]}]\n---\nkind: instance\nmetadata: {name: i}\nspec: {compiledTemplate: nope}\n",
+        );
+        assert_eq!(e.len(), 2, "{e:#?}");
+    }
+
+    #[test]
+    fn header_operations() {
+        let v = ok(&with_base(
+            "kind: rule\nmetadata: {name: r}\nspec:\n  requestHeaderOperations:\n  - {name: x-user, values: [source.principal]}\n  - {name: x-old, operation: REMOVE}\n  responseHeaderOperations:\n  - {name: x-seen, values: ['\"yes\"'], operation: APPEND}\n",
+        ));
+        let r = &v.config.rules[0];
+        assert_eq!(r.request_header_operations.len(), 2);
+        assert_eq!(r.request_header_operations[0].operation, HeaderOp::Replace);
+        assert_eq!(r.request_header_operations[1].operation, HeaderOp::Remove);
+        assert_eq!(r.response_header_operations[0].operation, HeaderOp::Append);
+        assert_eq!(
+            r.response_header_operations[0].values[0].source(),
+            "\"yes\""
+        );
+        assert_eq!(
+            errors(
+                "kind: rule\nmetadata: {name: r}\nspec:\n  requestHeaderOperations:\n  - {name: 'bad header', values: [source.principal], operation: DELETE}\n  - {name: x, values: []}\n  - {name: x-y, values: [source.principal], operation: REMOVE}\n"
+            ),
+            [
+                "c.yaml: rule r: spec.requestHeaderOperations[0].name: \"bad header\" is not a valid header name",
+                "c.yaml: rule r: spec.requestHeaderOperations[0].operation: unknown value \"DELETE\" (expected one of REPLACE, APPEND, REMOVE)",
+                "c.yaml: rule r: spec.requestHeaderOperations[1].values: needs at least one value expression",
+                "c.yaml: rule r: spec.requestHeaderOperations[2].values: REMOVE takes no values",
+            ]
+        );
+    }
+
+    #[test]
+    fn unsupported_and_unknown_fields() {
+        assert_eq!(
+            errors(
+                "kind: rule\nmetadata: {name: r}\nspec:\n  sampling: {random: {}}\n  mach: x\n  matchErrorPolicy: FAIL\n"
+            ),
+            [
+                "c.yaml: rule r: spec.mach: unknown field (did you mean match?)",
+                "c.yaml: rule r: spec.sampling: sampling is not supported",
+                "c.yaml: rule r: spec.matchErrorPolicy: unknown value \"FAIL\" (expected one of NO_MATCH, DENY)",
+            ]
+        );
+    }
+
+    #[test]
+    fn match_must_be_boolean_and_known() {
+        let e = errors("kind: rule\nmetadata: {name: r}\nspec: {match: request.path}\n");
+        assert_eq!(e.len(), 1);
+        assert!(e[0].starts_with("c.yaml: rule r: spec.match: "), "{e:?}");
+        let e = errors(
+            "kind: rule\nmetadata: {name: deny-bob}\nspec: {match: 'request.hedaers[\"x\"] == \"bob\"'}\n",
+        );
+        assert_eq!(
+            e,
+            [
+                "c.yaml: rule deny-bob: spec.match: unknown attribute \"request.hedaers\" (did you mean request.headers?)"
+            ]
+        );
+    }
+
+    #[test]
+    fn absent_attributes_warn_unless_a_policy_is_set() {
+        let v = ok(
+            "kind: rule\nmetadata: {name: r}\nspec: {match: 'request.headers[\"x-user\"] == \"bob\"'}\n",
+        );
+        let shown: Vec<String> = v.warnings.iter().map(ToString::to_string).collect();
+        assert_eq!(shown.len(), 1, "{shown:?}");
+        assert!(
+            shown[0].starts_with("c.yaml: rule r: spec.match: can fail when ")
+                && shown[0].contains("request.headers")
+                && shown[0].ends_with("is absent; Istio treats that as no match (add a \"|\" default or set matchErrorPolicy)"),
+            "{shown:?}"
+        );
+        let v = ok(
+            "kind: rule\nmetadata: {name: r}\nspec: {match: '(request.headers[\"x-user\"] | \"\") == \"bob\"'}\n",
+        );
+        assert!(v.warnings.is_empty(), "{:?}", v.warnings);
+        let v = ok(
+            "kind: rule\nmetadata: {name: r}\nspec: {match: 'request.headers[\"x-user\"] == \"bob\"', matchErrorPolicy: NO_MATCH}\n",
+        );
+        assert!(v.warnings.is_empty());
+    }
+}

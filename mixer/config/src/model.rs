@@ -1,0 +1,181 @@
+//! The validated config: typed handlers, instances and rules, with every expression compiled
+//! and every reference resolved to an index.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mixer_adapter_api::FailPolicy;
+use mixer_model::{HeaderOp, Template, Vocabulary};
+
+use crate::expr::Expression;
+
+/// A validated config snapshot: what the runtime builds handlers and routes from.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Istio's vocabulary extended by every `attributemanifest`.
+    pub vocabulary: Arc<Vocabulary>,
+    /// The namespace documents without one were put in; rules there apply to every namespace.
+    pub default_namespace: Arc<str>,
+    /// Handlers, in the order their documents were read.
+    pub handlers: Vec<HandlerConfig>,
+    /// Instances, in the order their documents were read.
+    pub instances: Vec<InstanceConfig>,
+    /// Rules, in the order their documents were read.
+    pub rules: Vec<RuleConfig>,
+}
+
+impl Config {
+    /// No handlers, instances or rules; Istio's vocabulary; namespace `istio-system`. The
+    /// runtime starts from this and diffs the first real config against it.
+    pub fn empty() -> Config {
+        Config {
+            vocabulary: Arc::new(Vocabulary::istio()),
+            default_namespace: Arc::from(crate::DEFAULT_NAMESPACE),
+            handlers: Vec::new(),
+            instances: Vec::new(),
+            rules: Vec::new(),
+        }
+    }
+
+    /// The handler with this fully qualified name (`denyall.istio-system`).
+    pub fn handler(&self, name: &str) -> Option<&HandlerConfig> {
+        self.handlers.iter().find(|h| &*h.name == name)
+    }
+
+    /// The instance with this fully qualified name.
+    pub fn instance(&self, name: &str) -> Option<&InstanceConfig> {
+        self.instances.iter().find(|i| &*i.name == name)
+    }
+
+    /// The rule with this fully qualified name.
+    pub fn rule(&self, name: &str) -> Option<&RuleConfig> {
+        self.rules.iter().find(|r| &*r.name == name)
+    }
+}
+
+/// A handler: an adapter with its params.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HandlerConfig {
+    /// Fully qualified name, `name.namespace`.
+    pub name: Arc<str>,
+    /// Its namespace.
+    pub namespace: Arc<str>,
+    /// The adapter's name (a registered one, or any name for a remote adapter).
+    pub adapter: String,
+    /// Params as written (already accepted by the adapter's `validate` for built-in ones).
+    pub params: serde_json::Value,
+    /// Where a remote (out-of-process) adapter listens; `None` for built-in adapters.
+    pub connection: Option<Connection>,
+    /// What to do when the handler cannot decide; `None` = the default for the variety.
+    pub fail_policy: Option<FailPolicy>,
+    /// The file it came from.
+    pub file: String,
+}
+
+impl HandlerConfig {
+    /// True when both would build the same handler (adapter, params, connection, fail
+    /// policy), so a reload may keep the running one.
+    pub fn same_build(&self, other: &HandlerConfig) -> bool {
+        self.adapter == other.adapter
+            && self.params == other.params
+            && self.connection == other.connection
+            && self.fail_policy == other.fail_policy
+    }
+
+    /// True for an out-of-process adapter (one with a `connection`).
+    pub fn is_remote(&self) -> bool {
+        self.connection.is_some()
+    }
+}
+
+/// How to reach a remote adapter (Istio's `connection`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Connection {
+    /// `host:port` of the adapter's gRPC service.
+    pub address: String,
+    /// Per-call timeout.
+    pub timeout: Option<Duration>,
+    /// Istio's `authentication` block (TLS or mutual TLS), kept as written.
+    pub authentication: Option<serde_json::Value>,
+}
+
+/// An instance: how to build one template's data from a request's attributes.
+#[derive(Clone, Debug)]
+pub struct InstanceConfig {
+    /// Fully qualified name, `name.namespace`.
+    pub name: Arc<str>,
+    /// Its namespace.
+    pub namespace: Arc<str>,
+    /// Its template.
+    pub template: Template,
+    /// The fields set, in template order.
+    pub fields: Vec<FieldExpr>,
+}
+
+/// One template field and the expression(s) that compute it.
+#[derive(Clone, Debug)]
+pub struct FieldExpr {
+    /// The field's name as in [`Template::fields`] (`subject.user`, `span_tags`).
+    pub name: &'static str,
+    /// Its expression(s).
+    pub value: FieldExprValue,
+}
+
+/// The expression(s) of a field.
+#[derive(Clone, Debug)]
+pub enum FieldExprValue {
+    /// A single-valued field.
+    Value(Expression),
+    /// A map field: one expression per entry, in config order.
+    Map(Vec<(Arc<str>, Expression)>),
+}
+
+/// A rule: when it matches, send instances to handlers and edit headers.
+#[derive(Clone, Debug)]
+pub struct RuleConfig {
+    /// Fully qualified name, `name.namespace`.
+    pub name: Arc<str>,
+    /// Its namespace; rules in the default namespace apply to every namespace.
+    pub namespace: Arc<str>,
+    /// The match condition (BOOL); `None` = always.
+    pub match_expr: Option<Expression>,
+    /// What a match that fails to evaluate means; `None` = the runtime's global default.
+    pub match_error_policy: Option<MatchErrorPolicy>,
+    /// Handlers to call.
+    pub actions: Vec<ActionConfig>,
+    /// Header edits on the request to the service.
+    pub request_header_operations: Vec<HeaderOperationConfig>,
+    /// Header edits on the response to the client.
+    pub response_header_operations: Vec<HeaderOperationConfig>,
+}
+
+/// What a rule's match that cannot be evaluated (an absent attribute) means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MatchErrorPolicy {
+    /// The rule does not apply (Istio's behaviour).
+    NoMatch,
+    /// The request is denied.
+    Deny,
+}
+
+/// One action of a rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ActionConfig {
+    /// Index into [`Config::handlers`].
+    pub handler: usize,
+    /// Indices into [`Config::instances`], each of a template the handler supports.
+    pub instances: Vec<usize>,
+    /// The action's name, if given.
+    pub name: Option<String>,
+}
+
+/// One header edit of a rule.
+#[derive(Clone, Debug)]
+pub struct HeaderOperationConfig {
+    /// Header name.
+    pub name: String,
+    /// Value expressions (STRING); empty for remove.
+    pub values: Vec<Expression>,
+    /// Replace, append or remove.
+    pub operation: HeaderOp,
+}

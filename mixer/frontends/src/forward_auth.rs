@@ -1,0 +1,189 @@
+//! HTTP forward-auth: the endpoint nginx `auth_request`, Caddy `forward_auth` and Traefik
+//! `forwardAuth` call before letting a request through.
+//!
+//! Any method on `/check` or a path below it. The original request is read from
+//! `X-Original-Method` / `X-Original-URI` (nginx) or `X-Forwarded-Method` / `X-Forwarded-Uri` /
+//! `X-Forwarded-Host` / `X-Forwarded-Proto` / `X-Forwarded-For` (Caddy, Traefik):
+//!
+//! | attribute | from |
+//! |---|---|
+//! | `request.method` | `X-Original-Method`, `X-Forwarded-Method`, else the call's method |
+//! | `request.path` | `X-Original-URI`, `X-Forwarded-Uri`, else the call's path and query |
+//! | `request.url_path`, `request.query_params` | the path split at `?` |
+//! | `request.host`, `destination.service.host` | `X-Forwarded-Host`, else `Host` (the latter without port) |
+//! | `request.scheme` | `X-Forwarded-Proto`, else `http` |
+//! | `source.ip` | first address of `X-Forwarded-For`, else `X-Real-IP`, else the peer |
+//! | `request.headers` | every header, names lower-case |
+//! | `request.useragent`, `request.referer`, `request.id` | `User-Agent`, `Referer`, `X-Request-Id` |
+//! | `request.time`, `context.time` | now |
+//! | `context.protocol` | `http` |
+//!
+//! Answers: 200 allows, with the rules' request header operations as response headers (nginx
+//! copies them upstream with `auth_request_set`); 403, 401 or 429 deny, after the verdict's
+//! code; 503 only when the mixer could not decide (a handler failed closed, or no config yet).
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use mixer_model::{AttributeBag, Code, HeaderOp, HeaderOperation, StringMap, Timestamp, Value};
+use mixer_runtime::Runtime;
+
+/// The forward-auth routes, to serve on `--http-addr`.
+pub fn router(runtime: Arc<Runtime>) -> Router {
+    Router::new()
+        .route("/check", axum::routing::any(check))
+        .route("/check/{*rest}", axum::routing::any(check))
+        .with_state(runtime)
+}
+
+async fn check(State(runtime): State<Arc<Runtime>>, request: Request) -> Response {
+    if !runtime.is_ready() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no valid config is active\n",
+        )
+            .into_response();
+    }
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    let snapshot = runtime.snapshot();
+    let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
+    fill_bag(&mut bag, &request, peer);
+    match snapshot.check(&bag).await {
+        Ok(verdict) => {
+            let mut headers = HeaderMap::new();
+            if verdict.is_allowed() {
+                apply(&mut headers, &verdict.request_header_ops);
+                apply(&mut headers, &verdict.response_header_ops);
+                (StatusCode::OK, headers, Body::empty()).into_response()
+            } else {
+                apply(&mut headers, &verdict.response_header_ops);
+                let status = http_status(verdict.status.code);
+                let body = format!("{}\n", verdict.status);
+                (status, headers, body).into_response()
+            }
+        }
+        // The mixer could not decide: 5xx, never a denial, so the proxy's own failure
+        // setting decides (nginx turns an auth_request 5xx into 500 for the client).
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
+    }
+}
+
+/// The HTTP status for a denial's code: 401 for UNAUTHENTICATED, 429 for RESOURCE_EXHAUSTED,
+/// 403 for everything else.
+pub fn http_status(code: Code) -> StatusCode {
+    match code {
+        Code::Ok => StatusCode::OK,
+        Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+        Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+        _ => StatusCode::FORBIDDEN,
+    }
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+}
+
+fn fill_bag(bag: &mut AttributeBag, request: &Request, peer: Option<IpAddr>) {
+    let headers = request.headers();
+    let mut set = |name: &str, value: Value| {
+        // Values come from text the client controls; one that does not fit its type is
+        // left out rather than failing the whole check.
+        let _ = bag.set(name, value);
+    };
+    let method = header(headers, "x-original-method")
+        .or_else(|| header(headers, "x-forwarded-method"))
+        .unwrap_or(request.method().as_str());
+    set("request.method", Value::from(method));
+    let uri = header(headers, "x-original-uri")
+        .or_else(|| header(headers, "x-forwarded-uri"))
+        .map(str::to_string)
+        .unwrap_or_else(|| {
+            request
+                .uri()
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .to_string()
+        });
+    let (url_path, query) = uri.split_once('?').unwrap_or((&uri, ""));
+    set("request.url_path", Value::from(url_path));
+    if !query.is_empty() {
+        let params = query
+            .split('&')
+            .filter(|p| !p.is_empty())
+            .map(|p| match p.split_once('=') {
+                Some((k, v)) => (k, v),
+                None => (p, ""),
+            });
+        set("request.query_params", StringMap::from_pairs(params).into());
+    }
+    set("request.path", Value::from(uri.as_str()));
+    if let Some(host) = header(headers, "x-forwarded-host").or_else(|| header(headers, "host")) {
+        set("request.host", Value::from(host));
+        let bare = match host.rsplit_once(':') {
+            Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) => h,
+            _ => host,
+        };
+        set("destination.service.host", Value::from(bare));
+    }
+    set(
+        "request.scheme",
+        Value::from(header(headers, "x-forwarded-proto").unwrap_or("http")),
+    );
+    let forwarded_ip = header(headers, "x-forwarded-for")
+        .and_then(|v| v.split(',').next())
+        .or_else(|| header(headers, "x-real-ip"))
+        .and_then(|v| v.trim().parse::<IpAddr>().ok());
+    if let Some(ip) = forwarded_ip.or(peer) {
+        set("source.ip", Value::IpAddress(ip));
+    }
+    for (attr, name) in [
+        ("request.useragent", "user-agent"),
+        ("request.referer", "referer"),
+        ("request.id", "x-request-id"),
+    ] {
+        if let Some(v) = header(headers, name) {
+            set(attr, Value::from(v));
+        }
+    }
+    let pairs = headers
+        .iter()
+        .filter_map(|(name, value)| value.to_str().ok().map(|v| (name.as_str(), v)));
+    set("request.headers", StringMap::from_pairs(pairs).into());
+    let now = Value::Timestamp(Timestamp::now());
+    set("request.time", now.clone());
+    set("context.time", now);
+    set("context.protocol", Value::from("http"));
+}
+
+fn apply(headers: &mut HeaderMap, ops: &[HeaderOperation]) {
+    for op in ops {
+        let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(op.name.as_bytes()),
+            HeaderValue::from_str(&op.value),
+        ) else {
+            continue;
+        };
+        match op.op {
+            HeaderOp::Replace => {
+                headers.insert(name, value);
+            }
+            HeaderOp::Append => {
+                headers.append(name, value);
+            }
+            // A forward-auth answer can only add headers; removal has no meaning here.
+            HeaderOp::Remove => {}
+        }
+    }
+}

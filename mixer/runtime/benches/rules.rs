@@ -1,0 +1,140 @@
+//! Policy evaluation cost over 10, 100 and 1,000 rules with a realistic 20-attribute bag.
+//!
+//! `indexed`: every rule tests `destination.service.host` for equality (one rule per service,
+//! as configs that scope rules per service look), plus 5 rules without a literal.
+//! `scan`: the same rules, but their literal test is written so the index cannot use it
+//! (`startsWith`), so every match is evaluated: the baseline the index is measured against.
+
+use std::sync::Arc;
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use mixer_adapter_api::AdapterRegistry;
+use mixer_config::{ConfigOptions, SourceFile};
+use mixer_model::{AttributeBag, StringMap, Value, Variety};
+use mixer_runtime::{RuntimeMetrics, RuntimeOptions, Snapshot};
+
+fn config(rules: usize, indexable: bool) -> String {
+    let mut yaml = String::from(
+        "kind: handler\nmetadata: {name: allow, namespace: istio-system}\nspec: {compiledAdapter: noop}\n---\n\
+         kind: instance\nmetadata: {name: nothing, namespace: istio-system}\nspec: {compiledTemplate: checknothing}\n",
+    );
+    for i in 0..rules {
+        let host_test = if indexable {
+            format!(r#"destination.service.host == "svc-{i}.default.svc.cluster.local""#)
+        } else {
+            format!(r#"destination.service.host.startsWith("svc-{i}.")"#)
+        };
+        yaml.push_str(&format!(
+            "---\nkind: rule\nmetadata: {{name: r{i}, namespace: istio-system}}\nspec:\n  match: '{host_test} && request.method == \"POST\" && (request.headers[\"x-tenant\"] | \"\") != \"blocked\"'\n  actions: [{{handler: allow, instances: [nothing]}}]\n"
+        ));
+    }
+    for i in 0..5 {
+        yaml.push_str(&format!(
+            "---\nkind: rule\nmetadata: {{name: global{i}, namespace: istio-system}}\nspec:\n  match: 'match(request.path, \"/admin{i}*\") || source.ip == ip(\"10.9.9.{i}\")'\n  actions: [{{handler: allow, instances: [nothing]}}]\n"
+        ));
+    }
+    yaml
+}
+
+fn snapshot(rules: usize, indexable: bool) -> Snapshot {
+    let mut registry = AdapterRegistry::new();
+    registry.register(Arc::new(mixer_adapter_noop::Noop));
+    let sources = vec![SourceFile {
+        name: "bench.yaml".into(),
+        text: config(rules, indexable),
+    }];
+    let validated = match mixer_config::validate(&sources, &registry, &ConfigOptions::default()) {
+        Ok(v) => v,
+        Err(e) => panic!("bench config invalid: {e:?}"),
+    };
+    match Snapshot::build(
+        1,
+        validated.config,
+        &registry,
+        None,
+        &RuntimeOptions::default(),
+        &RuntimeMetrics::unregistered(),
+    ) {
+        Ok(b) => b.snapshot,
+        Err(e) => panic!("bench snapshot: {e:?}"),
+    }
+}
+
+/// A 20-attribute bag like a sidecar's check carries.
+fn bag(snapshot: &Snapshot) -> AttributeBag {
+    let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
+    let headers = StringMap::from_pairs([
+        ("user-agent", "curl/8.0"),
+        ("x-request-id", "8d3b4f2e-1"),
+        ("x-tenant", "acme"),
+        ("accept", "*/*"),
+        (":authority", "svc-7.default.svc.cluster.local"),
+    ]);
+    let attrs: [(&str, Value); 20] = [
+        ("request.headers", headers.into()),
+        ("request.method", Value::from("GET")),
+        ("request.path", Value::from("/api/v1/orders?limit=10")),
+        ("request.url_path", Value::from("/api/v1/orders")),
+        (
+            "request.host",
+            Value::from("svc-7.default.svc.cluster.local"),
+        ),
+        ("request.scheme", Value::from("http")),
+        ("request.useragent", Value::from("curl/8.0")),
+        ("request.id", Value::from("8d3b4f2e-1")),
+        ("request.size", Value::Int64(0)),
+        (
+            "destination.service.host",
+            Value::from("svc-7.default.svc.cluster.local"),
+        ),
+        ("destination.service.name", Value::from("svc-7")),
+        ("destination.namespace", Value::from("default")),
+        ("destination.port", Value::Int64(8080)),
+        (
+            "destination.principal",
+            Value::from("spiffe://cluster.local/ns/default/sa/svc-7"),
+        ),
+        ("source.ip", Value::from("10.1.2.3")),
+        ("source.namespace", Value::from("default")),
+        (
+            "source.principal",
+            Value::from("spiffe://cluster.local/ns/default/sa/web"),
+        ),
+        (
+            "source.labels",
+            StringMap::from_pairs([("app", "web"), ("version", "v1")]).into(),
+        ),
+        ("context.protocol", Value::from("http")),
+        ("connection.mtls", Value::Bool(true)),
+    ];
+    for (name, value) in attrs {
+        if let Err(e) = bag.set(name, value) {
+            panic!("{e}");
+        }
+    }
+    bag
+}
+
+fn evaluation(c: &mut Criterion) {
+    let mut group = c.benchmark_group("evaluate_rules");
+    for rules in [10usize, 100, 1000] {
+        for (label, indexable) in [("indexed", true), ("scan", false)] {
+            let snap = snapshot(rules, indexable);
+            let bag = bag(&snap);
+            group.bench_with_input(BenchmarkId::new(label, rules), &rules, |b, _| {
+                b.iter(|| snap.evaluate(std::hint::black_box(&bag), Variety::Check))
+            });
+        }
+    }
+    group.finish();
+}
+
+fn bag_building(c: &mut Criterion) {
+    let snap = snapshot(10, true);
+    c.bench_function("build_20_attribute_bag", |b| {
+        b.iter(|| bag(std::hint::black_box(&snap)))
+    });
+}
+
+criterion_group!(benches, evaluation, bag_building);
+criterion_main!(benches);

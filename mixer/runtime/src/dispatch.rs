@@ -1,0 +1,417 @@
+//! The dispatcher: from an attribute bag to matched rules, instances, handler calls and a
+//! verdict.
+//!
+//! Evaluation is synchronous and allocation-light; only handler calls are awaited. The
+//! dispatcher sees handlers only through the adapter API's traits, so built-in, remote and
+//! Wasm handlers are all called the same way.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mixer_adapter_api::{AdapterError, FailPolicy};
+use mixer_config::{FieldExprValue, HeaderOperationConfig, InstanceConfig, MatchErrorPolicy};
+use mixer_model::{
+    Bag, Code, FieldValue, HeaderOperation, Instance, Presence, ReferencedAttributes, Status,
+    Value, Variety, Verdict,
+};
+
+use crate::snapshot::{RuleSet, Snapshot};
+
+/// Validity of a verdict no handler limited (Istio's default: one minute, 10000 uses).
+pub const DEFAULT_VALID_DURATION: Duration = Duration::from_secs(60);
+/// Use count of a verdict no handler limited.
+pub const DEFAULT_VALID_USE_COUNT: i32 = 10_000;
+
+/// One instance going to one handler.
+#[derive(Clone, Debug)]
+pub struct Dispatch {
+    /// Index of the handler in [`Snapshot::handlers`].
+    pub handler: usize,
+    /// The rule that produced it.
+    pub rule: Arc<str>,
+    /// The built instance.
+    pub instance: Instance,
+}
+
+/// A rule whose match could not be evaluated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MatchFailure {
+    /// The rule.
+    pub rule: Arc<str>,
+    /// Why.
+    pub message: String,
+    /// The policy applied.
+    pub policy: MatchErrorPolicy,
+}
+
+/// What the rules say about one bag, before any handler is called.
+#[derive(Clone, Debug, Default)]
+pub struct Evaluation {
+    /// Rules whose match was true, in evaluation order.
+    pub matched_rules: Vec<Arc<str>>,
+    /// Instances to send, in rule and action order.
+    pub dispatches: Vec<Dispatch>,
+    /// Everything read to get here.
+    pub referenced: ReferencedAttributes,
+    /// Header operations of matched rules, evaluated.
+    pub request_header_ops: Vec<HeaderOperation>,
+    /// Response header operations of matched rules, evaluated.
+    pub response_header_ops: Vec<HeaderOperation>,
+    /// Matches that failed to evaluate.
+    pub match_failures: Vec<MatchFailure>,
+}
+
+/// The mixer could not decide a check: a handler failed and its policy is to fail closed.
+/// Front ends answer this with an error (gRPC UNAVAILABLE, HTTP 503), not a denial.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("handler {handler} could not decide: {error}")]
+pub struct CheckError {
+    /// The handler that failed.
+    pub handler: Arc<str>,
+    /// Its error.
+    pub error: AdapterError,
+}
+
+/// What a report did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReportOutcome {
+    /// Instances handed to handlers.
+    pub delivered: usize,
+    /// Instances whose handler failed.
+    pub failed: usize,
+}
+
+impl Snapshot {
+    /// Evaluates the rules for `variety` against `bag`: which match, which instances they
+    /// produce, what was read.
+    pub fn evaluate(&self, bag: &dyn Bag, variety: Variety) -> Evaluation {
+        let mut eval = Evaluation::default();
+        let mut candidates = Vec::new();
+        self.evaluate_set(
+            &self.default_rules,
+            bag,
+            variety,
+            &mut eval,
+            &mut candidates,
+        );
+        if !self.namespaced.is_empty()
+            && let Some(ns) = self.identity_namespace(bag, &mut eval.referenced)
+            && let Some(set) = self.namespaced.get(ns.as_ref())
+        {
+            self.evaluate_set(set, bag, variety, &mut eval, &mut candidates);
+        }
+        eval.referenced.normalize();
+        eval
+    }
+
+    /// Istio's scoping: inbound reports and checks belong to the destination's namespace,
+    /// outbound ones to the source's.
+    fn identity_namespace(
+        &self,
+        bag: &dyn Bag,
+        refs: &mut ReferencedAttributes,
+    ) -> Option<Arc<str>> {
+        let read = |id: Option<mixer_model::AttrId>, refs: &mut ReferencedAttributes| {
+            let id = id?;
+            let value = bag.get(id);
+            refs.record(
+                id,
+                if value.is_some() {
+                    Presence::Exact
+                } else {
+                    Presence::Absent
+                },
+            );
+            value.cloned()
+        };
+        let outbound = matches!(
+            read(self.identity.reporter_kind, refs),
+            Some(Value::String(kind)) if kind.as_ref() == "outbound"
+        );
+        let attr = if outbound {
+            self.identity.source_namespace
+        } else {
+            self.identity.destination_namespace
+        };
+        match read(attr, refs) {
+            Some(Value::String(ns)) => Some(ns),
+            _ => None,
+        }
+    }
+
+    fn evaluate_set(
+        &self,
+        set: &RuleSet,
+        bag: &dyn Bag,
+        variety: Variety,
+        eval: &mut Evaluation,
+        candidates: &mut Vec<u32>,
+    ) {
+        set.index.candidates(bag, &mut eval.referenced, candidates);
+        for &pos in candidates.iter() {
+            let Some(rule) = set
+                .rules
+                .get(pos as usize)
+                .and_then(|&r| self.config.rules.get(r))
+            else {
+                continue;
+            };
+            let matched = match &rule.match_expr {
+                None => true,
+                Some(expr) => match expr.eval_bool(bag, &mut eval.referenced) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        let policy = rule
+                            .match_error_policy
+                            .unwrap_or(self.options.match_error_policy);
+                        let policy_label = match policy {
+                            MatchErrorPolicy::NoMatch => "no_match",
+                            MatchErrorPolicy::Deny => "deny",
+                        };
+                        self.metrics
+                            .match_errors
+                            .with_label_values(&[rule.name.as_ref(), policy_label])
+                            .inc();
+                        tracing::info!(rule = %rule.name, error = %e, policy = policy_label, "rule match failed to evaluate");
+                        eval.match_failures.push(MatchFailure {
+                            rule: rule.name.clone(),
+                            message: e.to_string(),
+                            policy,
+                        });
+                        false
+                    }
+                },
+            };
+            if !matched {
+                continue;
+            }
+            self.metrics
+                .rule_matches
+                .with_label_values(&[rule.name.as_ref()])
+                .inc();
+            eval.matched_rules.push(rule.name.clone());
+            for action in &rule.actions {
+                for &i in &action.instances {
+                    let Some(ic) = self.config.instances.get(i) else {
+                        continue;
+                    };
+                    if ic.template.variety() != variety {
+                        continue;
+                    }
+                    let instance = self.build_instance(ic, bag, &mut eval.referenced);
+                    eval.dispatches.push(Dispatch {
+                        handler: action.handler,
+                        rule: rule.name.clone(),
+                        instance,
+                    });
+                }
+            }
+            if variety == Variety::Check {
+                header_ops(
+                    &rule.request_header_operations,
+                    bag,
+                    &mut eval.referenced,
+                    &mut eval.request_header_ops,
+                );
+                header_ops(
+                    &rule.response_header_operations,
+                    bag,
+                    &mut eval.referenced,
+                    &mut eval.response_header_ops,
+                );
+            }
+        }
+    }
+
+    fn build_instance(
+        &self,
+        ic: &InstanceConfig,
+        bag: &dyn Bag,
+        refs: &mut ReferencedAttributes,
+    ) -> Instance {
+        let mut fields = Vec::with_capacity(ic.fields.len());
+        for field in &ic.fields {
+            match &field.value {
+                FieldExprValue::Value(expr) => match expr.eval(bag, refs) {
+                    Ok(v) => fields.push((field.name, FieldValue::Value(v))),
+                    Err(_) => self.field_error(ic),
+                },
+                FieldExprValue::Map(entries) => {
+                    let mut map = Vec::with_capacity(entries.len());
+                    for (key, expr) in entries {
+                        match expr.eval(bag, refs) {
+                            Ok(v) => map.push((key.clone(), v)),
+                            Err(_) => self.field_error(ic),
+                        }
+                    }
+                    fields.push((field.name, FieldValue::Map(map)));
+                }
+            }
+        }
+        Instance {
+            name: ic.name.clone(),
+            template: ic.template,
+            fields,
+        }
+    }
+
+    fn field_error(&self, ic: &InstanceConfig) {
+        self.metrics
+            .field_errors
+            .with_label_values(&[ic.name.as_ref()])
+            .inc();
+    }
+
+    /// Decides a check: evaluates the rules, calls the check handlers of matched rules and
+    /// combines their answers (the first denial wins; validity is the minimum).
+    pub async fn check(&self, bag: &dyn Bag) -> Result<Verdict, CheckError> {
+        let eval = self.evaluate(bag, Variety::Check);
+        let mut verdict = Verdict {
+            status: Status::OK,
+            valid_duration: DEFAULT_VALID_DURATION,
+            valid_use_count: DEFAULT_VALID_USE_COUNT,
+            referenced: eval.referenced,
+            matched_rules: eval.matched_rules,
+            request_header_ops: eval.request_header_ops,
+            response_header_ops: eval.response_header_ops,
+        };
+        if let Some(failure) = eval
+            .match_failures
+            .iter()
+            .find(|f| f.policy == MatchErrorPolicy::Deny)
+        {
+            verdict.status = Status::new(
+                Code::PermissionDenied,
+                format!(
+                    "rule {} could not be evaluated: {}",
+                    failure.rule, failure.message
+                ),
+            );
+            self.metrics.checks.with_label_values(&["denied"]).inc();
+            return Ok(verdict);
+        }
+        for dispatch in &eval.dispatches {
+            let Some(built) = self.handlers.get(dispatch.handler) else {
+                continue;
+            };
+            let Some(handler) = built.handler.as_check() else {
+                continue;
+            };
+            let labels = |result: &str| {
+                [
+                    built.name.to_string(),
+                    "check".to_string(),
+                    result.to_string(),
+                ]
+            };
+            match handler.check(&dispatch.instance).await {
+                Ok(result) => {
+                    let outcome = if result.status.is_ok() {
+                        "ok"
+                    } else {
+                        "denied"
+                    };
+                    self.metrics
+                        .handler_calls
+                        .with_label_values(&labels(outcome))
+                        .inc();
+                    verdict.valid_duration = verdict.valid_duration.min(result.valid_duration);
+                    verdict.valid_use_count = verdict.valid_use_count.min(result.valid_use_count);
+                    if !result.status.is_ok() {
+                        verdict.status = result.status;
+                        break;
+                    }
+                }
+                Err(error) => {
+                    self.metrics
+                        .handler_calls
+                        .with_label_values(&labels(error.kind.label()))
+                        .inc();
+                    match built.fail_policy_for(Variety::Check) {
+                        // Failing open allows this request but the answer must not be reused.
+                        FailPolicy::Open => {
+                            verdict.valid_duration = Duration::ZERO;
+                            verdict.valid_use_count = 0;
+                        }
+                        FailPolicy::Closed => {
+                            self.metrics.checks.with_label_values(&["error"]).inc();
+                            return Err(CheckError {
+                                handler: built.name.clone(),
+                                error,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        let result = if verdict.is_allowed() {
+            "allowed"
+        } else {
+            "denied"
+        };
+        self.metrics.checks.with_label_values(&[result]).inc();
+        Ok(verdict)
+    }
+
+    /// Sends the report instances of matched rules to their handlers, one batch per handler.
+    pub async fn report(&self, bag: &dyn Bag) -> ReportOutcome {
+        let eval = self.evaluate(bag, Variety::Report);
+        let mut outcome = ReportOutcome::default();
+        let mut by_handler: Vec<(usize, Vec<Instance>)> = Vec::new();
+        for d in eval.dispatches {
+            match by_handler.iter_mut().find(|(h, _)| *h == d.handler) {
+                Some((_, batch)) => batch.push(d.instance),
+                None => by_handler.push((d.handler, vec![d.instance])),
+            }
+        }
+        for (h, batch) in by_handler {
+            let Some(built) = self.handlers.get(h) else {
+                continue;
+            };
+            let Some(handler) = built.handler.as_report() else {
+                continue;
+            };
+            let result = handler.report(&batch).await;
+            let label = match &result {
+                Ok(()) => "ok",
+                Err(e) => e.kind.label(),
+            };
+            self.metrics
+                .handler_calls
+                .with_label_values(&[built.name.as_ref(), "report", label])
+                .inc();
+            match result {
+                Ok(()) => outcome.delivered += batch.len(),
+                Err(_) => outcome.failed += batch.len(),
+            }
+        }
+        outcome
+    }
+}
+
+fn header_ops(
+    ops: &[HeaderOperationConfig],
+    bag: &dyn Bag,
+    refs: &mut ReferencedAttributes,
+    out: &mut Vec<HeaderOperation>,
+) {
+    for op in ops {
+        if op.values.is_empty() {
+            out.push(HeaderOperation {
+                name: op.name.clone(),
+                value: String::new(),
+                op: op.operation,
+            });
+        }
+        for expr in &op.values {
+            // A value that cannot be evaluated is left out; the rest of the verdict stands.
+            if let Ok(v) = expr.eval(bag, refs) {
+                out.push(HeaderOperation {
+                    name: op.name.clone(),
+                    value: v.to_string(),
+                    op: op.operation,
+                });
+            }
+        }
+    }
+}

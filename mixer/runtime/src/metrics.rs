@@ -1,0 +1,106 @@
+//! The mixer's own metrics, all prefixed `mixer_`.
+
+use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+
+/// Counters the runtime keeps; registered once in a [`Registry`] the admin endpoint serves.
+#[derive(Clone, Debug)]
+pub struct RuntimeMetrics {
+    /// `mixer_config_reloads_total{result="success|failure"}`.
+    pub reloads: IntCounterVec,
+    /// `mixer_config_reload_failures_total`.
+    pub reload_failures: IntCounter,
+    /// `mixer_config_snapshot_id`: id of the active snapshot.
+    pub snapshot_id: IntGauge,
+    /// `mixer_config_handlers`: handlers in the active snapshot.
+    pub handlers: IntGauge,
+    /// `mixer_config_rules`: rules in the active snapshot.
+    pub rules: IntGauge,
+    /// `mixer_rule_matches_total{rule}`.
+    pub rule_matches: IntCounterVec,
+    /// `mixer_rule_match_errors_total{rule,policy}`: matches that could not be evaluated.
+    pub match_errors: IntCounterVec,
+    /// `mixer_instance_field_errors_total{instance}`: fields left out because they failed.
+    pub field_errors: IntCounterVec,
+    /// `mixer_handler_calls_total{handler,variety,result}`.
+    pub handler_calls: IntCounterVec,
+    /// `mixer_checks_total{result="allowed|denied|error"}`.
+    pub checks: IntCounterVec,
+}
+
+impl RuntimeMetrics {
+    /// Creates the metrics and registers them in `registry`.
+    pub fn new(registry: &Registry) -> Result<RuntimeMetrics, prometheus::Error> {
+        let counter_vec =
+            |name: &str, help: &str, labels: &[&str]| -> Result<IntCounterVec, prometheus::Error> {
+                let c = IntCounterVec::new(Opts::new(name, help), labels)?;
+                registry.register(Box::new(c.clone()))?;
+                Ok(c)
+            };
+        let gauge = |name: &str, help: &str| -> Result<IntGauge, prometheus::Error> {
+            let g = IntGauge::new(name, help)?;
+            registry.register(Box::new(g.clone()))?;
+            Ok(g)
+        };
+        let reload_failures = IntCounter::new(
+            "mixer_config_reload_failures_total",
+            "Config loads rejected (the previous snapshot stayed active)",
+        )?;
+        registry.register(Box::new(reload_failures.clone()))?;
+        Ok(RuntimeMetrics {
+            reloads: counter_vec(
+                "mixer_config_reloads_total",
+                "Config loads by result",
+                &["result"],
+            )?,
+            reload_failures,
+            snapshot_id: gauge(
+                "mixer_config_snapshot_id",
+                "Id of the active config snapshot",
+            )?,
+            handlers: gauge(
+                "mixer_config_handlers",
+                "Handlers in the active config snapshot",
+            )?,
+            rules: gauge("mixer_config_rules", "Rules in the active config snapshot")?,
+            rule_matches: counter_vec(
+                "mixer_rule_matches_total",
+                "Rules whose match was true",
+                &["rule"],
+            )?,
+            match_errors: counter_vec(
+                "mixer_rule_match_errors_total",
+                "Rule matches that failed to evaluate, by the policy applied",
+                &["rule", "policy"],
+            )?,
+            field_errors: counter_vec(
+                "mixer_instance_field_errors_total",
+                "Instance fields left out because their expression failed",
+                &["instance"],
+            )?,
+            handler_calls: counter_vec(
+                "mixer_handler_calls_total",
+                "Handler calls by result",
+                &["handler", "variety", "result"],
+            )?,
+            checks: counter_vec(
+                "mixer_checks_total",
+                "Check decisions by result",
+                &["result"],
+            )?,
+        })
+    }
+
+    /// Metrics registered in a private registry, for tests and tools.
+    pub fn unregistered() -> RuntimeMetrics {
+        // A fresh registry cannot hold duplicates, so registration cannot fail here.
+        match RuntimeMetrics::new(&Registry::new()) {
+            Ok(m) => m,
+            Err(e) => unreachable_metrics(e),
+        }
+    }
+}
+
+#[cold]
+fn unreachable_metrics(e: prometheus::Error) -> ! {
+    panic!("metric definitions are invalid: {e}")
+}

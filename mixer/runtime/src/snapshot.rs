@@ -1,0 +1,286 @@
+//! Config snapshots: a validated config with its handlers built and its rules indexed.
+//!
+//! A snapshot is immutable. A request takes the active one at its start and finishes on it,
+//! whatever reloads happen meanwhile.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use mixer_adapter_api::{AdapterRegistry, BuildContext, FailPolicy, Handler};
+use mixer_config::{Config, MatchErrorPolicy};
+use mixer_model::{AttrId, Variety};
+
+use crate::index::RuleIndex;
+use crate::metrics::RuntimeMetrics;
+
+/// Settings that apply to every snapshot.
+#[derive(Clone, Debug)]
+pub struct RuntimeOptions {
+    /// What a rule whose match fails to evaluate does when it does not say
+    /// (Istio 1.4: no match).
+    pub match_error_policy: MatchErrorPolicy,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> RuntimeOptions {
+        RuntimeOptions {
+            match_error_policy: MatchErrorPolicy::NoMatch,
+        }
+    }
+}
+
+/// A handler built for a snapshot.
+#[derive(Clone)]
+pub struct BuiltHandler {
+    /// Fully qualified name.
+    pub name: Arc<str>,
+    /// Adapter name.
+    pub adapter: String,
+    /// The handler.
+    pub handler: Arc<dyn Handler>,
+    /// The declared policy, if any; otherwise the default for the variety applies.
+    pub fail_policy: Option<FailPolicy>,
+    /// Whether its check results may be cached.
+    pub cacheable: bool,
+}
+
+impl BuiltHandler {
+    /// The failure policy for a call of `variety`.
+    pub fn fail_policy_for(&self, variety: Variety) -> FailPolicy {
+        self.fail_policy
+            .unwrap_or_else(|| FailPolicy::default_for(variety))
+    }
+}
+
+/// Rules of one namespace, with their index.
+#[derive(Debug, Default)]
+pub(crate) struct RuleSet {
+    /// Indices into `Config::rules`, in config order.
+    pub rules: Vec<usize>,
+    pub index: RuleIndex,
+}
+
+impl RuleSet {
+    fn build(config: &Config, rules: Vec<usize>, options: &RuntimeOptions) -> RuleSet {
+        let constraints: Vec<_> = rules
+            .iter()
+            .map(|&r| {
+                config.rules[r]
+                    .match_expr
+                    .as_ref()
+                    .map(|m| m.equality_constraints())
+                    .unwrap_or_default()
+            })
+            .collect();
+        let deny_on_error: Vec<bool> = rules
+            .iter()
+            .map(|&r| {
+                config.rules[r]
+                    .match_error_policy
+                    .unwrap_or(options.match_error_policy)
+                    == MatchErrorPolicy::Deny
+            })
+            .collect();
+        RuleSet {
+            index: RuleIndex::build(&constraints, &deny_on_error),
+            rules,
+        }
+    }
+}
+
+/// Attribute ids the dispatcher reads to scope rules by namespace.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct IdentityAttrs {
+    pub reporter_kind: Option<AttrId>,
+    pub source_namespace: Option<AttrId>,
+    pub destination_namespace: Option<AttrId>,
+}
+
+/// An immutable, ready-to-serve config.
+pub struct Snapshot {
+    /// Increases by one with every snapshot activated.
+    pub id: u64,
+    /// The validated config it was built from.
+    pub config: Arc<Config>,
+    /// Handlers, aligned with `config.handlers`.
+    pub handlers: Vec<BuiltHandler>,
+    pub(crate) default_rules: RuleSet,
+    pub(crate) namespaced: HashMap<Arc<str>, RuleSet>,
+    pub(crate) identity: IdentityAttrs,
+    pub(crate) options: RuntimeOptions,
+    pub(crate) metrics: RuntimeMetrics,
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("id", &self.id)
+            .field("handlers", &self.handlers.len())
+            .field("rules", &self.config.rules.len())
+            .finish()
+    }
+}
+
+/// A handler that could not be built.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{file}: handler {handler}: {message}")]
+pub struct BuildError {
+    /// The file that declared it.
+    pub file: String,
+    /// The handler.
+    pub handler: String,
+    /// Why.
+    pub message: String,
+}
+
+/// A newly built snapshot and the handlers of the previous one it no longer uses.
+pub struct Built {
+    /// The new snapshot.
+    pub snapshot: Snapshot,
+    /// Handlers to close once requests on the previous snapshot have finished.
+    pub retired: Vec<Arc<dyn Handler>>,
+}
+
+impl Snapshot {
+    /// Builds a snapshot. Handlers whose config is unchanged from `previous` are reused, not
+    /// rebuilt; start-up is a build with no previous snapshot.
+    pub fn build(
+        id: u64,
+        config: Config,
+        registry: &AdapterRegistry,
+        previous: Option<&Snapshot>,
+        options: &RuntimeOptions,
+        metrics: &RuntimeMetrics,
+    ) -> Result<Built, Vec<BuildError>> {
+        let mut errors = Vec::new();
+        let mut handlers = Vec::with_capacity(config.handlers.len());
+        let mut reused = vec![false; previous.map_or(0, |p| p.handlers.len())];
+        for hc in &config.handlers {
+            let old = previous.and_then(|p| {
+                p.config
+                    .handlers
+                    .iter()
+                    .position(|o| o.name == hc.name && o.same_build(hc))
+            });
+            if let (Some(i), Some(prev)) = (old, previous) {
+                reused[i] = true;
+                handlers.push(prev.handlers[i].clone());
+                continue;
+            }
+            let fail = |message: String| BuildError {
+                file: hc.file.clone(),
+                handler: hc.name.to_string(),
+                message,
+            };
+            let Some(adapter) = registry.get(&hc.adapter) else {
+                errors.push(fail(format!(
+                    "adapter {:?} is not available in this mixer (out-of-process adapters are not supported yet)",
+                    hc.adapter
+                )));
+                continue;
+            };
+            let ctx = BuildContext {
+                handler_name: hc.name.clone(),
+            };
+            match adapter.build(&hc.params, &ctx) {
+                Ok(handler) => handlers.push(BuiltHandler {
+                    name: hc.name.clone(),
+                    adapter: hc.adapter.clone(),
+                    handler,
+                    fail_policy: hc.fail_policy,
+                    cacheable: adapter.info().cacheable,
+                }),
+                Err(e) => errors.push(fail(e.message)),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        let retired = previous
+            .map(|p| {
+                p.handlers
+                    .iter()
+                    .zip(&reused)
+                    .filter(|(_, used)| !**used)
+                    .map(|(h, _)| h.handler.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+
+        let default_ns = config.default_namespace.clone();
+        let mut by_namespace: HashMap<Arc<str>, Vec<usize>> = HashMap::new();
+        let mut default_rules = Vec::new();
+        for (i, rule) in config.rules.iter().enumerate() {
+            if rule.namespace == default_ns {
+                default_rules.push(i);
+            } else {
+                by_namespace
+                    .entry(rule.namespace.clone())
+                    .or_default()
+                    .push(i);
+            }
+        }
+        let vocabulary = &config.vocabulary;
+        let identity = IdentityAttrs {
+            reporter_kind: vocabulary.lookup("context.reporter.kind"),
+            source_namespace: vocabulary.lookup("source.namespace"),
+            destination_namespace: vocabulary.lookup("destination.namespace"),
+        };
+        let default_rules = RuleSet::build(&config, default_rules, options);
+        let namespaced = by_namespace
+            .into_iter()
+            .map(|(ns, rules)| {
+                let set = RuleSet::build(&config, rules, options);
+                (ns, set)
+            })
+            .collect();
+        Ok(Built {
+            snapshot: Snapshot {
+                id,
+                config: Arc::new(config),
+                handlers,
+                default_rules,
+                namespaced,
+                identity,
+                options: options.clone(),
+                metrics: metrics.clone(),
+            },
+            retired,
+        })
+    }
+
+    /// An empty snapshot (no rules: every check is allowed).
+    pub fn empty(metrics: &RuntimeMetrics) -> Snapshot {
+        let config = Config::empty();
+        let default_rules = RuleSet::default();
+        Snapshot {
+            id: 0,
+            identity: IdentityAttrs {
+                reporter_kind: None,
+                source_namespace: None,
+                destination_namespace: None,
+            },
+            config: Arc::new(config),
+            handlers: Vec::new(),
+            default_rules,
+            namespaced: HashMap::new(),
+            options: RuntimeOptions::default(),
+            metrics: metrics.clone(),
+        }
+    }
+
+    /// The vocabulary bags for this snapshot must be built with.
+    pub fn vocabulary(&self) -> &Arc<mixer_model::Vocabulary> {
+        &self.config.vocabulary
+    }
+
+    /// How many rules are filed in the literal index (the rest are evaluated every time).
+    pub fn indexed_rules(&self) -> usize {
+        self.default_rules.index.indexed()
+            + self
+                .namespaced
+                .values()
+                .map(|s| s.index.indexed())
+                .sum::<usize>()
+    }
+}

@@ -1,0 +1,109 @@
+//! Shared helpers for the runtime tests.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use mixer_adapter_api::{
+    Adapter, AdapterError, AdapterInfo, AdapterRegistry, BuildContext, CheckHandler, ErrorKind,
+    Handler, ParamError, Params, Stability,
+};
+use mixer_config::{ConfigOptions, SourceFile};
+use mixer_model::{AttributeBag, CheckResult, Instance, StringMap, Template, Value};
+use mixer_runtime::{RuntimeMetrics, RuntimeOptions, Snapshot};
+
+/// An adapter whose handlers always fail to decide.
+pub struct Broken;
+
+static BROKEN: AdapterInfo = AdapterInfo {
+    name: "broken",
+    description: "always fails",
+    templates: &[Template::CheckNothing],
+    cacheable: false,
+    stability: Stability::Alpha,
+};
+
+impl Adapter for Broken {
+    fn info(&self) -> &AdapterInfo {
+        &BROKEN
+    }
+    fn validate(&self, _: &Params) -> Result<(), Vec<ParamError>> {
+        Ok(())
+    }
+    fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+        Ok(Arc::new(BrokenHandler))
+    }
+}
+
+struct BrokenHandler;
+
+impl Handler for BrokenHandler {
+    fn as_check(&self) -> Option<&dyn CheckHandler> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl CheckHandler for BrokenHandler {
+    async fn check(&self, _: &Instance) -> Result<CheckResult, AdapterError> {
+        Err(AdapterError::transient(
+            ErrorKind::Unavailable,
+            "backend down",
+        ))
+    }
+}
+
+/// denier + noop + broken.
+pub fn registry() -> AdapterRegistry {
+    let mut r = AdapterRegistry::new();
+    r.register(Arc::new(mixer_adapter_denier::Denier));
+    r.register(Arc::new(mixer_adapter_noop::Noop));
+    r.register(Arc::new(Broken));
+    r
+}
+
+/// Builds a snapshot from YAML text.
+pub fn snapshot(yaml: &str, options: &RuntimeOptions) -> Snapshot {
+    snapshot_after(yaml, options, None).snapshot
+}
+
+/// Builds a snapshot from YAML text over a previous one.
+pub fn snapshot_after(
+    yaml: &str,
+    options: &RuntimeOptions,
+    previous: Option<&Snapshot>,
+) -> mixer_runtime::Built {
+    let sources = vec![SourceFile {
+        name: "test.yaml".into(),
+        text: yaml.into(),
+    }];
+    let validated = mixer_config::validate(&sources, &registry(), &ConfigOptions::default())
+        .unwrap_or_else(|e| panic!("invalid test config: {e:?}"));
+    Snapshot::build(
+        previous.map_or(1, |p| p.id + 1),
+        validated.config,
+        &registry(),
+        previous,
+        options,
+        &RuntimeMetrics::unregistered(),
+    )
+    .unwrap_or_else(|e| panic!("build failed: {e:?}"))
+}
+
+/// A bag from (name, value) pairs; maps given as `StringMap`.
+pub fn bag(snapshot: &Snapshot, attrs: &[(&str, Value)]) -> AttributeBag {
+    let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
+    for (name, value) in attrs {
+        bag.set(name, value.clone()).expect("attribute fits");
+    }
+    bag
+}
+
+/// A STRING_MAP value.
+pub fn map(pairs: &[(&str, &str)]) -> Value {
+    StringMap::from_pairs(pairs.iter().copied()).into()
+}
+
+/// Ten seconds.
+pub const TEN_S: Duration = Duration::from_secs(10);

@@ -1,0 +1,295 @@
+//! The dispatcher end to end over real config: matches, instances, verdicts, referenced
+//! attributes, namespaces, match-error and fail policies.
+
+mod common;
+
+use common::*;
+use mixer_config::MatchErrorPolicy;
+use mixer_model::{Code, Presence, Value, Variety};
+use mixer_runtime::RuntimeOptions;
+
+const CONFIG: &str = r#"
+kind: handler
+metadata: {name: deny, namespace: istio-system}
+spec:
+  compiledAdapter: denier
+  params: {status: {code: 7, message: "no bob"}, validDuration: 3s, validUseCount: 5}
+---
+kind: handler
+metadata: {name: allow, namespace: istio-system}
+spec: {compiledAdapter: noop}
+---
+kind: instance
+metadata: {name: nothing, namespace: istio-system}
+spec: {compiledTemplate: checknothing}
+---
+kind: instance
+metadata: {name: user, namespace: istio-system}
+spec:
+  compiledTemplate: listentry
+  params: {value: 'request.headers["x-user"] | "nobody"'}
+---
+kind: rule
+metadata: {name: deny-bob, namespace: istio-system}
+spec:
+  match: request.headers["x-user"] == "bob"
+  actions: [{handler: deny, instances: [nothing]}]
+---
+kind: rule
+metadata: {name: list-users, namespace: istio-system}
+spec:
+  match: request.method == "GET"
+  actions: [{handler: allow, instances: [user]}]
+  requestHeaderOperations:
+  - name: x-seen-by
+    values: ['"mixer"']
+"#;
+
+#[tokio::test]
+async fn denial_wins_and_validity_is_the_minimum() {
+    let snap = snapshot(CONFIG, &RuntimeOptions::default());
+    let b = bag(
+        &snap,
+        &[
+            ("request.headers", map(&[("x-user", "bob")])),
+            ("request.method", Value::from("GET")),
+        ],
+    );
+    let v = snap.check(&b).await.expect("decided");
+    assert_eq!(v.status.code, Code::PermissionDenied);
+    assert_eq!(v.status.message, "no bob");
+    assert_eq!(v.valid_duration, std::time::Duration::from_secs(3));
+    assert_eq!(v.valid_use_count, 5);
+    let names: Vec<&str> = v.matched_rules.iter().map(|r| r.as_ref()).collect();
+    assert_eq!(names, ["deny-bob.istio-system", "list-users.istio-system"]);
+}
+
+#[tokio::test]
+async fn allowed_request_gets_header_operations_and_instances() {
+    let snap = snapshot(CONFIG, &RuntimeOptions::default());
+    let b = bag(
+        &snap,
+        &[
+            ("request.headers", map(&[("x-user", "amy")])),
+            ("request.method", Value::from("GET")),
+        ],
+    );
+    let v = snap.check(&b).await.expect("decided");
+    assert!(v.is_allowed());
+    assert_eq!(v.request_header_ops.len(), 1);
+    assert_eq!(v.request_header_ops[0].value, "mixer");
+    let eval = snap.evaluate(&b, Variety::Check);
+    assert_eq!(eval.dispatches.len(), 1);
+    assert_eq!(
+        eval.dispatches[0].instance.value("value"),
+        Some(&Value::from("amy"))
+    );
+}
+
+#[tokio::test]
+async fn referenced_attributes_are_exactly_what_was_read() {
+    let snap = snapshot(CONFIG, &RuntimeOptions::default());
+    let voc = snap.vocabulary().clone();
+    let headers = voc.lookup("request.headers").expect("declared");
+    let method = voc.lookup("request.method").expect("declared");
+    let path = voc.lookup("request.path").expect("declared");
+    let b = bag(
+        &snap,
+        &[
+            (
+                "request.headers",
+                map(&[("x-user", "amy"), ("x-other", "1")]),
+            ),
+            ("request.method", Value::from("POST")),
+            ("request.path", Value::from("/unread")),
+        ],
+    );
+    let v = snap.check(&b).await.expect("decided");
+    assert_eq!(
+        v.referenced.find(headers, Some("x-user")),
+        Some(Presence::Exact)
+    );
+    assert_eq!(v.referenced.find(method, None), Some(Presence::Exact));
+    assert_eq!(v.referenced.find(headers, Some("x-other")), None);
+    assert_eq!(v.referenced.find(headers, None), None);
+    assert_eq!(v.referenced.find(path, None), None);
+
+    let b = bag(&snap, &[("request.method", Value::from("GET"))]);
+    let v = snap.check(&b).await.expect("decided");
+    assert_eq!(v.referenced.find(headers, None), Some(Presence::Absent));
+}
+
+const MATCH_ERRORS: &str = r#"
+kind: handler
+metadata: {name: deny, namespace: istio-system}
+spec: {compiledAdapter: denier}
+---
+kind: instance
+metadata: {name: nothing, namespace: istio-system}
+spec: {compiledTemplate: checknothing}
+---
+kind: rule
+metadata: {name: needs-header, namespace: istio-system}
+spec:
+  match: request.headers["x-user"].startsWith("mallory")
+  actions: [{handler: deny, instances: [nothing]}]
+---
+kind: rule
+metadata: {name: strict, namespace: istio-system}
+spec:
+  match: request.headers["x-strict"] == "on"
+  matchErrorPolicy: DENY
+  actions: [{handler: deny, instances: [nothing]}]
+"#;
+
+#[tokio::test]
+async fn match_errors_are_no_match_by_default_and_can_deny() {
+    let snap = snapshot(MATCH_ERRORS, &RuntimeOptions::default());
+    // x-strict present so the strict rule evaluates; x-user absent makes needs-header fail.
+    let b = bag(&snap, &[("request.headers", map(&[("x-strict", "off")]))]);
+    let v = snap.check(&b).await.expect("decided");
+    assert!(v.is_allowed(), "Istio 1.4: a failed match is no match");
+    let eval = snap.evaluate(&b, Variety::Check);
+    assert_eq!(eval.match_failures.len(), 1);
+    assert_eq!(eval.match_failures[0].policy, MatchErrorPolicy::NoMatch);
+
+    // The per-rule DENY applies when its own match fails.
+    let b = bag(&snap, &[("request.headers", map(&[("x-user", "amy")]))]);
+    let v = snap.check(&b).await.expect("decided");
+    assert_eq!(v.status.code, Code::PermissionDenied);
+    assert!(v.status.message.contains("strict"), "{}", v.status.message);
+
+    // The global setting applies to rules that say nothing.
+    let strict = RuntimeOptions {
+        match_error_policy: MatchErrorPolicy::Deny,
+    };
+    let snap = snapshot(MATCH_ERRORS, &strict);
+    let b = bag(&snap, &[("request.headers", map(&[("x-strict", "off")]))]);
+    let v = snap.check(&b).await.expect("decided");
+    assert_eq!(v.status.code, Code::PermissionDenied);
+    assert!(
+        v.status.message.contains("needs-header"),
+        "{}",
+        v.status.message
+    );
+}
+
+const FAILING: &str = r#"
+kind: handler
+metadata: {name: closed, namespace: istio-system}
+spec: {compiledAdapter: broken}
+---
+kind: handler
+metadata: {name: open, namespace: istio-system}
+spec: {compiledAdapter: broken, failPolicy: OPEN}
+---
+kind: instance
+metadata: {name: nothing, namespace: istio-system}
+spec: {compiledTemplate: checknothing}
+---
+kind: rule
+metadata: {name: to-closed, namespace: istio-system}
+spec:
+  match: request.method == "POST"
+  actions: [{handler: closed, instances: [nothing]}]
+---
+kind: rule
+metadata: {name: to-open, namespace: istio-system}
+spec:
+  match: request.method == "GET"
+  actions: [{handler: open, instances: [nothing]}]
+"#;
+
+#[tokio::test]
+async fn failing_handlers_follow_their_fail_policy() {
+    let snap = snapshot(FAILING, &RuntimeOptions::default());
+    let err = snap
+        .check(&bag(&snap, &[("request.method", Value::from("POST"))]))
+        .await
+        .expect_err("cannot decide");
+    assert_eq!(err.handler.as_ref(), "closed.istio-system");
+    let v = snap
+        .check(&bag(&snap, &[("request.method", Value::from("GET"))]))
+        .await
+        .expect("fails open");
+    assert!(v.is_allowed());
+    assert_eq!(
+        v.valid_use_count, 0,
+        "a fail-open answer must not be cached"
+    );
+}
+
+const NAMESPACES: &str = r#"
+kind: handler
+metadata: {name: deny, namespace: istio-system}
+spec: {compiledAdapter: denier}
+---
+kind: instance
+metadata: {name: nothing, namespace: istio-system}
+spec: {compiledTemplate: checknothing}
+---
+kind: rule
+metadata: {name: shop-only, namespace: shop}
+spec:
+  actions: [{handler: deny.istio-system, instances: [nothing.istio-system]}]
+"#;
+
+#[tokio::test]
+async fn rules_outside_the_default_namespace_apply_to_their_namespace_only() {
+    let snap = snapshot(NAMESPACES, &RuntimeOptions::default());
+    let inbound_shop = bag(&snap, &[("destination.namespace", Value::from("shop"))]);
+    assert!(
+        !snap
+            .check(&inbound_shop)
+            .await
+            .expect("decided")
+            .is_allowed()
+    );
+    let inbound_other = bag(&snap, &[("destination.namespace", Value::from("bank"))]);
+    assert!(
+        snap.check(&inbound_other)
+            .await
+            .expect("decided")
+            .is_allowed()
+    );
+    let outbound_from_shop = bag(
+        &snap,
+        &[
+            ("context.reporter.kind", Value::from("outbound")),
+            ("source.namespace", Value::from("shop")),
+            ("destination.namespace", Value::from("bank")),
+        ],
+    );
+    assert!(
+        !snap
+            .check(&outbound_from_shop)
+            .await
+            .expect("decided")
+            .is_allowed()
+    );
+}
+
+#[tokio::test]
+async fn unchanged_handlers_are_reused_across_snapshots() {
+    let first = snapshot(CONFIG, &RuntimeOptions::default());
+    let changed = CONFIG.replace("no bob", "no bob, really");
+    let built = snapshot_after(&changed, &RuntimeOptions::default(), Some(&first));
+    let second = &built.snapshot;
+    let find = |s: &mixer_runtime::Snapshot, name: &str| {
+        s.handlers
+            .iter()
+            .find(|h| h.name.as_ref() == name)
+            .expect("handler")
+            .handler
+            .clone()
+    };
+    assert!(std::sync::Arc::ptr_eq(
+        &find(&first, "allow.istio-system"),
+        &find(second, "allow.istio-system")
+    ));
+    assert!(!std::sync::Arc::ptr_eq(
+        &find(&first, "deny.istio-system"),
+        &find(second, "deny.istio-system")
+    ));
+    assert_eq!(built.retired.len(), 1, "the old denier is retired");
+}

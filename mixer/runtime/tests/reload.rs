@@ -1,0 +1,139 @@
+//! Snapshot swaps under concurrent evaluation, and reload from watched files.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::*;
+use mixer_config::ConfigOptions;
+use mixer_model::AttributeBag;
+use mixer_runtime::{ConfigOrigin, Runtime, RuntimeMetrics, RuntimeOptions};
+
+fn version(v: u32) -> String {
+    format!(
+        r#"
+kind: handler
+metadata: {{name: deny, namespace: istio-system}}
+spec: {{compiledAdapter: denier, params: {{status: {{code: 7, message: "v{v}"}}}}}}
+---
+kind: instance
+metadata: {{name: nothing, namespace: istio-system}}
+spec: {{compiledTemplate: checknothing}}
+---
+kind: rule
+metadata: {{name: deny-all, namespace: istio-system}}
+spec:
+  actions: [{{handler: deny, instances: [nothing]}}]
+  requestHeaderOperations:
+  - name: x-version
+    values: ['"v{v}"']
+"#
+    )
+}
+
+fn runtime(dir: &std::path::Path) -> Arc<Runtime> {
+    Arc::new(Runtime::new(
+        ConfigOrigin::Path(dir.to_path_buf()),
+        registry(),
+        ConfigOptions::default(),
+        RuntimeOptions::default(),
+        RuntimeMetrics::unregistered(),
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_checks_never_see_half_a_config() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("c.yaml");
+    std::fs::write(&file, version(0)).expect("write");
+    let rt = runtime(dir.path());
+    rt.reload().expect("valid");
+    let stop = Arc::new(AtomicBool::new(false));
+    let checks = Arc::new(AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..4 {
+        let (rt, stop, checks) = (rt.clone(), stop.clone(), checks.clone());
+        workers.push(tokio::spawn(async move {
+            let mut seen = std::collections::BTreeSet::new();
+            while !stop.load(Ordering::Relaxed) {
+                let snap = rt.snapshot();
+                let bag = AttributeBag::new(snap.vocabulary().clone());
+                let v = snap.check(&bag).await.expect("decided");
+                let header = v
+                    .request_header_ops
+                    .first()
+                    .map(|h| h.value.clone())
+                    .unwrap_or_default();
+                assert_eq!(v.status.message, header, "verdict mixes two configs");
+                seen.insert(header);
+                checks.fetch_add(1, Ordering::Relaxed);
+                tokio::task::yield_now().await;
+            }
+            seen
+        }));
+    }
+    for v in 1..=40 {
+        std::fs::write(&file, version(v)).expect("write");
+        let rt = rt.clone();
+        tokio::task::spawn_blocking(move || rt.reload())
+            .await
+            .expect("join")
+            .expect("valid");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut versions = std::collections::BTreeSet::new();
+    for w in workers {
+        versions.extend(w.await.expect("worker ok"));
+    }
+    assert!(checks.load(Ordering::Relaxed) > 40);
+    assert!(versions.len() > 1, "workers saw only {versions:?}");
+    assert_eq!(rt.snapshot().id, 41);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watched_files_reload_and_invalid_ones_keep_the_old_snapshot() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("c.yaml");
+    std::fs::write(&file, version(1)).expect("write");
+    let rt = runtime(dir.path());
+    rt.reload().expect("valid");
+    let _watch =
+        mixer_runtime::watch(rt.clone(), dir.path(), Duration::from_millis(100)).expect("watch");
+    let first = rt.snapshot().id;
+
+    std::fs::write(&file, version(2)).expect("write");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while rt.snapshot().id == first {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no reload after a file change"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let snap = rt.snapshot();
+    let v = snap
+        .check(&AttributeBag::new(snap.vocabulary().clone()))
+        .await
+        .expect("decided");
+    assert_eq!(v.status.message, "v2");
+
+    let good = rt.snapshot().id;
+    std::fs::write(
+        &file,
+        "kind: rule\nmetadata: {name: x}\nspec: {match: nope.nope == 1}\n",
+    )
+    .expect("write");
+    while rt.last_error().is_none() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "invalid config not reported"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(rt.snapshot().id, good, "the good snapshot stays active");
+    assert_eq!(rt.metrics().reload_failures.get(), 1);
+    assert!(rt.is_ready());
+}

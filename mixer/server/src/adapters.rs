@@ -1,0 +1,13 @@
+//! The adapters compiled into this binary.
+
+use std::sync::Arc;
+
+use mixer_adapter_api::AdapterRegistry;
+
+/// Every built-in adapter.
+pub fn builtin() -> AdapterRegistry {
+    let mut registry = AdapterRegistry::new();
+    registry.register(Arc::new(mixer_adapter_denier::Denier));
+    registry.register(Arc::new(mixer_adapter_noop::Noop));
+    registry
+}

@@ -1,0 +1,367 @@
+//! `mixer test PATH`: declarative policy tests.
+//!
+//! A test file (`*_test.yaml`) names the config it tests and lists cases: an attribute bag and
+//! what the mixer must decide for it.
+//!
+//! ```yaml
+//! config: ../config          # file or folder, relative to this file
+//! tests:
+//! - name: a denied request
+//!   attributes:              # attribute name -> value (maps for STRING_MAP attributes)
+//!     request.headers: {x-mixer-deny: "true"}
+//!   expect:
+//!     allowed: false
+//!     code: PERMISSION_DENIED           # name or number
+//!     message: x-mixer-deny             # a substring of the status message
+//!     matchedRules: [deny-on-header]    # exactly these, in order (short or full names)
+//!     instances:                        # each must be produced, with these field values
+//!     - name: denyrequest
+//!     requestHeaders: {x-mixer-user: anonymous}
+//! ```
+//!
+//! `variety: report` evaluates the report rules instead and checks `matchedRules` and
+//! `instances`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use mixer_model::{
+    AttributeBag, FieldValue, HeaderOp, Instance, StringMap, Value, Variety, Verdict,
+};
+use mixer_runtime::{RuntimeMetrics, Snapshot};
+use serde::Deserialize;
+
+use crate::ConfigArgs;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TestFile {
+    config: String,
+    tests: Vec<TestCase>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TestCase {
+    name: String,
+    #[serde(default)]
+    variety: Option<String>,
+    #[serde(default)]
+    attributes: BTreeMap<String, serde_json::Value>,
+    expect: Expect,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Expect {
+    allowed: Option<bool>,
+    code: Option<serde_json::Value>,
+    message: Option<String>,
+    matched_rules: Option<Vec<String>>,
+    instances: Option<Vec<ExpectInstance>>,
+    request_headers: Option<BTreeMap<String, String>>,
+    response_headers: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExpectInstance {
+    name: String,
+    #[serde(default)]
+    fields: BTreeMap<String, serde_json::Value>,
+}
+
+/// Runs every test file at `path`; exit status 1 when any case fails or cannot run.
+pub fn run(path: &Path, args: &ConfigArgs) -> ExitCode {
+    let files = match test_files(path) {
+        Ok(f) if f.is_empty() => {
+            eprintln!("{}: no *_test.yaml files", path.display());
+            return ExitCode::FAILURE;
+        }
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("{}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (mut passed, mut failed) = (0usize, 0usize);
+    for file in files {
+        match rt.block_on(run_file(&file, args)) {
+            Ok(results) => {
+                for (name, problems) in results {
+                    if problems.is_empty() {
+                        passed += 1;
+                        println!("ok   {}: {name}", file.display());
+                    } else {
+                        failed += 1;
+                        println!("FAIL {}: {name}", file.display());
+                        for p in problems {
+                            println!("       {p}");
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                failed += 1;
+                println!("FAIL {}: {e}", file.display());
+            }
+        }
+    }
+    println!("policy tests: {passed} passed, {failed} failed");
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn test_files(path: &Path) -> std::io::Result<Vec<PathBuf>> {
+    if path.is_file() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut out = Vec::new();
+    let mut dirs = vec![path.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let p = entry?.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with("_test.yaml"))
+            {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+async fn run_file(file: &Path, args: &ConfigArgs) -> Result<Vec<(String, Vec<String>)>, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
+    let spec: TestFile =
+        serde_saphyr::from_str(&text).map_err(|e| format!("not a test file: {e}"))?;
+    let config_path = file.parent().unwrap_or(Path::new(".")).join(&spec.config);
+    let sources = mixer_config::read_sources(&config_path)
+        .map_err(|e| format!("{}: {e}", config_path.display()))?;
+    let validated = mixer_config::validate(
+        &sources,
+        &crate::adapters::builtin(),
+        &crate::validate::config_options(args),
+    )
+    .map_err(|errors| {
+        let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        format!(
+            "config {} is invalid:\n       {}",
+            config_path.display(),
+            lines.join("\n       ")
+        )
+    })?;
+    let metrics = RuntimeMetrics::unregistered();
+    let built = Snapshot::build(
+        1,
+        validated.config,
+        &crate::adapters::builtin(),
+        None,
+        &crate::validate::runtime_options(args),
+        &metrics,
+    )
+    .map_err(|errors| {
+        errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    })?;
+    let snapshot = built.snapshot;
+    let mut results = Vec::new();
+    for case in spec.tests {
+        let problems = run_case(&snapshot, &case).await;
+        results.push((case.name, problems));
+    }
+    Ok(results)
+}
+
+async fn run_case(snapshot: &Snapshot, case: &TestCase) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
+    for (name, value) in &case.attributes {
+        match to_value(value) {
+            Some(v) => {
+                if let Err(e) = bag.set(name, v) {
+                    problems.push(format!("attributes: {e}"));
+                }
+            }
+            None => problems.push(format!("attributes: {name}: unsupported value {value}")),
+        }
+    }
+    if !problems.is_empty() {
+        return problems;
+    }
+    let variety = match case.variety.as_deref() {
+        None | Some("check") => Variety::Check,
+        Some("report") => Variety::Report,
+        Some(other) => return vec![format!("variety: {other:?} is not check or report")],
+    };
+    let eval = snapshot.evaluate(&bag, variety);
+    let expect = &case.expect;
+    if let Some(want) = &expect.matched_rules {
+        let got: Vec<&str> = eval.matched_rules.iter().map(|r| r.as_ref()).collect();
+        let same = want.len() == got.len() && want.iter().zip(&got).all(|(w, g)| same_name(w, g));
+        if !same {
+            problems.push(format!("matchedRules: expected {want:?}, got {got:?}"));
+        }
+    }
+    if let Some(want) = &expect.instances {
+        let got: Vec<&Instance> = eval.dispatches.iter().map(|d| &d.instance).collect();
+        for w in want {
+            match got.iter().find(|i| same_name(&w.name, &i.name)) {
+                None => problems.push(format!(
+                    "instances: expected {:?}, got {:?}",
+                    w.name,
+                    got.iter().map(|i| i.name.as_ref()).collect::<Vec<_>>()
+                )),
+                Some(instance) => compare_fields(w, instance, &mut problems),
+            }
+        }
+    }
+    if variety == Variety::Check {
+        match snapshot.check(&bag).await {
+            Ok(verdict) => compare_verdict(expect, &verdict, &mut problems),
+            Err(e) => problems.push(format!("the mixer could not decide: {e}")),
+        }
+    }
+    problems
+}
+
+fn same_name(want: &str, got: &str) -> bool {
+    got == want
+        || got
+            .strip_prefix(want)
+            .is_some_and(|rest| rest.starts_with('.'))
+}
+
+fn compare_verdict(expect: &Expect, verdict: &Verdict, problems: &mut Vec<String>) {
+    if let Some(want) = expect.allowed
+        && want != verdict.is_allowed()
+    {
+        problems.push(format!(
+            "allowed: expected {want}, got {} ({})",
+            verdict.is_allowed(),
+            verdict.status
+        ));
+    }
+    if let Some(code) = &expect.code {
+        let text = match code {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        match mixer_model::Code::parse(&text) {
+            Some(c) if c == verdict.status.code => {}
+            Some(c) => problems.push(format!("code: expected {c}, got {}", verdict.status.code)),
+            None => problems.push(format!("code: {text:?} is not a status code")),
+        }
+    }
+    if let Some(want) = &expect.message
+        && !verdict.status.message.contains(want.as_str())
+    {
+        problems.push(format!(
+            "message: expected to contain {want:?}, got {:?}",
+            verdict.status.message
+        ));
+    }
+    let headers = |ops: &[mixer_model::HeaderOperation]| -> BTreeMap<String, String> {
+        ops.iter()
+            .filter(|o| o.op != HeaderOp::Remove)
+            .map(|o| (o.name.clone(), o.value.clone()))
+            .collect()
+    };
+    if let Some(want) = &expect.request_headers {
+        let got = headers(&verdict.request_header_ops);
+        if &got != want {
+            problems.push(format!("requestHeaders: expected {want:?}, got {got:?}"));
+        }
+    }
+    if let Some(want) = &expect.response_headers {
+        let got = headers(&verdict.response_header_ops);
+        if &got != want {
+            problems.push(format!("responseHeaders: expected {want:?}, got {got:?}"));
+        }
+    }
+}
+
+fn compare_fields(want: &ExpectInstance, got: &Instance, problems: &mut Vec<String>) {
+    for (field, expected) in &want.fields {
+        let snake = mixer_model::camel_to_snake(field);
+        match (got.field(&snake), expected) {
+            (None, _) => problems.push(format!(
+                "instance {}: field {field}: expected {expected}, got nothing",
+                want.name
+            )),
+            (Some(FieldValue::Value(v)), e) => {
+                if v.to_string() != json_text(e) {
+                    problems.push(format!(
+                        "instance {}: field {field}: expected {}, got {v}",
+                        want.name,
+                        json_text(e)
+                    ));
+                }
+            }
+            (Some(FieldValue::Map(entries)), serde_json::Value::Object(e)) => {
+                let got: BTreeMap<String, String> = entries
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+                let want_map: BTreeMap<String, String> =
+                    e.iter().map(|(k, v)| (k.clone(), json_text(v))).collect();
+                if got != want_map {
+                    problems.push(format!(
+                        "instance {}: field {field}: expected {want_map:?}, got {got:?}",
+                        want.name
+                    ));
+                }
+            }
+            (Some(FieldValue::Map(_)), e) => {
+                problems.push(format!(
+                    "instance {}: field {field} is a map; expected value {e} is not",
+                    want.name
+                ));
+            }
+        }
+    }
+}
+
+fn json_text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn to_value(v: &serde_json::Value) -> Option<Value> {
+    Some(match v {
+        serde_json::Value::String(s) => Value::from(s.as_str()),
+        serde_json::Value::Bool(b) => Value::Bool(*b),
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(i) => Value::Int64(i),
+            None => Value::Double(n.as_f64()?),
+        },
+        serde_json::Value::Object(map) => {
+            StringMap::from_pairs(map.iter().map(|(k, v)| (k.as_str(), json_text(v)))).into()
+        }
+        _ => return None,
+    })
+}

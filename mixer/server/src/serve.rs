@@ -1,0 +1,169 @@
+//! `mixer serve`: the listeners, the runtime, reload and graceful shutdown.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use mixer_runtime::{ConfigOrigin, Runtime, RuntimeMetrics};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::ConfigArgs;
+
+/// Everything `serve` is told.
+pub struct Settings {
+    /// Config path; `None` for the embedded default.
+    pub config: Option<PathBuf>,
+    /// gRPC listener.
+    pub grpc_addr: SocketAddr,
+    /// Forward-auth listener.
+    pub http_addr: SocketAddr,
+    /// Admin listener.
+    pub admin_addr: SocketAddr,
+    /// Reload on file change.
+    pub watch: bool,
+    /// How long requests in flight get after SIGTERM.
+    pub drain_timeout: Duration,
+    /// Config options.
+    pub config_args: ConfigArgs,
+}
+
+/// Runs the server until SIGTERM or Ctrl-C.
+pub fn run(settings: Settings) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(serve(settings))
+}
+
+async fn serve(settings: Settings) -> anyhow::Result<()> {
+    let registry = prometheus::Registry::new();
+    let metrics = RuntimeMetrics::new(&registry).context("registering metrics")?;
+    let origin = match &settings.config {
+        Some(path) => ConfigOrigin::Path(path.clone()),
+        None => ConfigOrigin::Embedded(crate::defaults::config()),
+    };
+    let runtime = Arc::new(Runtime::new(
+        origin,
+        crate::adapters::builtin(),
+        crate::validate::config_options(&settings.config_args),
+        crate::validate::runtime_options(&settings.config_args),
+        metrics,
+    ));
+
+    // Bind everything before loading config, so a port in use fails the start at once.
+    let grpc = TcpListener::bind(settings.grpc_addr)
+        .await
+        .with_context(|| format!("binding --grpc-addr {}", settings.grpc_addr))?;
+    let http = TcpListener::bind(settings.http_addr)
+        .await
+        .with_context(|| format!("binding --http-addr {}", settings.http_addr))?;
+    let admin = TcpListener::bind(settings.admin_addr)
+        .await
+        .with_context(|| format!("binding --admin-addr {}", settings.admin_addr))?;
+
+    let first = runtime.clone();
+    // An invalid config at start leaves the mixer running but not ready; a fixed file is
+    // picked up by the watcher.
+    let _ = tokio::task::spawn_blocking(move || first.reload()).await;
+    let _watch = match (&settings.config, settings.watch) {
+        (Some(path), true) => Some(
+            mixer_runtime::watch(runtime.clone(), path, Duration::from_millis(300))
+                .with_context(|| format!("watching {}", path.display()))?,
+        ),
+        _ => None,
+    };
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    let health_runtime = runtime.clone();
+    let mut health_stop = stop_rx.clone();
+    tokio::spawn(async move {
+        loop {
+            let status = if health_runtime.is_ready() {
+                tonic_health::ServingStatus::Serving
+            } else {
+                tonic_health::ServingStatus::NotServing
+            };
+            health.set_service_status("", status).await;
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                _ = health_stop.changed() => {
+                    health.set_service_status("", tonic_health::ServingStatus::NotServing).await;
+                    return;
+                }
+            }
+        }
+    });
+    let grpc_task = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(health_service)
+            .serve_with_incoming_shutdown(tokio_stream_listener(grpc), stopped(stop_rx.clone())),
+    );
+    let http_app = mixer_frontends::forward_auth::router(runtime.clone())
+        .into_make_service_with_connect_info::<SocketAddr>();
+    let http_task = tokio::spawn(
+        axum::serve(http, http_app)
+            .with_graceful_shutdown(stopped(stop_rx.clone()))
+            .into_future(),
+    );
+    let admin_app = crate::admin::router(runtime.clone(), registry);
+    let admin_task = tokio::spawn(
+        axum::serve(admin, admin_app)
+            .with_graceful_shutdown(stopped(stop_rx.clone()))
+            .into_future(),
+    );
+    tracing::info!(
+        grpc = %settings.grpc_addr, http = %settings.http_addr, admin = %settings.admin_addr,
+        "mixer serving"
+    );
+
+    shutdown_signal().await;
+    tracing::info!("shutting down: draining requests in flight");
+    let _ = stop_tx.send(true);
+    let drain = async {
+        let _ = grpc_task.await;
+        let _ = http_task.await;
+        let _ = admin_task.await;
+    };
+    if tokio::time::timeout(settings.drain_timeout, drain)
+        .await
+        .is_err()
+    {
+        tracing::warn!("drain timeout passed; exiting with requests still in flight");
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn tokio_stream_listener(listener: TcpListener) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(listener)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}

@@ -1,0 +1,60 @@
+//! `mixer validate PATH`.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use crate::ConfigArgs;
+
+/// Validates the config at `path`, printing every error and warning.
+pub fn run(path: &Path, args: &ConfigArgs) -> ExitCode {
+    let sources = match mixer_config::read_sources(path) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    match mixer_config::validate(&sources, &crate::adapters::builtin(), &config_options(args)) {
+        Ok(validated) => {
+            for w in &validated.warnings {
+                eprintln!("warning: {w}");
+            }
+            let c = &validated.config;
+            println!(
+                "{}: valid ({} files, {} handlers, {} instances, {} rules, {} warnings)",
+                path.display(),
+                sources.len(),
+                c.handlers.len(),
+                c.instances.len(),
+                c.rules.len(),
+                validated.warnings.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            for e in &errors {
+                eprintln!("{e}");
+            }
+            eprintln!("{}: {} errors", path.display(), errors.len());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Config options from the command line.
+pub fn config_options(args: &ConfigArgs) -> mixer_config::ConfigOptions {
+    mixer_config::ConfigOptions {
+        default_namespace: args.default_namespace.clone(),
+        ..mixer_config::ConfigOptions::default()
+    }
+}
+
+/// Runtime options from the command line.
+pub fn runtime_options(args: &ConfigArgs) -> mixer_runtime::RuntimeOptions {
+    mixer_runtime::RuntimeOptions {
+        match_error_policy: match args.match_errors {
+            crate::MatchErrors::NoMatch => mixer_config::MatchErrorPolicy::NoMatch,
+            crate::MatchErrors::Deny => mixer_config::MatchErrorPolicy::Deny,
+        },
+    }
+}

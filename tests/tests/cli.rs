@@ -1,0 +1,92 @@
+//! `mixer validate` and `mixer test` as a user runs them.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn mixer() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_mixer-under-test"))
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("repo root")
+        .to_path_buf()
+}
+
+#[test]
+fn validate_accepts_the_default_bundle() {
+    let out = mixer()
+        .arg("validate")
+        .arg(repo().join("policies/default/config"))
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("valid"));
+}
+
+#[test]
+fn validate_prints_every_error_with_file_document_and_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("rules.yaml"),
+        r#"
+kind: rule
+metadata: {name: deny-bob, namespace: istio-system}
+spec:
+  match: request.hedaers["x-user"] == "bob"
+  actions: [{handler: nowhere, instances: []}]
+"#,
+    )
+    .expect("write");
+    let out = mixer()
+        .arg("validate")
+        .arg(dir.path())
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(r#"rules.yaml: rule deny-bob: spec.match: unknown attribute "request.hedaers" (did you mean request.headers?)"#),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("rules.yaml: rule deny-bob: spec.actions[0].handler"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn policy_tests_pass_for_the_default_bundle_and_report_a_diff_on_failure() {
+    let out = mixer()
+        .arg("test")
+        .arg(repo().join("policies/default"))
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains(" 0 failed"), "{stdout}");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = repo().join("policies/default/config");
+    std::fs::write(
+        dir.path().join("wrong_test.yaml"),
+        format!(
+            "config: {}\ntests:\n- name: expects the wrong thing\n  attributes:\n    request.headers: {{x-mixer-deny: \"true\"}}\n  expect:\n    allowed: true\n",
+            config.display()
+        ),
+    )
+    .expect("write");
+    let out = mixer().arg("test").arg(dir.path()).output().expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("FAIL"), "{stdout}");
+    assert!(
+        stdout.contains("allowed: expected true, got false"),
+        "{stdout}"
+    );
+}

@@ -1,0 +1,77 @@
+//! The crates depend on each other one way only:
+//! model <- adapter-api <- adapters; model <- policy <- config <- runtime <- frontends <- server.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+fn allowed(krate: &str) -> Option<&'static [&'static str]> {
+    Some(match krate {
+        "mixer-model" => &[],
+        "mixer-adapter-api" => &["mixer-model"],
+        "mixer-policy" => &["mixer-model"],
+        "mixer-config" => &["mixer-model", "mixer-policy", "mixer-adapter-api"],
+        "mixer-runtime" => &[
+            "mixer-model",
+            "mixer-policy",
+            "mixer-config",
+            "mixer-adapter-api",
+        ],
+        "mixer-frontends" => &[
+            "mixer-model",
+            "mixer-policy",
+            "mixer-config",
+            "mixer-adapter-api",
+            "mixer-runtime",
+        ],
+        k if k.starts_with("mixer-adapter-") => &["mixer-model", "mixer-adapter-api"],
+        _ => return None,
+    })
+}
+
+#[test]
+fn internal_dependencies_point_one_way() {
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run cargo metadata");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let packages = meta["packages"].as_array().expect("packages");
+    let mut graph: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for p in packages {
+        let name = p["name"].as_str().expect("name").to_string();
+        let deps = p["dependencies"]
+            .as_array()
+            .expect("deps")
+            .iter()
+            .filter(|d| d["kind"].is_null() && d["path"].is_string())
+            .map(|d| d["name"].as_str().expect("dep name").to_string())
+            .collect();
+        graph.insert(name, deps);
+    }
+    assert!(graph.contains_key("mixer-model") && graph.contains_key("mixer-runtime"));
+    let mut violations = Vec::new();
+    for (krate, deps) in &graph {
+        let Some(ok) = allowed(krate) else { continue };
+        for d in deps {
+            if !ok.contains(&d.as_str()) {
+                violations.push(format!("{krate} depends on {d}"));
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "dependency direction broken: {violations:#?}"
+    );
+}
