@@ -56,8 +56,9 @@ async fn check(State(runtime): State<Arc<Runtime>>, request: Request) -> Respons
     let snapshot = runtime.snapshot();
     let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
     fill_bag(&mut bag, &request, peer);
-    match snapshot.check(&bag).await {
-        Ok(verdict) => {
+    match snapshot.check_cached(&bag).await {
+        Ok(checked) => {
+            let verdict = checked.verdict;
             let mut headers = HeaderMap::new();
             if verdict.is_allowed() {
                 apply(&mut headers, &verdict.request_header_ops);

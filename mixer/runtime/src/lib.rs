@@ -9,6 +9,7 @@
 //! A request takes [`Runtime::snapshot`] once and finishes on it; a reload builds a whole new
 //! snapshot and swaps it in, so a request never sees half a config.
 
+mod cache;
 mod dispatch;
 mod index;
 mod metrics;
@@ -16,6 +17,7 @@ mod snapshot;
 mod store;
 mod watch;
 
+pub use cache::Checked;
 pub use dispatch::{
     CheckError, DEFAULT_VALID_DURATION, DEFAULT_VALID_USE_COUNT, Dispatch, Evaluation,
     MatchFailure, ReportOutcome,

@@ -1,0 +1,1 @@
+//! Generated protocol code (placeholder until the Mixer v1 protos land).
