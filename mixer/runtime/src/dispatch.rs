@@ -264,8 +264,19 @@ impl Snapshot {
 
     /// Decides a check: evaluates the rules, calls the check handlers of matched rules and
     /// combines their answers (the first denial wins; validity is the minimum).
+    ///
+    /// This always evaluates; front ends call [`Snapshot::check_cached`].
     pub async fn check(&self, bag: &dyn Bag) -> Result<Verdict, CheckError> {
+        self.check_uncached(bag).await.map(|(verdict, _)| verdict)
+    }
+
+    /// [`Snapshot::check`], also saying whether every handler consulted allows caching.
+    pub(crate) async fn check_uncached(
+        &self,
+        bag: &dyn Bag,
+    ) -> Result<(Verdict, bool), CheckError> {
         let eval = self.evaluate(bag, Variety::Check);
+        let mut cacheable = true;
         let mut verdict = Verdict {
             status: Status::OK,
             valid_duration: DEFAULT_VALID_DURATION,
@@ -288,7 +299,7 @@ impl Snapshot {
                 ),
             );
             self.metrics.checks.with_label_values(&["denied"]).inc();
-            return Ok(verdict);
+            return Ok((verdict, cacheable));
         }
         for dispatch in &eval.dispatches {
             let Some(built) = self.handlers.get(dispatch.handler) else {
@@ -297,6 +308,7 @@ impl Snapshot {
             let Some(handler) = built.handler.as_check() else {
                 continue;
             };
+            cacheable &= built.cacheable;
             let labels = |result: &str| {
                 [
                     built.name.to_string(),
@@ -350,7 +362,7 @@ impl Snapshot {
             "denied"
         };
         self.metrics.checks.with_label_values(&[result]).inc();
-        Ok(verdict)
+        Ok((verdict, cacheable))
     }
 
     /// Sends the report instances of matched rules to their handlers, one batch per handler.

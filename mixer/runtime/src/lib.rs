@@ -17,7 +17,7 @@ mod snapshot;
 mod store;
 mod watch;
 
-pub use cache::Checked;
+pub use cache::{CacheOptions, Checked};
 pub use dispatch::{
     CheckError, DEFAULT_VALID_DURATION, DEFAULT_VALID_USE_COUNT, Dispatch, Evaluation,
     MatchFailure, ReportOutcome,

@@ -25,6 +25,14 @@ pub struct RuntimeMetrics {
     pub handler_calls: IntCounterVec,
     /// `mixer_checks_total{result="allowed|denied|error"}`.
     pub checks: IntCounterVec,
+    /// `mixer_check_cache_hits_total`.
+    pub cache_hits: IntCounter,
+    /// `mixer_check_cache_misses_total`.
+    pub cache_misses: IntCounter,
+    /// `mixer_check_cache_evictions_total`: verdicts dropped to stay within the size bound.
+    pub cache_evictions: IntCounter,
+    /// `mixer_check_cache_entries`: verdicts held by the active snapshot's cache.
+    pub cache_entries: IntGauge,
 }
 
 impl RuntimeMetrics {
@@ -40,6 +48,11 @@ impl RuntimeMetrics {
             let g = IntGauge::new(name, help)?;
             registry.register(Box::new(g.clone()))?;
             Ok(g)
+        };
+        let counter = |name: &str, help: &str| -> Result<IntCounter, prometheus::Error> {
+            let c = IntCounter::new(name, help)?;
+            registry.register(Box::new(c.clone()))?;
+            Ok(c)
         };
         let reload_failures = IntCounter::new(
             "mixer_config_reload_failures_total",
@@ -86,6 +99,22 @@ impl RuntimeMetrics {
                 "mixer_checks_total",
                 "Check decisions by result",
                 &["result"],
+            )?,
+            cache_hits: counter(
+                "mixer_check_cache_hits_total",
+                "Checks answered from the check cache",
+            )?,
+            cache_misses: counter(
+                "mixer_check_cache_misses_total",
+                "Checks the check cache could not answer",
+            )?,
+            cache_evictions: counter(
+                "mixer_check_cache_evictions_total",
+                "Cached verdicts dropped to stay within the cache size",
+            )?,
+            cache_entries: gauge(
+                "mixer_check_cache_entries",
+                "Verdicts in the active check cache",
             )?,
         })
     }

@@ -10,6 +10,7 @@ use mixer_adapter_api::{AdapterRegistry, BuildContext, FailPolicy, Handler};
 use mixer_config::{Config, MatchErrorPolicy};
 use mixer_model::{AttrId, Variety};
 
+use crate::cache::{CacheOptions, CheckCache};
 use crate::index::RuleIndex;
 use crate::metrics::RuntimeMetrics;
 
@@ -19,12 +20,15 @@ pub struct RuntimeOptions {
     /// What a rule whose match fails to evaluate does when it does not say
     /// (Istio 1.4: no match).
     pub match_error_policy: MatchErrorPolicy,
+    /// The check cache.
+    pub cache: CacheOptions,
 }
 
 impl Default for RuntimeOptions {
     fn default() -> RuntimeOptions {
         RuntimeOptions {
             match_error_policy: MatchErrorPolicy::NoMatch,
+            cache: CacheOptions::default(),
         }
     }
 }
@@ -109,6 +113,7 @@ pub struct Snapshot {
     pub(crate) identity: IdentityAttrs,
     pub(crate) options: RuntimeOptions,
     pub(crate) metrics: RuntimeMetrics,
+    pub(crate) cache: Option<CheckCache>,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -244,6 +249,7 @@ impl Snapshot {
                 identity,
                 options: options.clone(),
                 metrics: metrics.clone(),
+                cache: CheckCache::new(options.cache, metrics),
             },
             retired,
         })
@@ -266,6 +272,7 @@ impl Snapshot {
             namespaced: HashMap::new(),
             options: RuntimeOptions::default(),
             metrics: metrics.clone(),
+            cache: None,
         }
     }
 

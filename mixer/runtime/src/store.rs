@@ -155,6 +155,7 @@ impl Runtime {
             .set(i64::try_from(id).unwrap_or(i64::MAX));
         self.metrics.handlers.set(snapshot.handlers.len() as i64);
         self.metrics.rules.set(snapshot.config.rules.len() as i64);
+        self.metrics.cache_entries.set(0);
         self.current.store(Arc::new(snapshot));
         self.ready.store(true, Ordering::Release);
         drop(previous);

@@ -162,6 +162,7 @@ async fn match_errors_are_no_match_by_default_and_can_deny() {
     // The global setting applies to rules that say nothing.
     let strict = RuntimeOptions {
         match_error_policy: MatchErrorPolicy::Deny,
+        ..RuntimeOptions::default()
     };
     let snap = snapshot(MATCH_ERRORS, &strict);
     let b = bag(&snap, &[("request.headers", map(&[("x-strict", "off")]))]);

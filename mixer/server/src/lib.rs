@@ -42,6 +42,9 @@ pub struct ConfigArgs {
     /// What a rule whose match fails to evaluate does, unless the rule says.
     #[arg(long, value_enum, default_value = "no-match")]
     pub match_errors: MatchErrors,
+    /// Most verdicts the check cache keeps; 0 turns it off.
+    #[arg(long, default_value_t = 10_000)]
+    pub check_cache_size: u64,
 }
 
 #[derive(Subcommand, Debug)]

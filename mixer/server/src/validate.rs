@@ -56,5 +56,9 @@ pub fn runtime_options(args: &ConfigArgs) -> mixer_runtime::RuntimeOptions {
             crate::MatchErrors::NoMatch => mixer_config::MatchErrorPolicy::NoMatch,
             crate::MatchErrors::Deny => mixer_config::MatchErrorPolicy::Deny,
         },
+        cache: mixer_runtime::CacheOptions {
+            max_entries: args.check_cache_size,
+            ..mixer_runtime::CacheOptions::default()
+        },
     }
 }

@@ -1,0 +1,316 @@
+//! The check cache: keyed by exactly what a decision read, honouring validity and use counts,
+//! bounded, coalescing identical misses.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use common::*;
+use mixer_adapter_api::{
+    Adapter, AdapterError, AdapterInfo, AdapterRegistry, BuildContext, CheckHandler, Handler,
+    ParamError, Params, Stability,
+};
+use mixer_config::{ConfigOptions, SourceFile};
+use mixer_model::{CheckResult, Instance, Template, Value};
+use mixer_runtime::{CacheOptions, RuntimeMetrics, RuntimeOptions, Snapshot};
+
+const CONFIG: &str = r#"
+kind: handler
+metadata: {name: deny, namespace: istio-system}
+spec:
+  compiledAdapter: denier
+  params: {status: {code: 7, message: "no bob"}, validDuration: 3s, validUseCount: 3}
+---
+kind: instance
+metadata: {name: nothing, namespace: istio-system}
+spec: {compiledTemplate: checknothing}
+---
+kind: rule
+metadata: {name: deny-bob, namespace: istio-system}
+spec:
+  match: (request.headers["x-user"] | "") == "bob"
+  actions: [{handler: deny, instances: [nothing]}]
+---
+kind: rule
+metadata: {name: deny-admin, namespace: istio-system}
+spec:
+  match: request.method == "DELETE"
+  actions: [{handler: deny, instances: [nothing]}]
+"#;
+
+async fn hit(snap: &Snapshot, attrs: &[(&str, Value)]) -> (bool, bool) {
+    let b = bag(snap, attrs);
+    let checked = snap.check_cached(&b).await.expect("decided");
+    (checked.cache_hit, checked.verdict.is_allowed())
+}
+
+#[tokio::test(start_paused = true)]
+async fn unread_attributes_share_an_entry_and_read_ones_split_it() {
+    let snap = snapshot(CONFIG, &RuntimeOptions::default());
+    let get = Value::from("GET");
+    let amy = map(&[("x-user", "amy")]);
+    assert_eq!(
+        hit(
+            &snap,
+            &[
+                ("request.headers", amy.clone()),
+                ("request.method", get.clone()),
+                ("request.path", "/a".into())
+            ]
+        )
+        .await,
+        (false, true)
+    );
+    // request.path was not read: same entry.
+    assert_eq!(
+        hit(
+            &snap,
+            &[
+                ("request.headers", amy),
+                ("request.method", get.clone()),
+                ("request.path", "/b".into())
+            ]
+        )
+        .await,
+        (true, true)
+    );
+    // Another header key was not read either.
+    let amy_more = map(&[("x-user", "amy"), ("x-trace", "123")]);
+    assert_eq!(
+        hit(
+            &snap,
+            &[
+                ("request.headers", amy_more),
+                ("request.method", get.clone())
+            ]
+        )
+        .await,
+        (true, true)
+    );
+    // The value of a read key splits the cache.
+    let bob = map(&[("x-user", "bob")]);
+    assert_eq!(
+        hit(
+            &snap,
+            &[
+                ("request.headers", bob.clone()),
+                ("request.method", get.clone())
+            ]
+        )
+        .await,
+        (false, false)
+    );
+    assert_eq!(
+        hit(
+            &snap,
+            &[("request.headers", bob), ("request.method", get.clone())]
+        )
+        .await,
+        (true, false)
+    );
+    // A read attribute's value splits it too.
+    let amy = map(&[("x-user", "amy")]);
+    assert_eq!(
+        hit(
+            &snap,
+            &[
+                ("request.headers", amy),
+                ("request.method", "DELETE".into())
+            ]
+        )
+        .await,
+        (false, false)
+    );
+    // Absent and present are different keys.
+    assert_eq!(
+        hit(&snap, &[("request.method", get.clone())]).await,
+        (false, true)
+    );
+    assert_eq!(hit(&snap, &[("request.method", get)]).await, (true, true));
+}
+
+#[tokio::test(start_paused = true)]
+async fn entries_expire_after_their_valid_duration_and_use_count() {
+    let snap = snapshot(CONFIG, &RuntimeOptions::default());
+    let bob = [
+        ("request.headers", map(&[("x-user", "bob")])),
+        ("request.method", Value::from("GET")),
+    ];
+    assert_eq!(hit(&snap, &bob).await, (false, false));
+    assert_eq!(hit(&snap, &bob).await, (true, false));
+    tokio::time::advance(Duration::from_secs(4)).await;
+    assert_eq!(
+        hit(&snap, &bob).await,
+        (false, false),
+        "expired entry served"
+    );
+    // validUseCount 3: three uses, then a fresh evaluation.
+    assert_eq!(hit(&snap, &bob).await, (true, false));
+    assert_eq!(hit(&snap, &bob).await, (true, false));
+    assert_eq!(hit(&snap, &bob).await, (true, false));
+    assert_eq!(hit(&snap, &bob).await, (false, false), "use count exceeded");
+}
+
+#[tokio::test]
+async fn fail_open_answers_are_not_cached() {
+    let config = r#"
+kind: handler
+metadata: {name: open, namespace: istio-system}
+spec: {compiledAdapter: broken, failPolicy: OPEN}
+---
+kind: instance
+metadata: {name: nothing, namespace: istio-system}
+spec: {compiledTemplate: checknothing}
+---
+kind: rule
+metadata: {name: r, namespace: istio-system}
+spec:
+  actions: [{handler: open, instances: [nothing]}]
+"#;
+    let snap = snapshot(config, &RuntimeOptions::default());
+    assert_eq!(hit(&snap, &[]).await, (false, true));
+    assert_eq!(hit(&snap, &[]).await, (false, true));
+    assert_eq!(snap.cached_verdicts(), 0);
+}
+
+#[tokio::test]
+async fn the_cache_is_bounded_and_can_be_turned_off() {
+    let small = RuntimeOptions {
+        cache: CacheOptions {
+            max_entries: 10,
+            ..CacheOptions::default()
+        },
+        ..RuntimeOptions::default()
+    };
+    let snap = snapshot(CONFIG, &small);
+    for i in 0..200 {
+        let user = format!("user-{i}");
+        hit(
+            &snap,
+            &[
+                ("request.headers", map(&[("x-user", &user)])),
+                ("request.method", Value::from("GET")),
+            ],
+        )
+        .await;
+    }
+    assert!(
+        snap.cached_verdicts() <= 10,
+        "{} entries",
+        snap.cached_verdicts()
+    );
+
+    let off = RuntimeOptions {
+        cache: CacheOptions {
+            max_entries: 0,
+            ..CacheOptions::default()
+        },
+        ..RuntimeOptions::default()
+    };
+    let snap = snapshot(CONFIG, &off);
+    assert_eq!(hit(&snap, &[]).await, (false, true));
+    assert_eq!(hit(&snap, &[]).await, (false, true));
+}
+
+/// A check handler that counts its calls and takes a while.
+struct Slow(Arc<AtomicUsize>);
+
+static SLOW: AdapterInfo = AdapterInfo {
+    name: "slow",
+    description: "counts calls",
+    templates: &[Template::CheckNothing],
+    cacheable: true,
+    stability: Stability::Alpha,
+};
+
+impl Adapter for Slow {
+    fn info(&self) -> &AdapterInfo {
+        &SLOW
+    }
+    fn validate(&self, _: &Params) -> Result<(), Vec<ParamError>> {
+        Ok(())
+    }
+    fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+        Ok(Arc::new(SlowHandler(self.0.clone())))
+    }
+}
+
+struct SlowHandler(Arc<AtomicUsize>);
+
+impl Handler for SlowHandler {
+    fn as_check(&self) -> Option<&dyn CheckHandler> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl CheckHandler for SlowHandler {
+    async fn check(&self, _: &Instance) -> Result<CheckResult, AdapterError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        Ok(CheckResult::ok(Duration::from_secs(60), 100))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_identical_misses_share_one_evaluation() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut registry = AdapterRegistry::new();
+    registry.register(Arc::new(Slow(calls.clone())));
+    let text = r#"
+kind: handler
+metadata: {name: slow, namespace: istio-system}
+spec: {compiledAdapter: slow}
+---
+kind: instance
+metadata: {name: nothing, namespace: istio-system}
+spec: {compiledTemplate: checknothing}
+---
+kind: rule
+metadata: {name: r, namespace: istio-system}
+spec:
+  match: request.method == "GET"
+  actions: [{handler: slow, instances: [nothing]}]
+"#;
+    let sources = vec![SourceFile {
+        name: "t.yaml".into(),
+        text: text.into(),
+    }];
+    let validated =
+        mixer_config::validate(&sources, &registry, &ConfigOptions::default()).expect("valid");
+    let snap = Arc::new(
+        Snapshot::build(
+            1,
+            validated.config,
+            &registry,
+            None,
+            &RuntimeOptions::default(),
+            &RuntimeMetrics::unregistered(),
+        )
+        .expect("built")
+        .snapshot,
+    );
+    let mut tasks = Vec::new();
+    for _ in 0..10 {
+        let snap = snap.clone();
+        tasks.push(tokio::spawn(async move {
+            let b = bag(&snap, &[("request.method", Value::from("GET"))]);
+            snap.check_cached(&b)
+                .await
+                .expect("decided")
+                .verdict
+                .is_allowed()
+        }));
+    }
+    for t in tasks {
+        assert!(t.await.expect("task"));
+    }
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "identical misses were not coalesced"
+    );
+}
