@@ -129,6 +129,37 @@ fn evaluation(c: &mut Criterion) {
     group.finish();
 }
 
+/// A check answered from the cache, beside the cost of driving an empty future the same way
+/// (the difference is the cache's own cost), and a full evaluation with the cache off.
+fn cache_hit(c: &mut Criterion) {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => panic!("{e}"),
+    };
+    let snap = snapshot(10, true);
+    let bag = bag(&snap);
+    let mut group = c.benchmark_group("check");
+    group.bench_function("cache_hit", |b| {
+        b.iter(|| {
+            rt.block_on(snap.check_cached(std::hint::black_box(&bag)))
+                .map(|c| c.cache_hit)
+        })
+    });
+    group.bench_function("empty_future_baseline", |b| {
+        b.iter(|| rt.block_on(async { std::hint::black_box(1) }))
+    });
+    group.bench_function("uncached_10_rules", |b| {
+        b.iter(|| {
+            rt.block_on(snap.check(std::hint::black_box(&bag)))
+                .map(|v| v.is_allowed())
+        })
+    });
+    group.finish();
+}
+
 fn bag_building(c: &mut Criterion) {
     let snap = snapshot(10, true);
     c.bench_function("build_20_attribute_bag", |b| {
@@ -136,5 +167,5 @@ fn bag_building(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, evaluation, bag_building);
+criterion_group!(benches, evaluation, cache_hit, bag_building);
 criterion_main!(benches);
