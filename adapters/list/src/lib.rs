@@ -1,1 +1,107 @@
-//! Placeholder.
+//! The `listchecker` adapter (Istio 1.4's `list` adapter, crate `adapters/list`): checks a
+//! `listentry` instance's `value` against a whitelist or blacklist of strings,
+//! case-insensitive strings, IP addresses/CIDR ranges or regular expressions.
+//!
+//! The list is the configured `overrides` plus, when `providerUrl` is set, the entries fetched
+//! from it (one per line, `#` comments and blank lines ignored). The provider is polled every
+//! `refreshInterval`; when it keeps failing, the last good list is used until `ttl` after the
+//! last success, and checks then fail with UNAVAILABLE so the handler's fail policy applies.
+//! See README.md beside this crate for the table of params and behaviour.
+//!
+//! A whitelist of networks, with no provider:
+//!
+//! ```
+//! use mixer_adapter_api::{Adapter, BuildContext};
+//! use mixer_adapter_list::ListChecker;
+//! use mixer_model::{Code, FieldValue, Instance, Template, Value};
+//!
+//! let params = serde_json::json!({
+//!     "entryType": "IP_ADDRESSES",
+//!     "overrides": ["10.0.0.0/8", "2001:db8::/32"],
+//! });
+//! ListChecker.validate(&params).expect("valid params");
+//! let handler = ListChecker
+//!     .build(&params, &BuildContext { handler_name: "internal.istio-system".into() })
+//!     .expect("built");
+//! let entry = |ip: &str| Instance {
+//!     name: "sourceip.istio-system".into(),
+//!     template: Template::ListEntry,
+//!     fields: vec![("value", FieldValue::Value(Value::from(ip)))],
+//! };
+//! let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+//! rt.block_on(async {
+//!     let check = handler.as_check().expect("a check handler");
+//!     let allowed = check.check(&entry("10.1.2.3")).await.expect("decided");
+//!     assert!(allowed.status.is_ok());
+//!     let denied = check.check(&entry("192.168.0.1")).await.expect("decided");
+//!     assert_eq!(denied.status.code, Code::PermissionDenied);
+//!     assert_eq!(denied.status.message, "192.168.0.1 is not whitelisted");
+//! });
+//! ```
+
+mod config;
+mod fetch;
+mod handler;
+mod list;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use mixer_adapter_api::{
+    Adapter, AdapterError, AdapterInfo, BuildContext, ErrorKind, Handler, ParamError, Params,
+    Stability, decode_params,
+};
+use mixer_model::Template;
+
+pub use config::{EntryType, HttpUrl, ListConfig, ListParams, Provider, parse_provider_url};
+pub use handler::ListHandler;
+pub use list::{IpRanges, List, Lookup, parse_cidr};
+
+static INFO: AdapterInfo = AdapterInfo {
+    name: "listchecker",
+    description: "Checks whether an entry is present in a list",
+    templates: &[Template::ListEntry],
+    cacheable: true,
+    stability: Stability::Beta,
+};
+
+/// The listchecker adapter.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ListChecker;
+
+impl ListChecker {
+    /// Builds the concrete handler (what [`Adapter::build`] returns, unerased), for callers
+    /// that want [`ListHandler::ready`] or [`ListHandler::generation`].
+    pub fn build_handler(
+        &self,
+        params: &Params,
+        ctx: &BuildContext,
+    ) -> Result<Arc<ListHandler>, AdapterError> {
+        let config = decode_params::<ListParams>(params)
+            .map_err(|e| vec![e])
+            .and_then(|p| p.compile())
+            .map_err(|errors| {
+                let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                AdapterError::permanent(ErrorKind::Internal, text.join("; "))
+            })?;
+        ListHandler::start(config, ctx.handler_name.clone())
+    }
+}
+
+impl Adapter for ListChecker {
+    fn info(&self) -> &AdapterInfo {
+        &INFO
+    }
+
+    fn validate(&self, params: &Params) -> Result<(), Vec<ParamError>> {
+        decode_params::<ListParams>(params)
+            .map_err(|e| vec![e])
+            .and_then(|p| p.validate())
+    }
+
+    fn build(&self, params: &Params, ctx: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+        Ok(self.build_handler(params, ctx)?)
+    }
+}

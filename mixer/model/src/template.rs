@@ -88,7 +88,7 @@ const AUTHORIZATION: &[FieldSpec] = &[
     value("action.path", T::String),
     map("action.properties"),
 ];
-const LISTENTRY: &[FieldSpec] = &[value("value", T::String)];
+const LISTENTRY: &[FieldSpec] = &[any("value")];
 const QUOTA: &[FieldSpec] = &[map("dimensions")];
 const METRIC: &[FieldSpec] = &[
     any("value"),

@@ -9,5 +9,6 @@ pub fn builtin() -> AdapterRegistry {
     let mut registry = AdapterRegistry::new();
     registry.register(Arc::new(mixer_adapter_denier::Denier));
     registry.register(Arc::new(mixer_adapter_noop::Noop));
+    registry.register(Arc::new(mixer_adapter_list::ListChecker));
     registry
 }

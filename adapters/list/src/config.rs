@@ -1,0 +1,626 @@
+//! The listchecker's params, in Istio 1.4's shape (`adapter.list.config.Params`), and their
+//! validation into a [`ListConfig`].
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use mixer_adapter_api::ParamError;
+use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
+
+use crate::list::{List, parse_cidr};
+
+/// Istio's defaults (mixer/adapter/metadata/inventory.go).
+const DEFAULT_REFRESH: Duration = Duration::from_secs(60);
+const DEFAULT_TTL: Duration = Duration::from_secs(300);
+const DEFAULT_CACHING_INTERVAL: Duration = Duration::from_secs(300);
+const DEFAULT_CACHING_USE_COUNT: i32 = 10_000;
+
+/// `params` of a listchecker handler.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ListParams {
+    /// Where to fetch the list (`http://...` or `file:///...`); empty for a list made of the
+    /// overrides only.
+    #[serde(default)]
+    pub provider_url: String,
+    /// How often the provider is polled (default `60s`, at least `1s`).
+    #[serde(default)]
+    pub refresh_interval: Option<String>,
+    /// How long a fetched list is used when the provider keeps failing (default `300s`).
+    #[serde(default)]
+    pub ttl: Option<String>,
+    /// How long callers may cache an answer (default `300s`).
+    #[serde(default)]
+    pub caching_interval: Option<String>,
+    /// How many times callers may use a cached answer (default `10000`).
+    #[serde(default)]
+    pub caching_use_count: Option<i64>,
+    /// Entries always in the list, besides the provider's.
+    #[serde(default)]
+    pub overrides: Vec<String>,
+    /// How entries are compared (default `STRINGS`).
+    #[serde(default)]
+    pub entry_type: EntryType,
+    /// A blacklist denies what it finds; a whitelist (the default) denies what it does not.
+    #[serde(default)]
+    pub blacklist: bool,
+}
+
+/// How list entries are compared (Istio's `ListEntryType`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum EntryType {
+    /// Exact strings.
+    #[default]
+    Strings,
+    /// Strings compared without regard to case.
+    CaseInsensitiveStrings,
+    /// IPv4/IPv6 addresses and CIDR ranges.
+    IpAddresses,
+    /// Regular expressions (RE2-like syntax), matching anywhere in the value.
+    Regex,
+}
+
+impl EntryType {
+    /// Every entry type, in Istio's enum order (0..=3).
+    pub const ALL: [EntryType; 4] = [
+        EntryType::Strings,
+        EntryType::CaseInsensitiveStrings,
+        EntryType::IpAddresses,
+        EntryType::Regex,
+    ];
+
+    /// Istio's enum name (`IP_ADDRESSES`).
+    pub fn name(self) -> &'static str {
+        match self {
+            EntryType::Strings => "STRINGS",
+            EntryType::CaseInsensitiveStrings => "CASE_INSENSITIVE_STRINGS",
+            EntryType::IpAddresses => "IP_ADDRESSES",
+            EntryType::Regex => "REGEX",
+        }
+    }
+}
+
+impl fmt::Display for EntryType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Accepts the enum name (as protobuf JSON does) or its number.
+impl<'de> Deserialize<'de> for EntryType {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<EntryType, D::Error> {
+        struct V;
+        const EXPECTED: &str = "STRINGS, CASE_INSENSITIVE_STRINGS, IP_ADDRESSES or REGEX (or 0-3)";
+        impl Visitor<'_> for V {
+            type Value = EntryType;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(EXPECTED)
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<EntryType, E> {
+                EntryType::ALL
+                    .into_iter()
+                    .find(|t| t.name() == v)
+                    .ok_or_else(|| {
+                        E::custom(format!("unknown entryType {v:?}, expected {EXPECTED}"))
+                    })
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<EntryType, E> {
+                usize::try_from(v)
+                    .ok()
+                    .and_then(|i| EntryType::ALL.get(i).copied())
+                    .ok_or_else(|| E::custom(format!("unknown entryType {v}, expected {EXPECTED}")))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<EntryType, E> {
+                match u64::try_from(v) {
+                    Ok(v) => self.visit_u64(v),
+                    Err(_) => Err(E::custom(format!(
+                        "unknown entryType {v}, expected {EXPECTED}"
+                    ))),
+                }
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+/// Where the list comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Provider {
+    /// `http://host[:port]/path`.
+    Http(HttpUrl),
+    /// `file:///path` (or `file://localhost/path`): read from the local file system.
+    File(PathBuf),
+}
+
+impl fmt::Display for Provider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Provider::Http(u) => write!(f, "{u}"),
+            Provider::File(p) => write!(f, "file://{}", p.display()),
+        }
+    }
+}
+
+/// A parsed `http://` URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpUrl {
+    /// Host name or address, without brackets.
+    pub host: String,
+    /// Port (80 when not given).
+    pub port: u16,
+    /// Path and query, starting with `/`.
+    pub path: String,
+}
+
+impl HttpUrl {
+    /// The `Host:` header value.
+    pub fn host_header(&self) -> String {
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        if self.port == 80 {
+            host
+        } else {
+            format!("{host}:{}", self.port)
+        }
+    }
+}
+
+impl fmt::Display for HttpUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "http://{}{}", self.host_header(), self.path)
+    }
+}
+
+/// Parses a provider URL; the error is the message for `providerUrl`.
+pub fn parse_provider_url(url: &str) -> Result<Provider, String> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err("URL scheme and host cannot be empty".into());
+    };
+    match scheme.to_ascii_lowercase().as_str() {
+        "http" => parse_http(rest).map(Provider::Http),
+        "https" => Err("https providers are not supported yet".into()),
+        "file" => {
+            let path = rest.strip_prefix("localhost").unwrap_or(rest);
+            if !path.starts_with('/') {
+                return Err(format!(
+                    "file URLs must name an absolute path (file:///path/to/list), got {url:?}"
+                ));
+            }
+            Ok(Provider::File(PathBuf::from(percent_decode(path)?)))
+        }
+        "" => Err("URL scheme and host cannot be empty".into()),
+        other => Err(format!(
+            "unsupported URL scheme {other:?}: use http:// or file://"
+        )),
+    }
+}
+
+fn parse_http(rest: &str) -> Result<HttpUrl, String> {
+    let rest = rest.split('#').next().unwrap_or(rest);
+    let split = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(split);
+    let path = match path {
+        "" => "/".to_string(),
+        p if p.starts_with('?') => format!("/{p}"),
+        p => p.to_string(),
+    };
+    if authority.contains('@') {
+        return Err("user information in providerUrl is not supported".into());
+    }
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (host, after) = v6
+            .split_once(']')
+            .ok_or_else(|| format!("invalid host {authority:?}"))?;
+        match after {
+            "" => (host, None),
+            p => (
+                host,
+                Some(
+                    p.strip_prefix(':')
+                        .ok_or_else(|| format!("invalid host {authority:?}"))?,
+                ),
+            ),
+        }
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        }
+    };
+    if host.is_empty() {
+        return Err("URL scheme and host cannot be empty".into());
+    }
+    let port = match port {
+        None | Some("") => 80,
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| format!("invalid port {p:?}"))?,
+    };
+    if path.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("the URL path must not contain spaces or control characters".into());
+    }
+    Ok(HttpUrl {
+        host: host.to_string(),
+        port,
+        path,
+    })
+}
+
+fn percent_decode(text: &str) -> Result<String, String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("bad percent escape in {text:?}"))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("{text:?} is not UTF-8 once decoded"))
+}
+
+/// Validated params, ready to build a handler.
+#[derive(Clone, Debug)]
+pub struct ListConfig {
+    /// Where the list comes from; `None` for overrides only.
+    pub provider: Option<Provider>,
+    /// Poll period.
+    pub refresh_interval: Duration,
+    /// How long a list lives after its last successful fetch.
+    pub ttl: Duration,
+    /// Valid duration of every answer.
+    pub caching_interval: Duration,
+    /// Valid use count of every answer.
+    pub caching_use_count: i32,
+    /// Entries always present.
+    pub overrides: Vec<String>,
+    /// Comparison.
+    pub entry_type: EntryType,
+    /// Blacklist or whitelist.
+    pub blacklist: bool,
+}
+
+/// A duration param: `None` when absent, Err when unparsable. Signed, so that validation can
+/// name negative values.
+fn duration(
+    field: &str,
+    text: &Option<String>,
+    default: Duration,
+    errors: &mut Vec<ParamError>,
+) -> Option<i128> {
+    match text {
+        None => Some(default.as_nanos() as i128),
+        Some(t) => match mixer_model::Duration::parse(t.trim()) {
+            Some(d) => Some(i128::from(d.0)),
+            None => {
+                errors.push(ParamError::new(
+                    field,
+                    format!("{t:?} is not a duration such as \"60s\" or \"1m30s\""),
+                ));
+                None
+            }
+        },
+    }
+}
+
+fn show(nanos: i128) -> String {
+    mixer_model::Duration(i64::try_from(nanos).unwrap_or(i64::MAX)).to_string()
+}
+
+fn to_std(nanos: i128) -> Duration {
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(0))
+}
+
+impl ListParams {
+    /// Checks everything Istio checked, and more (entry syntax, URL schemes), collecting every
+    /// problem with its path.
+    pub fn compile(&self) -> Result<ListConfig, Vec<ParamError>> {
+        let mut errors = Vec::new();
+        let provider = if self.provider_url.trim().is_empty() {
+            None
+        } else {
+            match parse_provider_url(self.provider_url.trim()) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    errors.push(ParamError::new("providerUrl", e));
+                    None
+                }
+            }
+        };
+        let has_provider = !self.provider_url.trim().is_empty();
+
+        let refresh = duration(
+            "refreshInterval",
+            &self.refresh_interval,
+            DEFAULT_REFRESH,
+            &mut errors,
+        );
+        let ttl = duration("ttl", &self.ttl, DEFAULT_TTL, &mut errors);
+        let caching = duration(
+            "cachingInterval",
+            &self.caching_interval,
+            DEFAULT_CACHING_INTERVAL,
+            &mut errors,
+        );
+
+        // Istio checked the refresh/ttl relationship only when there is a provider.
+        if has_provider {
+            if let Some(r) = refresh
+                && r < 1_000_000_000
+            {
+                errors.push(ParamError::new(
+                    "refreshInterval",
+                    format!(
+                        "refresh interval must be at least 1 second, it is {}",
+                        show(r)
+                    ),
+                ));
+            }
+            if let (Some(t), Some(r)) = (ttl, refresh)
+                && t < r
+            {
+                errors.push(ParamError::new(
+                    "ttl",
+                    format!(
+                        "ttl must be > refreshInterval, ttl is {} and refreshInterval is {}",
+                        show(t),
+                        show(r)
+                    ),
+                ));
+            }
+        }
+        if let Some(c) = caching
+            && c < 0
+        {
+            errors.push(ParamError::new(
+                "cachingInterval",
+                format!("caching interval must be >= 0, it is {}", show(c)),
+            ));
+        }
+        let use_count = match self.caching_use_count {
+            None => DEFAULT_CACHING_USE_COUNT,
+            Some(n) if n < 0 => {
+                errors.push(ParamError::new(
+                    "cachingUseCount",
+                    format!("caching use count must be >= 0, it is {n}"),
+                ));
+                0
+            }
+            Some(n) => i32::try_from(n).unwrap_or_else(|_| {
+                errors.push(ParamError::new(
+                    "cachingUseCount",
+                    format!("caching use count must be at most {}, it is {n}", i32::MAX),
+                ));
+                0
+            }),
+        };
+
+        match self.entry_type {
+            EntryType::IpAddresses => {
+                for (i, entry) in self.overrides.iter().enumerate() {
+                    if let Err(e) = parse_cidr(entry) {
+                        errors.push(ParamError::new(
+                            format!("overrides[{i}]"),
+                            format!("could not parse ip address override {entry}: {e}"),
+                        ));
+                    }
+                }
+            }
+            EntryType::Regex => {
+                for (i, entry) in self.overrides.iter().enumerate() {
+                    if let Err(e) = regex::Regex::new(entry) {
+                        errors.push(ParamError::new(
+                            format!("overrides[{i}]"),
+                            format!("could not parse regex override {entry}: {e}"),
+                        ));
+                    }
+                }
+            }
+            EntryType::Strings | EntryType::CaseInsensitiveStrings => {}
+        }
+        // Overrides that each compile may still exceed the regex set's size limit together.
+        if errors.is_empty()
+            && let Err(e) = List::build(self.entry_type, "", &self.overrides)
+        {
+            errors.push(ParamError::new("overrides", e));
+        }
+
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(ListConfig {
+            provider,
+            refresh_interval: to_std(refresh.unwrap_or_default()),
+            ttl: to_std(ttl.unwrap_or_default()),
+            caching_interval: to_std(caching.unwrap_or_default()),
+            caching_use_count: use_count,
+            overrides: self.overrides.clone(),
+            entry_type: self.entry_type,
+            blacklist: self.blacklist,
+        })
+    }
+
+    /// Every problem with these params.
+    pub fn validate(&self) -> Result<(), Vec<ParamError>> {
+        self.compile().map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mixer_adapter_api::decode_params;
+    use serde_json::json;
+
+    fn compile(v: serde_json::Value) -> Result<ListConfig, Vec<ParamError>> {
+        decode_params::<ListParams>(&v)
+            .map_err(|e| vec![e])?
+            .compile()
+    }
+
+    fn paths(v: serde_json::Value) -> Vec<String> {
+        compile(v)
+            .expect_err("invalid")
+            .into_iter()
+            .map(|e| e.path)
+            .collect()
+    }
+
+    #[test]
+    fn defaults_follow_istio() {
+        let c = compile(json!(null)).expect("valid");
+        assert_eq!(c.provider, None);
+        assert_eq!(c.refresh_interval, Duration::from_secs(60));
+        assert_eq!(c.ttl, Duration::from_secs(300));
+        assert_eq!(c.caching_interval, Duration::from_secs(300));
+        assert_eq!(c.caching_use_count, 10_000);
+        assert_eq!(c.entry_type, EntryType::Strings);
+        assert!(!c.blacklist);
+    }
+
+    #[test]
+    fn istio_names_are_accepted() {
+        let c = compile(json!({
+            "providerUrl": "http://lists.example.com:8080/v1/list?x=1",
+            "refreshInterval": "10s",
+            "ttl": "1m",
+            "cachingInterval": "5s",
+            "cachingUseCount": 7,
+            "overrides": ["10.0.0.0/8", "::1"],
+            "entryType": "IP_ADDRESSES",
+            "blacklist": true
+        }))
+        .expect("valid");
+        assert_eq!(
+            c.provider,
+            Some(Provider::Http(HttpUrl {
+                host: "lists.example.com".into(),
+                port: 8080,
+                path: "/v1/list?x=1".into()
+            }))
+        );
+        assert_eq!(c.ttl, Duration::from_secs(60));
+        assert_eq!(c.caching_use_count, 7);
+        assert!(c.blacklist);
+        let c = compile(json!({"entryType": 3, "overrides": ["^a"]})).expect("number");
+        assert_eq!(c.entry_type, EntryType::Regex);
+    }
+
+    #[test]
+    fn every_error_is_collected_with_its_path() {
+        let errs = compile(json!({
+            "providerUrl": "ftp://x/y",
+            "refreshInterval": "500ms",
+            "ttl": "soon",
+            "cachingInterval": "-1s",
+            "cachingUseCount": -1,
+            "entryType": "IP_ADDRESSES",
+            "overrides": ["10.0.0.0/8", "300.1.1.1", "10.0.0.0/40"]
+        }))
+        .expect_err("invalid");
+        let paths: Vec<&str> = errs.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "providerUrl",
+                "ttl",
+                "refreshInterval",
+                "cachingInterval",
+                "cachingUseCount",
+                "overrides[1]",
+                "overrides[2]"
+            ],
+            "{errs:?}"
+        );
+        assert!(errs[2].message.contains("at least 1 second"), "{}", errs[2]);
+        assert!(errs[5].message.contains("300.1.1.1"), "{}", errs[5]);
+    }
+
+    #[test]
+    fn ttl_must_not_be_below_refresh() {
+        let errs =
+            compile(json!({"providerUrl": "http://h/", "refreshInterval": "60s", "ttl": "30s"}))
+                .expect_err("invalid");
+        assert_eq!(errs[0].path, "ttl");
+        assert_eq!(
+            errs[0].message,
+            "ttl must be > refreshInterval, ttl is 30s and refreshInterval is 60s"
+        );
+        // Equal is accepted, as Istio's check was `ttl < refreshInterval`.
+        compile(json!({"providerUrl": "http://h/", "refreshInterval": "60s", "ttl": "60s"}))
+            .expect("valid");
+        // Without a provider, Istio did not look at them.
+        compile(json!({"refreshInterval": "0s", "ttl": "0s"})).expect("valid");
+    }
+
+    #[test]
+    fn provider_urls() {
+        assert_eq!(
+            paths(json!({"providerUrl": "https://lists.example.com/x"})),
+            ["providerUrl"]
+        );
+        let e = compile(json!({"providerUrl": "https://lists.example.com/x"})).expect_err("https");
+        assert_eq!(e[0].message, "https providers are not supported yet");
+        for bad in [
+            "lists.example.com",
+            "http://",
+            "http:///x",
+            "http://h:0/",
+            "http://h:99999/",
+            "gopher://h/",
+        ] {
+            assert_eq!(paths(json!({"providerUrl": bad})), ["providerUrl"], "{bad}");
+        }
+        assert_eq!(
+            parse_provider_url("http://[::1]:9000").expect("v6"),
+            Provider::Http(HttpUrl {
+                host: "::1".into(),
+                port: 9000,
+                path: "/".into()
+            })
+        );
+        assert_eq!(
+            parse_provider_url("file:///etc/my%20list.txt").expect("file"),
+            Provider::File(PathBuf::from("/etc/my list.txt"))
+        );
+        assert_eq!(
+            parse_provider_url("file://localhost/etc/l").expect("file"),
+            Provider::File(PathBuf::from("/etc/l"))
+        );
+        assert!(parse_provider_url("file://relative/x").is_err());
+    }
+
+    #[test]
+    fn regex_overrides_and_unknown_fields() {
+        assert_eq!(
+            paths(json!({"entryType": "REGEX", "overrides": ["ok", "(bad"]})),
+            ["overrides[1]"]
+        );
+        // STRINGS do not parse entries.
+        compile(json!({"overrides": ["(bad", "300.1.1.1"]})).expect("plain strings");
+        let errs = paths(json!({"provider_url": "http://h/"}));
+        assert_eq!(
+            errs,
+            ["provider_url"],
+            "unknown field is reported at its name"
+        );
+        let e = compile(json!({"entryType": "IPS"})).expect_err("bad enum");
+        assert_eq!(e[0].path, "entryType");
+        let e = compile(json!({"cachingUseCount": 3_000_000_000_i64})).expect_err("too big");
+        assert_eq!(e[0].path, "cachingUseCount");
+    }
+}

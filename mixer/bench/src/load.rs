@@ -1,0 +1,151 @@
+//! The load driver: closed loop (fixed concurrency, as fast as answers come) or open loop
+//! (fixed rate; latency measured from when each request was due, so a slow server cannot
+//! hide its queueing).
+
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+use crate::targets::{Client, Outcome};
+
+/// How to drive.
+#[derive(Clone, Copy, Debug)]
+pub struct Spec {
+    /// Concurrent callers.
+    pub concurrency: usize,
+    /// Measured time.
+    pub duration: Duration,
+    /// Unmeasured time first.
+    pub warmup: Duration,
+    /// Requests per second in total; `None` for closed loop.
+    pub rate: Option<f64>,
+}
+
+/// What a run measured.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// Calls completed in the measured window.
+    pub calls: u64,
+    /// Of which allowed.
+    pub allowed: u64,
+    /// Of which denied.
+    pub denied: u64,
+    /// Of which failed.
+    pub errors: u64,
+    /// Measured time.
+    pub elapsed: Duration,
+    /// Latency in nanoseconds.
+    pub latency: Histogram<u64>,
+}
+
+impl Report {
+    /// Completed calls per second.
+    pub fn throughput(&self) -> f64 {
+        self.calls as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// A latency percentile in microseconds.
+    pub fn micros(&self, percentile: f64) -> f64 {
+        self.latency.value_at_percentile(percentile) as f64 / 1000.0
+    }
+
+    /// One line for people.
+    pub fn line(&self, label: &str) -> String {
+        format!(
+            "{label:<28} {:>10.0} req/s  p50 {:>8.1}us  p90 {:>8.1}us  p99 {:>8.1}us  p99.9 {:>8.1}us  allowed {} denied {} errors {}",
+            self.throughput(),
+            self.micros(50.0),
+            self.micros(90.0),
+            self.micros(99.0),
+            self.micros(99.9),
+            self.allowed,
+            self.denied,
+            self.errors
+        )
+    }
+}
+
+fn histogram() -> Histogram<u64> {
+    // 1 µs .. 60 s at 3 significant digits; these bounds are valid, so creation cannot fail.
+    Histogram::new_with_bounds(1_000, 60_000_000_000, 3)
+        .unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable_histogram()))
+}
+
+#[cold]
+fn unreachable_histogram() -> Histogram<u64> {
+    panic!("histogram bounds are constants and valid")
+}
+
+/// Runs `spec` with one client per caller from `make`.
+pub async fn run<C: Client>(spec: Spec, mut make: impl FnMut(usize) -> C) -> Report {
+    let start = Instant::now();
+    let measure_from = start + spec.warmup;
+    let end = measure_from + spec.duration;
+    let mut tasks = Vec::with_capacity(spec.concurrency);
+    for worker in 0..spec.concurrency {
+        let mut client = make(worker);
+        let interval = spec
+            .rate
+            .map(|r| Duration::from_secs_f64(spec.concurrency as f64 / r.max(1e-9)));
+        tasks.push(tokio::spawn(async move {
+            let mut hist = histogram();
+            let (mut allowed, mut denied, mut errors) = (0u64, 0u64, 0u64);
+            let mut i = worker;
+            // Spread open-loop callers evenly over one interval.
+            let mut due = start
+                + interval.map_or(Duration::ZERO, |iv| {
+                    iv.mul_f64(worker as f64 / spec.concurrency as f64)
+                });
+            loop {
+                if interval.is_some() {
+                    let now = Instant::now();
+                    if due > now {
+                        tokio::time::sleep(due - now).await;
+                    }
+                } else {
+                    due = Instant::now();
+                }
+                if due >= end {
+                    break;
+                }
+                let outcome = client.call(i).await;
+                let done = Instant::now();
+                if due >= measure_from {
+                    let _ = hist.record(
+                        u64::try_from((done - due).as_nanos())
+                            .unwrap_or(u64::MAX)
+                            .max(1_000),
+                    );
+                    match outcome {
+                        Outcome::Allowed => allowed += 1,
+                        Outcome::Denied => denied += 1,
+                        Outcome::Error => errors += 1,
+                    }
+                }
+                i += spec.concurrency;
+                if let Some(iv) = interval {
+                    due += iv;
+                }
+            }
+            (hist, allowed, denied, errors)
+        }));
+    }
+    let mut report = Report {
+        calls: 0,
+        allowed: 0,
+        denied: 0,
+        errors: 0,
+        elapsed: spec.duration,
+        latency: histogram(),
+    };
+    for t in tasks {
+        if let Ok((hist, a, d, e)) = t.await {
+            let _ = report.latency.add(&hist);
+            report.allowed += a;
+            report.denied += d;
+            report.errors += e;
+        }
+    }
+    report.calls = report.allowed + report.denied + report.errors;
+    report
+}

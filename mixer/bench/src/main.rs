@@ -1,0 +1,273 @@
+//! `mixer-bench`: drives the mixer's check protocols at a fixed concurrency or a fixed rate and
+//! reports throughput and latency percentiles, beside a no-op ext_authz baseline measured in
+//! the same run.
+//!
+//! ```text
+//! mixer-bench compare --mixer-bin target/release/mixer --target ext-authz --no-cache
+//! mixer-bench run --target forward-auth --addr 127.0.0.1:9092 --rate 5000
+//! mixer-bench noop-server --addr 127.0.0.1:9191
+//! ```
+
+mod bags;
+mod load;
+mod noop;
+mod targets;
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::load::{Report, Spec};
+use crate::targets::{ExtAuthz, ForwardAuth};
+
+#[derive(Parser)]
+#[command(name = "mixer-bench", about = "Load generator for the mixer")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Target {
+    /// envoy.service.auth.v3.Authorization/Check over gRPC.
+    ExtAuthz,
+    /// HTTP forward-auth (`/check`).
+    ForwardAuth,
+}
+
+#[derive(clap::Args, Clone)]
+struct LoadArgs {
+    /// Concurrent callers.
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// Measured time per run.
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    duration: Duration,
+    /// Unmeasured warm-up per run.
+    #[arg(long, default_value = "1s", value_parser = duration)]
+    warmup: Duration,
+    /// Prepared requests, cycled through.
+    #[arg(long, default_value_t = 1000)]
+    requests: usize,
+    /// Distinct request ids/query strings among them (fewer means more repeats).
+    #[arg(long, default_value_t = 1000)]
+    distinct: usize,
+    /// gRPC channels (HTTP/2 connections) shared by the callers.
+    #[arg(long, default_value_t = 4)]
+    channels: usize,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Drive a running server.
+    Run {
+        #[arg(long, value_enum)]
+        target: Target,
+        /// Server address (gRPC address for ext-authz, HTTP address for forward-auth).
+        #[arg(long)]
+        addr: SocketAddr,
+        /// Requests per second in total (open loop); without it, closed loop.
+        #[arg(long)]
+        rate: Option<f64>,
+        #[command(flatten)]
+        load: LoadArgs,
+    },
+    /// Serve an always-OK ext_authz service (the baseline).
+    NoopServer {
+        #[arg(long, default_value = "127.0.0.1:9191")]
+        addr: SocketAddr,
+    },
+    /// Start the baseline and the mixer one after the other, drive both, print the ratio
+    /// and the latency at half of the mixer's saturation throughput.
+    Compare {
+        /// The mixer binary.
+        #[arg(long)]
+        mixer_bin: PathBuf,
+        /// Config for the mixer (default: its embedded config).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long, value_enum, default_value = "ext-authz")]
+        target: Target,
+        /// Turn the mixer's check cache off.
+        #[arg(long)]
+        no_cache: bool,
+        #[command(flatten)]
+        load: LoadArgs,
+    },
+}
+
+fn duration(text: &str) -> Result<Duration, String> {
+    mixer_model::Duration::parse(text)
+        .filter(|d| d.0 > 0)
+        .map(|d| d.to_std())
+        .ok_or_else(|| format!("{text:?} is not a duration such as 5s"))
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    match cli.command {
+        Cmd::NoopServer { addr } => rt.block_on(noop::serve(addr)),
+        Cmd::Run {
+            target,
+            addr,
+            rate,
+            load,
+        } => {
+            let report = rt.block_on(drive(target, addr, &load, rate))?;
+            println!("{}", report.line(&format!("{target:?}")));
+            Ok(())
+        }
+        Cmd::Compare {
+            mixer_bin,
+            config,
+            target,
+            no_cache,
+            load,
+        } => rt.block_on(compare(&mixer_bin, config, target, no_cache, &load)),
+    }
+}
+
+async fn channels(addr: SocketAddr, n: usize) -> anyhow::Result<Vec<Channel>> {
+    let mut out = Vec::new();
+    for _ in 0..n.max(1) {
+        out.push(
+            Endpoint::from_shared(format!("http://{addr}"))?
+                .tcp_nodelay(true)
+                .connect()
+                .await?,
+        );
+    }
+    Ok(out)
+}
+
+async fn drive(
+    target: Target,
+    addr: SocketAddr,
+    load: &LoadArgs,
+    rate: Option<f64>,
+) -> anyhow::Result<Report> {
+    let spec = Spec {
+        concurrency: load.concurrency.max(1),
+        duration: load.duration,
+        warmup: load.warmup,
+        rate,
+    };
+    let requests = bags::requests(load.requests.max(1), load.distinct);
+    Ok(match target {
+        Target::ExtAuthz => {
+            let prepared = targets::ext_authz_requests(&requests);
+            let chans = channels(addr, load.channels).await?;
+            load::run(spec, |w| {
+                ExtAuthz::new(chans[w % chans.len()].clone(), prepared.clone())
+            })
+            .await
+        }
+        Target::ForwardAuth => {
+            let prepared = targets::forward_auth_requests(&requests, addr);
+            load::run(spec, |_| ForwardAuth::new(addr, prepared.clone())).await
+        }
+    })
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_addr() -> anyhow::Result<SocketAddr> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+fn wait_port(addr: SocketAddr) -> anyhow::Result<()> {
+    let start = Instant::now();
+    while TcpStream::connect(addr).is_err() {
+        if start.elapsed() > Duration::from_secs(20) {
+            bail!("{addr} did not start listening");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+async fn compare(
+    mixer_bin: &std::path::Path,
+    config: Option<PathBuf>,
+    target: Target,
+    no_cache: bool,
+    load: &LoadArgs,
+) -> anyhow::Result<()> {
+    let baseline_addr = free_addr()?;
+    let baseline = {
+        let exe = std::env::current_exe()?;
+        let _server = Killed(
+            Command::new(exe)
+                .args(["noop-server", "--addr", &baseline_addr.to_string()])
+                .stdout(Stdio::null())
+                .spawn()
+                .context("starting the no-op server")?,
+        );
+        wait_port(baseline_addr)?;
+        drive(Target::ExtAuthz, baseline_addr, load, None).await?
+    };
+    let (grpc, http, admin) = (free_addr()?, free_addr()?, free_addr()?);
+    let mut cmd = Command::new(mixer_bin);
+    cmd.arg("serve")
+        .args([
+            "--grpc-addr",
+            &grpc.to_string(),
+            "--http-addr",
+            &http.to_string(),
+            "--admin-addr",
+            &admin.to_string(),
+        ])
+        .args(["--check-cache-size", if no_cache { "0" } else { "10000" }])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if let Some(c) = &config {
+        cmd.arg("--config").arg(c);
+    }
+    let _mixer = Killed(cmd.spawn().context("starting the mixer")?);
+    wait_port(admin)?;
+    wait_port(grpc)?;
+    let addr = match target {
+        Target::ExtAuthz => grpc,
+        Target::ForwardAuth => http,
+    };
+    let saturated = drive(target, addr, load, None).await?;
+    let half_rate = saturated.throughput() / 2.0;
+    let half = drive(target, addr, load, Some(half_rate)).await?;
+    println!("{}", baseline.line("no-op ext_authz (baseline)"));
+    println!("{}", saturated.line(&format!("mixer {target:?} saturated")));
+    println!("{}", half.line(&format!("mixer at {half_rate:.0} req/s")));
+    println!(
+        "ratio: mixer / baseline throughput = {:.2}  (cache {}, concurrency {}, {} distinct of {} requests)",
+        saturated.throughput() / baseline.throughput().max(1e-9),
+        if no_cache { "off" } else { "on" },
+        load.concurrency,
+        load.distinct,
+        load.requests
+    );
+    Ok(())
+}

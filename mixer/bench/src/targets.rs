@@ -1,0 +1,209 @@
+//! Protocol clients: each turns a [`Request`](crate::bags::Request) into its wire form once,
+//! up front, and sends it on demand.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use envoy_types::ext_authz::v3::pb::CheckRequest;
+use envoy_types::pb::envoy::config::core::v3::{Address, SocketAddress, address, socket_address};
+use envoy_types::pb::envoy::service::auth::v3::AttributeContext;
+use envoy_types::pb::envoy::service::auth::v3::attribute_context::{
+    HttpRequest, Peer, Request as AttrRequest,
+};
+use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tonic::transport::Channel;
+
+use crate::bags::Request;
+
+/// What one call came back with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The request was allowed.
+    Allowed,
+    /// The request was denied (a decision, not a failure).
+    Denied,
+    /// The call failed: transport error or a gRPC / HTTP error status.
+    Error,
+}
+
+/// A connection able to send the prepared requests by index.
+pub trait Client: Send + 'static {
+    /// Sends request `i` (modulo the number prepared).
+    fn call(&mut self, i: usize) -> impl std::future::Future<Output = Outcome> + Send;
+}
+
+fn peer(ip: &str, port: u32, principal: &str) -> Peer {
+    Peer {
+        address: Some(Address {
+            address: Some(address::Address::SocketAddress(SocketAddress {
+                address: ip.to_string(),
+                port_specifier: Some(socket_address::PortSpecifier::PortValue(port)),
+                ..Default::default()
+            })),
+        }),
+        principal: principal.to_string(),
+        ..Default::default()
+    }
+}
+
+/// ext_authz `CheckRequest`s for the given requests.
+pub fn ext_authz_requests(requests: &[Request]) -> Arc<Vec<CheckRequest>> {
+    let built = requests
+        .iter()
+        .map(|r| {
+            let headers: HashMap<String, String> = r.headers.iter().cloned().collect();
+            CheckRequest {
+                attributes: Some(AttributeContext {
+                    source: Some(peer(&r.source_ip, 43210, &r.source_principal)),
+                    destination: Some(peer(
+                        "10.0.0.1",
+                        8080,
+                        "spiffe://cluster.local/ns/default/sa/api",
+                    )),
+                    request: Some(AttrRequest {
+                        http: Some(HttpRequest {
+                            id: r
+                                .headers
+                                .iter()
+                                .find(|h| h.0 == "x-request-id")
+                                .map(|h| h.1.clone())
+                                .unwrap_or_default(),
+                            method: r.method.to_string(),
+                            headers,
+                            path: r.path.clone(),
+                            host: r.host.clone(),
+                            scheme: "http".into(),
+                            protocol: "HTTP/1.1".into(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+            }
+        })
+        .collect();
+    Arc::new(built)
+}
+
+/// An ext_authz client over one HTTP/2 channel.
+pub struct ExtAuthz {
+    client: AuthorizationClient<Channel>,
+    requests: Arc<Vec<CheckRequest>>,
+}
+
+impl ExtAuthz {
+    /// A client on `channel` sending `requests`.
+    pub fn new(channel: Channel, requests: Arc<Vec<CheckRequest>>) -> ExtAuthz {
+        ExtAuthz {
+            client: AuthorizationClient::new(channel),
+            requests,
+        }
+    }
+}
+
+impl Client for ExtAuthz {
+    async fn call(&mut self, i: usize) -> Outcome {
+        let request = self.requests[i % self.requests.len()].clone();
+        match self.client.check(request).await {
+            Ok(response) => match response.into_inner().status.map(|s| s.code) {
+                None | Some(0) => Outcome::Allowed,
+                Some(_) => Outcome::Denied,
+            },
+            Err(_) => Outcome::Error,
+        }
+    }
+}
+
+/// Forward-auth: one keep-alive HTTP/1.1 connection per client.
+pub struct ForwardAuth {
+    addr: SocketAddr,
+    requests: Arc<Vec<Vec<u8>>>,
+    conn: Option<BufReader<TcpStream>>,
+}
+
+/// Raw HTTP/1.1 requests to `/check` for the given requests.
+pub fn forward_auth_requests(requests: &[Request], addr: SocketAddr) -> Arc<Vec<Vec<u8>>> {
+    let built = requests
+        .iter()
+        .map(|r| {
+            let mut text = format!(
+                "GET /check HTTP/1.1\r\nHost: {addr}\r\nX-Original-URI: {}\r\nX-Original-Method: {}\r\nX-Forwarded-Host: {}\r\nX-Forwarded-For: {}\r\n",
+                r.path, r.method, r.host, r.source_ip
+            );
+            for (k, v) in r.headers.iter().filter(|(k, _)| !k.starts_with(':')) {
+                text.push_str(&format!("{k}: {v}\r\n"));
+            }
+            text.push_str("\r\n");
+            text.into_bytes()
+        })
+        .collect();
+    Arc::new(built)
+}
+
+impl ForwardAuth {
+    /// A client for `addr` sending `requests`.
+    pub fn new(addr: SocketAddr, requests: Arc<Vec<Vec<u8>>>) -> ForwardAuth {
+        ForwardAuth {
+            addr,
+            requests,
+            conn: None,
+        }
+    }
+
+    async fn exchange(&mut self, i: usize) -> std::io::Result<u16> {
+        if self.conn.is_none() {
+            let stream = TcpStream::connect(self.addr).await?;
+            stream.set_nodelay(true)?;
+            self.conn = Some(BufReader::new(stream));
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(std::io::Error::other("no connection"));
+        };
+        conn.get_mut()
+            .write_all(&self.requests[i % self.requests.len()])
+            .await?;
+        let mut line = String::new();
+        conn.read_line(&mut line).await?;
+        let status: u16 = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| std::io::Error::other("bad status line"))?;
+        let mut length = 0usize;
+        loop {
+            line.clear();
+            if conn.read_line(&mut line).await? == 0 {
+                return Err(std::io::Error::other("connection closed"));
+            }
+            if line == "\r\n" {
+                break;
+            }
+            if let Some((k, v)) = line.split_once(':')
+                && k.eq_ignore_ascii_case("content-length")
+            {
+                length = v.trim().parse().unwrap_or(0);
+            }
+        }
+        let mut body = vec![0; length];
+        conn.read_exact(&mut body).await?;
+        Ok(status)
+    }
+}
+
+impl Client for ForwardAuth {
+    async fn call(&mut self, i: usize) -> Outcome {
+        match self.exchange(i).await {
+            Ok(200) => Outcome::Allowed,
+            Ok(401 | 403 | 429) => Outcome::Denied,
+            Ok(_) => Outcome::Error,
+            Err(_) => {
+                self.conn = None;
+                Outcome::Error
+            }
+        }
+    }
+}
