@@ -348,11 +348,11 @@ spec:
             "{e:?}"
         );
         let e = errors(
-            "kind: instance\nmetadata: {name: i}\nspec: {compiledTemplate: listentry, params: {value: source.port}}\n",
+            "kind: instance\nmetadata: {name: i}\nspec: {compiledTemplate: logentry, params: {severity: source.port}}\n",
         );
         assert_eq!(e.len(), 1);
         assert!(
-            e[0].starts_with("c.yaml: instance i: spec.params.value: "),
+            e[0].starts_with("c.yaml: instance i: spec.params.severity: "),
             "{e:?}"
         );
     }
