@@ -24,6 +24,12 @@ pub trait Handler: Send + Sync {
         None
     }
 
+    /// Metrics the handler serves itself (the prometheus adapter), rendered on the mixer's
+    /// admin `/metrics` beside the mixer's own.
+    fn as_exposition(&self) -> Option<&dyn Exposition> {
+        None
+    }
+
     /// Releases what the handler holds; called once, when no snapshot uses it any more.
     async fn close(&self) {}
 }
@@ -62,4 +68,10 @@ pub trait QuotaHandler: Send + Sync {
 pub trait ReportHandler: Send + Sync {
     /// Handles a batch of instances (metric, logentry, tracespan, reportnothing).
     async fn report(&self, instances: &[Instance]) -> Result<(), AdapterError>;
+}
+
+/// A handler that serves metrics in the Prometheus text exposition format.
+pub trait Exposition: Send + Sync {
+    /// Appends this handler's metric families, in text format 0.0.4, to `out`.
+    fn render(&self, out: &mut String);
 }

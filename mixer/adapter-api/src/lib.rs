@@ -62,7 +62,7 @@ mod registry;
 
 pub use adapter::{Adapter, AdapterInfo, BuildContext, Params, Stability, decode_params};
 pub use error::{AdapterError, ErrorKind, ParamError};
-pub use handler::{CheckHandler, Handler, QuotaArgs, QuotaHandler, ReportHandler};
+pub use handler::{CheckHandler, Exposition, Handler, QuotaArgs, QuotaHandler, ReportHandler};
 pub use registry::AdapterRegistry;
 
 /// What the mixer does for a request when a handler cannot decide (down, slow, garbage).
