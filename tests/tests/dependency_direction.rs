@@ -22,7 +22,9 @@ fn allowed(krate: &str) -> Option<&'static [&'static str]> {
             "mixer-config",
             "mixer-adapter-api",
             "mixer-runtime",
+            "mixer-proto",
         ],
+        "mixer-proto" => &[],
         k if k.starts_with("mixer-adapter-") => &["mixer-model", "mixer-adapter-api"],
         _ => return None,
     })

@@ -23,7 +23,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::load::{Report, Spec};
-use crate::targets::{ExtAuthz, ForwardAuth};
+use crate::targets::{ExtAuthz, ForwardAuth, MixerV1};
 
 #[derive(Parser)]
 #[command(name = "mixer-bench", about = "Load generator for the mixer")]
@@ -38,6 +38,8 @@ enum Target {
     ExtAuthz,
     /// HTTP forward-auth (`/check`).
     ForwardAuth,
+    /// istio.mixer.v1.Mixer/Check over gRPC.
+    MixerV1,
 }
 
 #[derive(clap::Args, Clone)]
@@ -174,6 +176,14 @@ async fn drive(
             let prepared = targets::forward_auth_requests(&requests, addr);
             load::run(spec, |_| ForwardAuth::new(addr, prepared.clone())).await
         }
+        Target::MixerV1 => {
+            let prepared = targets::mixer_v1_requests(&requests);
+            let chans = channels(addr, load.channels).await?;
+            load::run(spec, |w| {
+                MixerV1::new(chans[w % chans.len()].clone(), prepared.clone())
+            })
+            .await
+        }
     })
 }
 
@@ -252,7 +262,7 @@ async fn compare(
     wait_port(admin)?;
     wait_port(grpc)?;
     let addr = match target {
-        Target::ExtAuthz => grpc,
+        Target::ExtAuthz | Target::MixerV1 => grpc,
         Target::ForwardAuth => http,
     };
     let saturated = drive(target, addr, load, None).await?;

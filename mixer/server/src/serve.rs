@@ -105,6 +105,8 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     let grpc_task = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(health_service)
+            .add_service(mixer_frontends::ext_authz::service(runtime.clone()))
+            .add_service(mixer_frontends::mixer_v1::service(runtime.clone()))
             .serve_with_incoming_shutdown(tokio_stream_listener(grpc), stopped(stop_rx.clone())),
     );
     let http_app = mixer_frontends::forward_auth::router(runtime.clone())

@@ -1,0 +1,348 @@
+//! `CheckRequest` -> attribute bag. The table in the module doc above is the contract; keep
+//! the two in step.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::core::v3::address::Address as AddressKind;
+use envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier;
+use envoy_types::pb::envoy::config::core::v3::{Address, Metadata};
+use envoy_types::pb::envoy::service::auth::v3::CheckRequest;
+use envoy_types::pb::envoy::service::auth::v3::attribute_context::{HttpRequest, Peer};
+use envoy_types::pb::google::protobuf::{Struct, Value as PbValue, value::Kind};
+use mixer_model::{AttributeBag, StringMap, Timestamp, Value, Vocabulary};
+
+/// The undeclared attribute that carries `metadata_context.filter_metadata`, flattened.
+pub const METADATA_ATTRIBUTE: &str = "context.metadata";
+/// The undeclared attribute that carries `route_metadata_context.filter_metadata`, flattened.
+pub const ROUTE_METADATA_ATTRIBUTE: &str = "context.route_metadata";
+
+/// Metadata nested deeper than this is not flattened (a Struct can nest without bound).
+const MAX_METADATA_DEPTH: usize = 8;
+
+/// Builds the attribute bag for `request` against `vocabulary` (the active snapshot's).
+///
+/// `now` is the mixer's clock: it becomes `context.time`, and `request.time` when Envoy did
+/// not send one. Passing it in keeps this function deterministic for tests and tools.
+pub fn bag_from_request(
+    request: &CheckRequest,
+    vocabulary: Arc<Vocabulary>,
+    now: Timestamp,
+) -> AttributeBag {
+    let mut bag = AttributeBag::new(vocabulary);
+    fill_bag(&mut bag, request, now);
+    bag
+}
+
+/// Fills an existing bag (call [`AttributeBag::clear`] first to reuse one) from `request`.
+pub fn fill_bag(bag: &mut AttributeBag, request: &CheckRequest, now: Timestamp) {
+    let mut set = |name: &str, value: Value| {
+        // Values come from what the proxy (and so the client) sent; one that does not fit
+        // the declared type is left out rather than failing the whole check.
+        let _ = bag.set(name, value);
+    };
+    set("context.time", Value::Timestamp(now));
+    let Some(attrs) = request.attributes.as_ref() else {
+        return;
+    };
+
+    let source = attrs.source.as_ref();
+    let destination = attrs.destination.as_ref();
+    if let Some(peer) = source {
+        peer_attributes(&mut set, "source", peer);
+    }
+    if let Some(peer) = destination {
+        peer_attributes(&mut set, "destination", peer);
+    }
+    // A principal (or a certificate) on the source means Envoy verified a client
+    // certificate: mutual TLS. A TLS session alone (tls_session) is one-way TLS.
+    let mtls = source.is_some_and(|p| !p.principal.is_empty() || !p.certificate.is_empty());
+    set("connection.mtls", Value::Bool(mtls));
+    if let Some(tls) = attrs.tls_session.as_ref()
+        && !tls.sni.is_empty()
+    {
+        set(
+            "connection.requested_server_name",
+            Value::from(tls.sni.as_str()),
+        );
+    }
+
+    if !attrs.context_extensions.is_empty() {
+        let map = StringMap::from_pairs(
+            attrs
+                .context_extensions
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str())),
+        );
+        set("context.extensions", map.into());
+    }
+    if let Some(map) = attrs.metadata_context.as_ref().and_then(flatten_metadata) {
+        set(METADATA_ATTRIBUTE, map.into());
+    }
+    if let Some(map) = attrs
+        .route_metadata_context
+        .as_ref()
+        .and_then(flatten_metadata)
+    {
+        set(ROUTE_METADATA_ATTRIBUTE, map.into());
+    }
+
+    if let Some(request) = attrs.request.as_ref() {
+        let time = request
+            .time
+            .as_ref()
+            .and_then(|t| Timestamp::from_parts(t.seconds, t.nanos))
+            .unwrap_or(now);
+        set("request.time", Value::Timestamp(time));
+    }
+
+    match attrs.request.as_ref().and_then(|r| r.http.as_ref()) {
+        Some(http) => http_attributes(&mut set, http),
+        // The network (TCP) ext_authz filter sends no HTTP request.
+        None => set("context.protocol", Value::from("tcp")),
+    }
+}
+
+fn peer_attributes(set: &mut impl FnMut(&str, Value), side: &str, peer: &Peer) {
+    let name = |attr: &str| format!("{side}.{attr}");
+    if let Some((ip, port)) = peer.address.as_ref().and_then(socket_address) {
+        set(&name("ip"), Value::IpAddress(ip));
+        if let Some(port) = port {
+            set(&name("port"), Value::Int64(i64::from(port)));
+        }
+    }
+    if !peer.principal.is_empty() {
+        set(&name("principal"), Value::from(peer.principal.as_str()));
+        if let Some(namespace) = spiffe_namespace(&peer.principal) {
+            set(&name("namespace"), Value::from(namespace));
+        }
+    }
+    if !peer.service.is_empty() {
+        set(&name("service"), Value::from(peer.service.as_str()));
+    }
+    if !peer.labels.is_empty() {
+        let labels =
+            StringMap::from_pairs(peer.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        set(&name("labels"), labels.into());
+    }
+}
+
+/// The IP and port of a socket address; pipes and internal addresses have none.
+fn socket_address(address: &Address) -> Option<(IpAddr, Option<u32>)> {
+    let Some(AddressKind::SocketAddress(socket)) = address.address.as_ref() else {
+        return None;
+    };
+    let ip = socket.address.trim().parse::<IpAddr>().ok()?;
+    let port = match socket.port_specifier {
+        Some(PortSpecifier::PortValue(p)) => Some(p),
+        _ => None,
+    };
+    Some((ip, port))
+}
+
+/// The namespace of an Istio SPIFFE identity `spiffe://<trust domain>/ns/<ns>/sa/<account>`.
+fn spiffe_namespace(principal: &str) -> Option<&str> {
+    let path = principal.strip_prefix("spiffe://")?;
+    let mut segments = path.split('/').skip(1);
+    match (segments.next(), segments.next()) {
+        (Some("ns"), Some(ns)) if !ns.is_empty() => Some(ns),
+        _ => None,
+    }
+}
+
+fn http_attributes(set: &mut impl FnMut(&str, Value), http: &HttpRequest) {
+    let headers = request_headers(http);
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .map(|v| v.trim())
+            .filter(|v| !v.is_empty())
+    };
+
+    let id = Some(http.id.as_str())
+        .filter(|v| !v.is_empty())
+        .or_else(|| header("x-request-id"));
+    if let Some(id) = id {
+        set("request.id", Value::from(id));
+    }
+    let method = Some(http.method.as_str())
+        .filter(|v| !v.is_empty())
+        .or_else(|| header(":method"));
+    if let Some(method) = method {
+        set("request.method", Value::from(method));
+    }
+    let path = Some(http.path.as_str())
+        .filter(|v| !v.is_empty())
+        .or_else(|| header(":path"));
+    if let Some(path) = path {
+        set("request.path", Value::from(path));
+        // `query` and `fragment` are always empty in Envoy's request: the query is in `path`.
+        let (url_path, query) = path.split_once('?').unwrap_or((path, ""));
+        let url_path = url_path.split_once('#').map_or(url_path, |(p, _)| p);
+        set("request.url_path", Value::from(url_path));
+        let query = query.split_once('#').map_or(query, |(q, _)| q);
+        if !query.is_empty() {
+            let params = query
+                .split('&')
+                .filter(|p| !p.is_empty())
+                .map(|p| p.split_once('=').unwrap_or((p, "")));
+            set("request.query_params", StringMap::from_pairs(params).into());
+        }
+    }
+    let host = Some(http.host.as_str())
+        .filter(|v| !v.is_empty())
+        .or_else(|| header(":authority"))
+        .or_else(|| header("host"));
+    if let Some(host) = host {
+        set("request.host", Value::from(host));
+        set("destination.service.host", Value::from(strip_port(host)));
+    }
+    let scheme = Some(http.scheme.as_str())
+        .filter(|v| !v.is_empty())
+        .or_else(|| header(":scheme"));
+    if let Some(scheme) = scheme {
+        set("request.scheme", Value::from(scheme));
+    }
+    // Envoy sends -1 when the size is unknown.
+    if http.size >= 0 {
+        set("request.size", Value::Int64(http.size));
+    }
+    if let Some(ua) = header("user-agent") {
+        set("request.useragent", Value::from(ua));
+    }
+    if let Some(referer) = header("referer") {
+        set("request.referer", Value::from(referer));
+    }
+    let grpc = header("content-type").is_some_and(|ct| {
+        ct.get(..16)
+            .is_some_and(|p| p.eq_ignore_ascii_case("application/grpc"))
+    });
+    // "HTTP/1.0", "HTTP/1.1", "HTTP/2", "HTTP/3" are all plain HTTP to a policy.
+    set(
+        "context.protocol",
+        Value::from(if grpc { "grpc" } else { "http" }),
+    );
+    if !headers.is_empty() {
+        let map = StringMap::from_pairs(
+            headers
+                .iter()
+                .map(|(k, v)| (k.as_ref(), v.as_ref() as &str)),
+        );
+        set("request.headers", map.into());
+    }
+}
+
+/// The request headers with lower-case names: the `headers` map when Envoy sent it, else the
+/// raw `header_map` (sent instead when `encode_raw_headers` is on), where a name that repeats
+/// is merged with `,` as the `headers` map would have been.
+fn request_headers(http: &HttpRequest) -> BTreeMap<Cow<'_, str>, Cow<'_, str>> {
+    let mut out: BTreeMap<Cow<'_, str>, Cow<'_, str>> = BTreeMap::new();
+    if !http.headers.is_empty() {
+        for (k, v) in &http.headers {
+            out.insert(lower(k), Cow::Borrowed(v.as_str()));
+        }
+        return out;
+    }
+    let Some(map) = http.header_map.as_ref() else {
+        return out;
+    };
+    for h in &map.headers {
+        // With encode_raw_headers Envoy fills raw_value only; `value` is the older field.
+        let value = if h.raw_value.is_empty() {
+            Cow::Borrowed(h.value.as_str())
+        } else {
+            String::from_utf8_lossy(&h.raw_value)
+        };
+        match out.entry(lower(&h.key)) {
+            std::collections::btree_map::Entry::Vacant(e) => {
+                e.insert(value);
+            }
+            std::collections::btree_map::Entry::Occupied(mut e) => {
+                let merged = format!("{},{}", e.get(), value);
+                e.insert(Cow::Owned(merged));
+            }
+        }
+    }
+    out
+}
+
+fn lower(name: &str) -> Cow<'_, str> {
+    if name.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(name.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(name)
+    }
+}
+
+/// `host[:port]` without the port; `[v6]:port` keeps its brackets off too.
+fn strip_port(host: &str) -> &str {
+    if let Some(rest) = host.strip_prefix('[') {
+        return rest.split_once(']').map_or(host, |(ip, _)| ip);
+    }
+    match host.rsplit_once(':') {
+        Some((h, port)) if !h.contains(':') && port.chars().all(|c| c.is_ascii_digit()) => h,
+        _ => host,
+    }
+}
+
+/// `filter_metadata` as one string map: `<filter namespace>.<field>[.<nested field>...]` to
+/// the value as text (strings as they are, numbers and booleans printed, lists joined with
+/// `,`, null as empty). `None` when there is nothing to carry.
+fn flatten_metadata(metadata: &Metadata) -> Option<StringMap> {
+    let mut pairs = Vec::new();
+    for (namespace, fields) in &metadata.filter_metadata {
+        flatten_struct(namespace, fields, 0, &mut pairs);
+    }
+    (!pairs.is_empty()).then(|| StringMap::from_pairs(pairs))
+}
+
+fn flatten_struct(prefix: &str, s: &Struct, depth: usize, out: &mut Vec<(String, String)>) {
+    if depth >= MAX_METADATA_DEPTH {
+        return;
+    }
+    for (key, value) in &s.fields {
+        let name = format!("{prefix}.{key}");
+        match value.kind.as_ref() {
+            Some(Kind::StructValue(inner)) => flatten_struct(&name, inner, depth + 1, out),
+            _ => out.push((name, scalar_text(value))),
+        }
+    }
+}
+
+fn scalar_text(value: &PbValue) -> String {
+    match value.kind.as_ref() {
+        None | Some(Kind::NullValue(_)) => String::new(),
+        Some(Kind::StringValue(s)) => s.clone(),
+        Some(Kind::NumberValue(n)) => n.to_string(),
+        Some(Kind::BoolValue(b)) => b.to_string(),
+        Some(Kind::ListValue(list)) => list
+            .values
+            .iter()
+            .map(scalar_text)
+            .collect::<Vec<_>>()
+            .join(","),
+        // Nested structs inside lists are not flattened; their keys have no stable name.
+        Some(Kind::StructValue(_)) => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strips_ports_and_reads_spiffe_namespaces() {
+        assert_eq!(strip_port("example.com:8080"), "example.com");
+        assert_eq!(strip_port("example.com"), "example.com");
+        assert_eq!(strip_port("[::1]:443"), "::1");
+        assert_eq!(strip_port("::1"), "::1");
+        assert_eq!(
+            spiffe_namespace("spiffe://cluster.local/ns/shop/sa/web"),
+            Some("shop")
+        );
+        assert_eq!(spiffe_namespace("spiffe://cluster.local/other"), None);
+        assert_eq!(spiffe_namespace("user@example.com"), None);
+    }
+}

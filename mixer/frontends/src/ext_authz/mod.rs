@@ -1,0 +1,123 @@
+//! Envoy external authorization: `envoy.service.auth.v3.Authorization/Check`, the gRPC
+//! service Envoy's `ext_authz` filter (HTTP or network) calls before letting a request through.
+//!
+//! Wire it into a tonic server:
+//!
+//! ```no_run
+//! # async fn run(runtime: std::sync::Arc<mixer_runtime::Runtime>) -> Result<(), Box<dyn std::error::Error>> {
+//! tonic::transport::Server::builder()
+//!     .add_service(mixer_frontends::ext_authz::service(runtime))
+//!     .serve("127.0.0.1:9091".parse()?)
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! ## From `AttributeContext` to attributes
+//!
+//! | attribute | taken from |
+//! |---|---|
+//! | `source.ip`, `source.port` | `source.address.socket_address` (`address`, `port_value`); pipes have neither |
+//! | `source.principal`, `source.labels`, `source.service` | `source.principal`, `source.labels`, `source.service`, when not empty |
+//! | `source.namespace` | the `ns` segment of a SPIFFE principal `spiffe://<domain>/ns/<ns>/sa/<sa>` |
+//! | `destination.ip`, `destination.port`, `destination.principal`, `destination.labels`, `destination.service`, `destination.namespace` | the same fields of `destination` |
+//! | `connection.mtls` | true when `source` carries a principal or a certificate (Envoy verified a client certificate); always set |
+//! | `connection.requested_server_name` | `tls_session.sni` (sent only with `include_tls_session`) |
+//! | `request.id` | `request.http.id`, else the `x-request-id` header |
+//! | `request.method` | `request.http.method`, else `:method` |
+//! | `request.path` | `request.http.path` (path and query as sent), else `:path` |
+//! | `request.url_path`, `request.query_params` | `request.path` split at `?` (`a=1&b` gives `{a: "1", b: ""}`; a repeated name keeps its first value) |
+//! | `request.host` | `request.http.host`, else `:authority` / `host` |
+//! | `destination.service.host` | `request.host` without its port |
+//! | `request.scheme` | `request.http.scheme`, else `:scheme` |
+//! | `request.headers` | `request.http.headers` (names lower-cased); when empty, the raw `header_map` (`encode_raw_headers`), repeated names joined with `,` |
+//! | `request.useragent`, `request.referer` | the `user-agent` and `referer` headers |
+//! | `request.size` | `request.http.size`, unless -1 (unknown) |
+//! | `request.time` | `request.time`, else the mixer's clock (not set without a request: network filter) |
+//! | `context.time` | the mixer's clock |
+//! | `context.protocol` | `grpc` when `content-type` starts with `application/grpc`, else `http` (HTTP/1.0, 1.1, 2 and 3 alike); `tcp` when there is no HTTP request (network filter) |
+//! | `context.extensions` | `context_extensions` (per-route settings of the filter) |
+//! | `context.metadata`, `context.route_metadata` | `metadata_context` / `route_metadata_context`: `filter_metadata` flattened to one string map, key `<filter>.<field>[.<nested>]`, value as text (numbers and booleans printed, lists joined with `,`). Not in the standard vocabulary: declare them as `STRING_MAP` in an `attributemanifest` to use them in rules. `typed_filter_metadata` (`Any`) is not read. |
+//!
+//! Not mapped: the request body (`body`, `raw_body`; buffering it is Envoy's `with_request_body`
+//! and no standard attribute holds it) and peer certificates beyond their presence.
+//!
+//! ## Answers
+//!
+//! | mixer outcome | `CheckResponse` |
+//! |---|---|
+//! | allowed | `status` OK; `ok_response`: `headers` from the rules' request header operations (REPLACE overwrites, APPEND appends), `headers_to_remove` from REMOVE, `response_headers_to_add` from response header operations |
+//! | denied | `status` = the verdict's code and message; `denied_response`: HTTP 401 for UNAUTHENTICATED, 429 for RESOURCE_EXHAUSTED, 403 otherwise; body = the message; `headers` from response header operations |
+//! | both | `dynamic_metadata`: `matched_rules` (list of the matched rules' names), `cache_hit` (bool), `status` (the code name) |
+//! | could not decide (a handler failed closed), or no valid config yet | gRPC error UNAVAILABLE, so that Envoy's `failure_mode_allow` decides |
+
+mod attributes;
+mod respond;
+
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::service::auth::v3::authorization_server::{
+    Authorization, AuthorizationServer,
+};
+use envoy_types::pb::envoy::service::auth::v3::{CheckRequest, CheckResponse};
+use mixer_model::Timestamp;
+use mixer_runtime::Runtime;
+
+pub use attributes::{METADATA_ATTRIBUTE, ROUTE_METADATA_ATTRIBUTE, bag_from_request, fill_bag};
+pub use respond::{check_response, could_not_decide, http_status, metadata_keys, not_ready};
+
+/// The ext_authz service: ready to add to a tonic server.
+pub fn service(runtime: Arc<Runtime>) -> AuthorizationServer<ExtAuthz> {
+    AuthorizationServer::new(ExtAuthz::new(runtime))
+}
+
+/// The `Authorization` implementation; [`service`] wraps it in its tonic server type.
+#[derive(Clone)]
+pub struct ExtAuthz {
+    runtime: Arc<Runtime>,
+}
+
+impl ExtAuthz {
+    /// A service deciding with `runtime`'s active snapshot.
+    pub fn new(runtime: Arc<Runtime>) -> ExtAuthz {
+        ExtAuthz { runtime }
+    }
+
+    /// Decides one request: the whole path from `CheckRequest` to `CheckResponse`, without
+    /// the transport (for benchmarks and the load generator).
+    pub async fn decide(&self, request: &CheckRequest) -> Result<CheckResponse, tonic::Status> {
+        if !self.runtime.is_ready() {
+            // No valid config yet: we cannot decide, which is not the same as "deny".
+            return Err(not_ready());
+        }
+        // One snapshot for the whole request, whatever reloads happen meanwhile.
+        let snapshot = self.runtime.snapshot();
+        let bag = bag_from_request(request, snapshot.vocabulary().clone(), Timestamp::now());
+        match snapshot.check_cached(&bag).await {
+            Ok(checked) => Ok(check_response(&checked)),
+            // A handler failed closed. Answer a gRPC error (UNAVAILABLE), NOT a denial:
+            // Envoy treats an error as a failed call and applies `failure_mode_allow`.
+            Err(e) => {
+                tracing::warn!("ext_authz: {e}");
+                Err(could_not_decide(&e))
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for ExtAuthz {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExtAuthz").finish_non_exhaustive()
+    }
+}
+
+#[tonic::async_trait]
+impl Authorization for ExtAuthz {
+    async fn check(
+        &self,
+        request: tonic::Request<CheckRequest>,
+    ) -> Result<tonic::Response<CheckResponse>, tonic::Status> {
+        self.decide(request.get_ref())
+            .await
+            .map(tonic::Response::new)
+    }
+}

@@ -1,0 +1,180 @@
+//! Verdict -> `CheckResponse`, and "could not decide" -> gRPC error.
+
+use envoy_types::pb::envoy::config::core::v3::header_value_option::HeaderAppendAction;
+use envoy_types::pb::envoy::config::core::v3::{HeaderValue, HeaderValueOption};
+use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
+use envoy_types::pb::envoy::service::auth::v3::{
+    CheckResponse, DeniedHttpResponse, OkHttpResponse,
+};
+use envoy_types::pb::envoy::r#type::v3::{HttpStatus, StatusCode as HttpStatusCode};
+use envoy_types::pb::google::protobuf::{ListValue, Struct, Value as PbValue, value::Kind};
+use envoy_types::pb::google::rpc;
+use mixer_model::{Code, HeaderOp, HeaderOperation, Verdict};
+use mixer_runtime::{CheckError, Checked};
+
+/// Keys of the `dynamic_metadata` struct every answer carries. Envoy files it under the
+/// filter's namespace (`envoy.filters.http.ext_authz`), where access logs (`%DYNAMIC_METADATA%`)
+/// and later filters can read it.
+pub mod metadata_keys {
+    /// Names of the rules whose match was true (a list of strings).
+    pub const MATCHED_RULES: &str = "matched_rules";
+    /// Whether the verdict came from the check cache (a bool).
+    pub const CACHE_HIT: &str = "cache_hit";
+    /// The verdict's status code name (`OK`, `PERMISSION_DENIED`...).
+    pub const STATUS: &str = "status";
+}
+
+/// The answer for a decided check: allowed (`OkResponse`) or denied (`DeniedResponse`).
+pub fn check_response(checked: &Checked) -> CheckResponse {
+    let verdict = &checked.verdict;
+    let http_response = if verdict.is_allowed() {
+        HttpResponse::OkResponse(ok_response(verdict))
+    } else {
+        HttpResponse::DeniedResponse(denied_response(verdict))
+    };
+    CheckResponse {
+        status: Some(rpc::Status {
+            code: verdict.status.code as i32,
+            message: verdict.status.message.clone(),
+            details: Vec::new(),
+        }),
+        dynamic_metadata: Some(decision_metadata(verdict, checked.cache_hit)),
+        http_response: Some(http_response),
+    }
+}
+
+/// The gRPC error for a check the mixer could not decide (a handler failed closed).
+///
+/// UNAVAILABLE, never a denial: Envoy counts an error answer as a failed call and applies its
+/// own `failure_mode_allow` setting (let through, or `status_on_error`, 403 by default), which
+/// is the operator's choice to make, not ours.
+pub fn could_not_decide(error: &CheckError) -> tonic::Status {
+    tonic::Status::unavailable(error.to_string())
+}
+
+/// The gRPC error before any valid config is active; UNAVAILABLE for the same reason as
+/// [`could_not_decide`].
+pub fn not_ready() -> tonic::Status {
+    tonic::Status::unavailable("mixer: no valid config is active")
+}
+
+/// The HTTP status Envoy sends for a denial: 401 for UNAUTHENTICATED, 429 for
+/// RESOURCE_EXHAUSTED, 403 for every other code.
+pub fn http_status(code: Code) -> HttpStatusCode {
+    match code {
+        Code::Ok => HttpStatusCode::Ok,
+        Code::Unauthenticated => HttpStatusCode::Unauthorized,
+        Code::ResourceExhausted => HttpStatusCode::TooManyRequests,
+        _ => HttpStatusCode::Forbidden,
+    }
+}
+
+fn ok_response(verdict: &Verdict) -> OkHttpResponse {
+    let mut ok = OkHttpResponse::default();
+    for op in &verdict.request_header_ops {
+        match op.op {
+            HeaderOp::Remove => {
+                if usable(op, true) {
+                    ok.headers_to_remove.push(op.name.clone());
+                }
+            }
+            HeaderOp::Replace | HeaderOp::Append => {
+                if usable(op, false) {
+                    ok.headers.push(header_option(op));
+                }
+            }
+        }
+    }
+    ok.response_headers_to_add = response_headers(&verdict.response_header_ops);
+    ok
+}
+
+fn denied_response(verdict: &Verdict) -> DeniedHttpResponse {
+    let body = if verdict.status.message.is_empty() {
+        verdict.status.code.name().to_string()
+    } else {
+        verdict.status.message.clone()
+    };
+    DeniedHttpResponse {
+        status: Some(HttpStatus {
+            code: http_status(verdict.status.code) as i32,
+        }),
+        headers: response_headers(&verdict.response_header_ops),
+        body,
+    }
+}
+
+/// Response header operations. ext_authz can add or overwrite response headers but has no way
+/// to remove one, so REMOVE operations on responses are dropped here.
+fn response_headers(ops: &[HeaderOperation]) -> Vec<HeaderValueOption> {
+    ops.iter()
+        .filter(|op| op.op != HeaderOp::Remove && usable(op, false))
+        .map(header_option)
+        .collect()
+}
+
+/// Envoy rejects (or, with `validate_mutations`, fails the whole request on) a header whose
+/// name is empty or whose value carries CR, LF or NUL; values can come from request data, so
+/// such an operation is skipped rather than sent.
+fn usable(op: &HeaderOperation, name_only: bool) -> bool {
+    let bad = |s: &str| s.bytes().any(|b| matches!(b, b'\r' | b'\n' | 0));
+    let ok = !op.name.is_empty() && !bad(&op.name) && (name_only || !bad(&op.value));
+    if !ok {
+        tracing::debug!(header = %op.name, "ext_authz: header operation skipped (invalid bytes)");
+    }
+    ok
+}
+
+/// One header operation on the wire. Both the deprecated `append` flag and `append_action`
+/// are set, and agree: Envoy before `append_action` reads only `append` (which defaults to
+/// false, i.e. overwrite, in ext_authz answers), and current Envoy honours `append` when it is
+/// present. REPLACE overwrites (or adds); APPEND adds a value next to existing ones.
+#[allow(deprecated)]
+fn header_option(op: &HeaderOperation) -> HeaderValueOption {
+    let append = op.op == HeaderOp::Append;
+    let action = if append {
+        HeaderAppendAction::AppendIfExistsOrAdd
+    } else {
+        HeaderAppendAction::OverwriteIfExistsOrAdd
+    };
+    HeaderValueOption {
+        header: Some(HeaderValue {
+            key: op.name.clone(),
+            value: op.value.clone(),
+            raw_value: Vec::new(),
+        }),
+        append: Some(envoy_types::pb::google::protobuf::BoolValue { value: append }),
+        append_action: action as i32,
+        keep_empty_value: false,
+    }
+}
+
+fn decision_metadata(verdict: &Verdict, cache_hit: bool) -> Struct {
+    let rules = verdict
+        .matched_rules
+        .iter()
+        .map(|r| PbValue {
+            kind: Some(Kind::StringValue(r.to_string())),
+        })
+        .collect();
+    let mut s = Struct::default();
+    s.fields.insert(
+        metadata_keys::MATCHED_RULES.to_string(),
+        PbValue {
+            kind: Some(Kind::ListValue(ListValue { values: rules })),
+        },
+    );
+    s.fields.insert(
+        metadata_keys::CACHE_HIT.to_string(),
+        PbValue {
+            kind: Some(Kind::BoolValue(cache_hit)),
+        },
+    );
+    s.fields.insert(
+        metadata_keys::STATUS.to_string(),
+        PbValue {
+            kind: Some(Kind::StringValue(verdict.status.code.name().to_string())),
+        },
+    );
+    s
+}

@@ -1,0 +1,253 @@
+//! `CompressedAttributes` → attribute bag (server side), and the reverse for clients, tests
+//! and load generators.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::IpAddr;
+
+use mixer_model::{AttributeBag, Duration, StringMap, Timestamp, Value, ValueType};
+use mixer_proto::istio::mixer::v1 as pb;
+
+use super::dictionary::{WordEncoder, lookup};
+
+/// Why a `CompressedAttributes` message cannot become a bag. Answered with INVALID_ARGUMENT.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DecodeError {
+    /// A word index names no word.
+    BadIndex {
+        /// The index.
+        index: i32,
+        /// What it was used for (`attribute name`, `value of source.name`, ...).
+        role: String,
+        /// Words in the message dictionary.
+        message_words: usize,
+    },
+    /// The same attribute appears twice (in two of the typed maps).
+    Duplicate(String),
+    /// A value that does not fit the attribute's declared type, or cannot be represented.
+    BadValue {
+        /// The attribute.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::BadIndex { index, role, .. } if *index >= 0 => write!(
+                f,
+                "word index {index} ({role}) is beyond the global dictionary ({} words)",
+                super::dictionary::GLOBAL_WORD_COUNT
+            ),
+            DecodeError::BadIndex {
+                index,
+                role,
+                message_words,
+            } => write!(
+                f,
+                "word index {index} ({role}) is beyond the message dictionary ({message_words} words)"
+            ),
+            DecodeError::Duplicate(name) => write!(f, "attribute {name:?} is given twice"),
+            DecodeError::BadValue { name, reason } => {
+                write!(f, "attribute {name:?}: {reason}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+struct Decoder<'a> {
+    words: &'a [String],
+    seen: HashSet<&'a str>,
+}
+
+impl<'a> Decoder<'a> {
+    fn word(&self, index: i32, role: impl FnOnce() -> String) -> Result<&'a str, DecodeError> {
+        lookup(index, self.words).ok_or_else(|| DecodeError::BadIndex {
+            index,
+            role: role(),
+            message_words: self.words.len(),
+        })
+    }
+
+    fn name(&mut self, index: i32) -> Result<&'a str, DecodeError> {
+        let name = self.word(index, || "attribute name".to_string())?;
+        if !self.seen.insert(name) {
+            return Err(DecodeError::Duplicate(name.to_string()));
+        }
+        Ok(name)
+    }
+}
+
+/// Decodes `attributes` into `bag`, on top of what the bag holds (a delta when the bag is not
+/// empty). `message_words` is the dictionary negative indices refer to: the message's own
+/// `words`, or a report's `default_words` when the record has none.
+///
+/// Every index is checked (global words: our whole list, as Istio's server looks them up;
+/// message words: `message_words`); names and values go in with [`AttributeBag::set`], which
+/// converts strings to the declared type. Bytes for an `IP_ADDRESS` attribute (4 or 16 octets,
+/// as Envoy sends addresses) become the address. The first problem found is returned; the bag
+/// may then hold part of the message.
+pub fn decode_into(
+    attributes: &pb::CompressedAttributes,
+    message_words: &[String],
+    bag: &mut AttributeBag,
+) -> Result<(), DecodeError> {
+    let mut d = Decoder {
+        words: message_words,
+        seen: HashSet::new(),
+    };
+    let set = |bag: &mut AttributeBag, name: &str, value: Value| {
+        let value = ip_from_bytes(bag, name, value)?;
+        bag.set(name, value).map_err(|e| DecodeError::BadValue {
+            name: name.to_string(),
+            reason: e.to_string(),
+        })
+    };
+    for (&k, &v) in &attributes.strings {
+        let name = d.name(k)?;
+        let value = d.word(v, || format!("value of {name}"))?;
+        set(bag, name, Value::from(value))?;
+    }
+    for (&k, &v) in &attributes.int64s {
+        let name = d.name(k)?;
+        set(bag, name, Value::Int64(v))?;
+    }
+    for (&k, &v) in &attributes.doubles {
+        let name = d.name(k)?;
+        set(bag, name, Value::Double(v))?;
+    }
+    for (&k, &v) in &attributes.bools {
+        let name = d.name(k)?;
+        set(bag, name, Value::Bool(v))?;
+    }
+    for (&k, v) in &attributes.timestamps {
+        let name = d.name(k)?;
+        let t = Timestamp::from_parts(v.seconds, v.nanos).ok_or_else(|| DecodeError::BadValue {
+            name: name.to_string(),
+            reason: format!("timestamp {}s {}ns is out of range", v.seconds, v.nanos),
+        })?;
+        set(bag, name, Value::Timestamp(t))?;
+    }
+    for (&k, v) in &attributes.durations {
+        let name = d.name(k)?;
+        let nanos = v
+            .seconds
+            .checked_mul(1_000_000_000)
+            .and_then(|s| s.checked_add(i64::from(v.nanos)))
+            .ok_or_else(|| DecodeError::BadValue {
+                name: name.to_string(),
+                reason: format!("duration {}s {}ns is out of range", v.seconds, v.nanos),
+            })?;
+        set(bag, name, Value::Duration(Duration(nanos)))?;
+    }
+    for (&k, v) in &attributes.bytes {
+        let name = d.name(k)?;
+        set(bag, name, Value::Bytes(v.as_slice().into()))?;
+    }
+    for (&k, m) in &attributes.string_maps {
+        let name = d.name(k)?;
+        let mut pairs = Vec::with_capacity(m.entries.len());
+        for (&mk, &mv) in &m.entries {
+            let key = d.word(mk, || format!("key in {name}"))?;
+            let value = d.word(mv, || format!("value of {name}[{key:?}]"))?;
+            pairs.push((key, value));
+        }
+        set(bag, name, StringMap::from_pairs(pairs).into())?;
+    }
+    Ok(())
+}
+
+/// Envoy sends addresses as raw octets; a declared `IP_ADDRESS` attribute gets the address.
+fn ip_from_bytes(bag: &AttributeBag, name: &str, value: Value) -> Result<Value, DecodeError> {
+    let Value::Bytes(octets) = &value else {
+        return Ok(value);
+    };
+    let declared = bag
+        .vocabulary()
+        .lookup(name)
+        .and_then(|id| bag.vocabulary().value_type(id));
+    if declared != Some(ValueType::IpAddress) {
+        return Ok(value);
+    }
+    let ip = match octets.len() {
+        4 => <[u8; 4]>::try_from(&octets[..]).map(IpAddr::from).ok(),
+        16 => <[u8; 16]>::try_from(&octets[..]).map(IpAddr::from).ok(),
+        _ => None,
+    };
+    ip.map(Value::IpAddress)
+        .ok_or_else(|| DecodeError::BadValue {
+            name: name.to_string(),
+            reason: format!("an IP address needs 4 or 16 bytes, got {}", octets.len()),
+        })
+}
+
+/// Encodes attributes the way a proxy does: names and string values by global index when the
+/// word is among the first `global_word_count` global words, otherwise in the message's own
+/// dictionary. IP addresses travel as octets (4 for IPv4, 16 for IPv6), e-mail addresses,
+/// URIs and DNS names as strings. For tests, tools and load generators.
+pub fn encode<'a>(
+    attributes: impl IntoIterator<Item = (&'a str, &'a Value)>,
+    global_word_count: usize,
+) -> pb::CompressedAttributes {
+    let mut words = WordEncoder::new(global_word_count);
+    let mut out = pb::CompressedAttributes::default();
+    for (name, value) in attributes {
+        let k = words.index(name);
+        match value {
+            Value::String(s) | Value::EmailAddress(s) | Value::Uri(s) | Value::DnsName(s) => {
+                let v = words.index(s);
+                out.strings.insert(k, v);
+            }
+            Value::Int64(i) => {
+                out.int64s.insert(k, *i);
+            }
+            Value::Double(x) => {
+                out.doubles.insert(k, *x);
+            }
+            Value::Bool(b) => {
+                out.bools.insert(k, *b);
+            }
+            Value::Timestamp(t) => {
+                out.timestamps.insert(
+                    k,
+                    prost_types::Timestamp {
+                        seconds: t.0.div_euclid(1_000_000_000),
+                        nanos: t.0.rem_euclid(1_000_000_000) as i32,
+                    },
+                );
+            }
+            Value::Duration(d) => {
+                out.durations.insert(
+                    k,
+                    prost_types::Duration {
+                        seconds: d.0 / 1_000_000_000,
+                        nanos: (d.0 % 1_000_000_000) as i32,
+                    },
+                );
+            }
+            Value::Bytes(b) => {
+                out.bytes.insert(k, b.to_vec());
+            }
+            Value::IpAddress(ip) => {
+                let octets = match ip {
+                    IpAddr::V4(v4) => v4.octets().to_vec(),
+                    IpAddr::V6(v6) => v6.octets().to_vec(),
+                };
+                out.bytes.insert(k, octets);
+            }
+            Value::StringMap(m) => {
+                let entries = m
+                    .iter()
+                    .map(|(mk, mv)| (words.index(mk), words.index(mv)))
+                    .collect();
+                out.string_maps.insert(k, pb::StringMap { entries });
+            }
+        }
+    }
+    out.words = words.into_words();
+    out
+}

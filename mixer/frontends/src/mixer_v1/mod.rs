@@ -1,0 +1,197 @@
+//! Istio's Mixer v1 API (`istio.mixer.v1.Mixer`, gRPC): what Istio 1.0–1.4 sidecars and
+//! gateways call with the Mixer filter. Check decides a request; Report takes telemetry.
+//!
+//! ```no_run
+//! # async fn serve(runtime: std::sync::Arc<mixer_runtime::Runtime>) -> Result<(), Box<dyn std::error::Error>> {
+//! tonic::transport::Server::builder()
+//!     .add_service(mixer_frontends::mixer_v1::service(runtime))
+//!     .serve("0.0.0.0:9091".parse()?)
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! ## What is decoded from where
+//!
+//! | wire | becomes |
+//! |---|---|
+//! | `CheckRequest.attributes` (`CompressedAttributes`) | the bag, one attribute per entry of the typed maps |
+//! | name and string indices `i >= 0` | global word `i` ([`dictionary::GLOBAL_WORDS`], Istio's list) |
+//! | indices `i < 0` | word `-(i + 1)` of the message's `words` |
+//! | `strings` | `STRING` values, converted to the declared type (DNS name, e-mail, URI, IP given as text) |
+//! | `int64s`, `doubles`, `bools` | `INT64`, `DOUBLE` (an integer for a `DOUBLE` attribute is widened), `BOOL` |
+//! | `timestamps`, `durations` | `TIMESTAMP`, `DURATION` (nanoseconds; out of range is an error) |
+//! | `bytes` | `BYTES`; for a declared `IP_ADDRESS` attribute, 4 or 16 octets become the address |
+//! | `string_maps` | `STRING_MAP`; keys and values are word indices too |
+//! | `global_word_count` | checked against ours; limits which global indices the response uses |
+//! | `deduplication_id`, `quotas` | accepted; quota results arrive with the quota feature |
+//! | `ReportRequest.attributes[i]` | one bag per record, reported through the active snapshot |
+//! | `ReportRequest.default_words` | the message dictionary of every record without `words` |
+//!
+//! The response's `precondition` carries the verdict's status (code and message), validity
+//! (`valid_duration`, `valid_use_count`), the referenced attributes (see
+//! [`respond::referenced_attributes`]) and the matched rules' header operations as a
+//! `route_directive`.
+//!
+//! ## Protocol quirks
+//!
+//! * **Dictionary versions.** A client announcing more global words than we know gets
+//!   INTERNAL "inconsistent global dictionary versions used" (Istio's answer, on Check and
+//!   Report). Fewer is fine: an older client knows a prefix. Incoming global indices are looked
+//!   up in our whole list; outgoing ones (referenced attributes) stay below the client's count,
+//!   other words go into the response's own `words`.
+//! * **Bad input** — an index no dictionary has, the same attribute twice, a value that does
+//!   not fit its declared type — is INVALID_ARGUMENT naming the index or attribute. Istio
+//!   dropped such values quietly on Check; refusing is easier to debug and cannot allow a
+//!   request on half its attributes.
+//! * **Could not decide.** A handler failing closed (`CheckError`) is answered UNAVAILABLE with
+//!   the error, never a denial, so the proxy's own fail-open/fail-closed setting
+//!   (`transport.network_fail_policy` in the mixer filter config) decides. Without a valid config
+//!   the answer is UNAVAILABLE "no valid config" too.
+//! * **Message size.** tonic's default 4 MiB decode limit is kept (grpc-go's default too, which
+//!   Istio's server used). A bigger request is refused by tonic itself before it reaches us,
+//!   with OUT_OF_RANGE (grpc-go said RESOURCE_EXHAUSTED; the proxy treats both as a failed
+//!   call), and the server keeps serving.
+//! * **Report encodings.** `DELTA_ENCODING` (Istio 1.0 proxies): each record is applied on top
+//!   of the previous one. `INDEPENDENT_ENCODING` (1.1 and later): each record stands alone.
+//!   Records are reported in order; a record that does not decode stops the request with
+//!   INVALID_ARGUMENT after the records before it went out. Handlers that fail make the answer
+//!   UNKNOWN (Istio's), after every record was tried; the proxy only logs it.
+
+pub mod decode;
+pub mod dictionary;
+pub mod respond;
+
+use std::sync::Arc;
+
+use mixer_model::AttributeBag;
+use mixer_proto::istio::mixer::v1 as pb;
+use mixer_runtime::Runtime;
+use pb::mixer_server::{Mixer, MixerServer};
+use pb::report_request::RepeatedAttributesSemantics;
+use tonic::{Request, Response, Status};
+
+pub use decode::{DecodeError, decode_into, encode};
+pub use dictionary::{GLOBAL_WORD_COUNT, GLOBAL_WORDS};
+pub use respond::check_response;
+
+/// The Mixer v1 service over a runtime.
+#[derive(Clone)]
+pub struct MixerV1 {
+    runtime: Arc<Runtime>,
+}
+
+impl std::fmt::Debug for MixerV1 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MixerV1").finish_non_exhaustive()
+    }
+}
+
+/// The gRPC service to add to a tonic server: `istio.mixer.v1.Mixer` (Check and Report).
+pub fn service(runtime: Arc<Runtime>) -> MixerServer<MixerV1> {
+    MixerServer::new(MixerV1::new(runtime))
+}
+
+impl MixerV1 {
+    /// The service implementation, for callers that wrap it themselves.
+    pub fn new(runtime: Arc<Runtime>) -> MixerV1 {
+        MixerV1 { runtime }
+    }
+
+    fn ready(&self) -> Result<(), Status> {
+        if self.runtime.is_ready() {
+            Ok(())
+        } else {
+            Err(Status::unavailable("no valid config"))
+        }
+    }
+}
+
+/// Istio's answer to a client whose dictionary is newer than ours.
+fn check_word_count(client: u32) -> Result<usize, Status> {
+    let client = client as usize;
+    if client > GLOBAL_WORD_COUNT {
+        return Err(Status::internal(format!(
+            "inconsistent global dictionary versions used: mixer knows {GLOBAL_WORD_COUNT} words, caller knows {client}"
+        )));
+    }
+    Ok(client)
+}
+
+fn invalid(e: DecodeError) -> Status {
+    Status::invalid_argument(e.to_string())
+}
+
+#[tonic::async_trait]
+impl Mixer for MixerV1 {
+    async fn check(
+        &self,
+        request: Request<pb::CheckRequest>,
+    ) -> Result<Response<pb::CheckResponse>, Status> {
+        self.ready()?;
+        let request = request.into_inner();
+        let client_words = check_word_count(request.global_word_count)?;
+        let snapshot = self.runtime.snapshot();
+        let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
+        if let Some(attributes) = &request.attributes {
+            decode_into(attributes, &attributes.words, &mut bag).map_err(invalid)?;
+        }
+        // `deduplication_id` and `quotas` are accepted; quota arrives with the quota feature.
+        match snapshot.check_cached(&bag).await {
+            Ok(checked) => Ok(Response::new(check_response(
+                &checked.verdict,
+                snapshot.vocabulary(),
+                &bag,
+                client_words,
+            ))),
+            // Could not decide: UNAVAILABLE, so the proxy's fail-open/closed setting applies.
+            Err(e) => Err(Status::unavailable(e.to_string())),
+        }
+    }
+
+    async fn report(
+        &self,
+        request: Request<pb::ReportRequest>,
+    ) -> Result<Response<pb::ReportResponse>, Status> {
+        self.ready()?;
+        let request = request.into_inner();
+        check_word_count(request.global_word_count)?;
+        if request.attributes.is_empty() {
+            return Ok(Response::new(pb::ReportResponse {}));
+        }
+        let delta =
+            match RepeatedAttributesSemantics::try_from(request.repeated_attributes_semantics) {
+                Ok(RepeatedAttributesSemantics::DeltaEncoding) => true,
+                Ok(RepeatedAttributesSemantics::IndependentEncoding) => false,
+                Err(_) => {
+                    return Err(Status::invalid_argument(format!(
+                        "unknown repeated_attributes_semantics {}",
+                        request.repeated_attributes_semantics
+                    )));
+                }
+            };
+        let snapshot = self.runtime.snapshot();
+        let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
+        let mut failed = 0;
+        for (i, record) in request.attributes.iter().enumerate() {
+            if !delta {
+                bag.clear();
+            }
+            // A record without its own dictionary uses the request's default words.
+            let words = if record.words.is_empty() {
+                &request.default_words
+            } else {
+                &record.words
+            };
+            decode_into(record, words, &mut bag)
+                .map_err(|e| Status::invalid_argument(format!("record {i}: {e}")))?;
+            failed += snapshot.report(&bag).await.failed;
+        }
+        if failed > 0 {
+            // Istio answered handler failures with UNKNOWN; proxies log it and move on.
+            return Err(Status::unknown(format!(
+                "{failed} report instances could not be delivered"
+            )));
+        }
+        Ok(Response::new(pb::ReportResponse {}))
+    }
+}

@@ -1,0 +1,105 @@
+//! The gRPC services of `mixer serve`, through the real binary with the embedded default
+//! config: Envoy ext_authz v3 and Istio Mixer v1 Check share one pipeline and one answer.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use envoy_types::ext_authz::v3::pb::CheckRequest;
+use envoy_types::pb::envoy::service::auth::v3::attribute_context::{HttpRequest, Request};
+use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
+use envoy_types::pb::envoy::service::auth::v3::{AttributeContext, check_response};
+use mixer_model::{StringMap, Value};
+use mixer_proto::istio::mixer::v1 as pb;
+use mixer_proto::istio::mixer::v1::mixer_client::MixerClient;
+use mixer_tests::Mixer;
+
+fn authz_request(headers: &[(&str, &str)]) -> CheckRequest {
+    CheckRequest {
+        attributes: Some(AttributeContext {
+            request: Some(Request {
+                http: Some(HttpRequest {
+                    method: "GET".into(),
+                    path: "/app".into(),
+                    host: "shop.example.com".into(),
+                    headers: headers
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect::<HashMap<_, _>>(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ext_authz_and_mixer_v1_decide_alike() {
+    let mixer = Mixer::start(Path::new(env!("CARGO_BIN_EXE_mixer-under-test")), &[]);
+    let wait = tokio::task::spawn_blocking({
+        let admin = mixer.admin;
+        move || {
+            let start = std::time::Instant::now();
+            while start.elapsed() < Duration::from_secs(10) {
+                if let Ok((200, _, _)) = mixer_tests::http_request(admin, "GET", "/readyz", &[]) {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            false
+        }
+    });
+    assert!(wait.await.expect("join"), "not ready");
+    let endpoint = format!("http://{}", mixer.grpc);
+
+    let mut authz = AuthorizationClient::connect(endpoint.clone())
+        .await
+        .expect("connect");
+    let allowed = authz
+        .check(authz_request(&[("x-user", "bob")]))
+        .await
+        .expect("check")
+        .into_inner();
+    assert_eq!(allowed.status.as_ref().map(|s| s.code), Some(0));
+    let Some(check_response::HttpResponse::OkResponse(ok)) = allowed.http_response else {
+        panic!("expected an OK response: {allowed:?}");
+    };
+    let added: Vec<(String, String)> = ok
+        .headers
+        .iter()
+        .filter_map(|h| h.header.as_ref().map(|h| (h.key.clone(), h.value.clone())))
+        .collect();
+    assert!(
+        added.contains(&("x-mixer-user".into(), "bob".into())),
+        "{added:?}"
+    );
+
+    let denied = authz
+        .check(authz_request(&[("x-mixer-deny", "true")]))
+        .await
+        .expect("check")
+        .into_inner();
+    assert_eq!(denied.status.as_ref().map(|s| s.code), Some(7));
+    let Some(check_response::HttpResponse::DeniedResponse(no)) = denied.http_response else {
+        panic!("expected a denied response");
+    };
+    assert_eq!(no.status.map(|s| s.code), Some(403));
+
+    let mut v1 = MixerClient::connect(endpoint).await.expect("connect");
+    let headers: Value = StringMap::from_pairs([("x-mixer-deny", "true")]).into();
+    let attrs = [("request.headers", &headers)];
+    let words = mixer_frontends::mixer_v1::GLOBAL_WORD_COUNT;
+    let request = pb::CheckRequest {
+        attributes: Some(mixer_frontends::mixer_v1::encode(attrs, words)),
+        global_word_count: words as u32,
+        ..Default::default()
+    };
+    let response = v1.check(request).await.expect("check").into_inner();
+    let precondition = response.precondition.expect("precondition");
+    assert_eq!(precondition.status.map(|s| s.code), Some(7));
+    assert!(precondition.referenced_attributes.is_some());
+
+    assert!(mixer.terminate().success());
+}
