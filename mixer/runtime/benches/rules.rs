@@ -2,7 +2,7 @@
 //!
 //! `indexed`: every rule tests `destination.service.host` for equality (one rule per service,
 //! as configs that scope rules per service look), plus 5 rules without a literal.
-//! `scan`: the same rules, but their literal test is written so the index cannot use it
+//! `scan`: the same rules, but their literal tests are written so the index cannot use them
 //! (`startsWith`), so every match is evaluated: the baseline the index is measured against.
 
 use std::sync::Arc;
@@ -19,13 +19,19 @@ fn config(rules: usize, indexable: bool) -> String {
          kind: instance\nmetadata: {name: nothing, namespace: istio-system}\nspec: {compiledTemplate: checknothing}\n",
     );
     for i in 0..rules {
-        let host_test = if indexable {
-            format!(r#"destination.service.host == "svc-{i}.default.svc.cluster.local""#)
+        let (host_test, method_test) = if indexable {
+            (
+                format!(r#"destination.service.host == "svc-{i}.default.svc.cluster.local""#),
+                r#"request.method == "POST""#,
+            )
         } else {
-            format!(r#"destination.service.host.startsWith("svc-{i}.")"#)
+            (
+                format!(r#"destination.service.host.startsWith("svc-{i}.")"#),
+                r#"request.method.startsWith("POST")"#,
+            )
         };
         yaml.push_str(&format!(
-            "---\nkind: rule\nmetadata: {{name: r{i}, namespace: istio-system}}\nspec:\n  match: '{host_test} && request.method == \"POST\" && (request.headers[\"x-tenant\"] | \"\") != \"blocked\"'\n  actions: [{{handler: allow, instances: [nothing]}}]\n"
+            "---\nkind: rule\nmetadata: {{name: r{i}, namespace: istio-system}}\nspec:\n  match: '{host_test} && {method_test} && (request.headers[\"x-tenant\"] | \"\") != \"blocked\"'\n  actions: [{{handler: allow, instances: [nothing]}}]\n"
         ));
     }
     for i in 0..5 {
@@ -72,7 +78,7 @@ fn bag(snapshot: &Snapshot) -> AttributeBag {
     ]);
     let attrs: [(&str, Value); 20] = [
         ("request.headers", headers.into()),
-        ("request.method", Value::from("GET")),
+        ("request.method", Value::from("POST")),
         ("request.path", Value::from("/api/v1/orders?limit=10")),
         ("request.url_path", Value::from("/api/v1/orders")),
         (

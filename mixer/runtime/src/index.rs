@@ -70,13 +70,26 @@ impl RuleIndex {
     /// failed match of that rule denies (then it is evaluated even when its literal's
     /// attribute is absent).
     pub fn build(constraints: &[Vec<EqualityConstraint>], deny_on_error: &[bool]) -> RuleIndex {
-        // Prefer the (attribute, key) most rules constrain, so few groups cover many rules.
-        let mut frequency: HashMap<(AttrId, Option<Arc<str>>), usize> = HashMap::new();
+        // File each rule under its most selective literal: the (attribute, key) whose literals
+        // differ most across rules, so that a request's lookup yields few candidates (one rule
+        // per service beats one bucket holding every rule that tests the method).
+        let mut distinct: HashMap<(AttrId, Option<Arc<str>>), std::collections::HashSet<Key>> =
+            HashMap::new();
         for rule in constraints {
-            for c in rule.iter().filter(|c| Key::of(&c.value).is_some()) {
-                *frequency.entry((c.attr, c.map_key.clone())).or_default() += 1;
+            for c in rule {
+                if let Some(k) = Key::of(&c.value) {
+                    distinct
+                        .entry((c.attr, c.map_key.clone()))
+                        .or_default()
+                        .insert(k);
+                }
             }
         }
+        let selectivity = |c: &EqualityConstraint| {
+            distinct
+                .get(&(c.attr, c.map_key.clone()))
+                .map_or(0, std::collections::HashSet::len)
+        };
         let mut index = RuleIndex {
             rules: constraints.len(),
             ..RuleIndex::default()
@@ -86,7 +99,7 @@ impl RuleIndex {
             let best = rule
                 .iter()
                 .filter_map(|c| Key::of(&c.value).map(|k| (c, k)))
-                .max_by_key(|(c, _)| frequency.get(&(c.attr, c.map_key.clone())).copied());
+                .max_by_key(|(c, _)| selectivity(c));
             let Some((c, key)) = best else {
                 index.unindexed.push(i);
                 continue;
