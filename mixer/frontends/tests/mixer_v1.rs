@@ -830,6 +830,17 @@ fn recorded(records: &Mutex<Vec<Instance>>) -> Vec<(String, String, i64)> {
         .collect()
 }
 
+/// Report instances are delivered from the handler's queue, shortly after the Report is
+/// answered: wait (a bounded time) until `n` have arrived.
+async fn wait_recorded(records: &Mutex<Vec<Instance>>, n: usize) -> Vec<(String, String, i64)> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while records.lock().expect("not poisoned").len() < n && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    recorded(records)
+}
+
 /// Three records: a full one, then one with only a new size, then one with another method.
 /// The later records use the request's default words (they have none of their own).
 fn report_request(semantics: RepeatedAttributesSemantics) -> pb::ReportRequest {
@@ -862,7 +873,7 @@ async fn delta_encoded_reports_build_each_record_on_the_previous_one() {
         .await
         .expect("report");
     assert_eq!(
-        recorded(&h.records),
+        wait_recorded(&h.records, 3).await,
         [
             ("GET".to_string(), "amy".to_string(), 10),
             ("GET".to_string(), "amy".to_string(), 20),
@@ -881,7 +892,7 @@ async fn independent_reports_stand_alone() {
         .await
         .expect("report");
     assert_eq!(
-        recorded(&h.records),
+        wait_recorded(&h.records, 3).await,
         [
             ("GET".to_string(), "amy".to_string(), 10),
             ("none".to_string(), "nobody".to_string(), 20),
@@ -902,7 +913,7 @@ async fn a_bad_report_record_stops_the_report_after_the_good_ones() {
         "{}",
         err.message()
     );
-    assert_eq!(recorded(&h.records).len(), 1);
+    assert_eq!(wait_recorded(&h.records, 1).await.len(), 1);
 
     let mut request = report_request(RepeatedAttributesSemantics::DeltaEncoding);
     request.repeated_attributes_semantics = 7;

@@ -75,10 +75,10 @@ pub struct CheckError {
 /// What a report did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReportOutcome {
-    /// Instances handed to handlers.
-    pub delivered: usize,
-    /// Instances whose handler failed.
-    pub failed: usize,
+    /// Instances put on their handlers' queues.
+    pub queued: usize,
+    /// Instances dropped because a queue was full (also counted in metrics).
+    pub dropped: usize,
 }
 
 impl Snapshot {
@@ -365,36 +365,19 @@ impl Snapshot {
         Ok((verdict, cacheable))
     }
 
-    /// Sends the report instances of matched rules to their handlers, one batch per handler.
+    /// Puts the report instances of matched rules on their handlers' queues; each queue's
+    /// task delivers them in batches.
     pub async fn report(&self, bag: &dyn Bag) -> ReportOutcome {
         let eval = self.evaluate(bag, Variety::Report);
         let mut outcome = ReportOutcome::default();
-        let mut by_handler: Vec<(usize, Vec<Instance>)> = Vec::new();
         for d in eval.dispatches {
-            match by_handler.iter_mut().find(|(h, _)| *h == d.handler) {
-                Some((_, batch)) => batch.push(d.instance),
-                None => by_handler.push((d.handler, vec![d.instance])),
-            }
-        }
-        for (h, batch) in by_handler {
-            let Some(built) = self.handlers.get(h) else {
+            let Some(queue) = self.handlers.get(d.handler).and_then(|h| h.queue.as_ref()) else {
                 continue;
             };
-            let Some(handler) = built.handler.as_report() else {
-                continue;
-            };
-            let result = handler.report(&batch).await;
-            let label = match &result {
-                Ok(()) => "ok",
-                Err(e) => e.kind.label(),
-            };
-            self.metrics
-                .handler_calls
-                .with_label_values(&[built.name.as_ref(), "report", label])
-                .inc();
-            match result {
-                Ok(()) => outcome.delivered += batch.len(),
-                Err(_) => outcome.failed += batch.len(),
+            if queue.push(d.instance) {
+                outcome.queued += 1;
+            } else {
+                outcome.dropped += 1;
             }
         }
         outcome

@@ -13,6 +13,7 @@ mod cache;
 mod dispatch;
 mod index;
 mod metrics;
+mod report_queue;
 mod snapshot;
 mod store;
 mod watch;
@@ -24,6 +25,7 @@ pub use dispatch::{
 };
 pub use index::RuleIndex;
 pub use metrics::RuntimeMetrics;
+pub use report_queue::{Overflow, QueueOptions};
 pub use snapshot::{BuildError, Built, BuiltHandler, RuntimeOptions, Snapshot};
 pub use store::{ConfigOrigin, ReloadError, Runtime};
 pub use watch::{WatchGuard, watch};

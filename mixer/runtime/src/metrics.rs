@@ -1,6 +1,6 @@
 //! The mixer's own metrics, all prefixed `mixer_`.
 
-use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 /// Counters the runtime keeps; registered once in a [`Registry`] the admin endpoint serves.
 #[derive(Clone, Debug)]
@@ -33,6 +33,12 @@ pub struct RuntimeMetrics {
     pub cache_evictions: IntCounter,
     /// `mixer_check_cache_entries`: verdicts held by the active snapshot's cache.
     pub cache_entries: IntGauge,
+    /// `mixer_report_delivered_total{handler}`: report records a handler accepted.
+    pub report_delivered: IntCounterVec,
+    /// `mixer_report_dropped_total{handler,reason}`: report records lost, and why.
+    pub report_dropped: IntCounterVec,
+    /// `mixer_report_queued{handler}`: records waiting in a handler's queue.
+    pub report_queued: IntGaugeVec,
 }
 
 impl RuntimeMetrics {
@@ -116,6 +122,27 @@ impl RuntimeMetrics {
                 "mixer_check_cache_entries",
                 "Verdicts in the active check cache",
             )?,
+            report_delivered: counter_vec(
+                "mixer_report_delivered_total",
+                "Report records delivered to their handler",
+                &["handler"],
+            )?,
+            report_dropped: counter_vec(
+                "mixer_report_dropped_total",
+                "Report records dropped, by handler and reason",
+                &["handler", "reason"],
+            )?,
+            report_queued: {
+                let g = IntGaugeVec::new(
+                    Opts::new(
+                        "mixer_report_queued",
+                        "Report records waiting in a handler's queue",
+                    ),
+                    &["handler"],
+                )?;
+                registry.register(Box::new(g.clone()))?;
+                g
+            },
         })
     }
 

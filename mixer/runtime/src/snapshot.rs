@@ -13,6 +13,7 @@ use mixer_model::{AttrId, Variety};
 use crate::cache::{CacheOptions, CheckCache};
 use crate::index::RuleIndex;
 use crate::metrics::RuntimeMetrics;
+use crate::report_queue::{QueueOptions, ReportQueue};
 
 /// Settings that apply to every snapshot.
 #[derive(Clone, Debug)]
@@ -22,6 +23,8 @@ pub struct RuntimeOptions {
     pub match_error_policy: MatchErrorPolicy,
     /// The check cache.
     pub cache: CacheOptions,
+    /// Report queues and batching.
+    pub reports: QueueOptions,
 }
 
 impl Default for RuntimeOptions {
@@ -29,6 +32,7 @@ impl Default for RuntimeOptions {
         RuntimeOptions {
             match_error_policy: MatchErrorPolicy::NoMatch,
             cache: CacheOptions::default(),
+            reports: QueueOptions::default(),
         }
     }
 }
@@ -46,6 +50,8 @@ pub struct BuiltHandler {
     pub fail_policy: Option<FailPolicy>,
     /// Whether its check results may be cached.
     pub cacheable: bool,
+    /// The queue its report instances go through, for a report handler.
+    pub(crate) queue: Option<Arc<ReportQueue>>,
 }
 
 impl BuiltHandler {
@@ -143,7 +149,7 @@ pub struct Built {
     /// The new snapshot.
     pub snapshot: Snapshot,
     /// Handlers to close once requests on the previous snapshot have finished.
-    pub retired: Vec<Arc<dyn Handler>>,
+    pub retired: Vec<BuiltHandler>,
 }
 
 impl Snapshot {
@@ -191,6 +197,9 @@ impl Snapshot {
                 Ok(handler) => handlers.push(BuiltHandler {
                     name: hc.name.clone(),
                     adapter: hc.adapter.clone(),
+                    queue: handler.as_report().is_some().then(|| {
+                        ReportQueue::new(hc.name.clone(), handler.clone(), options.reports, metrics)
+                    }),
                     handler,
                     fail_policy: hc.fail_policy,
                     cacheable: adapter.info().cacheable,
@@ -207,7 +216,7 @@ impl Snapshot {
                     .iter()
                     .zip(&reused)
                     .filter(|(_, used)| !**used)
-                    .map(|(h, _)| h.handler.clone())
+                    .map(|(h, _)| h.clone())
                     .collect()
             })
             .unwrap_or_default();
@@ -289,5 +298,17 @@ impl Snapshot {
                 .values()
                 .map(|s| s.index.indexed())
                 .sum::<usize>()
+    }
+}
+
+impl Snapshot {
+    /// Delivers what the report queues of this snapshot's handlers hold and stops them,
+    /// waiting at most `deadline` per handler. For shutdown.
+    pub async fn close_report_queues(&self, deadline: std::time::Duration) {
+        for h in &self.handlers {
+            if let Some(q) = &h.queue {
+                q.close(deadline).await;
+            }
+        }
     }
 }

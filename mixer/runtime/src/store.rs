@@ -11,11 +11,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use mixer_adapter_api::{AdapterRegistry, Handler};
+use mixer_adapter_api::AdapterRegistry;
 use mixer_config::{ConfigError, ConfigOptions, SourceFile};
 
 use crate::metrics::RuntimeMetrics;
-use crate::snapshot::{RuntimeOptions, Snapshot};
+use crate::snapshot::{BuiltHandler, RuntimeOptions, Snapshot};
 
 /// Where config comes from.
 #[derive(Clone, Debug)]
@@ -96,6 +96,11 @@ impl Runtime {
         &self.metrics
     }
 
+    /// For shutdown: delivers what the report queues hold, within `deadline` per handler.
+    pub async fn flush_reports(&self, deadline: Duration) {
+        self.snapshot().close_report_queues(deadline).await;
+    }
+
     /// Reads, validates and builds the config, then swaps it in. Returns the new snapshot id.
     pub fn reload(&self) -> Result<u64, ReloadError> {
         let _one_at_a_time = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
@@ -164,9 +169,10 @@ impl Runtime {
     }
 }
 
-/// Closes handlers the new snapshot no longer uses, once requests still running on the old
-/// snapshot have let go of them (or after a minute at most).
-fn retire(handlers: Vec<Arc<dyn Handler>>) {
+/// Closes handlers the new snapshot no longer uses: their report queues are delivered first,
+/// then the handler is closed once requests still running on the old snapshot have let go of
+/// it (or after a minute at most).
+fn retire(handlers: Vec<BuiltHandler>) {
     if handlers.is_empty() {
         return;
     }
@@ -174,7 +180,12 @@ fn retire(handlers: Vec<Arc<dyn Handler>>) {
         return;
     };
     rt.spawn(async move {
-        for handler in handlers {
+        for built in handlers {
+            if let Some(queue) = &built.queue {
+                queue.close(Duration::from_secs(10)).await;
+            }
+            let handler = built.handler;
+            drop(built.queue);
             let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
             while Arc::strong_count(&handler) > 1 && tokio::time::Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(100)).await;

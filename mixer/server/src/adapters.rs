@@ -10,5 +10,7 @@ pub fn builtin() -> AdapterRegistry {
     registry.register(Arc::new(mixer_adapter_denier::Denier));
     registry.register(Arc::new(mixer_adapter_noop::Noop));
     registry.register(Arc::new(mixer_adapter_list::ListChecker));
+    registry.register(Arc::new(mixer_adapter_prometheus::Prometheus));
+    registry.register(Arc::new(mixer_adapter_stdio::Stdio));
     registry
 }

@@ -25,12 +25,20 @@ pub fn router(runtime: Arc<Runtime>, registry: Registry) -> Router {
         .with_state(Admin { runtime, registry })
 }
 
+/// The mixer's own metrics (`mixer_*`), then those of handlers that serve metrics (the
+/// prometheus adapter's), from the active snapshot.
 async fn metrics(State(admin): State<Admin>) -> Response {
     let mut body = Vec::new();
-    match TextEncoder::new().encode(&admin.registry.gather(), &mut body) {
-        Ok(()) => ([(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], body).into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    if let Err(e) = TextEncoder::new().encode(&admin.registry.gather(), &mut body) {
+        return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response();
     }
+    let mut text = String::from_utf8_lossy(&body).into_owned();
+    for handler in &admin.runtime.snapshot().handlers {
+        if let Some(exposition) = handler.handler.as_exposition() {
+            exposition.render(&mut text);
+        }
+    }
+    ([(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], text).into_response()
 }
 
 async fn readyz(State(admin): State<Admin>) -> Response {

@@ -45,6 +45,30 @@ pub struct ConfigArgs {
     /// Most verdicts the check cache keeps; 0 turns it off.
     #[arg(long, default_value_t = 10_000)]
     pub check_cache_size: u64,
+    /// Most report records queued per handler.
+    #[arg(long, default_value_t = 10_000)]
+    pub report_queue_records: usize,
+    /// Most megabytes of report records queued per handler.
+    #[arg(long, default_value_t = 32)]
+    pub report_queue_megabytes: usize,
+    /// Most records per report handler call.
+    #[arg(long, default_value_t = 500)]
+    pub report_batch_size: usize,
+    /// Longest a report record waits for its batch to fill.
+    #[arg(long, default_value = "200ms", value_parser = parse_duration)]
+    pub report_batch_timeout: std::time::Duration,
+    /// What a full report queue drops.
+    #[arg(long, value_enum, default_value = "drop-newest")]
+    pub report_overflow: OverflowArg,
+}
+
+/// What a full report queue drops.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum OverflowArg {
+    /// The record being added.
+    DropNewest,
+    /// The oldest queued record.
+    DropOldest,
 }
 
 #[derive(Subcommand, Debug)]

@@ -60,5 +60,16 @@ pub fn runtime_options(args: &ConfigArgs) -> mixer_runtime::RuntimeOptions {
             max_entries: args.check_cache_size,
             ..mixer_runtime::CacheOptions::default()
         },
+        reports: mixer_runtime::QueueOptions {
+            max_records: args.report_queue_records,
+            max_bytes: args.report_queue_megabytes.saturating_mul(1 << 20),
+            batch_size: args.report_batch_size.max(1),
+            batch_timeout: args.report_batch_timeout,
+            overflow: match args.report_overflow {
+                crate::OverflowArg::DropNewest => mixer_runtime::Overflow::DropNewest,
+                crate::OverflowArg::DropOldest => mixer_runtime::Overflow::DropOldest,
+            },
+            ..mixer_runtime::QueueOptions::default()
+        },
     }
 }

@@ -171,7 +171,6 @@ impl Mixer for MixerV1 {
             };
         let snapshot = self.runtime.snapshot();
         let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
-        let mut failed = 0;
         for (i, record) in request.attributes.iter().enumerate() {
             if !delta {
                 bag.clear();
@@ -184,13 +183,9 @@ impl Mixer for MixerV1 {
             };
             decode_into(record, words, &mut bag)
                 .map_err(|e| Status::invalid_argument(format!("record {i}: {e}")))?;
-            failed += snapshot.report(&bag).await.failed;
-        }
-        if failed > 0 {
-            // Istio answered handler failures with UNKNOWN; proxies log it and move on.
-            return Err(Status::unknown(format!(
-                "{failed} report instances could not be delivered"
-            )));
+            // Instances go onto their handlers' bounded queues; a record that does not fit is
+            // counted in mixer_report_dropped_total, and the proxy is not made to wait.
+            snapshot.report(&bag).await;
         }
         Ok(Response::new(pb::ReportResponse {}))
     }

@@ -1,0 +1,377 @@
+//! Handler behaviour: values, labels, buckets, expiry, rendering.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mixer_adapter_api::{Adapter, BuildContext, ErrorKind};
+use mixer_model::{FieldValue, Instance, StringMap, Template, Value};
+use serde_json::json;
+
+use crate::{Prometheus, PrometheusHandler};
+
+fn build(params: serde_json::Value) -> Arc<PrometheusHandler> {
+    Prometheus.validate(&params).expect("valid params");
+    Prometheus
+        .build_handler(
+            &params,
+            &BuildContext {
+                handler_name: "prom.istio-system".into(),
+            },
+        )
+        .expect("built")
+}
+
+fn metric(name: &str, value: Value, dims: &[(&str, Value)]) -> Instance {
+    Instance {
+        name: name.into(),
+        template: Template::Metric,
+        fields: vec![
+            ("value", FieldValue::Value(value)),
+            (
+                "dimensions",
+                FieldValue::Map(dims.iter().map(|(k, v)| ((*k).into(), v.clone())).collect()),
+            ),
+        ],
+    }
+}
+
+fn render(h: &PrometheusHandler) -> String {
+    let mut out = String::new();
+    mixer_adapter_api::Exposition::render(h, &mut out);
+    out
+}
+
+async fn report(
+    h: &PrometheusHandler,
+    instances: &[Instance],
+) -> Result<(), mixer_adapter_api::AdapterError> {
+    mixer_adapter_api::ReportHandler::report(h, instances).await
+}
+
+fn standard() -> serde_json::Value {
+    json!({"metrics": [
+        {"name": "requests_total", "instanceName": "requestcount.instance.istio-system",
+         "kind": "COUNTER", "labelNames": ["source_app", "response_code"],
+         "description": "Total requests."},
+        {"name": "connections", "instanceName": "connections.istio-system",
+         "kind": "GAUGE", "labelNames": ["destination_app"]},
+        {"name": "request_duration_seconds", "instanceName": "requestduration.istio-system",
+         "kind": "DISTRIBUTION", "labelNames": ["source_app"],
+         "buckets": {"explicitBuckets": {"bounds": [0.01, 0.1, 1]}}},
+        {"name": "bytes", "namespace": "mesh", "instanceName": "bytes.istio-system",
+         "kind": "DISTRIBUTION",
+         "buckets": {"linearBuckets": {"numFiniteBuckets": 2, "width": 100, "offset": 0}}}
+    ]})
+}
+
+#[tokio::test]
+async fn counters_add_gauges_set_histograms_observe() {
+    let h = build(standard());
+    let app = |a: &str| ("source_app", Value::from(a));
+    report(
+        &h,
+        &[
+            metric(
+                "requestcount.istio-system",
+                Value::Int64(1),
+                &[app("web"), ("response_code", Value::Int64(200))],
+            ),
+            metric(
+                "requestcount.istio-system",
+                Value::Double(2.5),
+                &[app("web"), ("response_code", Value::Int64(200))],
+            ),
+            metric(
+                "requestcount.istio-system",
+                Value::from("4"),
+                &[app("api"), ("response_code", Value::Int64(503))],
+            ),
+            metric(
+                "connections.istio-system",
+                Value::Int64(7),
+                &[("destination_app", Value::from("db"))],
+            ),
+            metric(
+                "connections.istio-system",
+                Value::Int64(3),
+                &[("destination_app", Value::from("db"))],
+            ),
+            metric(
+                "requestduration.istio-system",
+                Value::Double(0.005),
+                &[app("web")],
+            ),
+            metric(
+                "requestduration.istio-system",
+                Value::Double(0.05),
+                &[app("web")],
+            ),
+            metric(
+                "requestduration.istio-system",
+                Value::Double(5.0),
+                &[app("web")],
+            ),
+            metric("bytes.istio-system", Value::Int64(150), &[]),
+        ],
+    )
+    .await
+    .expect("recorded");
+    let text = render(&h);
+    for line in [
+        "# HELP istio_requests_total Total requests.",
+        "# TYPE istio_requests_total counter",
+        "istio_requests_total{response_code=\"200\",source_app=\"web\"} 3.5",
+        "istio_requests_total{response_code=\"503\",source_app=\"api\"} 4",
+        "# HELP istio_connections connections",
+        "# TYPE istio_connections gauge",
+        "istio_connections{destination_app=\"db\"} 3",
+        "# TYPE istio_request_duration_seconds histogram",
+        "istio_request_duration_seconds_bucket{source_app=\"web\",le=\"0.01\"} 1",
+        "istio_request_duration_seconds_bucket{source_app=\"web\",le=\"0.1\"} 2",
+        "istio_request_duration_seconds_bucket{source_app=\"web\",le=\"1\"} 2",
+        "istio_request_duration_seconds_bucket{source_app=\"web\",le=\"+Inf\"} 3",
+        "istio_request_duration_seconds_sum{source_app=\"web\"} 5.055",
+        "istio_request_duration_seconds_count{source_app=\"web\"} 3",
+        "mesh_bytes_bucket{le=\"0\"} 0",
+        "mesh_bytes_bucket{le=\"100\"} 0",
+        "mesh_bytes_bucket{le=\"200\"} 1",
+        "mesh_bytes_bucket{le=\"+Inf\"} 1",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn label_mapping_and_value_conversions() {
+    let h = build(json!({"metrics": [
+        {"name": "g", "instanceName": "g.ns", "kind": "GAUGE",
+         "labelNames": ["response-code", "source.ip", "flag", "missing", "latency"]}
+    ]}));
+    let ip: std::net::IpAddr = "::ffff:10.0.0.1".parse().expect("ip");
+    report(
+        &h,
+        &[metric(
+            "g.ns",
+            Value::Duration(mixer_model::Duration(1_500_000_000)),
+            &[
+                // Looked up under the configured name...
+                ("response-code", Value::Int64(404)),
+                // ...or under the exposed (sanitized) one.
+                ("source_ip", Value::IpAddress(ip)),
+                ("flag", Value::Bool(true)),
+                (
+                    "latency",
+                    Value::Duration(mixer_model::Duration(19_000_000)),
+                ),
+                ("extra", Value::from("ignored")),
+            ],
+        )],
+    )
+    .await
+    .expect("recorded");
+    let text = render(&h);
+    assert!(
+        text.contains(
+            "istio_g{flag=\"true\",latency=\"19ms\",missing=\"unknown\",responsecode=\"404\",source_ip=\"10.0.0.1\"} 1.5"
+        ),
+        "{text}"
+    );
+    // Durations in seconds, booleans as 1 or 0.
+    assert_eq!(
+        crate::numeric_value(&Value::Duration(mixer_model::Duration(250_000_000))),
+        Ok(0.25)
+    );
+    assert_eq!(crate::numeric_value(&Value::Bool(false)), Ok(0.0));
+    assert_eq!(crate::numeric_value(&Value::from(" 2.5 ")), Ok(2.5));
+    assert!(crate::numeric_value(&Value::from("many")).is_err());
+    assert!(crate::numeric_value(&Value::StringMap(Arc::new(StringMap::new()))).is_err());
+}
+
+#[tokio::test]
+async fn bad_values_fail_alone_and_others_are_recorded() {
+    let h = build(standard());
+    let err = report(
+        &h,
+        &[
+            metric("requestcount.istio-system", Value::from("lots"), &[]),
+            metric("requestcount.istio-system", Value::Int64(-1), &[]),
+            Instance {
+                name: "connections.istio-system".into(),
+                template: Template::Metric,
+                fields: vec![],
+            },
+            metric("requestduration.istio-system", Value::Double(f64::NAN), &[]),
+            metric("requestcount.istio-system", Value::Int64(2), &[]),
+        ],
+    )
+    .await
+    .expect_err("bad values");
+    assert_eq!(err.kind, ErrorKind::InvalidInstance);
+    assert!(!err.retryable);
+    assert_eq!(
+        err.message.matches("could not record").count(),
+        4,
+        "{}",
+        err.message
+    );
+    assert!(
+        err.message.contains("\"lots\" is not a number"),
+        "{}",
+        err.message
+    );
+    let text = render(&h);
+    assert!(
+        text.contains("istio_requests_total{response_code=\"unknown\",source_app=\"unknown\"} 2"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn instances_for_other_metrics_and_templates_are_ignored() {
+    let h = build(standard());
+    report(
+        &h,
+        &[
+            metric("someoneelse.istio-system", Value::Int64(1), &[]),
+            Instance {
+                name: "requestcount.istio-system".into(),
+                template: Template::LogEntry,
+                fields: vec![],
+            },
+        ],
+    )
+    .await
+    .expect("ignored");
+    // Nothing recorded: vectors without series are not rendered at all.
+    assert_eq!(render(&h), "");
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_series_expire() {
+    let mut params = standard();
+    params["metricsExpirationPolicy"] =
+        json!({"metricsExpiryDuration": "10m", "expiryCheckIntervalDuration": "1m"});
+    let h = build(params);
+    let web = [
+        ("source_app", Value::from("web")),
+        ("response_code", Value::Int64(200)),
+    ];
+    let api = [
+        ("source_app", Value::from("api")),
+        ("response_code", Value::Int64(200)),
+    ];
+    report(
+        &h,
+        &[metric("requestcount.istio-system", Value::Int64(1), &web)],
+    )
+    .await
+    .expect("ok");
+    report(
+        &h,
+        &[metric("requestcount.istio-system", Value::Int64(1), &api)],
+    )
+    .await
+    .expect("ok");
+    assert_eq!(h.tracked_series(), 2);
+
+    tokio::time::advance(Duration::from_secs(6 * 60)).await;
+    // `web` is updated again; `api` stays idle.
+    report(
+        &h,
+        &[metric("requestcount.istio-system", Value::Int64(1), &web)],
+    )
+    .await
+    .expect("ok");
+    tokio::time::advance(Duration::from_secs(5 * 60)).await;
+    let text = render(&h);
+    assert!(text.contains("source_app=\"web\"} 2"), "{text}");
+    assert!(!text.contains("source_app=\"api\""), "{text}");
+    assert_eq!(h.tracked_series(), 1);
+
+    tokio::time::advance(Duration::from_secs(11 * 60)).await;
+    assert_eq!(render(&h), "");
+    assert_eq!(h.tracked_series(), 0);
+
+    // A series that comes back starts again from zero.
+    report(
+        &h,
+        &[metric("requestcount.istio-system", Value::Int64(1), &api)],
+    )
+    .await
+    .expect("ok");
+    assert!(render(&h).contains("source_app=\"api\"} 1"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn label_churn_is_bounded_by_expiry() {
+    let h = build(json!({
+        "metrics": [{"name": "c", "instanceName": "c.ns", "kind": "COUNTER", "labelNames": ["id"]}],
+        "metricsExpirationPolicy": {"metricsExpiryDuration": "2s", "expiryCheckIntervalDuration": "1s"}
+    }));
+    for i in 0..100 {
+        report(
+            &h,
+            &[metric("c.ns", Value::Int64(1), &[("id", Value::Int64(i))])],
+        )
+        .await
+        .expect("ok");
+        tokio::time::advance(Duration::from_millis(500)).await;
+    }
+    // Only the series of the last ~3 seconds are alive.
+    assert!(h.tracked_series() <= 7, "{}", h.tracked_series());
+    let rendered = render(&h);
+    assert!(
+        rendered
+            .lines()
+            .filter(|l| l.starts_with("istio_c{"))
+            .count()
+            <= 7
+    );
+}
+
+#[tokio::test]
+async fn two_handlers_have_separate_registries() {
+    let a = build(json!({"metrics": [{"name": "a", "instanceName": "x.ns", "kind": "COUNTER"}]}));
+    let b = build(json!({"metrics": [{"name": "a", "instanceName": "x.ns", "kind": "COUNTER"}]}));
+    report(&a, &[metric("x.ns", Value::Int64(1), &[])])
+        .await
+        .expect("ok");
+    report(&b, &[metric("x.ns", Value::Int64(5), &[])])
+        .await
+        .expect("ok");
+    assert!(render(&a).contains("istio_a 1"));
+    assert!(render(&b).contains("istio_a 5"));
+}
+
+#[test]
+fn info_and_validation_through_the_adapter() {
+    let info = Prometheus.info();
+    assert_eq!(info.name, "prometheus");
+    assert_eq!(info.templates, [Template::Metric]);
+    let errs = Prometheus
+        .validate(&json!({"metrics": [
+            {"name": "x", "instanceName": "a.ns", "kind": "COUNTER"},
+            {"name": "x", "instanceName": "b.ns", "kind": "GAUGE"}
+        ]}))
+        .expect_err("duplicate");
+    assert_eq!(errs[0].path, "metrics[1].name");
+    assert!(
+        errs[0].message.contains("already used by metrics[0]"),
+        "{}",
+        errs[0]
+    );
+    assert!(Prometheus.validate(&serde_json::Value::Null).is_ok());
+    let err = Prometheus
+        .build(
+            &json!({"metrics": [{"instanceName": "a.ns"}]}),
+            &BuildContext {
+                handler_name: "h".into(),
+            },
+        )
+        .err()
+        .expect("build refuses invalid params");
+    assert!(err.message.contains("metrics[0].kind"), "{}", err.message);
+}

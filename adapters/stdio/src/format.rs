@@ -1,0 +1,306 @@
+//! Records as JSON lines or console lines, with the encodings Istio's zap core used.
+
+use std::fmt::Write as _;
+
+use chrono::{Datelike, Timelike};
+use mixer_model::{Duration, Timestamp, Value};
+
+use crate::config::Level;
+
+/// Istio's time format: UTC with microseconds, `2017-01-01T12:30:05.000123Z` (RFC 3339).
+pub fn format_time(t: Timestamp) -> String {
+    let d = chrono::DateTime::from_timestamp_nanos(t.0);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+        d.year(),
+        d.month(),
+        d.day(),
+        d.hour(),
+        d.minute(),
+        d.second(),
+        d.nanosecond() / 1_000
+    )
+}
+
+fn fraction(v: u64, digits: u32) -> String {
+    if digits == 0 {
+        return v.to_string();
+    }
+    let p = 10u64.pow(digits);
+    let (int, frac) = (v / p, v % p);
+    if frac == 0 {
+        return int.to_string();
+    }
+    let frac = format!("{frac:0width$}", width = digits as usize);
+    format!("{int}.{}", frac.trim_end_matches('0'))
+}
+
+/// Go's `time.Duration.String()`: `19ms`, `1.5s`, `1m30s`, `1h0m0s`, `250µs`, `0s`.
+pub fn go_duration(d: Duration) -> String {
+    let n = d.0;
+    if n == 0 {
+        return "0s".into();
+    }
+    let u = n.unsigned_abs();
+    let sign = if n < 0 { "-" } else { "" };
+    let body = if u < 1_000 {
+        format!("{u}ns")
+    } else if u < 1_000_000 {
+        format!("{}\u{b5}s", fraction(u, 3))
+    } else if u < 1_000_000_000 {
+        format!("{}ms", fraction(u, 6))
+    } else {
+        let secs = u / 1_000_000_000;
+        let (h, m) = (secs / 3600, (secs / 60) % 60);
+        let s = fraction((secs % 60) * 1_000_000_000 + u % 1_000_000_000, 9);
+        if h > 0 {
+            format!("{h}h{m}m{s}s")
+        } else if m > 0 {
+            format!("{m}m{s}s")
+        } else {
+            format!("{s}s")
+        }
+    };
+    format!("{sign}{body}")
+}
+
+/// Appends `s` as a JSON string.
+pub fn json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 || c == '\u{2028}' || c == '\u{2029}' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn double(d: f64) -> Option<String> {
+    // Rust prints 1e21 in full and 1.0 as "1": both valid JSON numbers.
+    d.is_finite().then(|| format!("{d}"))
+}
+
+fn special_double(d: f64) -> &'static str {
+    if d.is_nan() {
+        "NaN"
+    } else if d > 0.0 {
+        "+Inf"
+    } else {
+        "-Inf"
+    }
+}
+
+/// Appends a value as JSON: numbers and booleans as such, timestamps in [`format_time`],
+/// durations as Go strings, bytes in base64 (as zap), NaN and infinities as the strings
+/// `NaN`, `+Inf`, `-Inf` (as zap), maps as objects, everything else as its text.
+pub fn json_value(out: &mut String, v: &Value) {
+    match v {
+        Value::Int64(i) => {
+            let _ = write!(out, "{i}");
+        }
+        Value::Double(d) => match double(*d) {
+            Some(text) => out.push_str(&text),
+            None => json_string(out, special_double(*d)),
+        },
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Timestamp(t) => json_string(out, &format_time(*t)),
+        Value::Duration(d) => json_string(out, &go_duration(*d)),
+        Value::Bytes(b) => json_string(out, &base64(b)),
+        Value::IpAddress(ip) => json_string(out, &ip.to_string()),
+        Value::StringMap(m) => {
+            out.push('{');
+            for (i, (k, v)) in m.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                json_string(out, k);
+                out.push(':');
+                json_string(out, v);
+            }
+            out.push('}');
+        }
+        Value::String(s) | Value::EmailAddress(s) | Value::Uri(s) | Value::DnsName(s) => {
+            json_string(out, s)
+        }
+    }
+}
+
+/// Appends a value for a console line: text bare when it is one plain word, JSON-quoted
+/// otherwise; maps as JSON objects.
+pub fn console_value(out: &mut String, v: &Value) {
+    let text = match v {
+        Value::StringMap(_) => return json_value(out, v),
+        Value::Double(d) if double(*d).is_none() => special_double(*d).to_string(),
+        Value::Timestamp(t) => format_time(*t),
+        Value::Duration(d) => go_duration(*d),
+        Value::Bytes(b) => base64(b),
+        other => other.to_string(),
+    };
+    let plain = !text.is_empty()
+        && !text
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == '"' || c == '=' || c == '\\');
+    if plain {
+        out.push_str(&text);
+    } else {
+        json_string(out, &text);
+    }
+}
+
+/// One record: what a line is made of.
+pub struct Record<'a> {
+    /// Its level.
+    pub level: Level,
+    /// When it happened.
+    pub time: Timestamp,
+    /// The instance's name.
+    pub instance: &'a str,
+    /// Named values, in output order.
+    pub fields: Vec<(&'a str, &'a Value)>,
+}
+
+impl Record<'_> {
+    /// Appends the record as one JSON object and a newline: `level`, `time`, `instance`,
+    /// then the fields (zap's layout in Istio).
+    pub fn write_json(&self, out: &mut String) {
+        out.push_str("{\"level\":");
+        json_string(out, self.level.label());
+        out.push_str(",\"time\":");
+        json_string(out, &format_time(self.time));
+        out.push_str(",\"instance\":");
+        json_string(out, self.instance);
+        for (k, v) in &self.fields {
+            out.push(',');
+            json_string(out, k);
+            out.push(':');
+            json_value(out, v);
+        }
+        out.push_str("}\n");
+    }
+
+    /// Appends the record as a console line and a newline:
+    /// `time<TAB>level<TAB>instance<TAB>key=value key=value`.
+    pub fn write_console(&self, out: &mut String) {
+        out.push_str(&format_time(self.time));
+        out.push('\t');
+        out.push_str(self.level.label());
+        out.push('\t');
+        out.push_str(self.instance);
+        for (i, (k, v)) in self.fields.iter().enumerate() {
+            out.push(if i == 0 { '\t' } else { ' ' });
+            out.push_str(k);
+            out.push('=');
+            console_value(out, v);
+        }
+        out.push('\n');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mixer_model::StringMap;
+    use std::sync::Arc;
+
+    #[test]
+    fn durations_print_like_go() {
+        let d = |n: i64| go_duration(Duration(n));
+        assert_eq!(d(0), "0s");
+        assert_eq!(d(300), "300ns");
+        assert_eq!(d(1_500), "1.5\u{b5}s");
+        assert_eq!(d(19_000_000), "19ms");
+        assert_eq!(d(19_500_000), "19.5ms");
+        assert_eq!(d(1_500_000_000), "1.5s");
+        assert_eq!(d(90_000_000_000), "1m30s");
+        assert_eq!(d(3_600_000_000_000), "1h0m0s");
+        assert_eq!(d(3_723_005_000_000), "1h2m3.005s");
+        assert_eq!(d(-2_000_000), "-2ms");
+    }
+
+    #[test]
+    fn times_have_microseconds() {
+        let t = Timestamp::parse_rfc3339("2017-01-01T12:30:05.000123456Z").expect("t");
+        assert_eq!(format_time(t), "2017-01-01T12:30:05.000123Z");
+        assert_eq!(format_time(Timestamp(0)), "1970-01-01T00:00:00.000000Z");
+    }
+
+    #[test]
+    fn values_as_json() {
+        let j = |v: Value| {
+            let mut s = String::new();
+            json_value(&mut s, &v);
+            s
+        };
+        assert_eq!(j(Value::Int64(-3)), "-3");
+        assert_eq!(j(Value::Double(2.5)), "2.5");
+        assert_eq!(j(Value::Double(f64::NAN)), "\"NaN\"");
+        assert_eq!(j(Value::Double(f64::NEG_INFINITY)), "\"-Inf\"");
+        assert_eq!(j(Value::Bool(true)), "true");
+        assert_eq!(j(Value::from("a\"b\n")), "\"a\\\"b\\n\"");
+        assert_eq!(j(Value::Bytes(Arc::from(&b"hello"[..]))), "\"aGVsbG8=\"");
+        assert_eq!(j(Value::Bytes(Arc::from(&b"hi"[..]))), "\"aGk=\"");
+        assert_eq!(j(Value::Bytes(Arc::from(&b"abc"[..]))), "\"YWJj\"");
+        assert_eq!(
+            j(Value::from(StringMap::from_pairs([("b", "2"), ("a", "1")]))),
+            "{\"a\":\"1\",\"b\":\"2\"}"
+        );
+        assert_eq!(
+            j(Value::IpAddress("10.0.0.1".parse().expect("ip"))),
+            "\"10.0.0.1\""
+        );
+        for v in [
+            Value::Double(1e300),
+            Value::Double(1e-300),
+            Value::Double(-0.0),
+            Value::from("\u{1}\u{2028}é"),
+        ] {
+            let text = j(v.clone());
+            serde_json::from_str::<serde_json::Value>(&text)
+                .unwrap_or_else(|e| panic!("{v:?} gave {text}: {e}"));
+        }
+    }
+
+    #[test]
+    fn console_values() {
+        let c = |v: Value| {
+            let mut s = String::new();
+            console_value(&mut s, &v);
+            s
+        };
+        assert_eq!(c(Value::from("GET")), "GET");
+        assert_eq!(c(Value::from("two words")), "\"two words\"");
+        assert_eq!(c(Value::from("")), "\"\"");
+        assert_eq!(c(Value::from("a=b")), "\"a=b\"");
+        assert_eq!(c(Value::Duration(Duration(19_000_000))), "19ms");
+        assert_eq!(c(Value::Int64(200)), "200");
+    }
+}

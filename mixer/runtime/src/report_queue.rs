@@ -1,0 +1,304 @@
+//! Report queues: one bounded queue per report handler, drained in batches by its own task.
+//!
+//! A report never waits for a handler: its instances are put on the handler's queue and the
+//! request is answered. Each queue is bounded in records and in bytes; when full, the overflow
+//! policy drops the newest (default) or the oldest record, and every drop is counted by handler
+//! and reason. Below capacity nothing is lost. A slow or failing handler only fills its own
+//! queue. Closing a queue delivers what it holds, within a deadline.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mixer_adapter_api::Handler;
+use mixer_model::{FieldValue, Instance, Value};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::metrics::RuntimeMetrics;
+
+/// What to drop when a queue is full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Overflow {
+    /// Refuse the record being added.
+    DropNewest,
+    /// Make room by dropping the oldest queued record.
+    DropOldest,
+}
+
+/// Queue and batching settings, the same for every report handler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueOptions {
+    /// Most records queued per handler.
+    pub max_records: usize,
+    /// Most bytes (estimated) queued per handler.
+    pub max_bytes: usize,
+    /// Most records per handler call.
+    pub batch_size: usize,
+    /// Longest a record waits for its batch to fill.
+    pub batch_timeout: Duration,
+    /// Longest one handler call may take before its batch counts as failed.
+    pub call_timeout: Duration,
+    /// What to drop when full.
+    pub overflow: Overflow,
+}
+
+impl Default for QueueOptions {
+    fn default() -> QueueOptions {
+        QueueOptions {
+            max_records: 10_000,
+            max_bytes: 32 << 20,
+            batch_size: 500,
+            batch_timeout: Duration::from_millis(200),
+            call_timeout: Duration::from_secs(10),
+            overflow: Overflow::DropNewest,
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    items: VecDeque<(Instance, usize)>,
+    bytes: usize,
+    closed: bool,
+}
+
+/// One handler's queue.
+pub(crate) struct ReportQueue {
+    name: Arc<str>,
+    handler: Arc<dyn Handler>,
+    options: QueueOptions,
+    metrics: RuntimeMetrics,
+    state: Mutex<State>,
+    notify: Notify,
+    worker: Mutex<Option<JoinHandle<()>>>,
+    /// Records of the batch being delivered right now.
+    in_flight: std::sync::atomic::AtomicUsize,
+}
+
+impl ReportQueue {
+    pub(crate) fn new(
+        name: Arc<str>,
+        handler: Arc<dyn Handler>,
+        options: QueueOptions,
+        metrics: &RuntimeMetrics,
+    ) -> Arc<ReportQueue> {
+        Arc::new(ReportQueue {
+            name,
+            handler,
+            options,
+            metrics: metrics.clone(),
+            state: Mutex::new(State::default()),
+            notify: Notify::new(),
+            worker: Mutex::new(None),
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    fn drop_records(&self, reason: &str, n: usize) {
+        self.metrics
+            .report_dropped
+            .with_label_values(&[self.name.as_ref(), reason])
+            .inc_by(n as u64);
+    }
+
+    /// Queues one record; false when it (or another) was dropped to stay within bounds.
+    pub(crate) fn push(self: &Arc<Self>, instance: Instance) -> bool {
+        self.ensure_worker();
+        let size = approx_bytes(&instance);
+        let mut dropped = 0usize;
+        {
+            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            if state.closed {
+                drop(state);
+                self.drop_records("shutting_down", 1);
+                return false;
+            }
+            let full = |s: &State| {
+                s.items.len() >= self.options.max_records || s.bytes + size > self.options.max_bytes
+            };
+            let mut push = true;
+            match self.options.overflow {
+                Overflow::DropNewest => {
+                    if full(&state) {
+                        push = false;
+                        dropped = 1;
+                    }
+                }
+                Overflow::DropOldest => {
+                    while full(&state) {
+                        let Some((_, old)) = state.items.pop_front() else {
+                            break;
+                        };
+                        state.bytes -= old;
+                        dropped += 1;
+                    }
+                }
+            }
+            if push {
+                state.bytes += size;
+                state.items.push_back((instance, size));
+            }
+            self.metrics
+                .report_queued
+                .with_label_values(&[self.name.as_ref()])
+                .set(state.items.len() as i64);
+        }
+        if dropped > 0 {
+            self.drop_records("queue_full", dropped);
+        }
+        self.notify.notify_one();
+        dropped == 0
+    }
+
+    fn ensure_worker(self: &Arc<Self>) {
+        let mut worker = self.worker.lock().unwrap_or_else(|e| e.into_inner());
+        if worker.is_some() {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            *worker = Some(rt.spawn(self.clone().run()));
+        }
+    }
+
+    /// Takes the next batch: waits for a first record, then up to `batch_timeout` for the
+    /// batch to fill. `None` once closed and empty.
+    async fn next_batch(&self) -> Option<Vec<Instance>> {
+        loop {
+            let notified = self.notify.notified();
+            {
+                let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                if !state.items.is_empty() {
+                    break;
+                }
+                if state.closed {
+                    return None;
+                }
+            }
+            notified.await;
+        }
+        let deadline = tokio::time::Instant::now() + self.options.batch_timeout;
+        loop {
+            let notified = self.notify.notified();
+            {
+                let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                if state.items.len() >= self.options.batch_size || state.closed {
+                    break;
+                }
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                break;
+            }
+        }
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let n = state.items.len().min(self.options.batch_size);
+        let mut taken = 0;
+        let batch: Vec<Instance> = state
+            .items
+            .drain(..n)
+            .map(|(i, size)| {
+                taken += size;
+                i
+            })
+            .collect();
+        state.bytes -= taken;
+        self.metrics
+            .report_queued
+            .with_label_values(&[self.name.as_ref()])
+            .set(state.items.len() as i64);
+        Some(batch)
+    }
+
+    async fn run(self: Arc<Self>) {
+        while let Some(batch) = self.next_batch().await {
+            if batch.is_empty() {
+                continue;
+            }
+            let Some(report) = self.handler.as_report() else {
+                self.drop_records("not_a_report_handler", batch.len());
+                continue;
+            };
+            self.in_flight
+                .store(batch.len(), std::sync::atomic::Ordering::SeqCst);
+            let result =
+                tokio::time::timeout(self.options.call_timeout, report.report(&batch)).await;
+            self.in_flight.store(0, std::sync::atomic::Ordering::SeqCst);
+            let (label, delivered) = match &result {
+                Ok(Ok(())) => ("ok", true),
+                Ok(Err(e)) => (e.kind.label(), false),
+                Err(_) => ("timeout", false),
+            };
+            self.metrics
+                .handler_calls
+                .with_label_values(&[self.name.as_ref(), "report", label])
+                .inc();
+            if delivered {
+                self.metrics
+                    .report_delivered
+                    .with_label_values(&[self.name.as_ref()])
+                    .inc_by(batch.len() as u64);
+            } else {
+                self.drop_records("handler_error", batch.len());
+            }
+        }
+    }
+
+    /// Stops taking records and delivers what is queued, waiting at most `deadline`; what
+    /// is left then is counted as dropped.
+    pub(crate) async fn close(&self, deadline: Duration) {
+        {
+            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            state.closed = true;
+        }
+        self.notify.notify_one();
+        let worker = self.worker.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(mut worker) = worker
+            && tokio::time::timeout(deadline, &mut worker).await.is_err()
+        {
+            worker.abort();
+            let _ = worker.await;
+            let cut = self.in_flight.swap(0, std::sync::atomic::Ordering::SeqCst);
+            if cut > 0 {
+                self.drop_records("shutdown_deadline", cut);
+            }
+        }
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let left = state.items.len();
+        state.items.clear();
+        state.bytes = 0;
+        drop(state);
+        if left > 0 {
+            self.drop_records("shutdown_deadline", left);
+        }
+    }
+}
+
+/// A rough size of an instance in memory, for the byte bound.
+fn approx_bytes(instance: &Instance) -> usize {
+    fn value(v: &Value) -> usize {
+        match v {
+            Value::String(s) | Value::EmailAddress(s) | Value::Uri(s) | Value::DnsName(s) => {
+                32 + s.len()
+            }
+            Value::Bytes(b) => 32 + b.len(),
+            Value::StringMap(m) => {
+                32 + m.iter().map(|(k, v)| 48 + k.len() + v.len()).sum::<usize>()
+            }
+            _ => 32,
+        }
+    }
+    64 + instance.name.len()
+        + instance
+            .fields
+            .iter()
+            .map(|(_, f)| match f {
+                FieldValue::Value(v) => 16 + value(v),
+                FieldValue::Map(entries) => {
+                    16 + entries
+                        .iter()
+                        .map(|(k, v)| 16 + k.len() + value(v))
+                        .sum::<usize>()
+                }
+            })
+            .sum::<usize>()
+}
