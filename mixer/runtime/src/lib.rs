@@ -13,6 +13,7 @@ mod cache;
 mod dispatch;
 mod index;
 mod metrics;
+mod quota;
 mod report_queue;
 mod snapshot;
 mod store;
@@ -25,6 +26,7 @@ pub use dispatch::{
 };
 pub use index::RuleIndex;
 pub use metrics::RuntimeMetrics;
+pub use quota::{QuotaOutcome, quota_name_matches};
 pub use report_queue::{Overflow, QueueOptions};
 pub use snapshot::{BuildError, Built, BuiltHandler, RuntimeOptions, Snapshot};
 pub use store::{ConfigOrigin, ReloadError, Runtime};
