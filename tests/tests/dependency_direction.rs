@@ -1,4 +1,4 @@
-//! The crates depend on each other one way only:
+//! The crates depend on each other one way only (adapters never on the runtime):
 //! model <- adapter-api <- adapters; model <- policy <- config <- runtime <- frontends <- server.
 
 use std::collections::BTreeMap;
@@ -25,7 +25,13 @@ fn allowed(krate: &str) -> Option<&'static [&'static str]> {
             "mixer-proto",
         ],
         "mixer-proto" => &[],
-        k if k.starts_with("mixer-adapter-") => &["mixer-model", "mixer-adapter-api"],
+        // Adapters see only the adapter API (and the model it speaks), plus shared adapter
+        // libraries that obey the same rule.
+        k if k.starts_with("mixer-adapter-") => &[
+            "mixer-model",
+            "mixer-adapter-api",
+            "mixer-adapter-quota-common",
+        ],
         _ => return None,
     })
 }

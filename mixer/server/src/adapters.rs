@@ -12,5 +12,7 @@ pub fn builtin() -> AdapterRegistry {
     registry.register(Arc::new(mixer_adapter_list::ListChecker));
     registry.register(Arc::new(mixer_adapter_prometheus::Prometheus));
     registry.register(Arc::new(mixer_adapter_stdio::Stdio));
+    registry.register(Arc::new(mixer_adapter_memquota::MemQuota));
+    registry.register(Arc::new(mixer_adapter_redisquota::RedisQuota));
     registry
 }

@@ -1,0 +1,139 @@
+//! memquota's handler: selects quota, limit and key, asks the [`Store`], builds the result.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use async_trait::async_trait;
+use mixer_adapter_api::{AdapterError, Exposition, Handler, QuotaArgs, QuotaHandler};
+use mixer_adapter_quota_common::{Decision, Metrics, finish, render_one};
+use mixer_model::{Instance, QuotaResult};
+
+use crate::config::MemQuotaConfig;
+use crate::store::Store;
+
+/// Metric names start with this.
+pub const METRIC_PREFIX: &str = "mixer_memquota";
+
+/// Allocates quota from counters in this process's memory.
+#[derive(Debug)]
+pub struct MemQuotaHandler {
+    config: MemQuotaConfig,
+    store: Store,
+    metrics: Metrics,
+    name: Arc<str>,
+}
+
+impl MemQuotaHandler {
+    /// A handler for validated params.
+    pub fn new(config: MemQuotaConfig, name: Arc<str>) -> MemQuotaHandler {
+        let store = Store::new(config.max_keys, config.min_deduplication_duration);
+        let metrics = Metrics::new(
+            &name,
+            config
+                .quotas
+                .quotas
+                .iter()
+                .map(|q| q.name.clone())
+                .collect(),
+        );
+        MemQuotaHandler {
+            config,
+            store,
+            metrics,
+            name,
+        }
+    }
+
+    /// Counters tracked now (never more than `maxKeys`).
+    pub fn tracked_keys(&self) -> usize {
+        self.store.len()
+    }
+
+    /// Deduplication ids remembered now (never more than `maxKeys`).
+    pub fn remembered_ids(&self) -> usize {
+        self.store.dedup_len()
+    }
+
+    /// Drops every counter that is back to its fresh state and every expired deduplication
+    /// id. Allocations do this a little at a time; this does all of it.
+    pub fn sweep(&self) {
+        self.store.sweep();
+    }
+
+    /// The per-quota counters.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+}
+
+impl Handler for MemQuotaHandler {
+    fn as_quota(&self) -> Option<&dyn QuotaHandler> {
+        Some(self)
+    }
+
+    fn as_exposition(&self) -> Option<&dyn Exposition> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl QuotaHandler for MemQuotaHandler {
+    async fn allocate(
+        &self,
+        instance: &Instance,
+        args: &QuotaArgs,
+    ) -> Result<QuotaResult, AdapterError> {
+        let sel = self.config.quotas.select(instance)?;
+        let decision = if args.amount <= 0 {
+            // Istio released quota for negative amounts; rate limits have nothing to release.
+            Decision {
+                granted: 0,
+                valid_duration: std::time::Duration::ZERO,
+                deduplicated: false,
+            }
+        } else {
+            self.store.allocate(
+                &sel.key,
+                sel.limit,
+                args.amount,
+                args.best_effort,
+                &args.deduplication_id,
+            )
+        };
+        let result = finish("memquota", &sel, args, decision, &self.metrics);
+        if sel.limit.shadow && !result.status.message.is_empty() {
+            tracing::debug!(handler = %self.name, key = %sel.key, "{}", result.status.message);
+        }
+        tracing::trace!(handler = %self.name, key = %sel.key, granted = result.granted_amount, "memquota allocation");
+        Ok(result)
+    }
+}
+
+impl Exposition for MemQuotaHandler {
+    fn render(&self, out: &mut String) {
+        self.metrics.render(METRIC_PREFIX, out);
+        let handler = self.metrics.handler_label();
+        render_one(
+            out,
+            "mixer_memquota_keys",
+            "gauge",
+            "Counters tracked now.",
+            &handler,
+            self.store.len() as u64,
+        );
+        let ev = &self.store.evictions;
+        let _ = std::fmt::Write::write_fmt(
+            out,
+            format_args!(
+                "# HELP mixer_memquota_evictions_total Counters dropped: idle (back to fresh, nothing lost), cap (maxKeys reached, counts lost), dedup_cap (deduplication ids dropped early).\n\
+                 # TYPE mixer_memquota_evictions_total counter\n\
+                 mixer_memquota_evictions_total{{{handler},reason=\"idle\"}} {}\n\
+                 mixer_memquota_evictions_total{{{handler},reason=\"cap\"}} {}\n\
+                 mixer_memquota_evictions_total{{{handler},reason=\"dedup_cap\"}} {}\n",
+                ev.idle.load(Ordering::Relaxed),
+                ev.cap.load(Ordering::Relaxed),
+                ev.dedup_cap.load(Ordering::Relaxed),
+            ),
+        );
+    }
+}

@@ -1,0 +1,363 @@
+//! The counters: sharded maps from counter key to algorithm state, with least-recently-used
+//! order for the key cap, lazy eviction of idle counters, and the deduplication memory.
+//!
+//! Time is `tokio::time::Instant` (nanoseconds since the store was made), so tests can run on
+//! tokio's paused clock.
+
+use std::collections::hash_map::RandomState;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use mixer_adapter_quota_common::{Algorithm, Decision, Limit};
+use tokio::time::Instant;
+
+/// Counters whose state is back to "fresh" are dropped, at most this many per allocation.
+const SWEEP_PER_CALL: usize = 4;
+const MAX_SHARDS: u64 = 16;
+
+/// One counter's state.
+#[derive(Clone, Debug)]
+enum State {
+    /// Window end and units used in it.
+    Fixed { end: u64, used: i64 },
+    /// Non-empty buckets (index, units), oldest first, and their sum.
+    Rolling {
+        buckets: VecDeque<(u64, i64)>,
+        total: i64,
+    },
+    /// Tokens left at `at`.
+    Token { tokens: f64, at: u64 },
+}
+
+#[derive(Debug)]
+struct Entry {
+    state: State,
+    /// Position in the shard's LRU order.
+    seq: u64,
+    /// From then on the state is equivalent to no state: dropping it loses nothing.
+    idle_at: u64,
+}
+
+#[derive(Debug)]
+struct Remembered {
+    granted: i64,
+    /// When the first answer's valid duration ends.
+    expires_at: u64,
+}
+
+#[derive(Debug, Default)]
+struct Shard {
+    entries: HashMap<Arc<str>, Entry>,
+    lru: BTreeMap<u64, Arc<str>>,
+    seq: u64,
+    dedup: HashMap<String, Remembered>,
+    dedup_order: VecDeque<(u64, String)>,
+}
+
+/// Counts of evictions, for the exposition.
+#[derive(Debug, Default)]
+pub struct Evictions {
+    /// Counters dropped because their state was back to fresh (nothing lost).
+    pub idle: AtomicU64,
+    /// Counters dropped because of the key cap (their counts are lost).
+    pub cap: AtomicU64,
+    /// Deduplication ids dropped before their time because of the cap.
+    pub dedup_cap: AtomicU64,
+}
+
+/// All counters of one handler.
+#[derive(Debug)]
+pub struct Store {
+    shards: Vec<Mutex<Shard>>,
+    hasher: RandomState,
+    epoch: Instant,
+    per_shard_cap: usize,
+    dedup_ttl: u64,
+    /// Eviction counts.
+    pub evictions: Evictions,
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// `amount` when it fits in `available`; with best effort what is left (possibly 0); else 0.
+fn grant(available: i64, amount: i64, best_effort: bool) -> i64 {
+    if amount <= available {
+        amount
+    } else if best_effort {
+        available.max(0)
+    } else {
+        0
+    }
+}
+
+impl Store {
+    /// A store for at most `max_keys` counters and `max_keys` deduplication ids.
+    pub fn new(max_keys: u64, dedup_ttl: Duration) -> Store {
+        let shards = MAX_SHARDS.min(max_keys.max(1));
+        let per_shard_cap = usize::try_from(max_keys.max(1) / shards).unwrap_or(usize::MAX);
+        Store {
+            shards: (0..shards).map(|_| Mutex::new(Shard::default())).collect(),
+            hasher: RandomState::new(),
+            epoch: Instant::now(),
+            per_shard_cap,
+            dedup_ttl: nanos(dedup_ttl),
+            evictions: Evictions::default(),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        nanos(Instant::now().saturating_duration_since(self.epoch))
+    }
+
+    fn shard(&self, key: &str) -> MutexGuard<'_, Shard> {
+        let i = (self.hasher.hash_one(key) % self.shards.len() as u64) as usize;
+        self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counters tracked now (at most `maxKeys`).
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).entries.len())
+            .sum()
+    }
+
+    /// Deduplication ids remembered now (at most `maxKeys`).
+    pub fn dedup_len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).dedup.len())
+            .sum()
+    }
+
+    /// Drops every counter whose state is back to fresh and every expired deduplication id.
+    pub fn sweep(&self) {
+        let now = self.now();
+        for s in &self.shards {
+            let mut shard = s.lock().unwrap_or_else(|e| e.into_inner());
+            let idle: Vec<(u64, Arc<str>)> = shard
+                .entries
+                .iter()
+                .filter(|(_, e)| e.idle_at <= now)
+                .map(|(k, e)| (e.seq, k.clone()))
+                .collect();
+            for (seq, k) in idle {
+                shard.entries.remove(&k);
+                shard.lru.remove(&seq);
+                self.evictions.idle.fetch_add(1, Ordering::Relaxed);
+            }
+            shard.forget_dedup(now, usize::MAX);
+        }
+    }
+
+    /// Allocates `amount` (> 0) on `key` under `limit`; `dedup_id` (when not empty) makes a
+    /// repeat within the deduplication time answer the first answer without charging again.
+    pub fn allocate(
+        &self,
+        key: &str,
+        limit: &Limit,
+        amount: i64,
+        best_effort: bool,
+        dedup_id: &str,
+    ) -> Decision {
+        let now = self.now();
+        let mut guard = self.shard(key);
+        let shard = &mut *guard;
+        shard.sweep_front(now, SWEEP_PER_CALL, &self.evictions);
+        shard.forget_dedup(now, SWEEP_PER_CALL);
+
+        let dedup_key = (!dedup_id.is_empty()).then(|| format!("{key}\u{0}{dedup_id}"));
+        if let Some(dk) = &dedup_key
+            && let Some(r) = shard.dedup.get(dk)
+        {
+            return Decision {
+                granted: r.granted,
+                valid_duration: Duration::from_nanos(r.expires_at.saturating_sub(now)),
+                deduplicated: true,
+            };
+        }
+
+        shard.seq += 1;
+        let seq = shard.seq;
+        let (k, mut entry) = match shard.entries.remove_entry(key) {
+            Some((k, e)) => {
+                shard.lru.remove(&e.seq);
+                (k, e)
+            }
+            None => (
+                Arc::from(key),
+                Entry {
+                    state: fresh(limit, now),
+                    seq,
+                    idle_at: now,
+                },
+            ),
+        };
+        entry.seq = seq;
+        let (granted, valid, idle_at) = decide(&mut entry.state, limit, now, amount, best_effort);
+        entry.idle_at = idle_at;
+        shard.lru.insert(seq, k.clone());
+        shard.entries.insert(k, entry);
+        while shard.entries.len() > self.per_shard_cap {
+            let Some((_, oldest)) = shard.lru.pop_first() else {
+                break;
+            };
+            shard.entries.remove(&oldest);
+            self.evictions.cap.fetch_add(1, Ordering::Relaxed);
+        }
+
+        if let Some(dk) = dedup_key {
+            let forget_at = now.saturating_add(self.dedup_ttl);
+            shard.dedup.insert(
+                dk.clone(),
+                Remembered {
+                    granted,
+                    expires_at: now.saturating_add(valid),
+                },
+            );
+            shard.dedup_order.push_back((forget_at, dk));
+            while shard.dedup.len() > self.per_shard_cap {
+                let Some((_, k)) = shard.dedup_order.pop_front() else {
+                    break;
+                };
+                shard.dedup.remove(&k);
+                self.evictions.dedup_cap.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Decision {
+            granted,
+            valid_duration: Duration::from_nanos(valid),
+            deduplicated: false,
+        }
+    }
+}
+
+impl Shard {
+    /// Drops least recently used counters that are idle, up to `budget`.
+    fn sweep_front(&mut self, now: u64, budget: usize, ev: &Evictions) {
+        for _ in 0..budget {
+            let Some((&seq, key)) = self.lru.first_key_value() else {
+                return;
+            };
+            match self.entries.get(key) {
+                Some(e) if e.idle_at > now => return,
+                _ => {
+                    let key = key.clone();
+                    self.lru.remove(&seq);
+                    self.entries.remove(&key);
+                    ev.idle.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Forgets deduplication ids whose time is over, up to `budget`.
+    fn forget_dedup(&mut self, now: u64, budget: usize) {
+        for _ in 0..budget {
+            match self.dedup_order.front() {
+                Some((at, _)) if *at <= now => {
+                    if let Some((_, k)) = self.dedup_order.pop_front() {
+                        self.dedup.remove(&k);
+                    }
+                }
+                _ => return,
+            }
+        }
+    }
+}
+
+fn fresh(limit: &Limit, now: u64) -> State {
+    match limit.algorithm {
+        Algorithm::FixedWindow => State::Fixed { end: now, used: 0 },
+        Algorithm::RollingWindow => State::Rolling {
+            buckets: VecDeque::new(),
+            total: 0,
+        },
+        Algorithm::TokenBucket => State::Token {
+            tokens: limit.max_amount as f64,
+            at: now,
+        },
+    }
+}
+
+/// Applies one allocation; returns (granted, valid duration ns, idle from).
+fn decide(
+    state: &mut State,
+    limit: &Limit,
+    now: u64,
+    amount: i64,
+    best_effort: bool,
+) -> (i64, u64, u64) {
+    let max = limit.max_amount;
+    let valid = nanos(limit.valid_duration).max(1);
+    match (limit.algorithm, &mut *state) {
+        (Algorithm::FixedWindow, State::Fixed { end, used }) => {
+            if now >= *end {
+                *end = now.saturating_add(valid);
+                *used = 0;
+            }
+            let granted = grant(max - *used, amount, best_effort);
+            *used += granted;
+            (granted, *end - now, *end)
+        }
+        (Algorithm::RollingWindow, State::Rolling { buckets, total }) => {
+            let b = nanos(limit.bucket_duration).max(1);
+            let n = limit.buckets().max(1);
+            let cur = now / b;
+            while let Some(&(idx, units)) = buckets.front() {
+                if idx + n > cur {
+                    break;
+                }
+                *total -= units;
+                buckets.pop_front();
+            }
+            let granted = grant(max - *total, amount, best_effort);
+            if granted > 0 {
+                *total += granted;
+                match buckets.back_mut() {
+                    Some((idx, units)) if *idx == cur => *units += granted,
+                    _ => buckets.push_back((cur, granted)),
+                }
+            }
+            let leaves = |idx: u64| (idx + n).saturating_mul(b).saturating_sub(now);
+            let valid_for = if granted > 0 {
+                valid
+            } else {
+                buckets.front().map_or(valid, |&(idx, _)| leaves(idx))
+            };
+            let idle = buckets.back().map_or(now, |&(idx, _)| now + leaves(idx));
+            (granted, valid_for, idle)
+        }
+        (Algorithm::TokenBucket, State::Token { tokens, at }) => {
+            if max <= 0 {
+                return (grant(0, amount, best_effort), valid, now);
+            }
+            let rate = max as f64 / valid as f64; // tokens per ns
+            let elapsed = now.saturating_sub(*at) as f64;
+            *tokens = (*tokens + elapsed * rate).min(max as f64);
+            *at = now;
+            let available = (*tokens + 1e-9).floor() as i64;
+            let granted = grant(available, amount, best_effort);
+            *tokens = (*tokens - granted as f64).max(0.0);
+            let valid_for = if granted > 0 {
+                (granted as f64 / rate).ceil() as u64
+            } else if amount > max {
+                valid
+            } else {
+                ((amount as f64 - *tokens) / rate).ceil().max(0.0) as u64
+            };
+            let idle = now + ((max as f64 - *tokens) / rate).ceil() as u64;
+            (granted, valid_for, idle)
+        }
+        // The algorithm of a key never changes within a handler; start over if it did.
+        _ => {
+            *state = fresh(limit, now);
+            decide(state, limit, now, amount, best_effort)
+        }
+    }
+}

@@ -1,0 +1,118 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use mixer_adapter_api::{Adapter, BuildContext, QuotaArgs, QuotaHandler};
+use mixer_model::{Code, FieldValue, Instance, Template, Value};
+use serde_json::json;
+
+use crate::{MemQuota, MemQuotaHandler};
+
+fn build(params: serde_json::Value) -> Arc<MemQuotaHandler> {
+    MemQuota
+        .build_handler(
+            &params,
+            &BuildContext {
+                handler_name: "h.ns".into(),
+            },
+        )
+        .expect("built")
+}
+
+fn inst(user: &str) -> Instance {
+    Instance {
+        name: "rq.ns".into(),
+        template: Template::Quota,
+        fields: vec![(
+            "dimensions",
+            FieldValue::Map(vec![("user".into(), Value::from(user))]),
+        )],
+    }
+}
+
+fn args(amount: i64) -> QuotaArgs {
+    QuotaArgs {
+        amount,
+        best_effort: false,
+        deduplication_id: String::new(),
+    }
+}
+
+#[test]
+fn validation_collects_errors() {
+    let errs = MemQuota
+        .validate(
+            &json!({"quotas": [{"name": "a"}], "maxKeys": 0, "minDeduplicationDuration": "0s"}),
+        )
+        .expect_err("invalid");
+    let paths: Vec<&str> = errs.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "quotas[0].maxAmount",
+            "quotas[0].validDuration",
+            "minDeduplicationDuration",
+            "maxKeys"
+        ]
+    );
+    let errs = MemQuota
+        .validate(&json!({"quota": []}))
+        .expect_err("unknown field");
+    assert_eq!(errs[0].path, "quota");
+    MemQuota
+        .validate(&json!({"quotas": [{"name": "a", "maxAmount": 1, "validDuration": "1s"}]}))
+        .expect("valid");
+}
+
+#[tokio::test(start_paused = true)]
+async fn rolling_is_the_default_and_idle_counters_go() {
+    let h = build(json!({"quotas": [{"name": "rq", "maxAmount": 2, "validDuration": "1s"}]}));
+    assert_eq!(
+        h.allocate(&inst("a"), &args(2))
+            .await
+            .unwrap()
+            .granted_amount,
+        2
+    );
+    tokio::time::advance(Duration::from_millis(500)).await;
+    assert_eq!(
+        h.allocate(&inst("a"), &args(1)).await.unwrap().status.code,
+        Code::ResourceExhausted
+    );
+    assert_eq!(h.tracked_keys(), 1);
+    tokio::time::advance(Duration::from_millis(600)).await;
+    h.sweep();
+    assert_eq!(h.tracked_keys(), 0, "back to fresh after the window");
+    assert_eq!(
+        h.allocate(&inst("a"), &args(2))
+            .await
+            .unwrap()
+            .granted_amount,
+        2
+    );
+    let mut text = String::new();
+    mixer_adapter_api::Exposition::render(&*h, &mut text);
+    assert!(
+        text.contains("mixer_memquota_denials_total{handler=\"h.ns\",quota=\"rq\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("mixer_memquota_evictions_total{handler=\"h.ns\",reason=\"idle\"} 1"),
+        "{text}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn key_cap_evicts_least_recently_used() {
+    let h = build(
+        json!({"maxKeys": 4, "quotas": [{"name": "rq", "maxAmount": 1, "validDuration": "1h",
+        "rateLimitAlgorithm": "FIXED_WINDOW"}]}),
+    );
+    for i in 0..100 {
+        h.allocate(&inst(&format!("u{i}")), &args(1)).await.unwrap();
+        assert!(h.tracked_keys() <= 4);
+    }
+    // Nonpositive amounts are answered OK with nothing granted and charge nothing.
+    let r = h.allocate(&inst("u99"), &args(0)).await.unwrap();
+    assert!(r.status.is_ok());
+    assert_eq!(r.granted_amount, 0);
+}

@@ -1,0 +1,109 @@
+//! From a quota instance to the quota, the limit and the counter key.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use mixer_adapter_api::{AdapterError, ErrorKind};
+use mixer_model::{Instance, Value};
+
+use crate::config::{Limit, Override, Quota, Quotas};
+
+/// What an instance selects.
+#[derive(Clone, Debug)]
+pub struct Selected<'a> {
+    /// The quota, found by the instance's name.
+    pub quota: &'a Quota,
+    /// The first matching override's limit, or the quota's.
+    pub limit: &'a Limit,
+    /// Which override matched.
+    pub override_index: Option<usize>,
+    /// The counter key: quota name and every dimension of the instance (see [`counter_key`]).
+    pub key: String,
+}
+
+impl Quotas {
+    /// The quota configured for an instance name: the exact name first (also Istio's
+    /// `name.quota.namespace` form), then a configured short name equal to the part of the
+    /// instance name before its first dot. Istio looked names up exactly.
+    pub fn find(&self, instance_name: &str) -> Option<&Quota> {
+        let index = self.by_full_name.get(instance_name).or_else(|| {
+            let short = instance_name.split('.').next().unwrap_or(instance_name);
+            self.by_short_name.get(short)
+        })?;
+        self.quotas.get(*index)
+    }
+
+    /// Selects quota, limit and key for an instance. An instance whose name no quota carries
+    /// is an error that is not retryable (`InvalidInstance`): config load cannot see it.
+    pub fn select<'a>(&'a self, instance: &Instance) -> Result<Selected<'a>, AdapterError> {
+        let quota = self.find(&instance.name).ok_or_else(|| {
+            AdapterError::permanent(
+                ErrorKind::InvalidInstance,
+                format!("no quota configured for instance {:?}", instance.name),
+            )
+        })?;
+        let dims = instance.map("dimensions").unwrap_or(&[]);
+        let matched = quota
+            .overrides
+            .iter()
+            .enumerate()
+            .find(|(_, o)| matches(o, dims));
+        let (limit, override_index) = match matched {
+            Some((i, o)) => (&o.limit, Some(i)),
+            None => (&quota.limit, None),
+        };
+        Ok(Selected {
+            quota,
+            limit,
+            override_index,
+            key: counter_key(&quota.name, dims),
+        })
+    }
+}
+
+/// Whether every configured dimension is present on the instance with a value whose text is
+/// the configured text (Istio compared strings, and other values by their string form).
+pub fn matches(o: &Override, dims: &[(Arc<str>, Value)]) -> bool {
+    o.dimensions.iter().all(|(name, want)| {
+        dims.iter().any(|(k, v)| {
+            **k == **name
+                && match v.as_str() {
+                    Some(s) => s == want,
+                    None => v.to_string() == *want,
+                }
+        })
+    })
+}
+
+/// The counter key: the quota name, then each dimension sorted by name, every part length
+/// prefixed so that no two different dimension sets encode alike, and each value tagged with
+/// its type (`s` string-like, `i` integer, ... so `"5"` and `5` are different keys):
+/// `requestcount|11:destination=s7:ratings|4:user=s3:bob`.
+pub fn counter_key(quota: &str, dims: &[(Arc<str>, Value)]) -> String {
+    let mut sorted: Vec<&(Arc<str>, Value)> = dims.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut key = String::with_capacity(quota.len() + 16 * sorted.len());
+    key.push_str(quota);
+    for (k, v) in sorted {
+        let text = match v.as_str() {
+            Some(s) => std::borrow::Cow::Borrowed(s),
+            None => std::borrow::Cow::Owned(v.to_string()),
+        };
+        let tag = match v {
+            Value::String(_) => 's',
+            Value::Int64(_) => 'i',
+            Value::Double(_) => 'd',
+            Value::Bool(_) => 'b',
+            Value::Timestamp(_) => 't',
+            Value::Duration(_) => 'D',
+            Value::Bytes(_) => 'x',
+            Value::IpAddress(_) => 'a',
+            Value::EmailAddress(_) => 'e',
+            Value::Uri(_) => 'u',
+            Value::DnsName(_) => 'n',
+            Value::StringMap(_) => 'm',
+        };
+        let _ = write!(key, "|{}:{k}={tag}{}:{text}", k.len(), text.len());
+    }
+    key
+}

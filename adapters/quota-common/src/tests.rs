@@ -1,0 +1,165 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use mixer_model::{FieldValue, Instance, Template, Value};
+use serde_json::json;
+
+use crate::*;
+
+fn compile(v: serde_json::Value) -> Result<Quotas, Vec<mixer_adapter_api::ParamError>> {
+    let params: Vec<QuotaParams> = serde_json::from_value(v).expect("shape");
+    Quotas::compile(&params, Algorithm::FixedWindow)
+}
+
+fn instance(name: &str, dims: &[(&str, Value)]) -> Instance {
+    Instance {
+        name: name.into(),
+        template: Template::Quota,
+        fields: vec![(
+            "dimensions",
+            FieldValue::Map(
+                dims.iter()
+                    .map(|(k, v)| (Arc::from(*k), v.clone()))
+                    .collect(),
+            ),
+        )],
+    }
+}
+
+#[test]
+fn every_error_has_its_path() {
+    let errs = compile(json!([
+        {"name": "", "maxAmount": -1, "validDuration": "soon"},
+        {"name": "a", "validDuration": "0s", "rateLimitAlgorithm": "ROLLING_WINDOW",
+         "bucketDuration": "1s"},
+        {"name": "a", "maxAmount": 1, "validDuration": "1s", "rateLimitAlgorithm": 1,
+         "bucketDuration": "1s",
+         "overrides": [{"maxAmount": 1}, {"dimensions": {"x": [1]}, "maxAmount": -2}]},
+        {"name": "b", "maxAmount": 1, "validDuration": "10s", "rateLimitAlgorithm": 1,
+         "bucketDuration": "1ms"}
+    ]))
+    .expect_err("invalid");
+    let paths: Vec<&str> = errs.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "quotas[0].name",
+            "quotas[0].maxAmount",
+            "quotas[0].validDuration",
+            "quotas[1].maxAmount",
+            "quotas[1].validDuration",
+            "quotas[2].name",
+            "quotas[2].validDuration",
+            "quotas[2].overrides[0].dimensions",
+            "quotas[2].overrides[1].dimensions.x",
+            "quotas[2].overrides[1].maxAmount",
+            "quotas[3].bucketDuration",
+        ],
+        "{errs:#?}"
+    );
+    assert!(errs[5].message.contains("duplicate"), "{}", errs[5]);
+    assert!(
+        errs[6].message.contains("longer than bucketDuration"),
+        "{}",
+        errs[6]
+    );
+    assert_eq!(compile(json!([])).expect_err("empty")[0].path, "quotas");
+}
+
+#[test]
+fn defaults_and_inheritance() {
+    let q = compile(json!([{
+        "name": "rc", "maxAmount": 5, "validDuration": "60s", "rateLimitAlgorithm": "ROLLING_WINDOW",
+        "shadowMode": true,
+        "overrides": [{"dimensions": {"u": "a", "n": 3}, "maxAmount": 0, "validDuration": "2s",
+                       "shadowMode": false}]
+    }]))
+    .expect("valid");
+    let quota = &q.quotas[0];
+    assert_eq!(quota.limit.bucket_duration, Duration::from_millis(100));
+    assert_eq!(quota.limit.buckets(), 600);
+    assert!(quota.limit.shadow);
+    let o = &quota.overrides[0];
+    assert_eq!(
+        o.dimensions,
+        [("n".into(), "3".into()), ("u".into(), "a".into())]
+    );
+    assert_eq!(o.limit.max_amount, 0);
+    assert_eq!(o.limit.valid_duration, Duration::from_secs(2));
+    assert_eq!(o.limit.algorithm, Algorithm::RollingWindow);
+    assert!(!o.limit.shadow);
+    assert_eq!(
+        default_bucket(Duration::from_secs(3600)),
+        Duration::from_secs(6)
+    );
+    assert_eq!(
+        default_bucket(Duration::from_millis(50)),
+        Duration::from_millis(50)
+    );
+}
+
+#[test]
+fn names_overrides_and_keys() {
+    let q = compile(json!([
+        {"name": "requestcount.quota.istio-system", "maxAmount": 1, "validDuration": "1s"},
+        {"name": "short", "maxAmount": 2, "validDuration": "1s",
+         "overrides": [
+            {"dimensions": {"user": "vip"}, "maxAmount": 20},
+            {"dimensions": {"user": "vip", "code": 7}, "maxAmount": 30},
+            {"dimensions": {"code": 7}, "maxAmount": 40}
+         ]},
+        {"name": "exact.ns", "maxAmount": 3, "validDuration": "1s"}
+    ]))
+    .expect("valid");
+    let find = |n: &str| q.find(n).map(|q| q.name.as_str());
+    assert_eq!(
+        find("requestcount.istio-system"),
+        Some("requestcount.quota.istio-system")
+    );
+    assert_eq!(
+        find("requestcount.quota.istio-system"),
+        Some("requestcount.quota.istio-system")
+    );
+    assert_eq!(find("short.default"), Some("short"));
+    assert_eq!(find("short"), Some("short"));
+    assert_eq!(find("exact.ns"), Some("exact.ns"));
+    assert_eq!(find("exact.other"), None);
+    let err = q.select(&instance("nope.ns", &[])).expect_err("unknown");
+    assert_eq!(err.kind, mixer_adapter_api::ErrorKind::InvalidInstance);
+    assert!(!err.retryable);
+
+    let max = |dims: &[(&str, Value)]| {
+        q.select(&instance("short.ns", dims))
+            .expect("s")
+            .limit
+            .max_amount
+    };
+    assert_eq!(max(&[("user", "vip".into())]), 20);
+    assert_eq!(
+        max(&[("user", "vip".into()), ("code", Value::Int64(7))]),
+        20,
+        "first match wins"
+    );
+    assert_eq!(
+        max(&[("user", "joe".into()), ("code", Value::Int64(7))]),
+        40,
+        "int by its text"
+    );
+    assert_eq!(max(&[("user", "joe".into())]), 2);
+    assert_eq!(max(&[]), 2);
+
+    let a = counter_key(
+        "q",
+        &[("b".into(), "1".into()), ("a".into(), Value::Int64(1))],
+    );
+    let b = counter_key(
+        "q",
+        &[("a".into(), Value::Int64(1)), ("b".into(), "1".into())],
+    );
+    assert_eq!(a, b, "sorted");
+    assert_eq!(a, "q|1:a=i1:1|1:b=s1:1");
+    assert_ne!(
+        counter_key("q", &[("a".into(), "x|1:b=s1:y".into())]),
+        counter_key("q", &[("a".into(), "x".into()), ("b".into(), "y".into())])
+    );
+}

@@ -1,0 +1,103 @@
+//! The `redisquota` adapter (Istio 1.4's `redisquota`, crate `adapters/redisquota`): rate
+//! limits counted in Redis, so every mixer replica using the same Redis shares them. See
+//! README.md beside this crate for the params table and behaviour.
+//!
+//! - One allocation is one atomic round trip: `EVALSHA` of the algorithm's Lua script
+//!   (`FIXED_WINDOW`, the default as in Istio; `ROLLING_WINDOW`; `TOKEN_BUCKET`), loaded once
+//!   per Redis; on `NOSCRIPT` (Redis restarted or flushed) it is loaded again and the call
+//!   retried once.
+//! - Time is Redis's (`TIME` inside the script), so replicas with skewed clocks agree.
+//! - Deduplication ids are kept in Redis (a hash per id, expiring after
+//!   `minDeduplicationDuration`), so a retry that lands on another replica is not charged again.
+//! - Redis down or failing: the allocation fails with a retryable `Unavailable` error (within
+//!   2 s), so the runtime applies the handler's fail policy; connections come back by themselves.
+//! - Several quota instances in one request are several calls (one per instance); pipelining
+//!   them is left to the caller.
+//!
+//! ```
+//! use mixer_adapter_api::Adapter;
+//! use mixer_adapter_redisquota::RedisQuota;
+//!
+//! let params = serde_json::json!({
+//!     "redisServerUrl": "redis-release-master:6379",
+//!     "connectionPoolSize": 10,
+//!     "quotas": [{
+//!         "name": "requestcountquota.instance.istio-system",
+//!         "maxAmount": 500,
+//!         "validDuration": "1s",
+//!         "bucketDuration": "500ms",
+//!         "rateLimitAlgorithm": "ROLLING_WINDOW",
+//!         "overrides": [{"dimensions": {"destination": "reviews"}, "maxAmount": 1}],
+//!     }],
+//! });
+//! RedisQuota.validate(&params).expect("valid params");
+//! let errors = RedisQuota.validate(&serde_json::json!({"quotas": []})).unwrap_err();
+//! assert_eq!(errors[0].path, "quotas");
+//! assert_eq!(errors[1].path, "redisServerUrl");
+//! ```
+
+mod config;
+mod handler;
+mod scripts;
+
+use std::sync::Arc;
+
+use mixer_adapter_api::{
+    Adapter, AdapterError, AdapterInfo, BuildContext, ErrorKind, Handler, ParamError, Params,
+    Stability, decode_params,
+};
+use mixer_model::Template;
+
+pub use config::{DEFAULT_POOL_SIZE, RedisQuotaConfig, RedisQuotaParams, redis_url};
+pub use handler::{CALL_TIMEOUT, KEY_PREFIX, METRIC_PREFIX, RedisQuotaHandler};
+pub use scripts::source as script_source;
+
+static INFO: AdapterInfo = AdapterInfo {
+    name: "redisquota",
+    description: "Redis-based quotas.",
+    templates: &[Template::Quota],
+    cacheable: false,
+    stability: Stability::Beta,
+};
+
+/// The redisquota adapter.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RedisQuota;
+
+impl RedisQuota {
+    /// Builds the concrete handler (what [`Adapter::build`] returns, unerased).
+    pub fn build_handler(
+        &self,
+        params: &Params,
+        ctx: &BuildContext,
+    ) -> Result<Arc<RedisQuotaHandler>, AdapterError> {
+        let config = decode_params::<RedisQuotaParams>(params)
+            .map_err(|e| vec![e])
+            .and_then(|p| p.compile())
+            .map_err(|errors| {
+                let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                AdapterError::permanent(ErrorKind::Internal, text.join("; "))
+            })?;
+        Ok(Arc::new(RedisQuotaHandler::new(
+            config,
+            ctx.handler_name.clone(),
+        )?))
+    }
+}
+
+impl Adapter for RedisQuota {
+    fn info(&self) -> &AdapterInfo {
+        &INFO
+    }
+
+    fn validate(&self, params: &Params) -> Result<(), Vec<ParamError>> {
+        decode_params::<RedisQuotaParams>(params)
+            .map_err(|e| vec![e])
+            .and_then(|p| p.compile())
+            .map(|_| ())
+    }
+
+    fn build(&self, params: &Params, ctx: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+        Ok(self.build_handler(params, ctx)?)
+    }
+}

@@ -1,0 +1,135 @@
+//! The Lua scripts, one per algorithm, each one atomic round trip (EVALSHA; on NOSCRIPT the
+//! client loads the script and retries once).
+//!
+//! Time is the Redis server's (`TIME`, microseconds), never the mixer's: replicas sharing one
+//! Redis then agree on windows and refills whatever their clocks say. Redis 5+ replicates the
+//! scripts' effects, so a script may read `TIME` before writing.
+//!
+//! `KEYS[1]` is the counter, `KEYS[2]` the deduplication record. `ARGV`: maxAmount,
+//! validDuration (µs), bucketDuration (µs), amount, best effort (`1`/`0`), deduplication time
+//! (ms; 0: no deduplication id). Every script answers `{granted, valid duration µs,
+//! deduplicated 1/0}`.
+
+use mixer_adapter_quota_common::Algorithm;
+
+const PROLOGUE: &str = r#"
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local max = tonumber(ARGV[1])
+local valid = tonumber(ARGV[2])
+local bucket = tonumber(ARGV[3])
+local amount = tonumber(ARGV[4])
+local best = ARGV[5] == '1'
+local dedup_ms = tonumber(ARGV[6])
+if dedup_ms > 0 then
+  local prev = redis.call('HMGET', KEYS[2], 'granted', 'expires')
+  if prev[1] and prev[2] then
+    local left = tonumber(prev[2]) - now
+    if left < 0 then left = 0 end
+    return {tonumber(prev[1]), left, 1}
+  end
+end
+local function grant(available)
+  if amount <= available then return amount end
+  if best and available > 0 then return available end
+  return 0
+end
+local granted = 0
+local valid_for = valid
+"#;
+
+/// The window starts at the first allocation and ends `valid` later (as Istio's).
+const FIXED_WINDOW: &str = r#"
+local st = redis.call('HMGET', KEYS[1], 'used', 'end')
+local used = tonumber(st[1])
+local wend = tonumber(st[2])
+if not used or not wend or now >= wend then
+  used = 0
+  wend = now + valid
+end
+granted = grant(max - used)
+redis.call('HSET', KEYS[1], 'used', string.format('%d', used + granted), 'end', string.format('%d', wend))
+redis.call('PEXPIRE', KEYS[1], math.ceil((wend - now) / 1000))
+valid_for = wend - now
+"#;
+
+/// A hash of bucket index (server time / bucket) to units; buckets that left the window are
+/// deleted as they are met.
+const ROLLING_WINDOW: &str = r#"
+local n = math.ceil(valid / bucket)
+local cur = math.floor(now / bucket)
+local all = redis.call('HGETALL', KEYS[1])
+local total = 0
+local oldest = nil
+local newest = nil
+local stale = {}
+for i = 1, #all, 2 do
+  local idx = tonumber(all[i])
+  if idx + n <= cur then
+    stale[#stale + 1] = all[i]
+  else
+    total = total + tonumber(all[i + 1])
+    if not oldest or idx < oldest then oldest = idx end
+    if not newest or idx > newest then newest = idx end
+  end
+end
+if #stale > 0 then redis.call('HDEL', KEYS[1], unpack(stale)) end
+granted = grant(max - total)
+if granted > 0 then
+  redis.call('HINCRBY', KEYS[1], string.format('%d', cur), granted)
+  newest = cur
+elseif oldest then
+  valid_for = (oldest + n) * bucket - now
+end
+if newest then
+  redis.call('PEXPIRE', KEYS[1], math.ceil(((newest + n) * bucket - now) / 1000))
+end
+"#;
+
+/// Tokens (fractional) and when they were counted; full at first.
+const TOKEN_BUCKET: &str = r#"
+if max > 0 then
+  local rate = max / valid
+  local st = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+  local tokens = tonumber(st[1])
+  local at = tonumber(st[2])
+  if not tokens or not at then
+    tokens = max
+  else
+    local elapsed = now - at
+    if elapsed < 0 then elapsed = 0 end
+    tokens = math.min(max, tokens + elapsed * rate)
+  end
+  granted = grant(math.floor(tokens + 1e-9))
+  tokens = tokens - granted
+  if tokens < 0 then tokens = 0 end
+  if granted > 0 then
+    valid_for = math.ceil(granted / rate)
+  elseif amount <= max then
+    valid_for = math.ceil((amount - tokens) / rate)
+  end
+  redis.call('HSET', KEYS[1], 'tokens', string.format('%.17g', tokens), 'at', string.format('%d', now))
+  redis.call('PEXPIRE', KEYS[1], math.ceil((max - tokens) / rate / 1000) + 1)
+else
+  granted = grant(0)
+end
+"#;
+
+const EPILOGUE: &str = r#"
+if dedup_ms > 0 then
+  redis.call('HSET', KEYS[2], 'granted', string.format('%d', granted), 'expires', string.format('%d', now + valid_for))
+  redis.call('PEXPIRE', KEYS[2], dedup_ms)
+end
+return {granted, math.floor(valid_for), 0}
+"#;
+
+/// The whole script for an algorithm.
+pub fn source(algorithm: Algorithm) -> String {
+    let body = match algorithm {
+        Algorithm::FixedWindow => FIXED_WINDOW,
+        Algorithm::RollingWindow => ROLLING_WINDOW,
+        Algorithm::TokenBucket => TOKEN_BUCKET,
+    };
+    format!("{PROLOGUE}{body}{EPILOGUE}")
+}

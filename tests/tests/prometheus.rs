@@ -1,0 +1,244 @@
+//! End to end with a real Prometheus: reports reach the mixer, the prometheus adapter turns
+//! them into a counter and a histogram on the admin `/metrics`, Prometheus scrapes it, and
+//! PromQL through Prometheus's HTTP API returns the counts that were sent.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mixer_model::Value;
+use mixer_proto::istio::mixer::v1 as pb;
+use mixer_proto::istio::mixer::v1::mixer_client::MixerClient;
+use mixer_tests::{Mixer, free_addr, http_request};
+
+const CONFIG: &str = r#"
+kind: handler
+metadata: {name: prom, namespace: istio-system}
+spec:
+  compiledAdapter: prometheus
+  params:
+    metrics:
+    - name: requests_total
+      instance_name: requestcount.instance.istio-system
+      kind: COUNTER
+      label_names: [method, response_code]
+    - name: request_duration_seconds
+      instance_name: requestduration.instance.istio-system
+      kind: DISTRIBUTION
+      label_names: [method]
+      buckets: {explicit_buckets: {bounds: [0.1, 1]}}
+---
+kind: instance
+metadata: {name: requestcount, namespace: istio-system}
+spec:
+  compiledTemplate: metric
+  params:
+    value: "1"
+    dimensions:
+      method: request.method | "unknown"
+      response_code: response.code | 200
+---
+kind: instance
+metadata: {name: requestduration, namespace: istio-system}
+spec:
+  compiledTemplate: metric
+  params:
+    value: response.duration | "0ms"
+    dimensions:
+      method: request.method | "unknown"
+---
+kind: rule
+metadata: {name: promhttp, namespace: istio-system}
+spec:
+  match: context.protocol == "http"
+  actions:
+  - handler: prom
+    instances: [requestcount, requestduration]
+"#;
+
+struct Prometheus(Child);
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn prometheus_binary() -> &'static str {
+    for candidate in ["/usr/bin/prometheus", "/usr/local/bin/prometheus"] {
+        if Path::new(candidate).exists() {
+            return candidate;
+        }
+    }
+    panic!("prometheus is not installed: `apt-get install -y prometheus` (.ci/run does)");
+}
+
+fn start_prometheus(dir: &Path, listen: SocketAddr, target: SocketAddr) -> Prometheus {
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n- job_name: mixer\n  static_configs:\n  - targets: ['{target}']\n"
+        ),
+    )
+    .expect("write prometheus.yml");
+    let child = Command::new(prometheus_binary())
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={listen}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start prometheus");
+    Prometheus(child)
+}
+
+fn encode_query(q: &str) -> String {
+    q.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The value of a PromQL query returning one sample, if it returns one.
+fn query(prometheus: SocketAddr, q: &str) -> Option<f64> {
+    let (status, _, body) = http_request(
+        prometheus,
+        "GET",
+        &format!("/api/v1/query?query={}", encode_query(q)),
+        &[],
+    )
+    .ok()?;
+    if status != 200 {
+        return None;
+    }
+    let json: serde_json::Value = serde_json::from_str(&body).ok()?;
+    let result = json["data"]["result"].as_array()?;
+    let sample = result.first()?;
+    sample["value"][1].as_str()?.parse().ok()
+}
+
+fn wait_for(prometheus: SocketAddr, q: &str, want: f64) {
+    let start = Instant::now();
+    let mut last = None;
+    while start.elapsed() < Duration::from_secs(60) {
+        last = query(prometheus, q);
+        if last == Some(want) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    panic!("{q}: wanted {want}, last answer {last:?}");
+}
+
+fn record(method: &str, code: i64, millis: i64) -> pb::CompressedAttributes {
+    let method = Value::from(method);
+    let code = Value::Int64(code);
+    let duration = Value::Duration(mixer_model::Duration(millis * 1_000_000));
+    let protocol = Value::from("http");
+    mixer_frontends::mixer_v1::encode(
+        [
+            ("request.method", &method),
+            ("response.code", &code),
+            ("response.duration", &duration),
+            ("context.protocol", &protocol),
+        ],
+        mixer_frontends::mixer_v1::GLOBAL_WORD_COUNT,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_scrapes_what_reports_counted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("mixer.yaml");
+    std::fs::write(&config, CONFIG).expect("write config");
+    let mixer = Mixer::start(
+        Path::new(env!("CARGO_BIN_EXE_mixer-under-test")),
+        &["--config", config.to_str().expect("utf-8")],
+    );
+    let admin = mixer.admin;
+    tokio::task::spawn_blocking(move || {
+        let start = Instant::now();
+        while !matches!(http_request(admin, "GET", "/readyz", &[]), Ok((200, _, _))) {
+            assert!(start.elapsed() < Duration::from_secs(10), "mixer not ready");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+    .await
+    .expect("join");
+
+    // Ten GET requests: 5 fast (50 ms), 3 slower (500 ms), 2 slow (2 s); and 4 POSTs that failed.
+    let mut records = Vec::new();
+    records.extend((0..5).map(|_| record("GET", 200, 50)));
+    records.extend((0..3).map(|_| record("GET", 200, 500)));
+    records.extend((0..2).map(|_| record("GET", 200, 2000)));
+    records.extend((0..4).map(|_| record("POST", 503, 10)));
+    let mut client = MixerClient::connect(format!("http://{}", mixer.grpc))
+        .await
+        .expect("connect");
+    for chunk in records.chunks(3) {
+        client
+            .report(pb::ReportRequest {
+                attributes: chunk.to_vec(),
+                repeated_attributes_semantics:
+                    pb::report_request::RepeatedAttributesSemantics::IndependentEncoding as i32,
+                default_words: vec![],
+                global_word_count: mixer_frontends::mixer_v1::GLOBAL_WORD_COUNT as u32,
+            })
+            .await
+            .expect("report");
+    }
+
+    let listen = free_addr();
+    let _prometheus = start_prometheus(dir.path(), listen, mixer.admin);
+    tokio::task::spawn_blocking(move || {
+        wait_for(listen, r#"up{job="mixer"}"#, 1.0);
+        wait_for(
+            listen,
+            r#"istio_requests_total{method="GET",response_code="200"}"#,
+            10.0,
+        );
+        wait_for(
+            listen,
+            r#"istio_requests_total{method="POST",response_code="503"}"#,
+            4.0,
+        );
+        wait_for(
+            listen,
+            r#"istio_request_duration_seconds_bucket{method="GET",le="0.1"}"#,
+            5.0,
+        );
+        wait_for(
+            listen,
+            r#"istio_request_duration_seconds_bucket{method="GET",le="1"}"#,
+            8.0,
+        );
+        wait_for(
+            listen,
+            r#"istio_request_duration_seconds_bucket{method="GET",le="+Inf"}"#,
+            10.0,
+        );
+        wait_for(
+            listen,
+            r#"istio_request_duration_seconds_count{method="POST"}"#,
+            4.0,
+        );
+        wait_for(
+            listen,
+            r#"mixer_report_delivered_total{handler="prom.istio-system"}"#,
+            28.0,
+        );
+    })
+    .await
+    .expect("prometheus saw the counts");
+    assert!(mixer.terminate().success());
+}
