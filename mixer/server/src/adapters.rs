@@ -14,5 +14,6 @@ pub fn builtin() -> AdapterRegistry {
     registry.register(Arc::new(mixer_adapter_stdio::Stdio));
     registry.register(Arc::new(mixer_adapter_memquota::MemQuota));
     registry.register(Arc::new(mixer_adapter_redisquota::RedisQuota));
+    registry.register(Arc::new(mixer_adapter_otlp::Otlp));
     registry
 }

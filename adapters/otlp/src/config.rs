@@ -1,0 +1,827 @@
+//! The otlp adapter's params and their validation into an [`OtlpConfig`].
+//!
+//! Istio 1.4 had no OTLP adapter; these params are new. They follow the OpenTelemetry
+//! Collector's exporter settings where one exists (`endpoint`, `timeout`, `headers`,
+//! `retry`), in camelCase like every other handler's params.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use mixer_adapter_api::ParamError;
+use serde::Deserialize;
+
+/// Default per-attempt deadline of one export call.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default most records (spans or log records) sent in one export call.
+pub const DEFAULT_MAX_EXPORT_BATCH_SIZE: usize = 512;
+/// Default interval between two metric exports.
+pub const DEFAULT_SCHEDULED_DELAY: Duration = Duration::from_secs(10);
+/// Default delay before the first retry.
+pub const DEFAULT_INITIAL_BACKOFF: Duration = Duration::from_millis(100);
+/// Default longest delay between two retries.
+pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// Default time budget of all retries of one export.
+pub const DEFAULT_MAX_ELAPSED_TIME: Duration = Duration::from_secs(5);
+/// The `service.name` resource attribute when `resource` does not set one.
+pub const DEFAULT_SERVICE_NAME: &str = "mixer";
+/// Most explicit bucket bounds of one histogram.
+pub const MAX_BUCKETS: usize = 1_000;
+/// Largest accepted `maxExportBatchSize`.
+pub const MAX_EXPORT_BATCH_SIZE: usize = 100_000;
+
+/// `params` of an otlp handler.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct OtlpParams {
+    /// The collector's gRPC address, `http://host:port` (required).
+    #[serde(default)]
+    pub endpoint: String,
+    /// Deadline of one export attempt (Go duration, default `10s`).
+    #[serde(default)]
+    pub timeout: Option<String>,
+    /// gRPC metadata sent with every export (`authorization`, `x-tenant`...).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Export batching.
+    #[serde(default)]
+    pub batch: BatchParams,
+    /// Retries of failed exports.
+    #[serde(default)]
+    pub retry: RetryParams,
+    /// Resource attributes (strings, numbers or booleans); `service.name` defaults to `mixer`.
+    #[serde(default)]
+    pub resource: BTreeMap<String, serde_json::Value>,
+    /// `CUMULATIVE` (default) or `DELTA`.
+    #[serde(default)]
+    pub metric_temporality: Option<Temporality>,
+    /// The metrics this handler exports, one per metric instance it takes.
+    #[serde(default)]
+    pub metrics: Vec<MetricParams>,
+}
+
+/// `batch` params.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct BatchParams {
+    /// Most spans (or log records) per export call; larger report batches are split
+    /// (default 512).
+    #[serde(default)]
+    pub max_export_batch_size: Option<i64>,
+    /// How often aggregated metrics are exported (Go duration, default `10s`).
+    #[serde(default)]
+    pub scheduled_delay: Option<String>,
+}
+
+/// `retry` params.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RetryParams {
+    /// Retry transient failures (default `true`).
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    /// Delay before the first retry (default `100ms`); doubled after each retry.
+    #[serde(default)]
+    pub initial_backoff: Option<String>,
+    /// Longest delay between retries (default `1s`).
+    #[serde(default)]
+    pub max_backoff: Option<String>,
+    /// No retry starts after this much time since the first attempt (default `5s`).
+    #[serde(default)]
+    pub max_elapsed_time: Option<String>,
+}
+
+/// One metric (`metrics[]`).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct MetricParams {
+    /// The fully qualified name of the metric instance feeding it (required).
+    #[serde(default)]
+    pub instance_name: String,
+    /// The OpenTelemetry instrument name, such as `istio.requests` (required).
+    #[serde(default)]
+    pub name: String,
+    /// `COUNTER`, `GAUGE` or `HISTOGRAM` (required).
+    #[serde(default)]
+    pub kind: Option<Kind>,
+    /// UCUM unit, such as `s` or `By` (optional).
+    #[serde(default)]
+    pub unit: String,
+    /// Description (optional).
+    #[serde(default)]
+    pub description: String,
+    /// Explicit bucket bounds of a HISTOGRAM; absent: the SDK's default bounds.
+    #[serde(default)]
+    pub buckets: Option<Vec<f64>>,
+}
+
+/// An instrument kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Kind {
+    /// A monotonic sum: each instance adds its value (which must not be negative).
+    Counter,
+    /// The last value of each attribute set.
+    Gauge,
+    /// A distribution over explicit buckets.
+    Histogram,
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Kind::Counter => "COUNTER",
+            Kind::Gauge => "GAUGE",
+            Kind::Histogram => "HISTOGRAM",
+        })
+    }
+}
+
+/// How sums and histograms are aggregated between exports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Temporality {
+    /// Totals since the handler started (what Prometheus-style backends want).
+    #[default]
+    Cumulative,
+    /// Changes since the previous export.
+    Delta,
+}
+
+/// Validated retry settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryConfig {
+    /// Delay before the first retry.
+    pub initial_backoff: Duration,
+    /// Longest delay between retries.
+    pub max_backoff: Duration,
+    /// Time budget of all attempts of one export.
+    pub max_elapsed_time: Duration,
+}
+
+/// A resource attribute value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ResourceValue {
+    /// Text.
+    String(String),
+    /// An integer.
+    Int(i64),
+    /// A float.
+    Double(f64),
+    /// A boolean.
+    Bool(bool),
+}
+
+/// One validated metric.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetricSpec {
+    /// The instance name as configured.
+    pub instance_name: String,
+    /// The instrument name.
+    pub name: String,
+    /// Its kind.
+    pub kind: Kind,
+    /// Its unit (may be empty).
+    pub unit: String,
+    /// Its description (may be empty).
+    pub description: String,
+    /// Explicit bucket bounds (histograms only); `None`: the SDK's defaults.
+    pub buckets: Option<Vec<f64>>,
+}
+
+/// Validated params, ready to build a handler.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OtlpConfig {
+    /// `http://host:port`.
+    pub endpoint: String,
+    /// Deadline of one export attempt.
+    pub timeout: Duration,
+    /// gRPC metadata, lower-case keys, in key order.
+    pub headers: Vec<(String, String)>,
+    /// Most records per export call.
+    pub max_export_batch_size: usize,
+    /// Metric export interval.
+    pub scheduled_delay: Duration,
+    /// `None` when retries are disabled.
+    pub retry: Option<RetryConfig>,
+    /// Resource attributes, `service.name` included.
+    pub resource: Vec<(String, ResourceValue)>,
+    /// Metric temporality.
+    pub temporality: Temporality,
+    /// The metrics, in config order.
+    pub metrics: Vec<MetricSpec>,
+}
+
+impl OtlpConfig {
+    /// The longest one export may take, all attempts and backoffs included: the retry budget
+    /// plus one attempt that started just before the budget ran out.
+    pub fn export_budget(&self) -> Duration {
+        let retries = self.retry.map_or(Duration::ZERO, |r| r.max_elapsed_time);
+        retries + self.timeout
+    }
+}
+
+/// The key an instance name is matched by: Istio 1.4 configs name instances
+/// `name.instance.namespace` (or `name.metric.namespace`) while instances reach handlers as
+/// `name.namespace`; the generic kind in the middle is dropped (as the prometheus adapter does).
+pub fn instance_key(name: &str) -> String {
+    let parts: Vec<&str> = name.splitn(3, '.').collect();
+    match parts.as_slice() {
+        [n, "instance" | "metric", ns] if !ns.is_empty() => format!("{n}.{ns}"),
+        _ => name.to_string(),
+    }
+}
+
+/// OpenTelemetry's instrument name syntax: `[A-Za-z][A-Za-z0-9_./-]{0,254}`.
+pub fn is_valid_instrument_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    name.len() <= 255
+        && matches!(chars.next(), Some(c) if c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || "_./-".contains(c))
+}
+
+fn duration(
+    path: &str,
+    text: &Option<String>,
+    default: Duration,
+    errors: &mut Vec<ParamError>,
+) -> Duration {
+    let Some(text) = text else { return default };
+    match mixer_model::Duration::parse(text.trim()) {
+        Some(d) if d.0 > 0 => d.to_std(),
+        Some(_) => {
+            errors.push(ParamError::new(
+                path,
+                format!("{text:?} must be above zero"),
+            ));
+            default
+        }
+        None => {
+            errors.push(ParamError::new(
+                path,
+                format!("{text:?} is not a duration (such as \"500ms\", \"10s\", \"1m\")"),
+            ));
+            default
+        }
+    }
+}
+
+fn check_endpoint(endpoint: &str, errors: &mut Vec<ParamError>) {
+    let endpoint = endpoint.trim();
+    if endpoint.is_empty() {
+        errors.push(ParamError::new(
+            "endpoint",
+            "endpoint is required: the collector's gRPC address, such as http://127.0.0.1:4317",
+        ));
+        return;
+    }
+    let uri = match endpoint.parse::<tonic::codegen::http::Uri>() {
+        Ok(uri) => uri,
+        Err(e) => {
+            errors.push(ParamError::new(
+                "endpoint",
+                format!("{endpoint:?} is not a URI: {e}"),
+            ));
+            return;
+        }
+    };
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            errors.push(ParamError::new(
+                "endpoint",
+                "https is not supported yet (this build has no TLS); use http:// to a local \
+                 collector or a TLS-terminating sidecar",
+            ));
+            return;
+        }
+        _ => {
+            errors.push(ParamError::new(
+                "endpoint",
+                format!("{endpoint:?} must start with http://, such as http://127.0.0.1:4317"),
+            ));
+            return;
+        }
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        errors.push(ParamError::new(
+            "endpoint",
+            format!("{endpoint:?} has no host"),
+        ));
+    }
+    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+        errors.push(ParamError::new(
+            "endpoint",
+            format!("{endpoint:?} has a path or query; a gRPC endpoint is only scheme://host:port"),
+        ));
+    }
+    if tonic::transport::Endpoint::from_shared(endpoint.to_string()).is_err() {
+        errors.push(ParamError::new(
+            "endpoint",
+            format!("{endpoint:?} is not a valid gRPC endpoint"),
+        ));
+    }
+}
+
+fn check_header(key: &str, value: &str, errors: &mut Vec<ParamError>) -> Option<(String, String)> {
+    let path = format!("headers.{key}");
+    let lower = key.to_ascii_lowercase();
+    if key.is_empty() {
+        errors.push(ParamError::new(path, "a header name cannot be empty"));
+        return None;
+    }
+    if key.starts_with(':')
+        || lower.starts_with("grpc-")
+        || matches!(lower.as_str(), "content-type" | "te")
+    {
+        errors.push(ParamError::new(
+            path,
+            format!("{key:?} is reserved by gRPC and cannot be set"),
+        ));
+        return None;
+    }
+    if lower.ends_with("-bin") {
+        errors.push(ParamError::new(
+            path,
+            "binary metadata (names ending in -bin) is not supported",
+        ));
+        return None;
+    }
+    if tonic::metadata::AsciiMetadataKey::from_str(&lower).is_err() {
+        errors.push(ParamError::new(
+            path,
+            format!("{key:?} is not a valid gRPC metadata name (letters, digits, -, _ and .)"),
+        ));
+        return None;
+    }
+    // The value is left out of messages: headers often carry credentials.
+    // gRPC allows printable ASCII and spaces in values (HTTP/2 would take more).
+    if !value.bytes().all(|b| (0x20..=0x7e).contains(&b))
+        || tonic::metadata::AsciiMetadataValue::from_str(value).is_err()
+    {
+        errors.push(ParamError::new(
+            path,
+            "the value is not valid gRPC metadata (printable ASCII only)",
+        ));
+        return None;
+    }
+    Some((lower, value.to_string()))
+}
+
+fn resource_value(
+    path: &str,
+    v: &serde_json::Value,
+    errors: &mut Vec<ParamError>,
+) -> Option<ResourceValue> {
+    match v {
+        serde_json::Value::String(s) => Some(ResourceValue::String(s.clone())),
+        serde_json::Value::Bool(b) => Some(ResourceValue::Bool(*b)),
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(i) => Some(ResourceValue::Int(i)),
+            None => n.as_f64().map(ResourceValue::Double),
+        },
+        _ => {
+            errors.push(ParamError::new(
+                path,
+                "a resource attribute must be a string, a number or a boolean",
+            ));
+            None
+        }
+    }
+}
+
+fn check_buckets(path: &str, bounds: &[f64], errors: &mut Vec<ParamError>) {
+    if bounds.is_empty() {
+        errors.push(ParamError::new(
+            path,
+            "at least one bound is needed (leave buckets out for the default bounds)",
+        ));
+    }
+    if bounds.len() > MAX_BUCKETS {
+        errors.push(ParamError::new(
+            path,
+            format!("{} bounds, at most {MAX_BUCKETS}", bounds.len()),
+        ));
+    }
+    for (i, b) in bounds.iter().enumerate() {
+        if !b.is_finite() {
+            errors.push(ParamError::new(
+                format!("{path}[{i}]"),
+                format!("{b} is not finite"),
+            ));
+        } else if i > 0 && *b <= bounds[i - 1] {
+            errors.push(ParamError::new(
+                format!("{path}[{i}]"),
+                format!("{b} is not above the previous bound {}", bounds[i - 1]),
+            ));
+        }
+    }
+}
+
+impl OtlpParams {
+    /// Validates the params, collecting every problem with its path.
+    pub fn compile(&self) -> Result<OtlpConfig, Vec<ParamError>> {
+        let mut errors = Vec::new();
+        check_endpoint(&self.endpoint, &mut errors);
+        let timeout = duration("timeout", &self.timeout, DEFAULT_TIMEOUT, &mut errors);
+
+        let headers: Vec<(String, String)> = self
+            .headers
+            .iter()
+            .filter_map(|(k, v)| check_header(k, v, &mut errors))
+            .collect();
+        let mut seen = HashSet::new();
+        for (k, _) in &headers {
+            if !seen.insert(k.clone()) {
+                errors.push(ParamError::new(
+                    format!("headers.{k}"),
+                    "the same header is set twice (names are case-insensitive)",
+                ));
+            }
+        }
+
+        let max_export_batch_size = match self.batch.max_export_batch_size {
+            None => DEFAULT_MAX_EXPORT_BATCH_SIZE,
+            Some(n) if n >= 1 && n as u64 <= MAX_EXPORT_BATCH_SIZE as u64 => n as usize,
+            Some(n) => {
+                errors.push(ParamError::new(
+                    "batch.maxExportBatchSize",
+                    format!("{n} is out of range 1..={MAX_EXPORT_BATCH_SIZE}"),
+                ));
+                DEFAULT_MAX_EXPORT_BATCH_SIZE
+            }
+        };
+        let scheduled_delay = duration(
+            "batch.scheduledDelay",
+            &self.batch.scheduled_delay,
+            DEFAULT_SCHEDULED_DELAY,
+            &mut errors,
+        );
+
+        let initial_backoff = duration(
+            "retry.initialBackoff",
+            &self.retry.initial_backoff,
+            DEFAULT_INITIAL_BACKOFF,
+            &mut errors,
+        );
+        let max_backoff = duration(
+            "retry.maxBackoff",
+            &self.retry.max_backoff,
+            DEFAULT_MAX_BACKOFF.max(initial_backoff),
+            &mut errors,
+        );
+        if max_backoff < initial_backoff {
+            errors.push(ParamError::new(
+                "retry.maxBackoff",
+                format!(
+                    "{} is below initialBackoff {}",
+                    mixer_model::Duration::from_std(max_backoff),
+                    mixer_model::Duration::from_std(initial_backoff)
+                ),
+            ));
+        }
+        let max_elapsed_time = duration(
+            "retry.maxElapsedTime",
+            &self.retry.max_elapsed_time,
+            DEFAULT_MAX_ELAPSED_TIME,
+            &mut errors,
+        );
+        let retry = self.retry.enabled.unwrap_or(true).then_some(RetryConfig {
+            initial_backoff,
+            max_backoff,
+            max_elapsed_time,
+        });
+
+        let mut resource = Vec::new();
+        for (k, v) in &self.resource {
+            let path = format!("resource.{k}");
+            if k.trim().is_empty() {
+                errors.push(ParamError::new(path, "an attribute name cannot be empty"));
+                continue;
+            }
+            if let Some(v) = resource_value(&path, v, &mut errors) {
+                resource.push((k.clone(), v));
+            }
+        }
+        if !self.resource.contains_key("service.name") {
+            resource.push((
+                "service.name".to_string(),
+                ResourceValue::String(DEFAULT_SERVICE_NAME.to_string()),
+            ));
+        }
+
+        let mut metrics = Vec::with_capacity(self.metrics.len());
+        let mut by_instance: BTreeMap<String, usize> = BTreeMap::new();
+        let mut by_name: BTreeMap<String, usize> = BTreeMap::new();
+        for (i, m) in self.metrics.iter().enumerate() {
+            let path = format!("metrics[{i}]");
+            let instance_name = m.instance_name.trim().to_string();
+            if instance_name.is_empty() {
+                errors.push(ParamError::new(
+                    format!("{path}.instanceName"),
+                    "instanceName is required: the fully qualified name of a metric instance",
+                ));
+            } else if let Some(first) = by_instance.get(&instance_key(&instance_name)) {
+                errors.push(ParamError::new(
+                    format!("{path}.instanceName"),
+                    format!("instance {instance_name:?} is already used by metrics[{first}]"),
+                ));
+            } else {
+                by_instance.insert(instance_key(&instance_name), i);
+            }
+            if m.name.is_empty() {
+                errors.push(ParamError::new(
+                    format!("{path}.name"),
+                    "name is required: the instrument name, such as istio.requests",
+                ));
+            } else if !is_valid_instrument_name(&m.name) {
+                errors.push(ParamError::new(
+                    format!("{path}.name"),
+                    format!(
+                        "{:?} is not a valid instrument name ([A-Za-z][A-Za-z0-9_./-]*, at most \
+                         255 characters)",
+                        m.name
+                    ),
+                ));
+            } else if let Some(first) = by_name.get(&m.name.to_ascii_lowercase()) {
+                errors.push(ParamError::new(
+                    format!("{path}.name"),
+                    format!(
+                        "metric name {:?} is already used by metrics[{first}]",
+                        m.name
+                    ),
+                ));
+            } else {
+                // Instrument names are case-insensitive in OpenTelemetry.
+                by_name.insert(m.name.to_ascii_lowercase(), i);
+            }
+            if m.unit.len() > 63 || !m.unit.is_ascii() {
+                errors.push(ParamError::new(
+                    format!("{path}.unit"),
+                    "a unit is at most 63 ASCII characters",
+                ));
+            }
+            let kind = match m.kind {
+                Some(k) => k,
+                None => {
+                    errors.push(ParamError::new(
+                        format!("{path}.kind"),
+                        "kind is required: COUNTER, GAUGE or HISTOGRAM",
+                    ));
+                    Kind::Gauge
+                }
+            };
+            if let Some(bounds) = &m.buckets {
+                if kind == Kind::Histogram {
+                    check_buckets(&format!("{path}.buckets"), bounds, &mut errors);
+                } else if m.kind.is_some() {
+                    errors.push(ParamError::new(
+                        format!("{path}.buckets"),
+                        format!("buckets apply to HISTOGRAM only, not {kind}"),
+                    ));
+                }
+            }
+            metrics.push(MetricSpec {
+                instance_name,
+                name: m.name.clone(),
+                kind,
+                unit: m.unit.clone(),
+                description: m.description.clone(),
+                buckets: m.buckets.clone().filter(|_| kind == Kind::Histogram),
+            });
+        }
+
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(OtlpConfig {
+            endpoint: self.endpoint.trim().to_string(),
+            timeout,
+            headers,
+            max_export_batch_size,
+            scheduled_delay,
+            retry,
+            resource,
+            temporality: self.metric_temporality.unwrap_or_default(),
+            metrics,
+        })
+    }
+
+    /// Every problem with these params.
+    pub fn validate(&self) -> Result<(), Vec<ParamError>> {
+        self.compile().map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mixer_adapter_api::decode_params;
+    use serde_json::json;
+
+    fn compile(v: serde_json::Value) -> Result<OtlpConfig, Vec<ParamError>> {
+        decode_params::<OtlpParams>(&v)
+            .map_err(|e| vec![e])?
+            .compile()
+    }
+
+    fn paths(v: serde_json::Value) -> Vec<String> {
+        compile(v)
+            .expect_err("invalid")
+            .into_iter()
+            .map(|e| e.path)
+            .collect()
+    }
+
+    #[test]
+    fn defaults() {
+        let c = compile(json!({"endpoint": "http://127.0.0.1:4317"})).expect("valid");
+        assert_eq!(c.timeout, DEFAULT_TIMEOUT);
+        assert_eq!(c.max_export_batch_size, 512);
+        assert_eq!(c.scheduled_delay, DEFAULT_SCHEDULED_DELAY);
+        assert_eq!(
+            c.retry,
+            Some(RetryConfig {
+                initial_backoff: DEFAULT_INITIAL_BACKOFF,
+                max_backoff: DEFAULT_MAX_BACKOFF,
+                max_elapsed_time: DEFAULT_MAX_ELAPSED_TIME,
+            })
+        );
+        assert_eq!(
+            c.resource,
+            [(
+                "service.name".to_string(),
+                ResourceValue::String("mixer".into())
+            )]
+        );
+        assert_eq!(c.temporality, Temporality::Cumulative);
+        assert_eq!(c.export_budget(), Duration::from_secs(15));
+    }
+
+    #[test]
+    fn a_full_config() {
+        let c = compile(json!({
+            "endpoint": "http://collector:4317",
+            "timeout": "2s",
+            "headers": {"Authorization": "Bearer abc", "x-tenant": "t1"},
+            "batch": {"maxExportBatchSize": 100, "scheduledDelay": "500ms"},
+            "retry": {"initialBackoff": "10ms", "maxBackoff": "50ms", "maxElapsedTime": "1s"},
+            "resource": {"service.name": "mesh", "replicas": 3, "canary": false, "ratio": 0.5},
+            "metricTemporality": "DELTA",
+            "metrics": [
+                {"instanceName": "requestcount.instance.istio-system", "name": "istio.requests",
+                 "kind": "COUNTER", "unit": "{request}", "description": "Requests"},
+                {"instanceName": "requestduration.istio-system", "name": "istio.request.duration",
+                 "kind": "HISTOGRAM", "unit": "s", "buckets": [0.01, 0.1, 1]},
+            ]
+        }))
+        .expect("valid");
+        assert_eq!(
+            c.headers,
+            [
+                ("authorization".to_string(), "Bearer abc".to_string()),
+                ("x-tenant".to_string(), "t1".to_string())
+            ]
+        );
+        assert_eq!(c.max_export_batch_size, 100);
+        assert_eq!(c.scheduled_delay, Duration::from_millis(500));
+        assert_eq!(c.retry.unwrap().max_elapsed_time, Duration::from_secs(1));
+        assert_eq!(c.resource.len(), 4);
+        assert!(
+            c.resource
+                .contains(&("replicas".into(), ResourceValue::Int(3)))
+        );
+        assert!(
+            c.resource
+                .contains(&("service.name".into(), ResourceValue::String("mesh".into())))
+        );
+        assert_eq!(c.temporality, Temporality::Delta);
+        assert_eq!(c.metrics[1].buckets, Some(vec![0.01, 0.1, 1.0]));
+        assert_eq!(c.export_budget(), Duration::from_secs(3));
+        let c = compile(json!({"endpoint": "http://c:4317", "retry": {"enabled": false}}))
+            .expect("valid");
+        assert_eq!(c.retry, None);
+        assert_eq!(c.export_budget(), DEFAULT_TIMEOUT);
+    }
+
+    #[test]
+    fn every_error_has_its_path() {
+        let errs = paths(json!({
+            "endpoint": "",
+            "timeout": "soon",
+            "headers": {"grpc-timeout": "1", "x-key-bin": "AA==", "bad key": "v", "x-ok": "caf\u{e9}"},
+            "batch": {"maxExportBatchSize": 0, "scheduledDelay": "0s"},
+            "retry": {"initialBackoff": "2s", "maxBackoff": "1s", "maxElapsedTime": "-1s"},
+            "resource": {"": "x", "list": [1]},
+            "metrics": [
+                {"instanceName": "", "name": "1bad", "kind": "COUNTER"},
+                {"instanceName": "a.ns", "name": "a"},
+                {"instanceName": "a.instance.ns", "name": "A", "kind": "GAUGE", "buckets": [1]},
+                {"instanceName": "h.ns", "name": "h", "kind": "HISTOGRAM", "buckets": [1, 1, 0.5],
+                 "unit": "\u{b5}s"},
+                {"instanceName": "e.ns", "name": "e", "kind": "HISTOGRAM", "buckets": []},
+            ]
+        }));
+        assert_eq!(
+            errs,
+            [
+                "endpoint",
+                "timeout",
+                "headers.bad key",
+                "headers.grpc-timeout",
+                "headers.x-key-bin",
+                "headers.x-ok",
+                "batch.maxExportBatchSize",
+                "batch.scheduledDelay",
+                "retry.maxBackoff",
+                "retry.maxElapsedTime",
+                "resource.",
+                "resource.list",
+                "metrics[0].instanceName",
+                "metrics[0].name",
+                "metrics[1].kind",
+                "metrics[2].instanceName",
+                "metrics[2].name",
+                "metrics[2].buckets",
+                "metrics[3].unit",
+                "metrics[3].buckets[1]",
+                "metrics[3].buckets[2]",
+                "metrics[4].buckets",
+            ]
+        );
+    }
+
+    #[test]
+    fn endpoints() {
+        for bad in [
+            "127.0.0.1:4317",
+            "https://collector:4317",
+            "grpc://collector:4317",
+            "http://collector:4317/v1/traces",
+            "http://",
+            "not a uri",
+        ] {
+            assert_eq!(paths(json!({"endpoint": bad})), ["endpoint"], "{bad}");
+        }
+        let e = compile(json!({"endpoint": "https://c:4317"})).expect_err("tls");
+        assert!(e[0].message.contains("TLS"), "{}", e[0]);
+        for good in [
+            "http://127.0.0.1:4317",
+            "http://[::1]:4317/",
+            "http://collector",
+        ] {
+            compile(json!({ "endpoint": good })).expect(good);
+        }
+    }
+
+    #[test]
+    fn header_values_stay_out_of_messages() {
+        let e =
+            compile(json!({"endpoint": "http://c:1", "headers": {"authorization": "secret\n"}}))
+                .expect_err("bad value");
+        assert_eq!(e[0].path, "headers.authorization");
+        assert!(!e[0].message.contains("secret"), "{}", e[0]);
+    }
+
+    #[test]
+    fn unknown_fields_and_kinds_are_rejected() {
+        assert_eq!(
+            paths(json!({"endpoint": "http://c:1", "insecure": true})),
+            ["insecure"]
+        );
+        assert_eq!(
+            paths(json!({"endpoint": "http://c:1", "batch": {"maxQueueSize": 10}})),
+            ["batch.maxQueueSize"]
+        );
+        assert_eq!(
+            paths(json!({"endpoint": "http://c:1", "retry": {"initialInterval": "1s"}})),
+            ["retry.initialInterval"]
+        );
+        let e = compile(json!({"endpoint": "http://c:1",
+            "metrics": [{"instanceName": "a.ns", "name": "a", "kind": "DISTRIBUTION"}]}))
+        .expect_err("bad kind");
+        assert_eq!(e[0].path, "metrics[0].kind");
+        assert!(e[0].message.contains("HISTOGRAM"), "{}", e[0]);
+        assert_eq!(
+            paths(json!({"endpoint": "http://c:1", "timeout": 10})),
+            ["timeout"]
+        );
+        assert_eq!(
+            paths(json!({"endpoint": "http://c:1", "metricTemporality": "SOMETIMES"})),
+            ["metricTemporality"]
+        );
+    }
+
+    #[test]
+    fn names() {
+        assert!(is_valid_instrument_name("istio.request.duration"));
+        assert!(is_valid_instrument_name("a_b-c/d"));
+        assert!(!is_valid_instrument_name("1a"));
+        assert!(!is_valid_instrument_name(""));
+        assert!(!is_valid_instrument_name("a b"));
+        assert!(!is_valid_instrument_name(&"a".repeat(256)));
+        assert_eq!(instance_key("rc.instance.istio-system"), "rc.istio-system");
+        assert_eq!(instance_key("rc.istio-system"), "rc.istio-system");
+    }
+}

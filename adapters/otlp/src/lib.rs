@@ -1,0 +1,123 @@
+//! The `otlp` adapter: tracespan, logentry and metric instances exported to an OpenTelemetry
+//! collector (or any OTLP receiver) over OTLP/gRPC, with the OpenTelemetry SDK and its OTLP
+//! exporters (`opentelemetry-otlp`, tonic).
+//!
+//! - a **tracespan** becomes a span with the instance's trace, span and parent ids (hex), name,
+//!   start and end times, `spanTags` as attributes, `httpStatusCode` as
+//!   `http.response.status_code` (and an error status for 5xx, or 4xx on client spans), and
+//!   kind CLIENT when `clientSpan` is true, else SERVER;
+//! - a **logentry** becomes a log record with the instance's `timestamp`, its `severity` as
+//!   text and as a severity number, and its `variables` as attributes;
+//! - a **metric** instance feeds the counter, gauge or histogram configured for it
+//!   (`metrics[].instanceName`), with its `dimensions` as attributes; the SDK aggregates and
+//!   exports them every `batch.scheduledDelay`.
+//!
+//! Spans and log records are exported during the `report` call that brings them, one export
+//! per signal, retried with backoff on transient gRPC errors; a failure after the retries fails
+//! the batch with a transient [`AdapterError`](mixer_adapter_api::AdapterError), so the
+//! runtime counts its records as dropped. Each instance's telemetry carries an instrumentation
+//! scope named after the instance. See README.md beside this crate for the table of params.
+//!
+//! Params are checked with their paths before anything is built:
+//!
+//! ```
+//! use mixer_adapter_api::Adapter;
+//! use mixer_adapter_otlp::Otlp;
+//!
+//! let params = serde_json::json!({
+//!     "endpoint": "http://127.0.0.1:4317",
+//!     "headers": {"authorization": "Bearer s3cret"},
+//!     "retry": {"initialBackoff": "50ms", "maxBackoff": "1s", "maxElapsedTime": "5s"},
+//!     "resource": {"service.name": "mixer", "deployment.environment": "prod"},
+//!     "metrics": [
+//!         {"instanceName": "requestcount.instance.istio-system", "name": "istio.requests",
+//!          "kind": "COUNTER", "unit": "{request}"},
+//!         {"instanceName": "requestduration.instance.istio-system",
+//!          "name": "istio.request.duration", "kind": "HISTOGRAM", "unit": "s",
+//!          "buckets": [0.005, 0.01, 0.1, 1, 10]},
+//!     ],
+//! });
+//! Otlp.validate(&params).expect("valid params");
+//!
+//! let bad = serde_json::json!({
+//!     "endpoint": "collector:4317",
+//!     "metrics": [{"instanceName": "rc.istio-system", "name": "istio.requests"}],
+//! });
+//! let paths: Vec<String> = Otlp.validate(&bad).unwrap_err().into_iter().map(|e| e.path).collect();
+//! assert_eq!(paths, ["endpoint", "metrics[0].kind"]);
+//! ```
+//!
+//! Building a handler (inside a tokio runtime) creates a lazily connected gRPC channel; nothing
+//! is sent until the first report, so a collector that is down does not fail the build.
+
+mod config;
+mod convert;
+mod handler;
+
+use std::sync::Arc;
+
+use mixer_adapter_api::{
+    Adapter, AdapterError, AdapterInfo, BuildContext, ErrorKind, Handler, ParamError, Params,
+    Stability, decode_params,
+};
+use mixer_model::Template;
+
+pub use config::{
+    BatchParams, DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, DEFAULT_MAX_ELAPSED_TIME,
+    DEFAULT_MAX_EXPORT_BATCH_SIZE, DEFAULT_SCHEDULED_DELAY, DEFAULT_SERVICE_NAME, DEFAULT_TIMEOUT,
+    Kind, MAX_BUCKETS, MAX_EXPORT_BATCH_SIZE, MetricParams, MetricSpec, OtlpConfig, OtlpParams,
+    ResourceValue, RetryConfig, RetryParams, Temporality, instance_key, is_valid_instrument_name,
+};
+pub use convert::{HTTP_STATUS_ATTRIBUTE, REWRITE_PAD, severity_number};
+pub use handler::{OtlpHandler, export_error, numeric_value};
+
+static INFO: AdapterInfo = AdapterInfo {
+    name: "otlp",
+    description: "Exports metrics, logs and trace spans over OTLP/gRPC",
+    templates: &[Template::Metric, Template::LogEntry, Template::TraceSpan],
+    cacheable: false,
+    stability: Stability::Alpha,
+};
+
+/// The otlp adapter.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Otlp;
+
+fn compile(params: &Params) -> Result<OtlpConfig, Vec<ParamError>> {
+    decode_params::<OtlpParams>(params)
+        .map_err(|e| vec![e])
+        .and_then(|p| p.compile())
+}
+
+impl Otlp {
+    /// Builds the concrete handler (what [`Adapter::build`] returns, unerased). Must be called
+    /// inside a tokio runtime.
+    pub fn build_handler(
+        &self,
+        params: &Params,
+        ctx: &BuildContext,
+    ) -> Result<Arc<OtlpHandler>, AdapterError> {
+        let config = compile(params).map_err(|errors| {
+            let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            AdapterError::permanent(ErrorKind::Internal, text.join("; "))
+        })?;
+        Ok(Arc::new(OtlpHandler::new(
+            config,
+            ctx.handler_name.clone(),
+        )?))
+    }
+}
+
+impl Adapter for Otlp {
+    fn info(&self) -> &AdapterInfo {
+        &INFO
+    }
+
+    fn validate(&self, params: &Params) -> Result<(), Vec<ParamError>> {
+        compile(params).map(|_| ())
+    }
+
+    fn build(&self, params: &Params, ctx: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+        Ok(self.build_handler(params, ctx)?)
+    }
+}
