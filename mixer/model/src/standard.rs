@@ -98,4 +98,27 @@ pub const STANDARD_ATTRIBUTES: &[(&str, ValueType)] = &[
     ("quota.cache_hit", Bool),
     ("rbac.permissive.response_code", String),
     ("rbac.permissive.effective_policy_id", String),
+    // Envoy's rate limit service (`mixer_frontends::ratelimit`): one descriptor of a
+    // `RateLimitRequest` — its domain, its entries (key -> value), the entry keys in order
+    // joined by "." (the descriptor's shape), and the hits it asks for.
+    ("ratelimit.domain", String),
+    ("ratelimit.descriptor", StringMap),
+    ("ratelimit.descriptor_keys", String),
+    ("ratelimit.hits_addend", Int64),
+    // OTLP ingest: every attribute as it came, and the record's own fields.
+    ("otel.attributes", StringMap),
+    ("otel.resource", StringMap),
+    ("otel.scope.name", String),
+    ("otel.scope.version", String),
+    ("otel.severity", String),
+    ("otel.severity_number", Int64),
+    ("otel.body", String),
+    ("otel.event_name", String),
+    ("otel.trace_id", String),
+    ("otel.span_id", String),
+    ("otel.parent_span_id", String),
+    ("otel.span_name", String),
+    ("otel.span_kind", String),
+    ("otel.status_code", String),
+    ("otel.status_message", String),
 ];

@@ -107,6 +107,9 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
             .add_service(health_service)
             .add_service(mixer_frontends::ext_authz::service(runtime.clone()))
             .add_service(mixer_frontends::mixer_v1::service(runtime.clone()))
+            .add_service(mixer_frontends::access_log::service(runtime.clone()))
+            .add_service(mixer_frontends::otlp::logs_service(runtime.clone()))
+            .add_service(mixer_frontends::otlp::trace_service(runtime.clone()))
             .serve_with_incoming_shutdown(tokio_stream_listener(grpc), stopped(stop_rx.clone())),
     );
     let http_app = mixer_frontends::forward_auth::router(runtime.clone())
