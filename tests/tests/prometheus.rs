@@ -1,4 +1,5 @@
-//! End to end with a real Prometheus: reports reach the mixer, the prometheus adapter turns
+//! End to end with a real Prometheus: Mixer v1 reports and an Envoy access log stream reach the
+//! mixer, the prometheus adapter turns
 //! them into a counter and a histogram on the admin `/metrics`, Prometheus scrapes it, and
 //! PromQL through Prometheus's HTTP API returns the counts that were sent.
 
@@ -7,6 +8,16 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use envoy_types::pb::envoy::config::core::v3::{Node, RequestMethod};
+use envoy_types::pb::envoy::data::accesslog::v3::{
+    AccessLogCommon, HttpAccessLogEntry, HttpRequestProperties, HttpResponseProperties,
+};
+use envoy_types::pb::envoy::service::accesslog::v3::StreamAccessLogsMessage;
+use envoy_types::pb::envoy::service::accesslog::v3::access_log_service_client::AccessLogServiceClient;
+use envoy_types::pb::envoy::service::accesslog::v3::stream_access_logs_message::{
+    HttpAccessLogEntries, Identifier, LogEntries,
+};
+use envoy_types::pb::google::protobuf::{Duration as PbDuration, UInt32Value};
 use mixer_model::Value;
 use mixer_proto::istio::mixer::v1 as pb;
 use mixer_proto::istio::mixer::v1::mixer_client::MixerClient;
@@ -198,6 +209,53 @@ async fn prometheus_scrapes_what_reports_counted() {
             .expect("report");
     }
 
+    // Three PUTs that Envoy logged, over ALS (identifier on the first message only).
+    let put = |millis: i32| HttpAccessLogEntry {
+        common_properties: Some(AccessLogCommon {
+            time_to_last_downstream_tx_byte: Some(PbDuration {
+                seconds: 0,
+                nanos: millis * 1_000_000,
+            }),
+            ..Default::default()
+        }),
+        request: Some(HttpRequestProperties {
+            request_method: RequestMethod::Put as i32,
+            path: "/cart".into(),
+            ..Default::default()
+        }),
+        response: Some(HttpResponseProperties {
+            response_code: Some(UInt32Value { value: 201 }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let messages = vec![
+        StreamAccessLogsMessage {
+            identifier: Some(Identifier {
+                node: Some(Node {
+                    id: "sidecar~10.0.0.7~cart.shop~shop.svc.cluster.local".into(),
+                    ..Default::default()
+                }),
+                log_name: "als".into(),
+            }),
+            log_entries: Some(LogEntries::HttpLogs(HttpAccessLogEntries {
+                log_entry: vec![put(20), put(30)],
+            })),
+        },
+        StreamAccessLogsMessage {
+            identifier: None,
+            log_entries: Some(LogEntries::HttpLogs(HttpAccessLogEntries {
+                log_entry: vec![put(700)],
+            })),
+        },
+    ];
+    let mut als = AccessLogServiceClient::connect(format!("http://{}", mixer.grpc))
+        .await
+        .expect("connect");
+    als.stream_access_logs(tokio_stream_iter(messages))
+        .await
+        .expect("access log stream");
+
     let listen = free_addr();
     let _prometheus = start_prometheus(dir.path(), listen, mixer.admin);
     tokio::task::spawn_blocking(move || {
@@ -234,11 +292,32 @@ async fn prometheus_scrapes_what_reports_counted() {
         );
         wait_for(
             listen,
+            r#"istio_requests_total{method="PUT",response_code="201"}"#,
+            3.0,
+        );
+        wait_for(
+            listen,
+            r#"istio_request_duration_seconds_bucket{method="PUT",le="0.1"}"#,
+            2.0,
+        );
+        wait_for(
+            listen,
+            r#"istio_request_duration_seconds_bucket{method="PUT",le="1"}"#,
+            3.0,
+        );
+        wait_for(
+            listen,
             r#"mixer_report_delivered_total{handler="prom.istio-system"}"#,
-            28.0,
+            34.0,
         );
     })
     .await
     .expect("prometheus saw the counts");
     assert!(mixer.terminate().success());
+}
+
+fn tokio_stream_iter<T: Send + 'static>(
+    items: Vec<T>,
+) -> impl tonic::IntoStreamingRequest<Message = T> {
+    tonic::codegen::tokio_stream::iter(items)
 }
