@@ -11,6 +11,7 @@
 mod bags;
 mod load;
 mod noop;
+mod report;
 mod targets;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -84,6 +85,22 @@ enum Cmd {
         #[arg(long, default_value = "127.0.0.1:9191")]
         addr: SocketAddr,
     },
+    /// Report mode: Mixer v1 Reports with several records per request against a mixer with
+    /// the given telemetry config and, as the baseline, against one with no report rules;
+    /// prints requests/s, records/s and the mixer's CPU seconds per 1000 requests.
+    Report {
+        /// The mixer binary.
+        #[arg(long)]
+        mixer_bin: PathBuf,
+        /// The telemetry config (e.g. policies/telemetry/config).
+        #[arg(long)]
+        config: PathBuf,
+        /// Records per request.
+        #[arg(long, default_value_t = 3)]
+        records: usize,
+        #[command(flatten)]
+        load: LoadArgs,
+    },
     /// Start the baseline and the mixer one after the other, drive both, print the ratio
     /// and the latency at half of the mixer's saturation throughput.
     Compare {
@@ -127,6 +144,12 @@ fn main() -> anyhow::Result<()> {
             println!("{}", report.line(&format!("{target:?}")));
             Ok(())
         }
+        Cmd::Report {
+            mixer_bin,
+            config,
+            records,
+            load,
+        } => rt.block_on(report_mode(&mixer_bin, &config, records, &load)),
         Cmd::Compare {
             mixer_bin,
             config,
@@ -278,6 +301,90 @@ async fn compare(
         load.concurrency,
         load.distinct,
         load.requests
+    );
+    Ok(())
+}
+
+async fn report_run(
+    mixer_bin: &std::path::Path,
+    config: &std::path::Path,
+    records: usize,
+    load: &LoadArgs,
+) -> anyhow::Result<(Report, f64, f64, f64)> {
+    let (grpc, http, admin) = (free_addr()?, free_addr()?, free_addr()?);
+    let child = Command::new(mixer_bin)
+        .arg("serve")
+        .args([
+            "--grpc-addr",
+            &grpc.to_string(),
+            "--http-addr",
+            &http.to_string(),
+            "--admin-addr",
+            &admin.to_string(),
+        ])
+        .arg("--config")
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting the mixer")?;
+    let pid = child.id();
+    let _mixer = Killed(child);
+    report::wait_ready(admin)?;
+    let requests = bags::requests(load.requests.max(1), load.distinct);
+    let prepared = report::report_requests(&requests, records);
+    let chans = channels(grpc, load.channels).await?;
+    let spec = Spec {
+        concurrency: load.concurrency.max(1),
+        duration: load.duration,
+        warmup: Duration::ZERO,
+        rate: None,
+    };
+    let before = report::cpu_seconds(pid).unwrap_or(0.0);
+    let result = load::run(spec, |w| {
+        report::Reporter::new(chans[w % chans.len()].clone(), prepared.clone())
+    })
+    .await;
+    // Let the queues drain before reading CPU and drops.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let cpu = report::cpu_seconds(pid).unwrap_or(0.0) - before;
+    let delivered = report::scrape(admin, "mixer_report_delivered_total");
+    let dropped = report::scrape(admin, "mixer_report_dropped_total");
+    Ok((result, cpu, delivered, dropped))
+}
+
+async fn report_mode(
+    mixer_bin: &std::path::Path,
+    config: &std::path::Path,
+    records: usize,
+    load: &LoadArgs,
+) -> anyhow::Result<()> {
+    if !report::exists(config) {
+        bail!("{} does not exist", config.display());
+    }
+    let empty = std::env::temp_dir().join(format!("mixer-bench-empty-{}", std::process::id()));
+    std::fs::create_dir_all(&empty)?;
+    let (base, base_cpu, _, _) = report_run(mixer_bin, &empty, records, load).await?;
+    let (run, cpu, delivered, dropped) = report_run(mixer_bin, config, records, load).await?;
+    let _ = std::fs::remove_dir_all(&empty);
+    let per_1000 = |cpu: f64, r: &Report| cpu / (r.calls.max(1) as f64 / 1000.0);
+    println!(
+        "{}  cpu {:.2}s = {:.4} cpu-s per 1000 requests",
+        base.line("no report rules (baseline)"),
+        base_cpu,
+        per_1000(base_cpu, &base)
+    );
+    println!(
+        "{}  cpu {:.2}s = {:.4} cpu-s per 1000 requests",
+        run.line("telemetry config"),
+        cpu,
+        per_1000(cpu, &run)
+    );
+    println!(
+        "records: {:.0}/s ingested ({} per request); instances delivered {delivered:.0}, dropped {dropped:.0}; cpu ratio telemetry/baseline per request {:.2}",
+        run.throughput() * records as f64,
+        records,
+        per_1000(cpu, &run) / per_1000(base_cpu, &base).max(1e-9)
     );
     Ok(())
 }

@@ -11,7 +11,7 @@ use crate::document::{RawDoc, parse_file};
 use crate::error::{ConfigError, Diagnostics, did_you_mean, join};
 use crate::expr::Syntax;
 use crate::kinds::rule::Scope;
-use crate::kinds::{Doc, handler, instance, manifest, rule};
+use crate::kinds::{Doc, handler, instance, manifest, ratelimit, rule};
 use crate::model::Config;
 use crate::resolve::{Entry, Table};
 use crate::source::SourceFile;
@@ -21,7 +21,13 @@ use crate::{ConfigOptions, Validated};
 pub const LANG_ANNOTATION: &str = "policy.istio.io/lang";
 
 /// The kinds this crate reads besides legacy adapter and template kinds.
-const KINDS: [&str; 4] = ["handler", "instance", "rule", "attributemanifest"];
+const KINDS: [&str; 5] = [
+    "handler",
+    "instance",
+    "rule",
+    "attributemanifest",
+    "ratelimitconfig",
+];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Category {
@@ -29,6 +35,7 @@ enum Category {
     Instance,
     Rule,
     Manifest,
+    RateLimit,
 }
 
 impl Category {
@@ -38,6 +45,7 @@ impl Category {
             Category::Instance => "instance",
             Category::Rule => "rule",
             Category::Manifest => "attributemanifest",
+            Category::RateLimit => "ratelimitconfig",
         }
     }
 }
@@ -49,6 +57,7 @@ enum Kind {
     LegacyInstance(Template),
     Rule,
     Manifest,
+    RateLimit,
 }
 
 impl Kind {
@@ -58,6 +67,7 @@ impl Kind {
             Kind::Instance | Kind::LegacyInstance(_) => Category::Instance,
             Kind::Rule => Category::Rule,
             Kind::Manifest => Category::Manifest,
+            Kind::RateLimit => Category::RateLimit,
         }
     }
 }
@@ -113,8 +123,51 @@ pub(crate) fn validate(
     let mut handler_table = Table::new("handler");
     let mut instances = Vec::new();
     let mut instance_table = Table::new("instance");
+    // Rules translated from `ratelimitconfig` documents, added after the written ones; and the
+    // names they generated, checked for collisions at the end.
+    let mut generated_rules = Vec::new();
+    let mut generated: Vec<(&RawDoc, &'static str, Arc<str>)> = Vec::new();
     for (kind, doc) in &docs {
         let (built, table, list_len) = match kind {
+            Kind::RateLimit => {
+                let Some(t) =
+                    ratelimit::ratelimit(doc, registry, &vocabulary, default_ns, &mut diags)
+                else {
+                    continue;
+                };
+                let handler_index = handlers.len();
+                let first_instance = instances.len();
+                generated.push((doc.raw, "handler", t.handler.name.clone()));
+                handler_table.push(Entry {
+                    name: doc.raw.name.clone(),
+                    namespace: doc.raw.namespace.clone(),
+                    kind: doc.raw.kind.clone(),
+                    index: Some(handler_index),
+                });
+                handlers.push(t.handler);
+                for (i, inst) in t.instances.into_iter().enumerate() {
+                    generated.push((doc.raw, "instance", inst.name.clone()));
+                    let short = inst.name.split('.').next().unwrap_or_default().to_string();
+                    instance_table.push(Entry {
+                        name: short,
+                        namespace: doc.raw.namespace.clone(),
+                        kind: "quota".to_string(),
+                        index: Some(first_instance + i),
+                    });
+                    instances.push(inst);
+                }
+                for mut r in t.rules {
+                    generated.push((doc.raw, "rule", r.name.clone()));
+                    for a in &mut r.actions {
+                        a.handler = handler_index;
+                        for i in &mut a.instances {
+                            *i += first_instance;
+                        }
+                    }
+                    generated_rules.push(r);
+                }
+                continue;
+            }
             Kind::Handler | Kind::LegacyHandler => {
                 let h = if matches!(kind, Kind::Handler) {
                     handler::handler(doc, registry, &mut diags)
@@ -161,6 +214,21 @@ pub(crate) fn validate(
             rules.extend(rule::rule(doc, &scope, &mut diags));
         }
     }
+    rules.extend(generated_rules);
+    for (raw, what, name) in &generated {
+        let count = match *what {
+            "handler" => handlers.iter().filter(|h| h.name == *name).count(),
+            "instance" => instances.iter().filter(|i| i.name == *name).count(),
+            _ => rules.iter().filter(|r| r.name == *name).count(),
+        };
+        if count > 1 {
+            diags.error(
+                &raw.doc,
+                "metadata.name",
+                format!("the generated {what} {name} has the name of another {what}"),
+            );
+        }
+    }
 
     if !diags.errors.is_empty() {
         return Err(diags.errors);
@@ -184,6 +252,7 @@ fn classify(raw: &RawDoc, registry: &AdapterRegistry, diags: &mut Diagnostics) -
         "instance" => Kind::Instance,
         "rule" => Kind::Rule,
         "attributemanifest" => Kind::Manifest,
+        "ratelimitconfig" => Kind::RateLimit,
         _ if registry.get(kind).is_some() => Kind::LegacyHandler,
         _ => match Template::from_name(kind) {
             Some(t) => Kind::LegacyInstance(t),
@@ -194,7 +263,7 @@ fn classify(raw: &RawDoc, registry: &AdapterRegistry, diags: &mut Diagnostics) -
                     .chain(Template::ALL.iter().map(|t| t.name()));
                 let hint = did_you_mean(kind, known);
                 let hint = if hint.is_empty() {
-                    " (expected handler, instance, rule, attributemanifest, an adapter name or a template name)".to_string()
+                    " (expected handler, instance, rule, attributemanifest, ratelimitconfig, an adapter name or a template name)".to_string()
                 } else {
                     hint
                 };

@@ -21,11 +21,34 @@
 //!
 //! `variety: report` evaluates the report rules instead and checks `matchedRules` and
 //! `instances`.
+//!
+//! `variety: quota` evaluates the quota rules (`matchedRules`, `instances`) and then allocates
+//! through the handlers: `amount` units (default 1) of the quota named `quota` (default: every
+//! quota instance of the matched rules, as the rate limit front end asks), one allocation per
+//! `repeat` (default 1); `allowed`, `code` and `message` are compared with the last
+//! allocation's status and `granted` with its granted amount. Counters live as long as the test
+//! file: cases run in order on one snapshot.
+//!
+//! ```yaml
+//! - name: the fourth request in a minute is refused
+//!   variety: quota
+//!   attributes:
+//!     ratelimit.domain: edge
+//!     ratelimit.descriptor: {remote_address: 10.0.0.1}
+//!     ratelimit.descriptor_keys: remote_address
+//!   repeat: 4
+//!   expect:
+//!     allowed: false
+//!     code: RESOURCE_EXHAUSTED
+//!     granted: 0
+//!     matchedRules: [edge-remote_address]
+//! ```
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use mixer_adapter_api::QuotaArgs;
 use mixer_model::{
     AttributeBag, FieldValue, HeaderOp, Instance, StringMap, Value, Variety, Verdict,
 };
@@ -49,6 +72,15 @@ struct TestCase {
     variety: Option<String>,
     #[serde(default)]
     attributes: BTreeMap<String, serde_json::Value>,
+    /// `variety: quota`: the quota asked for (default: any).
+    #[serde(default)]
+    quota: Option<String>,
+    /// `variety: quota`: units per allocation (default 1).
+    #[serde(default)]
+    amount: Option<i64>,
+    /// `variety: quota`: allocations made (default 1).
+    #[serde(default)]
+    repeat: Option<u32>,
     expect: Expect,
 }
 
@@ -62,6 +94,8 @@ struct Expect {
     instances: Option<Vec<ExpectInstance>>,
     request_headers: Option<BTreeMap<String, String>>,
     response_headers: Option<BTreeMap<String, String>>,
+    /// `variety: quota`: the granted amount of the last allocation.
+    granted: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -214,7 +248,8 @@ async fn run_case(snapshot: &Snapshot, case: &TestCase) -> Vec<String> {
     let variety = match case.variety.as_deref() {
         None | Some("check") => Variety::Check,
         Some("report") => Variety::Report,
-        Some(other) => return vec![format!("variety: {other:?} is not check or report")],
+        Some("quota") => Variety::Quota,
+        Some(other) => return vec![format!("variety: {other:?} is not check, report or quota")],
     };
     let eval = snapshot.evaluate(&bag, variety);
     let expect = &case.expect;
@@ -244,7 +279,47 @@ async fn run_case(snapshot: &Snapshot, case: &TestCase) -> Vec<String> {
             Err(e) => problems.push(format!("the mixer could not decide: {e}")),
         }
     }
+    if variety == Variety::Quota {
+        run_quota(snapshot, case, &bag, &mut problems).await;
+    }
     problems
+}
+
+async fn run_quota(
+    snapshot: &Snapshot,
+    case: &TestCase,
+    bag: &AttributeBag,
+    problems: &mut Vec<String>,
+) {
+    let args = QuotaArgs {
+        amount: case.amount.unwrap_or(1),
+        best_effort: false,
+        deduplication_id: String::new(),
+    };
+    let mut last = None;
+    for _ in 0..case.repeat.unwrap_or(1).max(1) {
+        match snapshot.quota(bag, case.quota.as_deref(), &args).await {
+            Ok(outcome) => last = Some(outcome.result),
+            Err(e) => {
+                problems.push(format!("the mixer could not decide: {e}"));
+                return;
+            }
+        }
+    }
+    let Some(result) = last else { return };
+    let verdict = Verdict {
+        status: result.status,
+        ..Verdict::default()
+    };
+    compare_verdict(&case.expect, &verdict, problems);
+    if let Some(want) = case.expect.granted
+        && want != result.granted_amount
+    {
+        problems.push(format!(
+            "granted: expected {want}, got {}",
+            result.granted_amount
+        ));
+    }
 }
 
 fn same_name(want: &str, got: &str) -> bool {

@@ -107,6 +107,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
             .add_service(health_service)
             .add_service(mixer_frontends::ext_authz::service(runtime.clone()))
             .add_service(mixer_frontends::mixer_v1::service(runtime.clone()))
+            .add_service(mixer_frontends::ratelimit::service(runtime.clone()))
             .add_service(mixer_frontends::access_log::service(runtime.clone()))
             .add_service(mixer_frontends::otlp::logs_service(runtime.clone()))
             .add_service(mixer_frontends::otlp::trace_service(runtime.clone()))

@@ -5,6 +5,7 @@ pub(crate) mod handler;
 pub(crate) mod headers;
 pub(crate) mod instance;
 pub(crate) mod manifest;
+pub(crate) mod ratelimit;
 pub(crate) mod rule;
 
 use mixer_model::{ValueType, Vocabulary};

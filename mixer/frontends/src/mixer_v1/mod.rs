@@ -23,7 +23,8 @@
 //! | `bytes` | `BYTES`; for a declared `IP_ADDRESS` attribute, 4 or 16 octets become the address |
 //! | `string_maps` | `STRING_MAP`; keys and values are word indices too |
 //! | `global_word_count` | checked against ours; limits which global indices the response uses |
-//! | `deduplication_id`, `quotas` | accepted; quota results arrive with the quota feature |
+//! | `quotas` (name -> amount, best effort) | one quota allocation each, through the active snapshot's quota rules, after an allowed precondition (see below) |
+//! | `deduplication_id` | the allocations' deduplication id, followed by the quota's name (as Istio did) |
 //! | `ReportRequest.attributes[i]` | one bag per record, reported through the active snapshot |
 //! | `ReportRequest.default_words` | the message dictionary of every record without `words` |
 //!
@@ -31,6 +32,18 @@
 //! (`valid_duration`, `valid_use_count`), the referenced attributes (see
 //! [`respond::referenced_attributes`]) and the matched rules' header operations as a
 //! `route_directive`.
+//!
+//! ## Quota
+//!
+//! As Istio 1.4's `grpcServer.Check`: quotas are allocated only when the precondition is
+//! allowed (a denied check answers no quota result), one quota at a time (in name order),
+//! each with [`Snapshot::quota`](mixer_runtime::Snapshot::quota) for the quota instances that
+//! answer its name (`name.namespace`, `name.quota.namespace` or `name`). A quota no rule
+//! produces is granted in full for the default validity. `quotas[name]` carries the grant, its
+//! validity, its status (RESOURCE_EXHAUSTED when refused) and the attributes the quota rules read,
+//! encoded like the precondition's. A quota handler failing closed makes the whole check
+//! UNAVAILABLE (Istio put the error into the precondition status instead; a gRPC error lets the
+//! proxy's fail policy decide, as for a check handler).
 //!
 //! ## Protocol quirks
 //!
@@ -63,6 +76,7 @@ pub mod respond;
 
 use std::sync::Arc;
 
+use mixer_adapter_api::QuotaArgs;
 use mixer_model::AttributeBag;
 use mixer_proto::istio::mixer::v1 as pb;
 use mixer_runtime::Runtime;
@@ -72,7 +86,7 @@ use tonic::{Request, Response, Status};
 
 pub use decode::{DecodeError, decode_into, encode};
 pub use dictionary::{GLOBAL_WORD_COUNT, GLOBAL_WORDS};
-pub use respond::check_response;
+pub use respond::{check_response, quota_result};
 
 /// The Mixer v1 service over a runtime.
 #[derive(Clone)]
@@ -135,17 +149,39 @@ impl Mixer for MixerV1 {
         if let Some(attributes) = &request.attributes {
             decode_into(attributes, &attributes.words, &mut bag).map_err(invalid)?;
         }
-        // `deduplication_id` and `quotas` are accepted; quota arrives with the quota feature.
-        match snapshot.check_cached(&bag).await {
-            Ok(checked) => Ok(Response::new(check_response(
-                &checked.verdict,
-                snapshot.vocabulary(),
-                &bag,
-                client_words,
-            ))),
+        let checked = match snapshot.check_cached(&bag).await {
+            Ok(checked) => checked,
             // Could not decide: UNAVAILABLE, so the proxy's fail-open/closed setting applies.
-            Err(e) => Err(Status::unavailable(e.to_string())),
+            Err(e) => return Err(Status::unavailable(e.to_string())),
+        };
+        let mut response =
+            check_response(&checked.verdict, snapshot.vocabulary(), &bag, client_words);
+        // Istio allocated quota only for an allowed precondition
+        // (`if status.IsOK(resp.Precondition.Status) && len(req.Quotas) > 0`).
+        if checked.verdict.is_allowed() && !request.quotas.is_empty() {
+            let mut names: Vec<&String> = request.quotas.keys().collect();
+            names.sort();
+            for name in names {
+                let params = &request.quotas[name];
+                let args = QuotaArgs {
+                    amount: params.amount,
+                    best_effort: params.best_effort,
+                    // Istio's: one id per quota of the request.
+                    deduplication_id: format!("{}{name}", request.deduplication_id),
+                };
+                match snapshot.quota(&bag, Some(name), &args).await {
+                    Ok(outcome) => {
+                        response.quotas.insert(
+                            name.clone(),
+                            quota_result(&outcome, snapshot.vocabulary(), &bag, client_words),
+                        );
+                    }
+                    // A quota handler failed closed: as for a check handler, UNAVAILABLE.
+                    Err(e) => return Err(Status::unavailable(e.to_string())),
+                }
+            }
         }
+        Ok(Response::new(response))
     }
 
     async fn report(

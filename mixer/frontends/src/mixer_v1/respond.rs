@@ -1,13 +1,15 @@
-//! Verdict → `CheckResponse`.
+//! Verdict → `CheckResponse`, quota outcome → `QuotaResult`.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use mixer_model::{
-    AttrId, AttributeBag, Bag, HeaderOp, HeaderOperation, Presence, Verdict, Vocabulary,
+    AttrId, AttributeBag, Bag, HeaderOp, HeaderOperation, Presence, ReferencedAttributes, Verdict,
+    Vocabulary,
 };
 use mixer_proto::google::rpc;
 use mixer_proto::istio::mixer::v1 as pb;
+use mixer_runtime::QuotaOutcome;
 use pb::referenced_attributes::{AttributeMatch, Condition};
 
 use super::dictionary::WordEncoder;
@@ -39,8 +41,33 @@ pub fn check_response(
             )),
             route_directive: route_directive(verdict),
         }),
-        // Quota arrives with the quota feature: until then no quota result is answered.
+        // Filled by the caller, one per quota asked for (see [`quota_result`]).
         quotas: Default::default(),
+    }
+}
+
+/// One quota's result: the grant, its validity and status, and what the quota rules read
+/// (encoded as for the precondition, see [`encode_referenced`]).
+pub fn quota_result(
+    outcome: &QuotaOutcome,
+    vocabulary: &Vocabulary,
+    bag: &AttributeBag,
+    global_word_count: usize,
+) -> pb::check_response::QuotaResult {
+    pb::check_response::QuotaResult {
+        valid_duration: Some(duration(outcome.result.valid_duration)),
+        granted_amount: outcome.result.granted_amount,
+        status: Some(rpc::Status {
+            code: outcome.result.status.code as i32,
+            message: outcome.result.status.message.clone(),
+            details: Vec::new(),
+        }),
+        referenced_attributes: Some(encode_referenced(
+            &outcome.referenced,
+            vocabulary,
+            bag,
+            global_word_count,
+        )),
     }
 }
 
@@ -68,8 +95,18 @@ pub fn referenced_attributes(
     bag: &AttributeBag,
     global_word_count: usize,
 ) -> pb::ReferencedAttributes {
+    encode_referenced(&verdict.referenced, vocabulary, bag, global_word_count)
+}
+
+/// [`referenced_attributes`] for any set of reads (a verdict's, a quota's).
+pub fn encode_referenced(
+    referenced: &ReferencedAttributes,
+    vocabulary: &Vocabulary,
+    bag: &AttributeBag,
+    global_word_count: usize,
+) -> pb::ReferencedAttributes {
     let mut words = WordEncoder::new(global_word_count);
-    let mut matches = Vec::with_capacity(verdict.referenced.len());
+    let mut matches = Vec::with_capacity(referenced.len());
     let mut emitted: HashSet<(AttrId, Option<Arc<str>>)> = HashSet::new();
     let mut push =
         |words: &mut WordEncoder, attr: AttrId, key: Option<&Arc<str>>, presence: Presence| {
@@ -88,7 +125,7 @@ pub fn referenced_attributes(
                 map_key,
             });
         };
-    for r in verdict.referenced.iter() {
+    for r in referenced.iter() {
         match (&r.map_key, r.presence, bag.get(r.attr)) {
             (None, Presence::Exact, Some(mixer_model::Value::StringMap(m))) => {
                 for (k, _) in m.iter() {

@@ -1,0 +1,1024 @@
+//! `ratelimitconfig` documents: envoyproxy/ratelimit's configuration format, translated at load
+//! time into one handler, quota instances and rules.
+//!
+//! The document wraps an envoyproxy/ratelimit file as its `spec` (the file's text, indented):
+//!
+//! ```yaml
+//! apiVersion: config.istio.io/v1alpha2
+//! kind: ratelimitconfig
+//! metadata: {name: edge, namespace: istio-system}
+//! spec:
+//!   domain: edge                     # required
+//!   backend:                         # optional; default {adapter: memquota}
+//!     adapter: redisquota
+//!     params: {redisServerUrl: "redis:6379"}
+//!   failPolicy: OPEN                 # optional: the handler's failPolicy
+//!   descriptors:
+//!   - key: remote_address
+//!     rate_limit: {unit: second, requests_per_unit: 10}
+//!   - key: remote_address
+//!     value: 50.0.0.5
+//!     rate_limit: {unit: second, requests_per_unit: 0}
+//!   - key: message_type
+//!     value: marketing
+//!     descriptors:
+//!     - key: to_number
+//!       shadow_mode: true
+//!       rate_limit: {unit: day, requests_per_unit: 5, name: marketing}
+//! ```
+//!
+//! What it becomes (names from `metadata.name`, say `edge`, in the document's namespace):
+//!
+//! * **one handler** `edge`: the backend adapter. For `memquota` and `redisquota` its params
+//!   are `backend.params` plus one entry per limit in `quotas`:
+//!   `{name: <instance>.<namespace>, maxAmount: requests_per_unit, validDuration: 1s|60s|3600s|86400s|604800s, shadowMode}`
+//!   (after any `quotas` written in `backend.params`). Other quota adapters get `backend.params`
+//!   as written: the limits are then theirs to know.
+//! * **one `quota` instance per descriptor with a `rate_limit`** (at any depth), named
+//!   `edge-<key>[-<value>]-...` after its path, with one dimension per entry of the path:
+//!   `<key>: ratelimit.descriptor["<key>"]` (so a key-only entry counts each value apart).
+//! * **one rule per such descriptor**, sending that instance to the handler, whose match is
+//!   made of literal tests only:
+//!   `ratelimit.domain == "edge" && ratelimit.descriptor_keys == "message_type.to_number" &&
+//!   ratelimit.descriptor["message_type"] == "marketing" && "to_number" in ratelimit.descriptor`.
+//!   The rule index finds the candidate rules by looking those literals up, so the cost of a
+//!   request does not grow with the number of limits.
+//!
+//! Matching follows envoyproxy/ratelimit: a request descriptor matches a config path of the
+//! same length, level by level, preferring at each level an entry with that exact value, then
+//! a wildcard value (`value: "prefix*"`, the first that matches), then the key-only entry. So a
+//! key-only entry's rule excludes the values (and prefixes) its siblings with the same key
+//! name, and a wildcard's excludes the exact values and the earlier wildcards.
+//!
+//! `rate_limit: {unlimited: true}` and descriptors without `rate_limit` produce no rule (the
+//! descriptor is allowed). `detailed_metric` is accepted and has no effect. `replaces` is not
+//! supported (an error). Units: `second`, `minute`, `hour`, `day`, `week` (any case); `month`
+//! and `year` have no fixed length and are refused.
+//!
+//! Rules only see requests of their namespace's scope: the rate limit front end's requests
+//! carry no namespace, so a `ratelimitconfig` outside the default namespace gets a warning.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use mixer_adapter_api::{AdapterRegistry, FailPolicy};
+use mixer_model::{Template, ValueType, Vocabulary};
+use serde_json::{Map, Value};
+
+use super::{Doc, parse_enum};
+use crate::document::{as_map, check_keys, opt_string, type_name};
+use crate::error::{Diagnostics, did_you_mean, index, join};
+use crate::expr::{Expression, Syntax};
+use crate::model::{
+    ActionConfig, FieldExpr, FieldExprValue, HandlerConfig, InstanceConfig, MatchErrorPolicy,
+    RuleConfig,
+};
+
+/// The backend adapter when `backend` is not given.
+pub(crate) const DEFAULT_BACKEND: &str = "memquota";
+
+/// Backends whose params take memquota's `quotas` list.
+const QUOTA_PARAM_ADAPTERS: [&str; 2] = ["memquota", "redisquota"];
+
+const SPEC_KEYS: &[&str] = &["domain", "descriptors", "backend", "failPolicy"];
+const DESCRIPTOR_KEYS: &[&str] = &[
+    "key",
+    "value",
+    "rate_limit",
+    "shadow_mode",
+    "detailed_metric",
+    "descriptors",
+];
+const RATE_LIMIT_KEYS: &[&str] = &["unit", "requests_per_unit", "name", "unlimited", "replaces"];
+const UNITS: [(&str, &str); 5] = [
+    ("second", "1s"),
+    ("minute", "60s"),
+    ("hour", "3600s"),
+    ("day", "86400s"),
+    ("week", "604800s"),
+];
+
+/// What one `ratelimitconfig` document becomes.
+pub(crate) struct Translated {
+    pub handler: HandlerConfig,
+    pub instances: Vec<InstanceConfig>,
+    /// Rules; their one action's handler and instance indices are local (handler 0, and
+    /// indices into `instances`): the caller shifts them.
+    pub rules: Vec<RuleConfig>,
+}
+
+/// How one level of a path matches the request descriptor's entry.
+#[derive(Clone, Debug)]
+enum Matcher {
+    Any,
+    Exact(String),
+    Prefix(String),
+}
+
+#[derive(Clone, Debug)]
+struct Level {
+    key: String,
+    matcher: Matcher,
+    /// Values of same-key siblings this level must not take (they have entries of their own).
+    not_exact: Vec<String>,
+    /// Prefixes of same-key wildcard siblings that take precedence.
+    not_prefix: Vec<String>,
+}
+
+struct Limit {
+    requests_per_unit: u32,
+    window: &'static str,
+    shadow: bool,
+}
+
+struct Leaf {
+    levels: Vec<Level>,
+    limit: Limit,
+}
+
+/// Validates and translates a `kind: ratelimitconfig` document.
+pub(crate) fn ratelimit(
+    doc: &Doc<'_>,
+    registry: &AdapterRegistry,
+    vocabulary: &Vocabulary,
+    default_namespace: &str,
+    diags: &mut Diagnostics,
+) -> Option<Translated> {
+    let raw = doc.raw;
+    let before = diags.errors.len();
+    let spec = as_map(&raw.spec, "spec", &raw.doc, diags)?;
+    check_keys(&spec, SPEC_KEYS, "spec", &raw.doc, diags);
+    let domain = opt_string(&spec, "domain", "spec", &raw.doc, diags);
+    let domain = match domain {
+        Some(d) if !d.is_empty() => Some(d),
+        _ => {
+            if !matches!(spec.get("domain"), Some(v) if !v.is_string() && !v.is_null()) {
+                diags.error(&raw.doc, "spec.domain", "missing");
+            }
+            None
+        }
+    };
+    let fail_policy = parse_enum(
+        doc,
+        spec.get("failPolicy"),
+        "spec.failPolicy",
+        &[("OPEN", FailPolicy::Open), ("CLOSED", FailPolicy::Closed)],
+        diags,
+    );
+    let mut leaves = Vec::new();
+    match spec.get("descriptors") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(list)) => walk(doc, list, "spec.descriptors", &[], &mut leaves, diags),
+        Some(other) => diags.error(
+            &raw.doc,
+            "spec.descriptors",
+            format!("expected a list, found {}", type_name(other)),
+        ),
+    }
+    let (adapter, adapter_path, params) = backend(doc, &spec, diags)?;
+    if raw.namespace != default_namespace {
+        diags.warn(
+            &raw.doc,
+            "metadata.namespace",
+            format!(
+                "rules outside namespace {default_namespace} only apply to requests of namespace {}; rate limit service requests carry no namespace",
+                raw.namespace
+            ),
+        );
+    }
+    if diags.errors.len() > before {
+        return None;
+    }
+    let domain = domain?;
+
+    let namespace: Arc<str> = Arc::from(raw.namespace.as_str());
+    let mut names = HashSet::new();
+    let mut instances = Vec::new();
+    let mut rules = Vec::new();
+    let mut quotas = Vec::new();
+    for leaf in &leaves {
+        let short = unique_name(&raw.name, &leaf.levels, &mut names);
+        let full: Arc<str> = Arc::from(format!("{short}.{}", raw.namespace));
+        let mut dimensions = Vec::new();
+        for level in &leaf.levels {
+            let source = format!("ratelimit.descriptor[{}]", quote(&level.key));
+            let expr = compile(doc, &source, ValueType::String, vocabulary, diags)?;
+            dimensions.push((Arc::from(level.key.as_str()), expr));
+        }
+        let source = match_source(&domain, &leaf.levels);
+        let match_expr = compile(doc, &source, ValueType::Bool, vocabulary, diags)?;
+        quotas.push(serde_json::json!({
+            "name": full.as_ref(),
+            "maxAmount": leaf.limit.requests_per_unit,
+            "validDuration": leaf.limit.window,
+            "shadowMode": leaf.limit.shadow,
+        }));
+        rules.push(RuleConfig {
+            name: full.clone(),
+            namespace: namespace.clone(),
+            match_expr: Some(match_expr),
+            // A request of the same shape always has the keys read; should one be missing
+            // anyway, the rule does not apply, whatever the global policy says.
+            match_error_policy: Some(MatchErrorPolicy::NoMatch),
+            actions: vec![ActionConfig {
+                handler: 0,
+                instances: vec![instances.len()],
+                name: None,
+            }],
+            request_header_operations: Vec::new(),
+            response_header_operations: Vec::new(),
+        });
+        instances.push(InstanceConfig {
+            name: full,
+            namespace: namespace.clone(),
+            template: Template::Quota,
+            fields: vec![FieldExpr {
+                name: "dimensions",
+                value: FieldExprValue::Map(dimensions),
+            }],
+        });
+    }
+
+    let params = with_quotas(&adapter, params, quotas);
+    if !check_backend(doc, registry, &adapter, &adapter_path, &params, diags) {
+        return None;
+    }
+    Some(Translated {
+        handler: HandlerConfig {
+            name: Arc::from(format!("{}.{}", raw.name, raw.namespace)),
+            namespace,
+            adapter,
+            params,
+            connection: None,
+            fail_policy,
+            file: raw.doc.file.clone(),
+        },
+        instances,
+        rules,
+    })
+}
+
+/// `(adapter, field path of the adapter, params)` from `spec.backend`.
+fn backend(
+    doc: &Doc<'_>,
+    spec: &Map<String, Value>,
+    diags: &mut Diagnostics,
+) -> Option<(String, String, Value)> {
+    let raw = doc.raw;
+    let Some(value) = spec.get("backend").filter(|v| !v.is_null()) else {
+        return Some((DEFAULT_BACKEND.to_string(), "spec".to_string(), Value::Null));
+    };
+    let map = as_map(value, "spec.backend", &raw.doc, diags)?;
+    check_keys(
+        &map,
+        &["adapter", "params"],
+        "spec.backend",
+        &raw.doc,
+        diags,
+    );
+    let adapter = opt_string(&map, "adapter", "spec.backend", &raw.doc, diags)
+        .filter(|a| !a.is_empty())
+        .unwrap_or_else(|| DEFAULT_BACKEND.to_string());
+    let params = map.get("params").cloned().unwrap_or(Value::Null);
+    if !matches!(params, Value::Object(_) | Value::Null) {
+        diags.error(
+            &raw.doc,
+            "spec.backend.params",
+            format!("expected a mapping, found {}", type_name(&params)),
+        );
+        return None;
+    }
+    Some((adapter, "spec.backend.adapter".to_string(), params))
+}
+
+/// Adds the generated quotas to the params of a backend that takes them.
+fn with_quotas(adapter: &str, params: Value, generated: Vec<Value>) -> Value {
+    if !QUOTA_PARAM_ADAPTERS.contains(&adapter) {
+        return params;
+    }
+    let mut map = match params {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    };
+    let mut quotas = match map.remove("quotas") {
+        Some(Value::Array(q)) => q,
+        _ => Vec::new(),
+    };
+    quotas.extend(generated);
+    map.insert("quotas".to_string(), Value::Array(quotas));
+    Value::Object(map)
+}
+
+/// The backend must be registered, take quota instances and accept the params.
+fn check_backend(
+    doc: &Doc<'_>,
+    registry: &AdapterRegistry,
+    name: &str,
+    field: &str,
+    params: &Value,
+    diags: &mut Diagnostics,
+) -> bool {
+    let raw = doc.raw;
+    let Some(adapter) = registry.get(name) else {
+        let hint = did_you_mean(name, registry.names());
+        let known: Vec<&str> = registry.names().collect();
+        let what = if field == "spec" {
+            format!("the default backend adapter {name:?} is not available in this mixer")
+        } else {
+            format!("unknown adapter {name:?}")
+        };
+        let message = if hint.is_empty() {
+            format!(
+                "{what} (known adapters: {}; choose one with backend.adapter)",
+                known.join(", ")
+            )
+        } else {
+            format!("{what}{hint}")
+        };
+        diags.error(&raw.doc, field, message);
+        return false;
+    };
+    if !adapter.info().templates.contains(&Template::Quota) {
+        diags.error(
+            &raw.doc,
+            field,
+            format!("adapter {name:?} does not take quota instances"),
+        );
+        return false;
+    }
+    match adapter.validate(params) {
+        Ok(()) => true,
+        Err(errors) => {
+            for e in errors {
+                diags.error(&raw.doc, join("spec.backend.params", &e.path), e.message);
+            }
+            false
+        }
+    }
+}
+
+/// Walks one descriptor list: checks each entry, then recurses into nested lists.
+fn walk(
+    doc: &Doc<'_>,
+    list: &[Value],
+    path: &str,
+    prefix: &[Level],
+    leaves: &mut Vec<Leaf>,
+    diags: &mut Diagnostics,
+) {
+    let raw = doc.raw;
+    // First the keys and values of this level, for duplicates and exclusions.
+    let mut parsed: Vec<(usize, String, Matcher, Map<String, Value>)> = Vec::new();
+    let mut seen: Vec<(String, Option<String>, String)> = Vec::new();
+    for (i, item) in list.iter().enumerate() {
+        let here = index(path, i);
+        let Some(map) = as_map(item, &here, &raw.doc, diags) else {
+            continue;
+        };
+        let map = map.into_owned();
+        check_keys(&map, DESCRIPTOR_KEYS, &here, &raw.doc, diags);
+        let key = match map.get("key") {
+            Some(Value::String(k)) if !k.is_empty() => k.clone(),
+            None | Some(Value::Null) | Some(Value::String(_)) => {
+                diags.error(&raw.doc, join(&here, "key"), "missing");
+                continue;
+            }
+            Some(other) => {
+                diags.error(
+                    &raw.doc,
+                    join(&here, "key"),
+                    format!("expected a string, found {}", type_name(other)),
+                );
+                continue;
+            }
+        };
+        let value = match map.get("value") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if s.is_empty() => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            // YAML reads `value: 500` as a number; envoyproxy/ratelimit takes it as text.
+            Some(Value::Number(n)) => Some(n.to_string()),
+            Some(Value::Bool(b)) => Some(b.to_string()),
+            Some(other) => {
+                diags.error(
+                    &raw.doc,
+                    join(&here, "value"),
+                    format!("expected a string, found {}", type_name(other)),
+                );
+                continue;
+            }
+        };
+        if let Some((_, _, first)) = seen.iter().find(|(k, v, _)| *k == key && *v == value) {
+            let shown = match &value {
+                Some(v) => format!("key {key:?} with value {v:?}"),
+                None => format!("key {key:?} without a value"),
+            };
+            diags.error(
+                &raw.doc,
+                here.clone(),
+                format!("duplicate descriptor: {shown} is already at {first}"),
+            );
+            continue;
+        }
+        seen.push((key.clone(), value.clone(), here));
+        let matcher = match value {
+            None => Matcher::Any,
+            Some(v) => match v.strip_suffix('*') {
+                Some(p) => Matcher::Prefix(p.to_string()),
+                None => Matcher::Exact(v),
+            },
+        };
+        parsed.push((i, key, matcher, map));
+    }
+
+    for (n, (i, key, matcher, map)) in parsed.iter().enumerate() {
+        let here = index(path, *i);
+        let same_key = || parsed.iter().filter(|(_, k, _, _)| k == key);
+        let exact_siblings: Vec<String> = same_key()
+            .filter_map(|(_, _, m, _)| match m {
+                Matcher::Exact(v) => Some(v.clone()),
+                _ => None,
+            })
+            .collect();
+        let (not_exact, not_prefix) = match matcher {
+            Matcher::Exact(_) => (Vec::new(), Vec::new()),
+            Matcher::Prefix(_) => {
+                let earlier = parsed[..n]
+                    .iter()
+                    .filter(|(_, k, _, _)| k == key)
+                    .filter_map(|(_, _, m, _)| match m {
+                        Matcher::Prefix(p) => Some(p.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                (exact_siblings, earlier)
+            }
+            Matcher::Any => {
+                let prefixes = same_key()
+                    .filter_map(|(_, _, m, _)| match m {
+                        Matcher::Prefix(p) => Some(p.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                (exact_siblings, prefixes)
+            }
+        };
+        let mut levels = prefix.to_vec();
+        levels.push(Level {
+            key: key.clone(),
+            matcher: matcher.clone(),
+            not_exact,
+            not_prefix,
+        });
+        let shadow = flag(doc, map, "shadow_mode", &here, diags);
+        flag(doc, map, "detailed_metric", &here, diags);
+        if let Some(rl) = map.get("rate_limit").filter(|v| !v.is_null())
+            && let Some(limit) = rate_limit(doc, rl, &join(&here, "rate_limit"), shadow, diags)
+        {
+            leaves.push(Leaf {
+                levels: levels.clone(),
+                limit,
+            });
+        }
+        let nested = join(&here, "descriptors");
+        match map.get("descriptors") {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(list)) => walk(doc, list, &nested, &levels, leaves, diags),
+            Some(other) => diags.error(
+                &raw.doc,
+                nested,
+                format!("expected a list, found {}", type_name(other)),
+            ),
+        }
+    }
+}
+
+/// An optional boolean field (false when absent).
+fn flag(
+    doc: &Doc<'_>,
+    map: &Map<String, Value>,
+    key: &str,
+    path: &str,
+    diags: &mut Diagnostics,
+) -> bool {
+    match map.get(key) {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            diags.error(
+                &doc.raw.doc,
+                join(path, key),
+                format!("expected true or false, found {}", type_name(other)),
+            );
+            false
+        }
+    }
+}
+
+/// A `rate_limit` block; `None` for an unlimited one or one with errors (reported).
+fn rate_limit(
+    doc: &Doc<'_>,
+    value: &Value,
+    path: &str,
+    shadow: bool,
+    diags: &mut Diagnostics,
+) -> Option<Limit> {
+    let raw = doc.raw;
+    let map = as_map(value, path, &raw.doc, diags)?;
+    check_keys(&map, RATE_LIMIT_KEYS, path, &raw.doc, diags);
+    opt_string(&map, "name", path, &raw.doc, diags);
+    if map.get("replaces").is_some_and(|v| !v.is_null()) {
+        diags.error(
+            &raw.doc,
+            join(path, "replaces"),
+            "replaces is not supported",
+        );
+        return None;
+    }
+    let unlimited = flag(doc, &map, "unlimited", path, diags);
+    let unit = map.get("unit").filter(|v| !v.is_null());
+    if unlimited {
+        if unit.is_some() || map.get("requests_per_unit").is_some_and(|v| !v.is_null()) {
+            diags.error(
+                &raw.doc,
+                path,
+                "an unlimited rate_limit takes no unit or requests_per_unit",
+            );
+        }
+        return None;
+    }
+    let window = match unit {
+        None => {
+            diags.error(&raw.doc, join(path, "unit"), "missing");
+            None
+        }
+        Some(Value::String(u)) => {
+            let lower = u.to_ascii_lowercase();
+            match UNITS.iter().find(|(n, _)| *n == lower) {
+                Some((_, w)) => Some(*w),
+                None => {
+                    let hint = if lower == "month" || lower == "year" {
+                        " (month and year have no fixed length and are not supported)".to_string()
+                    } else {
+                        did_you_mean(&lower, UNITS.iter().map(|(n, _)| *n))
+                    };
+                    diags.error(
+                        &raw.doc,
+                        join(path, "unit"),
+                        format!(
+                            "unknown unit {u:?}{hint}; expected second, minute, hour, day or week"
+                        ),
+                    );
+                    None
+                }
+            }
+        }
+        Some(other) => {
+            diags.error(
+                &raw.doc,
+                join(path, "unit"),
+                format!("expected a string, found {}", type_name(other)),
+            );
+            None
+        }
+    };
+    let here = join(path, "requests_per_unit");
+    let requests = match map.get("requests_per_unit") {
+        None | Some(Value::Null) => {
+            diags.error(&raw.doc, here, "missing");
+            None
+        }
+        Some(Value::Number(n)) => match n.as_i64() {
+            Some(v) if v < 0 => {
+                diags.error(&raw.doc, here, format!("{v} is negative"));
+                None
+            }
+            Some(v) => match u32::try_from(v) {
+                Ok(v) => Some(v),
+                Err(_) => {
+                    diags.error(&raw.doc, here, format!("{v} is more than {}", u32::MAX));
+                    None
+                }
+            },
+            None => {
+                diags.error(&raw.doc, here, format!("{n} is not a whole number"));
+                None
+            }
+        },
+        Some(other) => {
+            diags.error(
+                &raw.doc,
+                here,
+                format!("expected a whole number, found {}", type_name(other)),
+            );
+            None
+        }
+    };
+    Some(Limit {
+        requests_per_unit: requests?,
+        window: window?,
+        shadow,
+    })
+}
+
+/// `<doc>-<key>[-<value>]...`, with characters other than letters, digits, `-` and `_`
+/// replaced by `_`, made unique with a number.
+fn unique_name(doc: &str, levels: &[Level], taken: &mut HashSet<String>) -> String {
+    let mut name = doc.to_string();
+    for level in levels {
+        name.push('-');
+        name.push_str(&level.key);
+        match &level.matcher {
+            Matcher::Any => {}
+            Matcher::Exact(v) => {
+                name.push('-');
+                name.push_str(v);
+            }
+            Matcher::Prefix(p) => {
+                name.push('-');
+                name.push_str(p);
+                name.push_str("_any");
+            }
+        }
+    }
+    let base: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let mut name = base.clone();
+    let mut n = 2;
+    while !taken.insert(name.clone()) {
+        name = format!("{base}-{n}");
+        n += 1;
+    }
+    name
+}
+
+/// The rule match for a path (see the module documentation).
+fn match_source(domain: &str, levels: &[Level]) -> String {
+    let keys: Vec<&str> = levels.iter().map(|l| l.key.as_str()).collect();
+    let mut parts = vec![
+        format!("ratelimit.domain == {}", quote(domain)),
+        format!("ratelimit.descriptor_keys == {}", quote(&keys.join("."))),
+    ];
+    for level in levels {
+        let entry = format!("ratelimit.descriptor[{}]", quote(&level.key));
+        match &level.matcher {
+            Matcher::Exact(v) => parts.push(format!("{entry} == {}", quote(v))),
+            Matcher::Prefix(p) => parts.push(format!("{entry}.startsWith({})", quote(p))),
+            Matcher::Any if level.not_exact.is_empty() && level.not_prefix.is_empty() => {
+                parts.push(format!("{} in ratelimit.descriptor", quote(&level.key)));
+            }
+            Matcher::Any => {}
+        }
+        if !level.not_exact.is_empty() {
+            let values: Vec<String> = level.not_exact.iter().map(|v| quote(v)).collect();
+            parts.push(format!("!({entry} in [{}])", values.join(", ")));
+        }
+        for p in &level.not_prefix {
+            parts.push(format!("!{entry}.startsWith({})", quote(p)));
+        }
+    }
+    parts.join(" && ")
+}
+
+/// A CEL string literal.
+fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn compile(
+    doc: &Doc<'_>,
+    source: &str,
+    ty: ValueType,
+    vocabulary: &Vocabulary,
+    diags: &mut Diagnostics,
+) -> Option<Expression> {
+    match Expression::compile_expecting(source, Syntax::Cel, vocabulary, ty) {
+        Ok(e) => Some(e),
+        Err(e) => {
+            // Only when the vocabulary lost the ratelimit attributes (a manifest redeclared
+            // them with other types) or a value defeats the quoting.
+            diags.error(
+                &doc.raw.doc,
+                "spec",
+                format!(
+                    "generated expression {source} does not compile: {}",
+                    e.message
+                ),
+            );
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use mixer_adapter_api::{
+        Adapter, AdapterError, AdapterInfo, AdapterRegistry, BuildContext, Handler, ParamError,
+        Params, Stability,
+    };
+    use mixer_model::Template;
+
+    use crate::{ConfigOptions, SourceFile, Validated};
+
+    /// Named like memquota; records the params it validates.
+    struct FakeMemquota(Arc<Mutex<Vec<Params>>>);
+
+    static INFO: AdapterInfo = AdapterInfo {
+        name: "memquota",
+        description: "records params",
+        templates: &[Template::Quota],
+        cacheable: false,
+        stability: Stability::Alpha,
+    };
+
+    impl Adapter for FakeMemquota {
+        fn info(&self) -> &AdapterInfo {
+            &INFO
+        }
+        fn validate(&self, params: &Params) -> Result<(), Vec<ParamError>> {
+            self.0.lock().expect("lock").push(params.clone());
+            if params.get("bad").is_some() {
+                return Err(vec![ParamError::new("bad", "not allowed")]);
+            }
+            Ok(())
+        }
+        fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+            unreachable!("not built here")
+        }
+    }
+
+    fn run(yaml: &str) -> (Result<Validated, Vec<String>>, Vec<Params>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let mut registry = AdapterRegistry::new();
+        registry.register(Arc::new(mixer_adapter_denier::Denier));
+        registry.register(Arc::new(mixer_adapter_noop::Noop));
+        registry.register(Arc::new(FakeMemquota(seen.clone())));
+        let result = crate::validate(
+            &[SourceFile::new("rl.yaml", yaml)],
+            &registry,
+            &ConfigOptions::default(),
+        )
+        .map_err(|errs| errs.iter().map(ToString::to_string).collect());
+        let params = seen.lock().expect("lock").clone();
+        (result, params)
+    }
+
+    fn ok(yaml: &str) -> (Validated, Vec<Params>) {
+        match run(yaml) {
+            (Ok(v), p) => (v, p),
+            (Err(e), _) => panic!("unexpected errors: {e:#?}"),
+        }
+    }
+
+    fn errors(yaml: &str) -> Vec<String> {
+        match run(yaml).0 {
+            Ok(_) => panic!("expected errors"),
+            Err(e) => e,
+        }
+    }
+
+    const MESSAGING: &str = r#"
+kind: ratelimitconfig
+metadata: {name: msg}
+spec:
+  domain: messaging
+  descriptors:
+  - key: message_type
+    value: marketing
+    descriptors:
+    - key: to_number
+      shadow_mode: true
+      rate_limit: {unit: day, requests_per_unit: 5, name: marketing}
+  - key: to_number
+    rate_limit: {unit: day, requests_per_unit: 100}
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: remote_address
+    value: 50.0.0.5
+    rate_limit: {unit: Second, requests_per_unit: 0}
+  - key: remote_address
+    value: "10.*"
+    rate_limit: {unit: minute, requests_per_unit: 7}
+  - key: ldap
+    rate_limit: {unlimited: true}
+  - key: whitelisted
+"#;
+
+    #[test]
+    fn translates_to_one_handler_and_an_instance_and_rule_per_limit() {
+        let (v, params) = ok(MESSAGING);
+        let c = &v.config;
+        assert_eq!(c.handlers.len(), 1);
+        let h = &c.handlers[0];
+        assert_eq!(&*h.name, "msg.istio-system");
+        assert_eq!(h.adapter, "memquota");
+        assert_eq!(params.last(), Some(&h.params));
+        assert_eq!(
+            h.params,
+            serde_json::json!({"quotas": [
+                {"name": "msg-message_type-marketing-to_number.istio-system", "maxAmount": 5, "validDuration": "86400s", "shadowMode": true},
+                {"name": "msg-to_number.istio-system", "maxAmount": 100, "validDuration": "86400s", "shadowMode": false},
+                {"name": "msg-remote_address.istio-system", "maxAmount": 10, "validDuration": "1s", "shadowMode": false},
+                {"name": "msg-remote_address-50_0_0_5.istio-system", "maxAmount": 0, "validDuration": "1s", "shadowMode": false},
+                {"name": "msg-remote_address-10__any.istio-system", "maxAmount": 7, "validDuration": "60s", "shadowMode": false},
+            ]})
+        );
+        let names: Vec<&str> = c.instances.iter().map(|i| &*i.name).collect();
+        assert_eq!(
+            names,
+            [
+                "msg-message_type-marketing-to_number.istio-system",
+                "msg-to_number.istio-system",
+                "msg-remote_address.istio-system",
+                "msg-remote_address-50_0_0_5.istio-system",
+                "msg-remote_address-10__any.istio-system",
+            ]
+        );
+        let matches: Vec<&str> = c
+            .rules
+            .iter()
+            .map(|r| r.match_expr.as_ref().map_or("", |e| e.source()))
+            .collect();
+        assert_eq!(
+            matches,
+            [
+                r#"ratelimit.domain == "messaging" && ratelimit.descriptor_keys == "message_type.to_number" && ratelimit.descriptor["message_type"] == "marketing" && "to_number" in ratelimit.descriptor"#,
+                r#"ratelimit.domain == "messaging" && ratelimit.descriptor_keys == "to_number" && "to_number" in ratelimit.descriptor"#,
+                r#"ratelimit.domain == "messaging" && ratelimit.descriptor_keys == "remote_address" && !(ratelimit.descriptor["remote_address"] in ["50.0.0.5"]) && !ratelimit.descriptor["remote_address"].startsWith("10.")"#,
+                r#"ratelimit.domain == "messaging" && ratelimit.descriptor_keys == "remote_address" && ratelimit.descriptor["remote_address"] == "50.0.0.5""#,
+                r#"ratelimit.domain == "messaging" && ratelimit.descriptor_keys == "remote_address" && ratelimit.descriptor["remote_address"].startsWith("10.") && !(ratelimit.descriptor["remote_address"] in ["50.0.0.5"])"#,
+            ]
+        );
+        for (i, r) in c.rules.iter().enumerate() {
+            assert_eq!(r.actions[0].handler, 0);
+            assert_eq!(r.actions[0].instances, [i]);
+            assert_eq!(r.name, c.instances[i].name);
+            // Every rule can be found by literal.
+            let constraints = r.match_expr.as_ref().expect("match").equality_constraints();
+            assert!(constraints.len() >= 2, "{constraints:?}");
+        }
+        // Dimensions: one per entry of the path.
+        let crate::FieldExprValue::Map(dims) = &c.instances[0].fields[0].value else {
+            panic!("map")
+        };
+        let dims: Vec<(&str, &str)> = dims.iter().map(|(k, e)| (&**k, e.source())).collect();
+        assert_eq!(
+            dims,
+            [
+                ("message_type", r#"ratelimit.descriptor["message_type"]"#),
+                ("to_number", r#"ratelimit.descriptor["to_number"]"#),
+            ]
+        );
+        assert!(v.warnings.is_empty(), "{:?}", v.warnings);
+    }
+
+    #[test]
+    fn other_backends_keep_their_params_and_rules_can_name_the_handler() {
+        let (v, _) = ok(
+            "kind: ratelimitconfig\nmetadata: {name: rl, namespace: team}\nspec:\n  domain: d\n  failPolicy: CLOSED\n  backend: {adapter: noop}\n  descriptors: [{key: k, rate_limit: {unit: hour, requests_per_unit: 1}}]\n---\nkind: rule\nmetadata: {name: also, namespace: team}\nspec:\n  actions: [{handler: rl, instances: [rl-k]}]\n",
+        );
+        let h = &v.config.handlers[0];
+        assert_eq!(h.adapter, "noop");
+        assert!(h.params.is_null());
+        assert_eq!(h.fail_policy, Some(mixer_adapter_api::FailPolicy::Closed));
+        assert_eq!(v.config.rules.len(), 2);
+        let warnings: Vec<String> = v.warnings.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            warnings,
+            [
+                "rl.yaml: ratelimitconfig rl: metadata.namespace: rules outside namespace istio-system only apply to requests of namespace team; rate limit service requests carry no namespace"
+            ]
+        );
+    }
+
+    #[test]
+    fn errors_have_field_paths() {
+        let e = errors(
+            r#"
+kind: ratelimitconfig
+metadata: {name: rl}
+spec:
+  domian: d
+  backend: {adapter: noop}
+  descriptors:
+  - key: a
+    rate_limit: {unit: fortnight, requests_per_unit: -1}
+  - value: x
+  - key: a
+    descriptors:
+    - key: b
+      rate_limit: {unit: second, requests_per_second: 3}
+    - key: b
+      rate_limit: {unlimited: true, unit: second}
+  - key: c
+    rate_limit: {unit: month, requests_per_unit: 1, replaces: [{name: x}]}
+"#,
+        );
+        assert_eq!(
+            e,
+            [
+                "rl.yaml: ratelimitconfig rl: spec.domian: unknown field (did you mean domain?)",
+                "rl.yaml: ratelimitconfig rl: spec.domain: missing",
+                "rl.yaml: ratelimitconfig rl: spec.descriptors[1].key: missing",
+                "rl.yaml: ratelimitconfig rl: spec.descriptors[2]: duplicate descriptor: key \"a\" without a value is already at spec.descriptors[0]",
+                "rl.yaml: ratelimitconfig rl: spec.descriptors[0].rate_limit.unit: unknown unit \"fortnight\"; expected second, minute, hour, day or week",
+                "rl.yaml: ratelimitconfig rl: spec.descriptors[0].rate_limit.requests_per_unit: -1 is negative",
+                "rl.yaml: ratelimitconfig rl: spec.descriptors[3].rate_limit.replaces: replaces is not supported",
+            ]
+        );
+        let e = errors(
+            "kind: ratelimitconfig\nmetadata: {name: rl}\nspec:\n  domain: d\n  backend: {adapter: noop}\n  descriptors:\n  - key: a\n    descriptors:\n    - key: b\n      rate_limit: {unit: second, requests_per_second: 3}\n    - key: b\n      rate_limit: {unlimited: true, unit: second}\n",
+        );
+        assert_eq!(
+            e,
+            [
+                "rl.yaml: ratelimitconfig rl: spec.descriptors[0].descriptors[1]: duplicate descriptor: key \"b\" without a value is already at spec.descriptors[0].descriptors[0]",
+                "rl.yaml: ratelimitconfig rl: spec.descriptors[0].descriptors[0].rate_limit.requests_per_second: unknown field",
+                "rl.yaml: ratelimitconfig rl: spec.descriptors[0].descriptors[0].rate_limit.requests_per_unit: missing",
+            ]
+        );
+    }
+
+    #[test]
+    fn backend_problems() {
+        let e = errors(
+            "kind: ratelimitconfig\nmetadata: {name: rl}\nspec:\n  domain: d\n  backend: {adapter: memquota, params: {bad: 1}}\n",
+        );
+        assert_eq!(
+            e,
+            ["rl.yaml: ratelimitconfig rl: spec.backend.params.bad: not allowed"]
+        );
+        let e = errors(
+            "kind: ratelimitconfig\nmetadata: {name: rl}\nspec:\n  domain: d\n  backend: {adapter: redisqouta}\n",
+        );
+        assert_eq!(
+            e,
+            [
+                "rl.yaml: ratelimitconfig rl: spec.backend.adapter: unknown adapter \"redisqouta\" (known adapters: denier, memquota, noop; choose one with backend.adapter)"
+            ]
+        );
+        // The default backend must be registered.
+        let mut registry = AdapterRegistry::new();
+        registry.register(Arc::new(mixer_adapter_noop::Noop));
+        let e = crate::validate(
+            &[SourceFile::new(
+                "rl.yaml",
+                "kind: ratelimitconfig\nmetadata: {name: rl}\nspec: {domain: d}\n",
+            )],
+            &registry,
+            &ConfigOptions::default(),
+        )
+        .expect_err("no memquota");
+        assert_eq!(
+            e[0].to_string(),
+            "rl.yaml: ratelimitconfig rl: spec: the default backend adapter \"memquota\" is not available in this mixer (known adapters: noop; choose one with backend.adapter)"
+        );
+    }
+
+    #[test]
+    fn generated_names_may_not_collide_with_written_ones() {
+        let e = errors(
+            "kind: ratelimitconfig\nmetadata: {name: rl}\nspec:\n  domain: d\n  descriptors: [{key: k, rate_limit: {unit: hour, requests_per_unit: 1}}]\n---\nkind: handler\nmetadata: {name: rl}\nspec: {compiledAdapter: noop}\n---\nkind: instance\nmetadata: {name: rl-k}\nspec: {compiledTemplate: quota}\n",
+        );
+        assert_eq!(
+            e,
+            [
+                "rl.yaml: ratelimitconfig rl: metadata.name: the generated handler rl.istio-system has the name of another handler",
+                "rl.yaml: ratelimitconfig rl: metadata.name: the generated instance rl-k.istio-system has the name of another instance",
+            ]
+        );
+    }
+
+    #[test]
+    fn quoting_survives_odd_values() {
+        assert_eq!(super::quote("a\"b\\c\n"), r#""a\"b\\c\n""#);
+        let (v, _) = ok(
+            "kind: ratelimitconfig\nmetadata: {name: rl}\nspec:\n  domain: 'd\"x'\n  descriptors: [{key: 'k\\', value: 'v\"', rate_limit: {unit: hour, requests_per_unit: 1}}]\n",
+        );
+        assert_eq!(v.config.rules.len(), 1);
+    }
+}
