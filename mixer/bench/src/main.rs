@@ -41,6 +41,8 @@ enum Target {
     ForwardAuth,
     /// istio.mixer.v1.Mixer/Check over gRPC.
     MixerV1,
+    /// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit over gRPC (`--limits`).
+    RateLimit,
 }
 
 #[derive(clap::Args, Clone)]
@@ -63,6 +65,9 @@ struct LoadArgs {
     /// gRPC channels (HTTP/2 connections) shared by the callers.
     #[arg(long, default_value_t = 4)]
     channels: usize,
+    /// For rate-limit: how many configured limits the requests spread over.
+    #[arg(long, default_value_t = 1)]
+    limits: usize,
 }
 
 #[derive(Subcommand)]
@@ -100,6 +105,15 @@ enum Cmd {
         records: usize,
         #[command(flatten)]
         load: LoadArgs,
+    },
+    /// Print a `ratelimitconfig` with `--limits` descriptors, for `compare --target rate-limit`.
+    RatelimitConfig {
+        /// Number of limits.
+        #[arg(long, default_value_t = 1)]
+        limits: usize,
+        /// Use redisquota at this address (host:port) instead of memquota.
+        #[arg(long)]
+        redis: Option<String>,
     },
     /// Start the baseline and the mixer one after the other, drive both, print the ratio
     /// and the latency at half of the mixer's saturation throughput.
@@ -142,6 +156,10 @@ fn main() -> anyhow::Result<()> {
         } => {
             let report = rt.block_on(drive(target, addr, &load, rate))?;
             println!("{}", report.line(&format!("{target:?}")));
+            Ok(())
+        }
+        Cmd::RatelimitConfig { limits, redis } => {
+            print!("{}", targets::ratelimit_config(limits, redis.as_deref()));
             Ok(())
         }
         Cmd::Report {
@@ -204,6 +222,14 @@ async fn drive(
             let chans = channels(addr, load.channels).await?;
             load::run(spec, |w| {
                 MixerV1::new(chans[w % chans.len()].clone(), prepared.clone())
+            })
+            .await
+        }
+        Target::RateLimit => {
+            let prepared = targets::ratelimit_requests(load.requests.max(1), load.limits);
+            let chans = channels(addr, load.channels).await?;
+            load::run(spec, |w| {
+                targets::RateLimit::new(chans[w % chans.len()].clone(), prepared.clone())
             })
             .await
         }
@@ -285,7 +311,7 @@ async fn compare(
     wait_port(admin)?;
     wait_port(grpc)?;
     let addr = match target {
-        Target::ExtAuthz | Target::MixerV1 => grpc,
+        Target::ExtAuthz | Target::MixerV1 | Target::RateLimit => grpc,
         Target::ForwardAuth => http,
     };
     let saturated = drive(target, addr, load, None).await?;

@@ -285,3 +285,78 @@ impl Client for MixerV1 {
         }
     }
 }
+
+/// Envoy rate limit requests: one descriptor `tenant=<tenant-i>` each, over `limits` tenants.
+pub fn ratelimit_requests(
+    n: usize,
+    limits: usize,
+) -> Arc<Vec<envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest>> {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    let built = (0..n)
+        .map(
+            |i| envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest {
+                domain: "bench".into(),
+                descriptors: vec![RateLimitDescriptor {
+                    entries: vec![Entry {
+                        key: "tenant".into(),
+                        value: format!("tenant-{}", i % limits.max(1)),
+                    }],
+                    ..Default::default()
+                }],
+                hits_addend: 1,
+            },
+        )
+        .collect();
+    Arc::new(built)
+}
+
+/// An Envoy rate limit client over one HTTP/2 channel.
+pub struct RateLimit {
+    client: envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<Channel>,
+    requests: Arc<Vec<envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest>>,
+}
+
+impl RateLimit {
+    /// A client on `channel` sending `requests`.
+    pub fn new(
+        channel: Channel,
+        requests: Arc<Vec<envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest>>,
+    ) -> RateLimit {
+        RateLimit {
+            client: envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::new(channel),
+            requests,
+        }
+    }
+}
+
+impl Client for RateLimit {
+    async fn call(&mut self, i: usize) -> Outcome {
+        let request = self.requests[i % self.requests.len()].clone();
+        match self.client.should_rate_limit(request).await {
+            Ok(r) if r.get_ref().overall_code == 1 => Outcome::Allowed,
+            Ok(_) => Outcome::Denied,
+            Err(_) => Outcome::Error,
+        }
+    }
+}
+
+/// A `ratelimitconfig` document with `limits` descriptors (`tenant=tenant-i`), each allowing
+/// far more than a benchmark sends, on memquota or on redisquota at `redis`.
+pub fn ratelimit_config(limits: usize, redis: Option<&str>) -> String {
+    let backend = match redis {
+        Some(addr) => format!(
+            "  backend:\n    adapter: redisquota\n    params: {{redisServerUrl: \"{addr}\", connectionPoolSize: 8}}\n"
+        ),
+        None => String::new(),
+    };
+    let mut out = format!(
+        "apiVersion: config.istio.io/v1alpha2\nkind: ratelimitconfig\nmetadata: {{name: bench, namespace: istio-system}}\nspec:\n  domain: bench\n{backend}  descriptors:\n"
+    );
+    for i in 0..limits.max(1) {
+        out.push_str(&format!(
+            "  - key: tenant\n    value: tenant-{i}\n    rate_limit: {{unit: second, requests_per_unit: 1000000}}\n"
+        ));
+    }
+    out
+}
