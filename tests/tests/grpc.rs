@@ -103,3 +103,57 @@ async fn ext_authz_and_mixer_v1_decide_alike() {
 
     assert!(mixer.terminate().success());
 }
+
+/// Istio 1.4's rate limit task config (memquota with overrides) unchanged, driven by Mixer v1
+/// Check quotas as an Istio proxy sends them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn istio_memquota_config_limits_mixer_v1_quota_requests() {
+    let config =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/istio-1.4/config");
+    let mixer = Mixer::start(
+        Path::new(env!("CARGO_BIN_EXE_mixer-under-test")),
+        &["--config", config.to_str().expect("utf-8")],
+    );
+    let admin = mixer.admin;
+    tokio::task::spawn_blocking(move || {
+        let start = std::time::Instant::now();
+        while !matches!(
+            mixer_tests::http_request(admin, "GET", "/readyz", &[]),
+            Ok((200, _, _))
+        ) {
+            assert!(start.elapsed() < Duration::from_secs(10), "not ready");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+    .await
+    .expect("join");
+    let mut v1 = MixerClient::connect(format!("http://{}", mixer.grpc))
+        .await
+        .expect("connect");
+    let labels: Value = StringMap::from_pairs([("app", "reviews")]).into();
+    let words = mixer_frontends::mixer_v1::GLOBAL_WORD_COUNT;
+    let check = || pb::CheckRequest {
+        attributes: Some(mixer_frontends::mixer_v1::encode(
+            [("destination.labels", &labels)],
+            words,
+        )),
+        global_word_count: words as u32,
+        quotas: [(
+            "requestcountquota".to_string(),
+            pb::check_request::QuotaParams {
+                amount: 1,
+                best_effort: false,
+            },
+        )]
+        .into(),
+        ..Default::default()
+    };
+    let granted =
+        |r: &pb::CheckResponse| r.quotas.get("requestcountquota").map(|q| q.granted_amount);
+    let first = v1.check(check()).await.expect("check").into_inner();
+    assert_eq!(granted(&first), Some(1), "{first:?}");
+    // The reviews override allows one request per 5 s.
+    let second = v1.check(check()).await.expect("check").into_inner();
+    assert_eq!(granted(&second), Some(0), "{second:?}");
+    assert!(mixer.terminate().success());
+}

@@ -253,6 +253,16 @@ fn classify(raw: &RawDoc, registry: &AdapterRegistry, diags: &mut Diagnostics) -
         "rule" => Kind::Rule,
         "attributemanifest" => Kind::Manifest,
         "ratelimitconfig" => Kind::RateLimit,
+        // Istio's client config, read by Pilot and the proxies, often sits in the same files
+        // as the mixer's (the rate limit task puts QuotaSpec next to the memquota handler).
+        "QuotaSpec" | "QuotaSpecBinding" | "HTTPAPISpec" | "HTTPAPISpecBinding" => {
+            diags.warn(
+                &raw.doc,
+                "kind",
+                format!("{kind} is proxy-side client config (read by Pilot), ignored by the mixer"),
+            );
+            return None;
+        }
         _ if registry.get(kind).is_some() => Kind::LegacyHandler,
         _ => match Template::from_name(kind) {
             Some(t) => Kind::LegacyInstance(t),

@@ -88,7 +88,7 @@ impl Snapshot {
         let mut eval = Evaluation::default();
         let mut candidates = Vec::new();
         self.evaluate_set(
-            &self.default_rules,
+            self.default_rules.get(variety),
             bag,
             variety,
             &mut eval,
@@ -98,7 +98,7 @@ impl Snapshot {
             && let Some(ns) = self.identity_namespace(bag, &mut eval.referenced)
             && let Some(set) = self.namespaced.get(ns.as_ref())
         {
-            self.evaluate_set(set, bag, variety, &mut eval, &mut candidates);
+            self.evaluate_set(set.get(variety), bag, variety, &mut eval, &mut candidates);
         }
         eval.referenced.normalize();
         eval

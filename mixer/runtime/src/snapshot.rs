@@ -98,6 +98,59 @@ impl RuleSet {
     }
 }
 
+/// A namespace's rules split by what they are for. A check evaluates only the rules with a
+/// check action or header operations; a report only those with report actions; so a check
+/// never reads (nor references) what only a report rule needs, as in Istio.
+#[derive(Debug, Default)]
+pub(crate) struct ByVariety {
+    sets: [RuleSet; 3],
+}
+
+impl ByVariety {
+    fn build(config: &Config, rules: &[usize], options: &RuntimeOptions) -> ByVariety {
+        let for_variety = |v: Variety| {
+            let relevant = rules
+                .iter()
+                .copied()
+                .filter(|&r| {
+                    let rule = &config.rules[r];
+                    let has_action = rule.actions.iter().any(|a| {
+                        a.instances.iter().any(|&i| {
+                            config
+                                .instances
+                                .get(i)
+                                .is_some_and(|ic| ic.template.variety() == v)
+                        })
+                    });
+                    let has_headers = !rule.request_header_operations.is_empty()
+                        || !rule.response_header_operations.is_empty();
+                    has_action || (v == Variety::Check && has_headers)
+                })
+                .collect();
+            RuleSet::build(config, relevant, options)
+        };
+        ByVariety {
+            sets: [
+                for_variety(Variety::Check),
+                for_variety(Variety::Quota),
+                for_variety(Variety::Report),
+            ],
+        }
+    }
+
+    pub(crate) fn get(&self, variety: Variety) -> &RuleSet {
+        match variety {
+            Variety::Check => &self.sets[0],
+            Variety::Quota => &self.sets[1],
+            Variety::Report => &self.sets[2],
+        }
+    }
+
+    fn indexed(&self) -> usize {
+        self.sets.iter().map(|s| s.index.indexed()).sum()
+    }
+}
+
 /// Attribute ids the dispatcher reads to scope rules by namespace.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct IdentityAttrs {
@@ -114,8 +167,8 @@ pub struct Snapshot {
     pub config: Arc<Config>,
     /// Handlers, aligned with `config.handlers`.
     pub handlers: Vec<BuiltHandler>,
-    pub(crate) default_rules: RuleSet,
-    pub(crate) namespaced: HashMap<Arc<str>, RuleSet>,
+    pub(crate) default_rules: ByVariety,
+    pub(crate) namespaced: HashMap<Arc<str>, ByVariety>,
     pub(crate) identity: IdentityAttrs,
     pub(crate) options: RuntimeOptions,
     pub(crate) metrics: RuntimeMetrics,
@@ -240,11 +293,11 @@ impl Snapshot {
             source_namespace: vocabulary.lookup("source.namespace"),
             destination_namespace: vocabulary.lookup("destination.namespace"),
         };
-        let default_rules = RuleSet::build(&config, default_rules, options);
+        let default_rules = ByVariety::build(&config, &default_rules, options);
         let namespaced = by_namespace
             .into_iter()
             .map(|(ns, rules)| {
-                let set = RuleSet::build(&config, rules, options);
+                let set = ByVariety::build(&config, &rules, options);
                 (ns, set)
             })
             .collect();
@@ -267,7 +320,7 @@ impl Snapshot {
     /// An empty snapshot (no rules: every check is allowed).
     pub fn empty(metrics: &RuntimeMetrics) -> Snapshot {
         let config = Config::empty();
-        let default_rules = RuleSet::default();
+        let default_rules = ByVariety::default();
         Snapshot {
             id: 0,
             identity: IdentityAttrs {
@@ -292,11 +345,11 @@ impl Snapshot {
 
     /// How many rules are filed in the literal index (the rest are evaluated every time).
     pub fn indexed_rules(&self) -> usize {
-        self.default_rules.index.indexed()
+        self.default_rules.indexed()
             + self
                 .namespaced
                 .values()
-                .map(|s| s.index.indexed())
+                .map(ByVariety::indexed)
                 .sum::<usize>()
     }
 }

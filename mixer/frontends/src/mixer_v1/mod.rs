@@ -167,7 +167,12 @@ impl Mixer for MixerV1 {
                     amount: params.amount,
                     best_effort: params.best_effort,
                     // Istio's: one id per quota of the request.
-                    deduplication_id: format!("{}{name}", request.deduplication_id),
+                    // No id from the proxy means no deduplication, not one shared id.
+                    deduplication_id: if request.deduplication_id.is_empty() {
+                        String::new()
+                    } else {
+                        format!("{}{name}", request.deduplication_id)
+                    },
                 };
                 match snapshot.quota(&bag, Some(name), &args).await {
                     Ok(outcome) => {
