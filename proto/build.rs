@@ -1,5 +1,6 @@
-//! Generates the Mixer v1 API (server and client) from the .proto files in this crate, with
-//! the protoc bundled by `protoc-bin-vendored`, so no system protoc is needed.
+//! Generates the Mixer v1 API and the out-of-process adapter protocol (server and client) from
+//! the .proto files in this crate, with the protoc bundled by `protoc-bin-vendored`, so no
+//! system protoc is needed.
 
 use std::path::PathBuf;
 
@@ -14,6 +15,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         root.join("istio/mixer/v1/attributes.proto"),
         root.join("istio/mixer/v1/mixer.proto"),
         root.join("google/rpc/status.proto"),
+        // The out-of-process adapter protocol (Istio 1.4).
+        root.join("istio/policy/v1beta1/value_type.proto"),
+        root.join("istio/policy/v1beta1/type.proto"),
+        root.join("istio/mixer/adapter/model/v1beta1/extensions.proto"),
+        root.join("istio/mixer/adapter/model/v1beta1/infrastructure_backend.proto"),
+        root.join("istio/mixer/adapter/model/v1beta1/check.proto"),
+        root.join("istio/mixer/adapter/model/v1beta1/quota.proto"),
+        root.join("istio/mixer/adapter/model/v1beta1/report.proto"),
+        root.join("istio/mixer/adapter/model/v1beta1/type.proto"),
+        root.join("mixer/template/authorization/template_handler_service.proto"),
+        root.join("mixer/template/checknothing/template_handler_service.proto"),
+        root.join("mixer/template/listentry/template_handler_service.proto"),
+        root.join("mixer/template/quota/template_handler_service.proto"),
+        root.join("mixer/template/metric/template_handler_service.proto"),
+        root.join("mixer/template/logentry/template_handler_service.proto"),
+        root.join("mixer/template/tracespan/template_handler_service.proto"),
+        root.join("mixer/template/reportnothing/template_handler_service.proto"),
     ];
     for p in &protos {
         println!("cargo:rerun-if-changed={}", p.display());

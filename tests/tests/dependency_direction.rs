@@ -25,6 +25,12 @@ fn allowed(krate: &str) -> Option<&'static [&'static str]> {
             "mixer-proto",
         ],
         "mixer-proto" => &[],
+        // The out-of-process client is adapter-level: it implements the adapter API over the
+        // generated protocol. The runtime never depends on it; the server wires it in.
+        "mixer-oop" => &["mixer-model", "mixer-adapter-api", "mixer-proto"],
+        // The SDK for out-of-process adapter authors serves the generated protocol; it is
+        // adapter-level like `mixer-oop`, its client-side counterpart.
+        "mixer-adapter-sdk" => &["mixer-proto"],
         // Adapters see only the adapter API (and the model it speaks), plus shared adapter
         // libraries that obey the same rule.
         k if k.starts_with("mixer-adapter-") => &[

@@ -59,11 +59,15 @@ mod adapter;
 mod error;
 mod handler;
 mod registry;
+mod remote;
 
 pub use adapter::{Adapter, AdapterInfo, BuildContext, Params, Stability, decode_params};
 pub use error::{AdapterError, ErrorKind, ParamError};
 pub use handler::{CheckHandler, Exposition, Handler, QuotaArgs, QuotaHandler, ReportHandler};
 pub use registry::AdapterRegistry;
+pub use remote::{
+    InferredField, RemoteAdapters, RemoteConnection, RemoteHandlerSpec, RemoteInstance,
+};
 
 /// What the mixer does for a request when a handler cannot decide (down, slow, garbage).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

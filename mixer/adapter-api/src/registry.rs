@@ -4,11 +4,15 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::adapter::Adapter;
+use crate::remote::RemoteAdapters;
 
 /// Adapters by name. The server fills it at start-up; config validation looks names up here.
+/// Handlers with a `connection` go to the [`RemoteAdapters`] set with
+/// [`AdapterRegistry::set_remote`] instead.
 #[derive(Clone, Default)]
 pub struct AdapterRegistry {
     adapters: BTreeMap<&'static str, Arc<dyn Adapter>>,
+    remote: Option<Arc<dyn RemoteAdapters>>,
 }
 
 impl AdapterRegistry {
@@ -25,6 +29,16 @@ impl AdapterRegistry {
     /// The adapter called `name`.
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Adapter>> {
         self.adapters.get(name)
+    }
+
+    /// Installs the builder of out-of-process handlers (replacing any previous one).
+    pub fn set_remote(&mut self, remote: Arc<dyn RemoteAdapters>) {
+        self.remote = Some(remote);
+    }
+
+    /// The builder of out-of-process handlers, if this mixer has one.
+    pub fn remote(&self) -> Option<&Arc<dyn RemoteAdapters>> {
+        self.remote.as_ref()
     }
 
     /// Registered names, sorted.

@@ -24,9 +24,20 @@ impl Drop for WatchGuard {
 /// `debounce`. Editors write files in several steps; the debounce makes that one reload.
 pub fn watch(runtime: Arc<Runtime>, path: &Path, debounce: Duration) -> notify::Result<WatchGuard> {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    // A single file is watched through its folder; other files there (a log the mixer
+    // writes, say) must not trigger reloads.
+    let only: Option<std::ffi::OsString> = (!path.is_dir())
+        .then(|| path.file_name().map(ToOwned::to_owned))
+        .flatten();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         if let Ok(event) = event
             && !matches!(event.kind, EventKind::Access(_))
+            && only.as_ref().is_none_or(|name| {
+                event
+                    .paths
+                    .iter()
+                    .any(|p| p.file_name() == Some(name.as_os_str()))
+            })
         {
             let _ = tx.send(());
         }

@@ -1,0 +1,595 @@
+//! The gRPC side: a builder that registers one service per template the adapter serves, the
+//! session store behind `InfrastructureBackend`, and gRPC health.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use mixer_proto::istio::mixer::adapter::model::v1beta1 as model;
+use mixer_proto::{
+    authorization, checknothing, listentry, logentry, metric, quota, reportnothing, tracespan,
+};
+use tokio::net::{TcpListener, ToSocketAddrs};
+use tonic::server::NamedService;
+use tonic::service::RoutesBuilder;
+use tonic::{Request, Response, Status};
+
+use crate::convert::{self, AdapterConfig};
+use crate::traits::{
+    Adapter, Authorization, CheckNothing, ListEntry, LogEntry, Metric, Quota, ReportNothing,
+    TraceSpan,
+};
+use crate::types::{Code, Config};
+
+use authorization::handle_authorization_service_server::{
+    HandleAuthorizationService, HandleAuthorizationServiceServer,
+};
+use checknothing::handle_check_nothing_service_server::{
+    HandleCheckNothingService, HandleCheckNothingServiceServer,
+};
+use listentry::handle_list_entry_service_server::{
+    HandleListEntryService, HandleListEntryServiceServer,
+};
+use logentry::handle_log_entry_service_server::{
+    HandleLogEntryService, HandleLogEntryServiceServer,
+};
+use metric::handle_metric_service_server::{HandleMetricService, HandleMetricServiceServer};
+use model::infrastructure_backend_server::{InfrastructureBackend, InfrastructureBackendServer};
+use quota::handle_quota_service_server::{HandleQuotaService, HandleQuotaServiceServer};
+use reportnothing::handle_report_nothing_service_server::{
+    HandleReportNothingService, HandleReportNothingServiceServer,
+};
+use tracespan::handle_trace_span_service_server::{
+    HandleTraceSpanService, HandleTraceSpanServiceServer,
+};
+
+/// Handler configs the mixer stored with `CreateSession`, by session id.
+#[derive(Default)]
+struct Sessions {
+    next: AtomicU64,
+    configs: Mutex<HashMap<String, Arc<Config>>>,
+}
+
+impl Sessions {
+    fn create(&self, config: Config) -> String {
+        let id = format!("session-{}", self.next.fetch_add(1, Ordering::Relaxed) + 1);
+        self.lock().insert(id.clone(), Arc::new(config));
+        id
+    }
+
+    fn get(&self, id: &str) -> Option<Arc<Config>> {
+        self.lock().get(id).cloned()
+    }
+
+    fn close(&self, id: &str) -> bool {
+        self.lock().remove(id).is_some()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Config>>> {
+        // A panic while holding the lock cannot leave the map half-updated: recover it.
+        self.configs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The `dedup_id`s of the last report batches handled, so a batch the mixer retries (same
+/// id) after a lost answer is not recorded twice.
+#[derive(Default)]
+struct Handled {
+    ids: Mutex<(HashSet<String>, VecDeque<String>)>,
+}
+
+impl Handled {
+    const REMEMBERED: usize = 4096;
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (HashSet<String>, VecDeque<String>)> {
+        self.ids.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn seen(&self, id: &str) -> bool {
+        !id.is_empty() && self.lock().0.contains(id)
+    }
+
+    fn done(&self, id: String) {
+        if id.is_empty() {
+            return;
+        }
+        let mut ids = self.lock();
+        if ids.0.insert(id.clone()) {
+            ids.1.push_back(id);
+            if ids.1.len() > Self::REMEMBERED
+                && let Some(old) = ids.1.pop_front()
+            {
+                ids.0.remove(&old);
+            }
+        }
+    }
+}
+
+/// The adapter and the session store, shared by every registered service.
+struct Shared<A> {
+    adapter: Arc<A>,
+    sessions: Arc<Sessions>,
+    handled: Arc<Handled>,
+    /// The template packages served (`listentry`, `metric`...), set when serving starts.
+    templates: Arc<OnceLock<Vec<String>>>,
+    no_params: Arc<Config>,
+}
+
+impl<A> Clone for Shared<A> {
+    fn clone(&self) -> Self {
+        Shared {
+            adapter: self.adapter.clone(),
+            sessions: self.sessions.clone(),
+            handled: self.handled.clone(),
+            templates: self.templates.clone(),
+            no_params: self.no_params.clone(),
+        }
+    }
+}
+
+impl<A: Adapter> Shared<A> {
+    /// The config a request-time call carries: its params, or the session's.
+    fn config(&self, any: Option<&prost_types::Any>) -> Result<Arc<Config>, Status> {
+        match convert::adapter_config(any).map_err(Status::invalid_argument)? {
+            AdapterConfig::None => Ok(self.no_params.clone()),
+            AdapterConfig::Params(params) => Ok(Arc::new(params)),
+            AdapterConfig::Session(id) => self
+                .sessions
+                .get(&id)
+                .ok_or_else(|| Status::not_found(format!("unknown session {id:?}"))),
+        }
+    }
+
+    /// The params of a Validate or CreateSession request, checked by the adapter, after
+    /// checking that every instance's template (from its inferred type, `.../PACKAGE.Type`)
+    /// is one this server serves.
+    fn validated(
+        &self,
+        any: Option<&prost_types::Any>,
+        inferred_types: &HashMap<String, prost_types::Any>,
+    ) -> Result<Config, String> {
+        if let Some(served) = self.templates.get() {
+            let mut instances: Vec<_> = inferred_types.iter().collect();
+            instances.sort_by_key(|(name, _)| *name);
+            for (instance, ty) in instances {
+                let name = ty.type_url.rsplit('/').next().unwrap_or_default();
+                if let Some(template) = name.strip_suffix(".Type")
+                    && !served.iter().any(|t| t == template)
+                {
+                    return Err(format!(
+                        "instance {instance}: template {template} is not served by this \
+                         adapter (it serves: {})",
+                        served.join(", ")
+                    ));
+                }
+            }
+        }
+        let config = match convert::adapter_config(any)? {
+            AdapterConfig::None => Config::Null,
+            AdapterConfig::Params(params) => params,
+            AdapterConfig::Session(_) => {
+                return Err("adapter_config: expected the handler's params, got a session".into());
+            }
+        };
+        self.adapter.validate(&config)?;
+        Ok(config)
+    }
+}
+
+/// Registers a generated service and remembers its name (for health and the start-up line).
+macro_rules! add {
+    ($server:expr, $service:expr) => {{
+        let service = $service;
+        $server.services.push(named(&service));
+        $server.routes.add_service(service);
+    }};
+}
+
+fn named<S: NamedService>(_: &S) -> &'static str {
+    S::NAME
+}
+
+/// Builds the gRPC server of an out-of-process adapter: name the templates the adapter serves,
+/// then [`Server::serve`].
+///
+/// `InfrastructureBackend` (Validate, CreateSession, CloseSession) and `grpc.health.v1.Health`
+/// are always served; each template method adds its `Handle*Service`, and the adapter type must
+/// implement the template's trait, so a missing implementation is a compile error.
+pub struct Server<A> {
+    shared: Shared<A>,
+    routes: RoutesBuilder,
+    services: Vec<&'static str>,
+}
+
+impl<A: Adapter> Server<A> {
+    /// A server for `adapter`, serving no template yet.
+    pub fn new(adapter: A) -> Server<A> {
+        Server::from_arc(Arc::new(adapter))
+    }
+
+    /// A server for an adapter already shared with other code.
+    pub fn from_arc(adapter: Arc<A>) -> Server<A> {
+        let shared = Shared {
+            adapter,
+            sessions: Arc::default(),
+            handled: Arc::default(),
+            templates: Arc::default(),
+            no_params: Arc::new(Config::Null),
+        };
+        let mut server = Server {
+            shared: shared.clone(),
+            routes: RoutesBuilder::default(),
+            services: vec![],
+        };
+        add!(server, InfrastructureBackendServer::new(Svc(shared)));
+        server
+    }
+
+    fn svc(&self) -> Svc<A> {
+        Svc(self.shared.clone())
+    }
+
+    /// Serves `checknothing` instances.
+    pub fn check_nothing(mut self) -> Self
+    where
+        A: CheckNothing,
+    {
+        add!(self, HandleCheckNothingServiceServer::new(self.svc()));
+        self
+    }
+
+    /// Serves `listentry` instances.
+    pub fn list_entry(mut self) -> Self
+    where
+        A: ListEntry,
+    {
+        add!(self, HandleListEntryServiceServer::new(self.svc()));
+        self
+    }
+
+    /// Serves `authorization` instances.
+    pub fn authorization(mut self) -> Self
+    where
+        A: Authorization,
+    {
+        add!(self, HandleAuthorizationServiceServer::new(self.svc()));
+        self
+    }
+
+    /// Serves `quota` instances.
+    pub fn quota(mut self) -> Self
+    where
+        A: Quota,
+    {
+        add!(self, HandleQuotaServiceServer::new(self.svc()));
+        self
+    }
+
+    /// Serves `metric` instances.
+    pub fn metric(mut self) -> Self
+    where
+        A: Metric,
+    {
+        add!(self, HandleMetricServiceServer::new(self.svc()));
+        self
+    }
+
+    /// Serves `logentry` instances.
+    pub fn log_entry(mut self) -> Self
+    where
+        A: LogEntry,
+    {
+        add!(self, HandleLogEntryServiceServer::new(self.svc()));
+        self
+    }
+
+    /// Serves `tracespan` instances.
+    pub fn trace_span(mut self) -> Self
+    where
+        A: TraceSpan,
+    {
+        add!(self, HandleTraceSpanServiceServer::new(self.svc()));
+        self
+    }
+
+    /// Serves `reportnothing` instances.
+    pub fn report_nothing(mut self) -> Self
+    where
+        A: ReportNothing,
+    {
+        add!(self, HandleReportNothingServiceServer::new(self.svc()));
+        self
+    }
+
+    /// The gRPC services registered so far (full names, health excluded).
+    pub fn services(&self) -> &[&'static str] {
+        &self.services
+    }
+
+    /// Binds `addr` and serves until Ctrl-C or SIGTERM. Prints the address and the services
+    /// to stderr once it is listening.
+    pub async fn serve(self, addr: impl ToSocketAddrs) -> std::io::Result<()> {
+        let listener = TcpListener::bind(addr).await?;
+        self.serve_with_shutdown(listener, shutdown_signal()).await
+    }
+
+    /// Serves on a bound listener until `shutdown` completes (for tests and embedding; bind
+    /// port 0 and read `listener.local_addr()` first).
+    pub async fn serve_with_shutdown(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> std::io::Result<()> {
+        let local: SocketAddr = listener.local_addr()?;
+        let templates = self
+            .services
+            .iter()
+            .filter(|name| !name.starts_with("istio."))
+            .filter_map(|name| name.split_once('.').map(|(package, _)| package.to_string()))
+            .collect();
+        let _ = self.shared.templates.set(templates);
+        let (health, health_service) = tonic_health::server::health_reporter();
+        for name in &self.services {
+            health
+                .set_service_status(*name, tonic_health::ServingStatus::Serving)
+                .await;
+        }
+        eprintln!(
+            "mixer adapter listening on {local}: {}",
+            self.services.join(", ")
+        );
+        tonic::transport::Server::builder()
+            .add_routes(self.routes.routes())
+            .add_service(health_service)
+            .serve_with_incoming_shutdown(
+                tonic::transport::server::TcpIncoming::from(listener),
+                shutdown,
+            )
+            .await
+            .map_err(std::io::Error::other)
+    }
+}
+
+/// Resolves on Ctrl-C, or on SIGTERM on Unix.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    {
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term => {}
+        }
+    }
+    #[cfg(not(unix))]
+    ctrl_c.await;
+}
+
+/// The address to listen on: the first command-line argument, else the `ADAPTER_ADDR`
+/// environment variable, else `default`.
+pub fn listen_addr(default: &str) -> String {
+    std::env::args()
+        .nth(1)
+        .or_else(|| std::env::var("ADAPTER_ADDR").ok())
+        .unwrap_or_else(|| default.to_string())
+}
+
+/// The generated service traits, implemented once over any adapter; each impl requires the
+/// matching template trait.
+struct Svc<A>(Shared<A>);
+
+impl<A> Clone for Svc<A> {
+    fn clone(&self) -> Self {
+        Svc(self.0.clone())
+    }
+}
+
+fn status_of(result: Result<(), String>) -> mixer_proto::google::rpc::Status {
+    match result {
+        Ok(()) => convert::status(Code::Ok, ""),
+        Err(message) => convert::status(Code::InvalidArgument, &message),
+    }
+}
+
+#[tonic::async_trait]
+impl<A: Adapter> InfrastructureBackend for Svc<A> {
+    async fn validate(
+        &self,
+        request: Request<model::ValidateRequest>,
+    ) -> Result<Response<model::ValidateResponse>, Status> {
+        let request = request.get_ref();
+        let result = self
+            .0
+            .validated(request.adapter_config.as_ref(), &request.inferred_types);
+        Ok(Response::new(model::ValidateResponse {
+            status: Some(status_of(result.map(drop))),
+        }))
+    }
+
+    async fn create_session(
+        &self,
+        request: Request<model::CreateSessionRequest>,
+    ) -> Result<Response<model::CreateSessionResponse>, Status> {
+        let request = request.get_ref();
+        let validated = self
+            .0
+            .validated(request.adapter_config.as_ref(), &request.inferred_types);
+        let response = match validated {
+            Ok(config) => model::CreateSessionResponse {
+                session_id: self.0.sessions.create(config),
+                status: Some(status_of(Ok(()))),
+            },
+            Err(message) => model::CreateSessionResponse {
+                session_id: String::new(),
+                status: Some(status_of(Err(message))),
+            },
+        };
+        Ok(Response::new(response))
+    }
+
+    async fn close_session(
+        &self,
+        request: Request<model::CloseSessionRequest>,
+    ) -> Result<Response<model::CloseSessionResponse>, Status> {
+        let id = &request.get_ref().session_id;
+        let status = if self.0.sessions.close(id) {
+            convert::status(Code::Ok, "")
+        } else {
+            convert::status(Code::NotFound, &format!("unknown session {id:?}"))
+        };
+        Ok(Response::new(model::CloseSessionResponse {
+            status: Some(status),
+        }))
+    }
+}
+
+#[tonic::async_trait]
+impl<A: CheckNothing> HandleCheckNothingService for Svc<A> {
+    async fn handle_check_nothing(
+        &self,
+        request: Request<checknothing::HandleCheckNothingRequest>,
+    ) -> Result<Response<model::CheckResult>, Status> {
+        let request = request.into_inner();
+        let config = self.0.config(request.adapter_config.as_ref())?;
+        let instance = convert::check_nothing(request.instance);
+        let result = CheckNothing::check(&*self.0.adapter, &instance, &config).await?;
+        Ok(Response::new(convert::check_result(result)))
+    }
+}
+
+#[tonic::async_trait]
+impl<A: ListEntry> HandleListEntryService for Svc<A> {
+    async fn handle_list_entry(
+        &self,
+        request: Request<listentry::HandleListEntryRequest>,
+    ) -> Result<Response<model::CheckResult>, Status> {
+        let request = request.into_inner();
+        let config = self.0.config(request.adapter_config.as_ref())?;
+        let instance = convert::list_entry(request.instance);
+        let result = ListEntry::check(&*self.0.adapter, &instance, &config).await?;
+        Ok(Response::new(convert::check_result(result)))
+    }
+}
+
+#[tonic::async_trait]
+impl<A: Authorization> HandleAuthorizationService for Svc<A> {
+    async fn handle_authorization(
+        &self,
+        request: Request<authorization::HandleAuthorizationRequest>,
+    ) -> Result<Response<model::CheckResult>, Status> {
+        let request = request.into_inner();
+        let config = self.0.config(request.adapter_config.as_ref())?;
+        let instance = convert::authorization(request.instance);
+        let result = Authorization::check(&*self.0.adapter, &instance, &config).await?;
+        Ok(Response::new(convert::check_result(result)))
+    }
+}
+
+#[tonic::async_trait]
+impl<A: Quota> HandleQuotaService for Svc<A> {
+    async fn handle_quota(
+        &self,
+        request: Request<quota::HandleQuotaRequest>,
+    ) -> Result<Response<model::QuotaResult>, Status> {
+        let request = request.into_inner();
+        let config = self.0.config(request.adapter_config.as_ref())?;
+        let (instance, args) = convert::quota(request.instance, request.quota_request.as_ref());
+        let result = Quota::alloc(&*self.0.adapter, &instance, args, &config).await?;
+        Ok(Response::new(convert::quota_result(instance.name, result)))
+    }
+}
+
+#[tonic::async_trait]
+impl<A: Metric> HandleMetricService for Svc<A> {
+    async fn handle_metric(
+        &self,
+        request: Request<metric::HandleMetricRequest>,
+    ) -> Result<Response<model::ReportResult>, Status> {
+        let request = request.into_inner();
+        if self.0.handled.seen(&request.dedup_id) {
+            return Ok(Response::new(model::ReportResult {}));
+        }
+        let config = self.0.config(request.adapter_config.as_ref())?;
+        let instances: Vec<_> = request.instances.into_iter().map(convert::metric).collect();
+        Metric::report(&*self.0.adapter, &instances, &config).await?;
+        self.0.handled.done(request.dedup_id);
+        Ok(Response::new(model::ReportResult {}))
+    }
+}
+
+#[tonic::async_trait]
+impl<A: LogEntry> HandleLogEntryService for Svc<A> {
+    async fn handle_log_entry(
+        &self,
+        request: Request<logentry::HandleLogEntryRequest>,
+    ) -> Result<Response<model::ReportResult>, Status> {
+        let request = request.into_inner();
+        if self.0.handled.seen(&request.dedup_id) {
+            return Ok(Response::new(model::ReportResult {}));
+        }
+        let config = self.0.config(request.adapter_config.as_ref())?;
+        let instances: Vec<_> = request
+            .instances
+            .into_iter()
+            .map(convert::log_entry)
+            .collect();
+        LogEntry::report(&*self.0.adapter, &instances, &config).await?;
+        self.0.handled.done(request.dedup_id);
+        Ok(Response::new(model::ReportResult {}))
+    }
+}
+
+#[tonic::async_trait]
+impl<A: TraceSpan> HandleTraceSpanService for Svc<A> {
+    async fn handle_trace_span(
+        &self,
+        request: Request<tracespan::HandleTraceSpanRequest>,
+    ) -> Result<Response<model::ReportResult>, Status> {
+        let request = request.into_inner();
+        if self.0.handled.seen(&request.dedup_id) {
+            return Ok(Response::new(model::ReportResult {}));
+        }
+        let config = self.0.config(request.adapter_config.as_ref())?;
+        let instances: Vec<_> = request
+            .instances
+            .into_iter()
+            .map(convert::trace_span)
+            .collect();
+        TraceSpan::report(&*self.0.adapter, &instances, &config).await?;
+        self.0.handled.done(request.dedup_id);
+        Ok(Response::new(model::ReportResult {}))
+    }
+}
+
+#[tonic::async_trait]
+impl<A: ReportNothing> HandleReportNothingService for Svc<A> {
+    async fn handle_report_nothing(
+        &self,
+        request: Request<reportnothing::HandleReportNothingRequest>,
+    ) -> Result<Response<model::ReportResult>, Status> {
+        let request = request.into_inner();
+        if self.0.handled.seen(&request.dedup_id) {
+            return Ok(Response::new(model::ReportResult {}));
+        }
+        let config = self.0.config(request.adapter_config.as_ref())?;
+        let instances: Vec<_> = request
+            .instances
+            .into_iter()
+            .map(convert::report_nothing)
+            .collect();
+        ReportNothing::report(&*self.0.adapter, &instances, &config).await?;
+        self.0.handled.done(request.dedup_id);
+        Ok(Response::new(model::ReportResult {}))
+    }
+}

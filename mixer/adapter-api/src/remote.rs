@@ -1,0 +1,80 @@
+//! The extension point for out-of-process adapters: handlers whose config names a
+//! `connection` are not looked up by adapter name but built by one [`RemoteAdapters`]
+//! implementation (the gRPC client in `mixer-oop`), which the server installs with
+//! [`AdapterRegistry::set_remote`](crate::AdapterRegistry::set_remote). The runtime never
+//! depends on that implementation: it sees this trait and the handler traits only.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mixer_model::{Template, ValueType};
+
+use crate::adapter::Params;
+use crate::error::{AdapterError, ParamError};
+use crate::handler::Handler;
+
+/// Where and how to reach a remote adapter (Istio's handler `connection`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RemoteConnection {
+    /// `host:port` of the adapter's gRPC service.
+    pub address: String,
+    /// Deadline of each call; `None` = the implementation's default.
+    pub timeout: Option<Duration>,
+    /// Istio's `authentication` block as written (TLS settings), if any.
+    pub authentication: Option<serde_json::Value>,
+}
+
+/// The inferred type of one instance field (or one entry of a map field), as the config's
+/// expressions say; sent to the adapter at validation and session creation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InferredField {
+    /// The template field (`dimensions`, `subject.properties`, `value`).
+    pub field: &'static str,
+    /// The map key, for an entry of a map field.
+    pub key: Option<Arc<str>>,
+    /// The expression's type; `None` when it is not known at config time.
+    pub value_type: Option<ValueType>,
+}
+
+/// One instance the config routes to a remote handler.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteInstance {
+    /// Fully qualified instance name.
+    pub name: Arc<str>,
+    /// Its template.
+    pub template: Template,
+    /// Field types inferred from the config.
+    pub fields: Vec<InferredField>,
+}
+
+/// Everything the config says about one remote handler.
+#[derive(Clone, Debug)]
+pub struct RemoteHandlerSpec<'a> {
+    /// Fully qualified handler name, for logs and metrics.
+    pub handler_name: Arc<str>,
+    /// The adapter name as written (`myadapter`); informational for remote adapters.
+    pub adapter: &'a str,
+    /// The handler's params, passed to the adapter as its config.
+    pub params: &'a Params,
+    /// How to reach it.
+    pub connection: &'a RemoteConnection,
+    /// The instances rules send it (every rule of the config).
+    pub instances: &'a [RemoteInstance],
+}
+
+/// Builds handlers for adapters that run in another process. Called by the runtime when a
+/// config snapshot is built, for handlers that are new or changed (unchanged handlers are
+/// reused as they are).
+///
+/// Both methods are synchronous because snapshot building is (it runs on a blocking thread
+/// in the server); an implementation that talks to the adapter must bound the time it takes.
+pub trait RemoteAdapters: Send + Sync {
+    /// Checks a handler's params with the adapter itself. An error rejects the whole config
+    /// (the previous snapshot stays), so return one only for params the adapter refused,
+    /// not because the adapter could not be reached.
+    fn validate(&self, spec: &RemoteHandlerSpec<'_>) -> Result<(), Vec<ParamError>>;
+
+    /// Builds the handler. Must not need the adapter to be up: a down adapter is a runtime
+    /// failure handled by fail policies, not a config error.
+    fn build(&self, spec: &RemoteHandlerSpec<'_>) -> Result<Arc<dyn Handler>, AdapterError>;
+}

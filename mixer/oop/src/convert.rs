@@ -1,0 +1,400 @@
+//! Conversions between the mixer's model and the adapter protocol's messages: instances to
+//! each template's `InstanceMsg`, values to `istio.policy.v1beta1.Value`, params to a
+//! `google.protobuf.Struct` in an `Any`, and results back.
+
+use std::collections::HashMap;
+
+use mixer_adapter_api::{InferredField, RemoteInstance};
+use mixer_model::{CheckResult, Code, Instance, QuotaResult, Status, Template, Value, ValueType};
+use mixer_proto::istio::mixer::adapter::model::v1beta1 as model;
+use mixer_proto::istio::policy::v1beta1 as policy;
+use mixer_proto::{authorization, listentry, logentry, metric, quota, tracespan};
+use prost::Message;
+use prost_types::Any;
+
+/// `type_url` of an adapter config sent as a `google.protobuf.Struct` (params as written,
+/// when no adapter descriptor is known).
+pub const STRUCT_TYPE_URL: &str = "type.googleapis.com/google.protobuf.Struct";
+
+/// `type_url` of an adapter config that carries a session id instead of the config, as
+/// Istio 1.4's template protos describe it: the `value` is the session id in UTF-8.
+pub const SESSION_TYPE_URL: &str = "google.protobuf.Any.type_url";
+
+/// A model value as `istio.policy.v1beta1.Value`. Bytes (no protocol type) go as a string of
+/// lowercase hex.
+pub fn value(v: &Value) -> policy::Value {
+    use policy::value::Value as V;
+    let inner = match v {
+        Value::String(s) => V::StringValue(s.to_string()),
+        Value::Int64(i) => V::Int64Value(*i),
+        Value::Double(d) => V::DoubleValue(*d),
+        Value::Bool(b) => V::BoolValue(*b),
+        Value::Timestamp(t) => V::TimestampValue(timestamp(*t)),
+        Value::Duration(d) => V::DurationValue(policy::Duration {
+            value: Some(duration(d.0)),
+        }),
+        Value::Bytes(b) => V::StringValue(b.iter().map(|x| format!("{x:02x}")).collect()),
+        Value::IpAddress(ip) => V::IpAddressValue(ip_address(*ip)),
+        Value::EmailAddress(s) => V::EmailAddressValue(policy::EmailAddress {
+            value: s.to_string(),
+        }),
+        Value::Uri(s) => V::UriValue(policy::Uri {
+            value: s.to_string(),
+        }),
+        Value::DnsName(s) => V::DnsNameValue(policy::DnsName {
+            value: s.to_string(),
+        }),
+        Value::StringMap(m) => V::StringMapValue(policy::StringMap {
+            value: m
+                .iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+        }),
+    };
+    policy::Value { value: Some(inner) }
+}
+
+fn duration(nanos: i64) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: nanos.div_euclid(1_000_000_000),
+        nanos: i32::try_from(nanos.rem_euclid(1_000_000_000)).unwrap_or(0),
+    }
+}
+
+fn timestamp(t: mixer_model::Timestamp) -> policy::TimeStamp {
+    let d = duration(t.0);
+    policy::TimeStamp {
+        value: Some(prost_types::Timestamp {
+            seconds: d.seconds,
+            nanos: d.nanos,
+        }),
+    }
+}
+
+fn ip_address(ip: std::net::IpAddr) -> policy::IpAddress {
+    let value = match ip {
+        std::net::IpAddr::V4(v4) => v4.octets().to_vec(),
+        std::net::IpAddr::V6(v6) => v6.octets().to_vec(),
+    };
+    policy::IpAddress { value }
+}
+
+/// The model's type as `istio.policy.v1beta1.ValueType` (BYTES has none: unspecified).
+pub fn value_type(t: ValueType) -> policy::ValueType {
+    use policy::ValueType as P;
+    match t {
+        ValueType::String => P::String,
+        ValueType::Int64 => P::Int64,
+        ValueType::Double => P::Double,
+        ValueType::Bool => P::Bool,
+        ValueType::Timestamp => P::Timestamp,
+        ValueType::Duration => P::Duration,
+        ValueType::Bytes => P::Unspecified,
+        ValueType::IpAddress => P::IpAddress,
+        ValueType::EmailAddress => P::EmailAddress,
+        ValueType::Uri => P::Uri,
+        ValueType::DnsName => P::DnsName,
+        ValueType::StringMap => P::StringMap,
+    }
+}
+
+struct Fields<'a>(&'a Instance);
+
+impl Fields<'_> {
+    fn value(&self, name: &str) -> Option<policy::Value> {
+        self.0.value(name).map(value)
+    }
+
+    fn map(&self, name: &str) -> HashMap<String, policy::Value> {
+        self.0
+            .map(name)
+            .map(|m| m.iter().map(|(k, v)| (k.to_string(), value(v))).collect())
+            .unwrap_or_default()
+    }
+
+    /// A string field; non-strings are rendered as text, as Istio's string fields took.
+    fn string(&self, name: &str) -> String {
+        match self.0.value(name) {
+            None => String::new(),
+            Some(v) => v.as_str().map_or_else(|| v.to_string(), str::to_owned),
+        }
+    }
+
+    fn int(&self, name: &str) -> i64 {
+        self.0.value(name).and_then(Value::as_i64).unwrap_or(0)
+    }
+
+    fn bool(&self, name: &str) -> bool {
+        self.0.value(name).and_then(Value::as_bool).unwrap_or(false)
+    }
+
+    fn timestamp(&self, name: &str) -> Option<policy::TimeStamp> {
+        match self.0.value(name) {
+            Some(Value::Timestamp(t)) => Some(timestamp(*t)),
+            _ => None,
+        }
+    }
+
+    fn ip(&self, name: &str) -> Option<policy::IpAddress> {
+        match self.0.value(name) {
+            Some(Value::IpAddress(ip)) => Some(ip_address(*ip)),
+            _ => None,
+        }
+    }
+}
+
+/// `authorization.InstanceMsg`.
+pub fn authorization(i: &Instance) -> authorization::InstanceMsg {
+    let f = Fields(i);
+    authorization::InstanceMsg {
+        name: i.name.to_string(),
+        subject: Some(authorization::SubjectMsg {
+            user: f.string("subject.user"),
+            groups: f.string("subject.groups"),
+            properties: f.map("subject.properties"),
+        }),
+        action: Some(authorization::ActionMsg {
+            namespace: f.string("action.namespace"),
+            service: f.string("action.service"),
+            method: f.string("action.method"),
+            path: f.string("action.path"),
+            properties: f.map("action.properties"),
+        }),
+    }
+}
+
+/// `listentry.InstanceMsg` (its `value` is a string in the protocol).
+pub fn listentry(i: &Instance) -> listentry::InstanceMsg {
+    listentry::InstanceMsg {
+        name: i.name.to_string(),
+        value: Fields(i).string("value"),
+    }
+}
+
+/// `quota.InstanceMsg`.
+pub fn quota(i: &Instance) -> quota::InstanceMsg {
+    quota::InstanceMsg {
+        name: i.name.to_string(),
+        dimensions: Fields(i).map("dimensions"),
+    }
+}
+
+/// `metric.InstanceMsg`.
+pub fn metric(i: &Instance) -> metric::InstanceMsg {
+    let f = Fields(i);
+    metric::InstanceMsg {
+        name: i.name.to_string(),
+        value: f.value("value"),
+        dimensions: f.map("dimensions"),
+        monitored_resource_type: f.string("monitored_resource_type"),
+        monitored_resource_dimensions: f.map("monitored_resource_dimensions"),
+    }
+}
+
+/// `logentry.InstanceMsg`.
+pub fn logentry(i: &Instance) -> logentry::InstanceMsg {
+    let f = Fields(i);
+    logentry::InstanceMsg {
+        name: i.name.to_string(),
+        variables: f.map("variables"),
+        timestamp: f.timestamp("timestamp"),
+        severity: f.string("severity"),
+        monitored_resource_type: f.string("monitored_resource_type"),
+        monitored_resource_dimensions: f.map("monitored_resource_dimensions"),
+    }
+}
+
+/// `tracespan.InstanceMsg`.
+pub fn tracespan(i: &Instance) -> tracespan::InstanceMsg {
+    let f = Fields(i);
+    tracespan::InstanceMsg {
+        name: i.name.to_string(),
+        trace_id: f.string("trace_id"),
+        span_id: f.string("span_id"),
+        parent_span_id: f.string("parent_span_id"),
+        span_name: f.string("span_name"),
+        start_time: f.timestamp("start_time"),
+        end_time: f.timestamp("end_time"),
+        span_tags: f.map("span_tags"),
+        http_status_code: f.int("http_status_code"),
+        client_span: f.bool("client_span"),
+        rewrite_client_span_id: f.bool("rewrite_client_span_id"),
+        source_name: f.string("source_name"),
+        source_ip: f.ip("source_ip"),
+        destination_name: f.string("destination_name"),
+        destination_ip: f.ip("destination_ip"),
+        request_size: f.int("request_size"),
+        request_total_size: f.int("request_total_size"),
+        response_size: f.int("response_size"),
+        response_total_size: f.int("response_total_size"),
+        api_protocol: f.string("api_protocol"),
+    }
+}
+
+/// Handler params (a JSON-like tree) as a `google.protobuf.Struct` packed in an `Any`.
+/// Params that are not a map are wrapped as `{"value": params}`.
+pub fn params_any(params: &serde_json::Value) -> Any {
+    let fields = match params {
+        serde_json::Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| (k.clone(), json_value(v)))
+            .collect(),
+        serde_json::Value::Null => Default::default(),
+        other => [("value".to_owned(), json_value(other))].into(),
+    };
+    Any {
+        type_url: STRUCT_TYPE_URL.to_owned(),
+        value: prost_types::Struct { fields }.encode_to_vec(),
+    }
+}
+
+fn json_value(v: &serde_json::Value) -> prost_types::Value {
+    use prost_types::value::Kind;
+    let kind = match v {
+        serde_json::Value::Null => Kind::NullValue(0),
+        serde_json::Value::Bool(b) => Kind::BoolValue(*b),
+        serde_json::Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
+        serde_json::Value::String(s) => Kind::StringValue(s.clone()),
+        serde_json::Value::Array(a) => Kind::ListValue(prost_types::ListValue {
+            values: a.iter().map(json_value).collect(),
+        }),
+        serde_json::Value::Object(m) => Kind::StructValue(prost_types::Struct {
+            fields: m.iter().map(|(k, v)| (k.clone(), json_value(v))).collect(),
+        }),
+    };
+    prost_types::Value { kind: Some(kind) }
+}
+
+/// The adapter config of a call made within a session: the session id.
+pub fn session_any(session_id: &str) -> Any {
+    Any {
+        type_url: SESSION_TYPE_URL.to_owned(),
+        value: session_id.as_bytes().to_vec(),
+    }
+}
+
+fn type_map(fields: &[InferredField], field: &str) -> HashMap<String, i32> {
+    fields
+        .iter()
+        .filter(|f| f.field == field)
+        .filter_map(|f| {
+            let key = f.key.as_ref()?;
+            let t = f
+                .value_type
+                .map_or(policy::ValueType::Unspecified, value_type);
+            Some((key.to_string(), t as i32))
+        })
+        .collect()
+}
+
+fn type_of(fields: &[InferredField], field: &str) -> i32 {
+    fields
+        .iter()
+        .find(|f| f.field == field && f.key.is_none())
+        .and_then(|f| f.value_type)
+        .map_or(policy::ValueType::Unspecified, value_type) as i32
+}
+
+fn pack<M: Message>(package: &str, m: &M) -> Any {
+    Any {
+        type_url: format!("type.googleapis.com/{package}.Type"),
+        value: m.encode_to_vec(),
+    }
+}
+
+/// The `inferred_types` of Validate and CreateSession: each instance's template `Type`.
+pub fn inferred_types(instances: &[RemoteInstance]) -> HashMap<String, Any> {
+    instances
+        .iter()
+        .map(|i| {
+            let f = &i.fields;
+            let any = match i.template {
+                Template::Authorization => pack(
+                    "authorization",
+                    &authorization::Type {
+                        subject: Some(authorization::SubjectType {
+                            properties: type_map(f, "subject.properties"),
+                        }),
+                        action: Some(authorization::ActionType {
+                            properties: type_map(f, "action.properties"),
+                        }),
+                    },
+                ),
+                Template::CheckNothing => pack("checknothing", &mixer_proto::checknothing::Type {}),
+                Template::ListEntry => pack("listentry", &listentry::Type {}),
+                Template::Quota => pack(
+                    "quota",
+                    &quota::Type {
+                        dimensions: type_map(f, "dimensions"),
+                    },
+                ),
+                Template::Metric => pack(
+                    "metric",
+                    &metric::Type {
+                        value: type_of(f, "value"),
+                        dimensions: type_map(f, "dimensions"),
+                        monitored_resource_dimensions: type_map(f, "monitored_resource_dimensions"),
+                    },
+                ),
+                Template::LogEntry => pack(
+                    "logentry",
+                    &logentry::Type {
+                        variables: type_map(f, "variables"),
+                        monitored_resource_dimensions: type_map(f, "monitored_resource_dimensions"),
+                    },
+                ),
+                Template::TraceSpan => pack(
+                    "tracespan",
+                    &tracespan::Type {
+                        span_tags: type_map(f, "span_tags"),
+                    },
+                ),
+                Template::ReportNothing => {
+                    pack("reportnothing", &mixer_proto::reportnothing::Type {})
+                }
+            };
+            (i.name.to_string(), any)
+        })
+        .collect()
+}
+
+/// A `google.rpc.Status` as the model's status (`None` = OK, as proto3 leaves it unset).
+pub fn status(s: Option<&mixer_proto::google::rpc::Status>) -> Status {
+    match s {
+        None => Status::OK,
+        Some(s) => Status::new(Code::from_i32(s.code), s.message.clone()),
+    }
+}
+
+fn std_duration(d: Option<&prost_types::Duration>) -> Option<std::time::Duration> {
+    let d = d?;
+    let nanos = i128::from(d.seconds) * 1_000_000_000 + i128::from(d.nanos);
+    u64::try_from(nanos.max(0))
+        .ok()
+        .map(std::time::Duration::from_nanos)
+}
+
+/// A `CheckResult` from the adapter. An unset duration means "do not reuse" (zero).
+pub fn check_result(r: &model::CheckResult) -> CheckResult {
+    CheckResult {
+        status: status(r.status.as_ref()),
+        valid_duration: std_duration(r.valid_duration.as_ref()).unwrap_or_default(),
+        valid_use_count: r.valid_use_count.max(0),
+    }
+}
+
+/// The entry for `name` of a `QuotaResult`; a missing entry grants nothing.
+pub fn quota_result(r: &model::QuotaResult, name: &str) -> QuotaResult {
+    match r.quotas.get(name) {
+        Some(q) => QuotaResult {
+            status: status(q.status.as_ref()),
+            valid_duration: std_duration(q.valid_duration.as_ref()).unwrap_or_default(),
+            granted_amount: q.granted_amount.max(0),
+        },
+        None => QuotaResult {
+            status: Status::OK,
+            valid_duration: std::time::Duration::ZERO,
+            granted_amount: 0,
+        },
+    }
+}

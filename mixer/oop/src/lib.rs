@@ -1,0 +1,76 @@
+//! Out-of-process adapters: a gRPC client that makes an adapter running in another process
+//! look like a local handler. It speaks Istio 1.4's adapter protocol (the
+//! `InfrastructureBackend` service and one `Handle<Template>Service` per template, generated
+//! in `mixer-proto`), so adapters written for Istio's Mixer work unchanged.
+//!
+//! The runtime never sees this crate: the server installs a [`RemoteAdapterFactory`] in the
+//! [`AdapterRegistry`](mixer_adapter_api::AdapterRegistry) with `set_remote`, and every
+//! handler whose config has a `connection` is built by it into a [`RemoteHandler`], which
+//! implements the same handler traits as a built-in adapter.
+//!
+//! What a remote handler does for each call:
+//!
+//! 1. **Circuit breaker** ([`BreakerOptions`]): after 5 consecutive failures calls fail at
+//!    once (`Overloaded`) for 500 ms, then one probe goes through.
+//! 2. **Concurrency limit** ([`OopOptions::max_concurrency`], 256): over it, `Overloaded`.
+//! 3. **Deadline**: `connection.timeout`, or 1 s; it covers session creation and the call,
+//!    is sent to the adapter as `grpc-timeout`, and past it the call is `Timeout`.
+//! 4. **Session**: the first call asks `CreateSession`; if the adapter has one, later calls
+//!    send only the session id (`adapter_config.type_url` = [`SESSION_TYPE_URL`], `value` =
+//!    the id in UTF-8); otherwise (`Unimplemented`) every call carries the params as a
+//!    `google.protobuf.Struct` ([`STRUCT_TYPE_URL`]). `Handler::close` closes the session.
+//! 5. **Retries**: report batches only, on retryable errors, 3 attempts with backoff
+//!    (100 ms, 200 ms) under one `dedup_id`. Checks and quota are never retried: the
+//!    handler's fail policy decides (closed for checks, open for quota by default).
+//!
+//! Errors map to [`AdapterError`](mixer_adapter_api::AdapterError) kinds: unreachable →
+//! `Unavailable`, deadline → `Timeout`, undecodable answer → `InvalidResponse`, breaker or
+//! limit → `Overloaded`, a template the adapter does not serve → `InvalidInstance`.
+//!
+//! At config load, [`RemoteAdapterFactory`] calls the adapter's `Validate` (2 s at most): a
+//! refusal rejects the config with the adapter's message and the previous config stays; an
+//! adapter that cannot be reached is accepted with a warning (it may start after the mixer).
+//!
+//! Metrics (`mixer_oop_*`, see [`metrics`]) are served through `Handler::as_exposition`.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use mixer_adapter_api::{AdapterRegistry, RemoteAdapters, RemoteConnection, RemoteHandlerSpec};
+//! use mixer_oop::{OopOptions, RemoteAdapterFactory};
+//!
+//! let factory = Arc::new(RemoteAdapterFactory::new(OopOptions { validate: false, ..Default::default() }));
+//! let mut registry = AdapterRegistry::new();
+//! registry.set_remote(factory.clone());
+//!
+//! // Building needs no adapter: the channel connects on the first call.
+//! let connection = RemoteConnection { address: "127.0.0.1:1".into(), timeout: None, authentication: None };
+//! let params = serde_json::json!({"list": ["a"]});
+//! let spec = RemoteHandlerSpec {
+//!     handler_name: "h.istio-system".into(), adapter: "myadapter", params: &params,
+//!     connection: &connection, instances: &[],
+//! };
+//! assert!(factory.validate(&spec).is_ok());
+//! let handler = factory.build(&spec).unwrap();
+//! assert!(handler.as_check().is_some() && handler.as_report().is_some());
+//! ```
+
+mod breaker;
+mod convert;
+mod factory;
+mod handler;
+pub mod metrics;
+mod options;
+
+pub use breaker::{Admission, BreakerOptions, CircuitBreaker, CircuitState};
+pub use convert::{
+    SESSION_TYPE_URL, STRUCT_TYPE_URL, check_result, inferred_types, params_any, quota_result,
+    session_any, value, value_type,
+};
+pub use factory::{RemoteAdapterFactory, ValidateOutcome};
+pub use handler::RemoteHandler;
+pub use options::OopOptions;
+
+/// Conversions of instances to each template's `InstanceMsg`.
+pub mod instances {
+    pub use crate::convert::{authorization, listentry, logentry, metric, quota, tracespan};
+}

@@ -1,0 +1,438 @@
+//! The example out-of-process adapters (`adapters/examples/`) as real processes: the Rust
+//! allow-list (built as `allowlist-under-test`) and the Python metrics-to-file adapter (run by
+//! the Python of a virtual environment with grpcio and grpcio-tools: `MIXER_PYTHON`, default
+//! `/tmp/mixer-venv/bin/python`). Each runs with its own YAML from the examples folder (ports
+//! and paths rewritten), behind the real mixer binary; checks go through HTTP forward-auth,
+//! reports through Mixer v1 Report. Each adapter is also called directly over gRPC.
+
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mixer_adapter_sdk::params_to_any;
+use mixer_adapter_sdk::proto::istio::mixer::adapter::model::v1beta1 as model;
+use mixer_adapter_sdk::proto::{listentry, metric};
+use mixer_model::Value;
+use mixer_proto::istio::mixer::v1 as pb;
+use mixer_proto::istio::mixer::v1::mixer_client::MixerClient;
+use mixer_tests::{Mixer, free_addr, http_request};
+use model::infrastructure_backend_client::InfrastructureBackendClient;
+use serde_json::json;
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../adapters/examples")
+}
+
+/// A child process killed when dropped.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits until something accepts connections on `addr`.
+fn wait_listening(addr: SocketAddr, process: &mut Process) {
+    let start = Instant::now();
+    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        if let Ok(Some(status)) = process.0.try_wait() {
+            panic!("adapter exited before listening on {addr}: {status}");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "adapter not listening on {addr}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// An example's YAML with its address and file path replaced, written to `dir`.
+fn config(example_yaml: &Path, replacements: &[(&str, &str)], dir: &Path) -> PathBuf {
+    let mut text = std::fs::read_to_string(example_yaml).expect("read example yaml");
+    for (from, to) in replacements {
+        assert!(
+            text.contains(from),
+            "{} no longer contains {from:?}",
+            example_yaml.display()
+        );
+        text = text.replace(from, to);
+    }
+    let path = dir.join("mixer.yaml");
+    std::fs::write(&path, text).expect("write config");
+    path
+}
+
+async fn start_mixer(config: &Path) -> Mixer {
+    let mixer = Mixer::start(
+        Path::new(env!("CARGO_BIN_EXE_mixer-under-test")),
+        &["--config", config.to_str().expect("utf-8")],
+    );
+    let admin = mixer.admin;
+    tokio::task::spawn_blocking(move || {
+        let start = Instant::now();
+        while !matches!(http_request(admin, "GET", "/readyz", &[]), Ok((200, _, _))) {
+            assert!(start.elapsed() < Duration::from_secs(20), "mixer not ready");
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    })
+    .await
+    .expect("join");
+    mixer
+}
+
+/// A forward-auth check with `x-user: USER` (no header when `None`): (status, body).
+async fn check(mixer: SocketAddr, user: Option<&str>) -> (u16, String) {
+    let user = user.map(str::to_string);
+    tokio::task::spawn_blocking(move || {
+        let headers: Vec<(&str, &str)> = user.iter().map(|u| ("x-user", u.as_str())).collect();
+        let (status, _, body) = http_request(mixer, "GET", "/check", &headers).expect("check");
+        (status, body)
+    })
+    .await
+    .expect("join")
+}
+
+/// Polls a check until it answers `want` (cached answers live one second).
+async fn check_until(mixer: SocketAddr, user: &str, want: u16) {
+    let start = Instant::now();
+    loop {
+        let (status, body) = check(mixer, Some(user)).await;
+        if status == want {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "{user}: wanted {want}, still {status} {body:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn start_allowlist() -> (SocketAddr, Process) {
+    let addr = free_addr();
+    let mut process = Process(
+        Command::new(env!("CARGO_BIN_EXE_allowlist-under-test"))
+            .arg(addr.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the allowlist adapter"),
+    );
+    wait_listening(addr, &mut process);
+    (addr, process)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowlist_answers_checks_through_the_mixer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Not beside the config: the mixer reloads on changes there, and this test shows the
+    // adapter's own re-reading.
+    let lists = tempfile::tempdir().expect("tempdir");
+    let allowed = lists.path().join("allowed.txt");
+    std::fs::write(&allowed, "# test users\nalice\n").expect("write allow list");
+    let (adapter, mut process) = start_allowlist();
+    let config = config(
+        &examples().join("allowlist/allowlist.yaml"),
+        &[
+            ("127.0.0.1:9070", &adapter.to_string()),
+            (
+                "adapters/examples/allowlist/allowed.txt",
+                allowed.to_str().expect("utf-8"),
+            ),
+        ],
+        dir.path(),
+    );
+    let mixer = start_mixer(&config).await;
+
+    assert_eq!(check(mixer.http, Some("alice")).await.0, 200);
+    let (status, body) = check(mixer.http, Some("mallory")).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("not on the allow list"), "{body:?}");
+    assert_eq!(check(mixer.http, None).await.0, 403);
+
+    // The adapter re-reads the file when it changes; the mixer's cached denial lasts 1 s.
+    std::fs::write(&allowed, "alice\nmallory\n").expect("rewrite allow list");
+    check_until(mixer.http, "mallory", 200).await;
+
+    // Adapter gone: "could not decide", failing closed (503), never a 200.
+    drop(process.0.kill());
+    let _ = process.0.wait();
+    let (status, body) = check(mixer.http, Some("bob")).await;
+    assert_eq!(status, 503, "{body}");
+    mixer.terminate();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowlist_answers_direct_grpc_calls() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let allowed = dir.path().join("allowed.txt");
+    std::fs::write(&allowed, "carol\n").expect("write allow list");
+    let (adapter, _process) = start_allowlist();
+    let endpoint = format!("http://{adapter}");
+    let mut backend = InfrastructureBackendClient::connect(endpoint.clone())
+        .await
+        .expect("connect");
+
+    let missing = backend
+        .validate(model::ValidateRequest {
+            adapter_config: Some(params_to_any(&json!({"file": "/nonexistent/allowed.txt"}))),
+            ..Default::default()
+        })
+        .await
+        .expect("validate")
+        .into_inner();
+    let status = missing.status.expect("status");
+    assert_eq!(status.code, 3, "{status:?}");
+    assert!(status.message.contains("params.file"), "{status:?}");
+
+    let session = backend
+        .create_session(model::CreateSessionRequest {
+            adapter_config: Some(params_to_any(&json!({"file": allowed}))),
+            ..Default::default()
+        })
+        .await
+        .expect("create session")
+        .into_inner();
+    assert_eq!(session.status.expect("status").code, 0);
+
+    let mut client =
+        listentry::handle_list_entry_service_client::HandleListEntryServiceClient::connect(
+            endpoint,
+        )
+        .await
+        .expect("connect");
+    let ask = |value: &str| listentry::HandleListEntryRequest {
+        instance: Some(listentry::InstanceMsg {
+            name: "user.instance.istio-system".into(),
+            value: value.into(),
+        }),
+        adapter_config: Some(prost_types::Any {
+            type_url: "google.protobuf.Any.type_url".into(),
+            value: session.session_id.as_bytes().to_vec(),
+        }),
+        dedup_id: String::new(),
+    };
+    let ok = client.handle_list_entry(ask("carol")).await.expect("check");
+    assert_eq!(ok.get_ref().status.as_ref().map(|s| s.code), Some(0));
+    let no = client.handle_list_entry(ask("dave")).await.expect("check");
+    assert_eq!(no.get_ref().status.as_ref().map(|s| s.code), Some(7));
+    assert_eq!(
+        no.get_ref().valid_duration.as_ref().map(|d| d.seconds),
+        Some(1)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowlist_refusing_its_params_keeps_the_config_out() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (adapter, _process) = start_allowlist();
+    let config = config(
+        &examples().join("allowlist/allowlist.yaml"),
+        &[
+            ("127.0.0.1:9070", &adapter.to_string()),
+            (
+                "adapters/examples/allowlist/allowed.txt",
+                "/nonexistent/allowed.txt",
+            ),
+        ],
+        dir.path(),
+    );
+    let mixer = Mixer::start(
+        Path::new(env!("CARGO_BIN_EXE_mixer-under-test")),
+        &["--config", config.to_str().expect("utf-8")],
+    );
+    // The mixer asks the adapter's Validate at config load: the refusal is a config error
+    // (with the adapter's message), so no config is active and the mixer is not ready.
+    let admin = mixer.admin;
+    let (status, body) = tokio::task::spawn_blocking(move || {
+        let start = Instant::now();
+        loop {
+            if let Ok((status, _, body)) = http_request(admin, "GET", "/readyz", &[])
+                && body.contains("params.file")
+            {
+                return (status, body);
+            }
+            assert!(start.elapsed() < Duration::from_secs(20), "no refusal seen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    })
+    .await
+    .expect("join");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("/nonexistent/allowed.txt"), "{body}");
+}
+
+/// The virtual environment's Python, or `None` (and the reason) when it is not set up.
+fn python() -> Result<PathBuf, String> {
+    let python = PathBuf::from(
+        std::env::var("MIXER_PYTHON").unwrap_or_else(|_| "/tmp/mixer-venv/bin/python".into()),
+    );
+    let ok = Command::new(&python)
+        .args(["-c", "import grpc, grpc_tools"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        Ok(python)
+    } else {
+        Err(format!(
+            "{} with grpcio and grpcio-tools not found: python3 -m venv /tmp/mixer-venv && \
+             /tmp/mixer-venv/bin/pip install -r adapters/examples/python-metrics/requirements.txt \
+             (or set MIXER_PYTHON)",
+            python.display()
+        ))
+    }
+}
+
+/// Starts the Python adapter with stubs generated into `dir`.
+fn start_python_adapter(python: &Path, dir: &Path) -> (SocketAddr, Process) {
+    let example = examples().join("python-metrics");
+    let stubs = dir.join("stubs");
+    let made = Command::new("sh")
+        .arg(example.join("make_stubs.sh"))
+        .arg(&stubs)
+        .env("PYTHON", python)
+        .stdout(Stdio::null())
+        .status()
+        .expect("run make_stubs.sh");
+    assert!(made.success(), "make_stubs.sh failed");
+    let addr = free_addr();
+    let mut process = Process(
+        Command::new(python)
+            .arg(example.join("adapter.py"))
+            .arg(addr.to_string())
+            .env("PYTHONPATH", &stubs)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the Python adapter"),
+    );
+    wait_listening(addr, &mut process);
+    (addr, process)
+}
+
+fn record(method: &str, code: i64) -> pb::CompressedAttributes {
+    let method = Value::from(method);
+    let code = Value::Int64(code);
+    mixer_frontends::mixer_v1::encode(
+        [("request.method", &method), ("response.code", &code)],
+        mixer_frontends::mixer_v1::GLOBAL_WORD_COUNT,
+    )
+}
+
+fn lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_metrics_adapter_writes_reports_through_the_mixer() {
+    let python = match python() {
+        Ok(p) => p,
+        Err(why) if std::env::var_os("CI").is_none() => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        Err(why) => panic!("{why}"),
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("metrics.jsonl");
+    let (adapter, _process) = start_python_adapter(&python, dir.path());
+
+    // Directly: bad params are refused by Validate.
+    let mut backend = InfrastructureBackendClient::connect(format!("http://{adapter}"))
+        .await
+        .expect("connect");
+    let refused = backend
+        .validate(model::ValidateRequest {
+            adapter_config: Some(params_to_any(&json!({"path": 7}))),
+            ..Default::default()
+        })
+        .await
+        .expect("validate")
+        .into_inner();
+    assert_eq!(refused.status.map(|s| s.code), Some(3));
+
+    // Directly: one metric call with params in the request.
+    let mut metrics = metric::handle_metric_service_client::HandleMetricServiceClient::connect(
+        format!("http://{adapter}"),
+    )
+    .await
+    .expect("connect");
+    let direct = dir.path().join("direct.jsonl");
+    metrics
+        .handle_metric(metric::HandleMetricRequest {
+            instances: vec![metric::InstanceMsg {
+                name: "direct".into(),
+                value: Some(mixer_proto::istio::policy::v1beta1::Value {
+                    value: Some(
+                        mixer_proto::istio::policy::v1beta1::value::Value::DoubleValue(2.5),
+                    ),
+                }),
+                ..Default::default()
+            }],
+            adapter_config: Some(params_to_any(&json!({"path": direct}))),
+            dedup_id: String::new(),
+        })
+        .await
+        .expect("handle metric");
+    assert_eq!(
+        lines(&direct),
+        [json!({"name": "direct", "value": 2.5, "dimensions": {}})]
+    );
+
+    // Through the mixer: two reported requests, two lines.
+    let config = config(
+        &examples().join("python-metrics/metrics.yaml"),
+        &[
+            ("127.0.0.1:9071", &adapter.to_string()),
+            ("/tmp/mixer-metrics.jsonl", out.to_str().expect("utf-8")),
+        ],
+        dir.path(),
+    );
+    let mixer = start_mixer(&config).await;
+    let mut client = MixerClient::connect(format!("http://{}", mixer.grpc))
+        .await
+        .expect("connect");
+    client
+        .report(pb::ReportRequest {
+            attributes: vec![record("GET", 200), record("POST", 503)],
+            repeated_attributes_semantics:
+                pb::report_request::RepeatedAttributesSemantics::IndependentEncoding as i32,
+            default_words: vec![],
+            global_word_count: mixer_frontends::mixer_v1::GLOBAL_WORD_COUNT as u32,
+        })
+        .await
+        .expect("report");
+    let start = Instant::now();
+    let mut got = lines(&out);
+    while got.len() < 2 && start.elapsed() < Duration::from_secs(15) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        got = lines(&out);
+    }
+    let mut got: Vec<_> = got
+        .into_iter()
+        .map(|l| {
+            // The instance's fully qualified name (`requestcount.istio-system`).
+            let name = l["name"].as_str().unwrap_or_default();
+            assert!(name.starts_with("requestcount."), "{l}");
+            assert_eq!(l["value"], 1, "{l}");
+            l["dimensions"].clone()
+        })
+        .collect();
+    got.sort_by_key(|d| d.to_string());
+    assert_eq!(
+        got,
+        [
+            json!({"method": "GET", "response_code": 200}),
+            json!({"method": "POST", "response_code": 503}),
+        ]
+    );
+    mixer.terminate();
+}

@@ -1,0 +1,348 @@
+//! The real mixer with an out-of-process adapter that fails: killed, restarted on the same
+//! port, hung, or refusing its params at config load. Every check during an outage gets the
+//! handler's declared fail policy (503 for CLOSED through forward-auth, 200 for OPEN) within
+//! the deadline, the mixer never crashes, and a restarted adapter is used again within a
+//! second.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mixer_proto::checknothing;
+use mixer_proto::google::rpc::Status as RpcStatus;
+use mixer_proto::istio::mixer::adapter::model::v1beta1 as model;
+use mixer_tests::{Mixer, free_addr, http_request};
+use tonic::{Request, Response, Status};
+
+fn binary() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_mixer-under-test"))
+}
+
+/// The adapter's behaviour and what it saw; a restart starts with fresh sessions.
+#[derive(Default)]
+struct Shared {
+    hang: AtomicBool,
+    calls: AtomicUsize,
+    sessions_created: AtomicUsize,
+}
+
+#[derive(Clone)]
+struct Adapter {
+    shared: Arc<Shared>,
+    sessions: Arc<Mutex<HashSet<String>>>,
+}
+
+#[tonic::async_trait]
+impl checknothing::handle_check_nothing_service_server::HandleCheckNothingService for Adapter {
+    async fn handle_check_nothing(
+        &self,
+        request: Request<checknothing::HandleCheckNothingRequest>,
+    ) -> Result<Response<model::CheckResult>, Status> {
+        if self.shared.hang.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        let config = request.into_inner().adapter_config.unwrap_or_default();
+        if config.type_url == mixer_oop_session_type_url() {
+            let id = String::from_utf8_lossy(&config.value).to_string();
+            if !self.sessions.lock().unwrap().contains(&id) {
+                return Err(Status::not_found(format!("unknown session {id}")));
+            }
+        }
+        self.shared.calls.fetch_add(1, Ordering::SeqCst);
+        // No validity: every check reaches the adapter (nothing is cached).
+        Ok(Response::new(model::CheckResult::default()))
+    }
+}
+
+/// Istio 1.4's marker for an `adapter_config` that carries a session id.
+fn mixer_oop_session_type_url() -> &'static str {
+    "google.protobuf.Any.type_url"
+}
+
+#[tonic::async_trait]
+impl model::infrastructure_backend_server::InfrastructureBackend for Adapter {
+    async fn validate(
+        &self,
+        request: Request<model::ValidateRequest>,
+    ) -> Result<Response<model::ValidateResponse>, Status> {
+        let config = request.into_inner().adapter_config.unwrap_or_default();
+        let params = <prost_types::Struct as prost::Message>::decode(config.value.as_slice())
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let status = params.fields.contains_key("bad").then(|| RpcStatus {
+            code: 3,
+            message: "params.bad: this adapter takes no 'bad'".into(),
+            details: vec![],
+        });
+        Ok(Response::new(model::ValidateResponse { status }))
+    }
+
+    async fn create_session(
+        &self,
+        _: Request<model::CreateSessionRequest>,
+    ) -> Result<Response<model::CreateSessionResponse>, Status> {
+        let n = self.shared.sessions_created.fetch_add(1, Ordering::SeqCst);
+        let id = format!("session-{n}");
+        self.sessions.lock().unwrap().insert(id.clone());
+        Ok(Response::new(model::CreateSessionResponse {
+            session_id: id,
+            status: None,
+        }))
+    }
+
+    async fn close_session(
+        &self,
+        request: Request<model::CloseSessionRequest>,
+    ) -> Result<Response<model::CloseSessionResponse>, Status> {
+        self.sessions
+            .lock()
+            .unwrap()
+            .remove(&request.into_inner().session_id);
+        Ok(Response::new(model::CloseSessionResponse::default()))
+    }
+}
+
+/// An adapter on its own runtime: dropping the runtime kills it like a process (listener
+/// and every connection closed).
+struct RunningAdapter {
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl RunningAdapter {
+    fn start(addr: SocketAddr, shared: Arc<Shared>) -> RunningAdapter {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let adapter = Adapter {
+            shared,
+            sessions: Arc::default(),
+        };
+        let listener = runtime.block_on(async {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                match tokio::net::TcpListener::bind(addr).await {
+                    Ok(l) => return l,
+                    Err(e) if Instant::now() > deadline => panic!("bind {addr}: {e}"),
+                    Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+        });
+        runtime.spawn(async move {
+            let _ = tonic::transport::Server::builder()
+                .add_service(
+                    checknothing::handle_check_nothing_service_server::HandleCheckNothingServiceServer::new(
+                        adapter.clone(),
+                    ),
+                )
+                .add_service(
+                    model::infrastructure_backend_server::InfrastructureBackendServer::new(adapter),
+                )
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+                .await;
+        });
+        RunningAdapter {
+            runtime: Some(runtime),
+        }
+    }
+
+    fn kill(mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl Drop for RunningAdapter {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Two handlers on the same adapter: `closed` (the default for checks) and `open`; the
+/// `x-policy` header picks the rule.
+fn config(adapter: SocketAddr, params: &str) -> String {
+    format!(
+        r#"
+kind: handler
+metadata: {{name: closed, namespace: istio-system}}
+spec:
+  adapter: myadapter
+  params: {params}
+  connection: {{address: '{adapter}', timeout: 300ms}}
+---
+kind: handler
+metadata: {{name: open, namespace: istio-system}}
+spec:
+  adapter: myadapter
+  failPolicy: OPEN
+  params: {params}
+  connection: {{address: '{adapter}', timeout: 300ms}}
+---
+kind: instance
+metadata: {{name: nothing, namespace: istio-system}}
+spec: {{compiledTemplate: checknothing}}
+---
+kind: rule
+metadata: {{name: closed, namespace: istio-system}}
+spec:
+  match: request.headers["x-policy"] == "closed"
+  actions: [{{handler: closed, instances: [nothing]}}]
+---
+kind: rule
+metadata: {{name: open, namespace: istio-system}}
+spec:
+  match: request.headers["x-policy"] == "open"
+  actions: [{{handler: open, instances: [nothing]}}]
+"#
+    )
+}
+
+/// One forward-auth check; returns the status and how long it took.
+fn check(mixer: &Mixer, policy: &str) -> (u16, Duration) {
+    let started = Instant::now();
+    let (status, _, _) =
+        http_request(mixer.http, "GET", "/check", &[("x-policy", policy)]).expect("check");
+    (status, started.elapsed())
+}
+
+/// Checks in a loop for `how_long`, each answered with `closed` / `open` within the
+/// deadline plus slack.
+fn steady_load(mixer: &Mixer, how_long: Duration, closed: u16, open: u16) -> usize {
+    let started = Instant::now();
+    let mut n = 0;
+    while started.elapsed() < how_long {
+        for (policy, want) in [("closed", closed), ("open", open)] {
+            let (status, took) = check(mixer, policy);
+            assert_eq!(status, want, "{policy} check #{n}");
+            assert!(
+                took < Duration::from_millis(900),
+                "{policy} check took {took:?}"
+            );
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Polls closed checks until the adapter answers; returns how long it took.
+fn time_to_recover(mixer: &Mixer) -> Duration {
+    let started = Instant::now();
+    loop {
+        let (status, _) = check(mixer, "closed");
+        if status == 200 && check(mixer, "open").0 == 200 {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "adapter never used again"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn start_mixer(adapter: SocketAddr) -> (Mixer, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("config.yaml"),
+        config(adapter, "{list: [a]}"),
+    )
+    .expect("write");
+    let mixer = Mixer::start(binary(), &["--config", dir.path().to_str().expect("utf-8")]);
+    mixer.wait_ready(Duration::from_secs(20));
+    (mixer, dir)
+}
+
+#[test]
+fn a_killed_adapter_gets_the_fail_policy_and_is_used_again_after_a_restart() {
+    let addr = free_addr();
+    let shared = Arc::new(Shared::default());
+    let adapter = RunningAdapter::start(addr, shared.clone());
+    let (mixer, _dir) = start_mixer(addr);
+
+    steady_load(&mixer, Duration::from_millis(300), 200, 200);
+    let before = shared.calls.load(Ordering::SeqCst);
+    assert!(before >= 2, "checks reached the adapter");
+
+    adapter.kill();
+    let n = steady_load(&mixer, Duration::from_millis(1500), 503, 200);
+    assert!(n >= 4);
+    assert_eq!(shared.calls.load(Ordering::SeqCst), before);
+
+    let adapter = RunningAdapter::start(addr, shared.clone());
+    let took = time_to_recover(&mixer);
+    assert!(took < Duration::from_secs(1), "recovered after {took:?}");
+    assert!(shared.calls.load(Ordering::SeqCst) > before);
+    // The restarted adapter forgot the sessions: new ones were created.
+    assert!(shared.sessions_created.load(Ordering::SeqCst) >= 3);
+    steady_load(&mixer, Duration::from_millis(300), 200, 200);
+
+    let (status, _, body) = http_request(mixer.admin, "GET", "/metrics", &[]).expect("metrics");
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("mixer_oop_calls_total{handler=\"closed.istio-system\""),
+        "{body}"
+    );
+    assert!(body.contains("mixer_oop_circuit_opened_total{handler=\"closed.istio-system\"}"));
+    assert_eq!(body.matches("# TYPE mixer_oop_calls_total").count(), 1);
+
+    drop(adapter);
+    let exit = mixer.terminate();
+    assert!(exit.success(), "mixer exit {exit:?}");
+}
+
+#[test]
+fn a_hung_adapter_gets_the_fail_policy_within_the_deadline() {
+    let addr = free_addr();
+    let shared = Arc::new(Shared::default());
+    let _adapter = RunningAdapter::start(addr, shared.clone());
+    let (mixer, _dir) = start_mixer(addr);
+    steady_load(&mixer, Duration::from_millis(200), 200, 200);
+
+    shared.hang.store(true, Ordering::SeqCst);
+    steady_load(&mixer, Duration::from_millis(1500), 503, 200);
+
+    shared.hang.store(false, Ordering::SeqCst);
+    let took = time_to_recover(&mixer);
+    assert!(took < Duration::from_secs(1), "recovered after {took:?}");
+    let exit = mixer.terminate();
+    assert!(exit.success(), "mixer exit {exit:?}");
+}
+
+#[test]
+fn params_the_adapter_refuses_keep_the_previous_config() {
+    let addr = free_addr();
+    let shared = Arc::new(Shared::default());
+    let _adapter = RunningAdapter::start(addr, shared.clone());
+    let (mixer, dir) = start_mixer(addr);
+    assert_eq!(check(&mixer, "closed").0, 200);
+
+    std::fs::write(dir.path().join("config.yaml"), config(addr, "{bad: true}")).expect("write");
+    let started = Instant::now();
+    let body = loop {
+        let (_, _, body) = http_request(mixer.admin, "GET", "/readyz", &[]).expect("readyz");
+        if body.contains("last reload failed") {
+            break body;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no reload failure: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(body.starts_with("ready"), "{body}");
+    assert!(
+        body.contains("params.bad: this adapter takes no 'bad'"),
+        "{body}"
+    );
+    // The previous snapshot still sends checks to the adapter.
+    let before = shared.calls.load(Ordering::SeqCst);
+    assert_eq!(check(&mixer, "closed").0, 200);
+    assert!(shared.calls.load(Ordering::SeqCst) > before);
+    drop(mixer);
+}
