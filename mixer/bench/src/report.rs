@@ -145,10 +145,12 @@ pub fn scrape(admin: SocketAddr, series: &str) -> f64 {
     );
     let mut body = String::new();
     let _ = stream.read_to_string(&mut body);
+    // Sample lines are `name{labels} value`; add up every series of the family.
     body.lines()
-        .filter_map(|l| l.strip_prefix(series))
+        .filter(|l| l.starts_with(series))
+        .filter_map(|l| l.rsplit(' ').next())
         .filter_map(|v| v.trim().parse::<f64>().ok())
-        .sum()
+        .fold(0.0, |a, b| a + b)
 }
 
 /// Waits until `admin`'s /readyz answers 200.
