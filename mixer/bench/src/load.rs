@@ -97,13 +97,19 @@ pub async fn run<C: Client>(spec: Spec, mut make: impl FnMut(usize) -> C) -> Rep
                     iv.mul_f64(worker as f64 / spec.concurrency as f64)
                 });
             loop {
+                // Latency counts from when the request was due (so a server that falls behind
+                // cannot hide its queueing), except for the timer's own lateness (tokio's timer
+                // has millisecond granularity) when the caller was ahead of schedule and slept.
+                let mut start = due;
                 if interval.is_some() {
                     let now = Instant::now();
                     if due > now {
                         tokio::time::sleep(due - now).await;
+                        start = Instant::now();
                     }
                 } else {
                     due = Instant::now();
+                    start = due;
                 }
                 if due >= end {
                     break;
@@ -112,7 +118,7 @@ pub async fn run<C: Client>(spec: Spec, mut make: impl FnMut(usize) -> C) -> Rep
                 let done = Instant::now();
                 if due >= measure_from {
                     let _ = hist.record(
-                        u64::try_from((done - due).as_nanos())
+                        u64::try_from((done - start).as_nanos())
                             .unwrap_or(u64::MAX)
                             .max(1_000),
                     );
