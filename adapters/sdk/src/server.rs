@@ -131,6 +131,19 @@ impl<A> Clone for Shared<A> {
 
 impl<A: Adapter> Shared<A> {
     /// The config a request-time call carries: its params, or the session's.
+    /// The config for a report batch, or `None` when the batch was already handled (the mixer
+    /// retried it with the same dedup id) and must not be recorded twice.
+    fn report_config(
+        &self,
+        dedup_id: &str,
+        any: Option<&prost_types::Any>,
+    ) -> Result<Option<Arc<Config>>, Status> {
+        if self.handled.seen(dedup_id) {
+            return Ok(None);
+        }
+        self.config(any).map(Some)
+    }
+
     fn config(&self, any: Option<&prost_types::Any>) -> Result<Arc<Config>, Status> {
         match convert::adapter_config(any).map_err(Status::invalid_argument)? {
             AdapterConfig::None => Ok(self.no_params.clone()),
@@ -389,6 +402,11 @@ pub fn listen_addr(default: &str) -> String {
 /// matching template trait.
 struct Svc<A>(Shared<A>);
 
+/// The answer to a report batch.
+fn reported() -> Response<model::ReportResult> {
+    Response::new(model::ReportResult {})
+}
+
 impl<A> Clone for Svc<A> {
     fn clone(&self) -> Self {
         Svc(self.0.clone())
@@ -517,14 +535,16 @@ impl<A: Metric> HandleMetricService for Svc<A> {
         request: Request<metric::HandleMetricRequest>,
     ) -> Result<Response<model::ReportResult>, Status> {
         let request = request.into_inner();
-        if self.0.handled.seen(&request.dedup_id) {
-            return Ok(Response::new(model::ReportResult {}));
-        }
-        let config = self.0.config(request.adapter_config.as_ref())?;
+        let Some(config) = self
+            .0
+            .report_config(&request.dedup_id, request.adapter_config.as_ref())?
+        else {
+            return Ok(reported());
+        };
         let instances: Vec<_> = request.instances.into_iter().map(convert::metric).collect();
         Metric::report(&*self.0.adapter, &instances, &config).await?;
         self.0.handled.done(request.dedup_id);
-        Ok(Response::new(model::ReportResult {}))
+        Ok(reported())
     }
 }
 
@@ -535,10 +555,12 @@ impl<A: LogEntry> HandleLogEntryService for Svc<A> {
         request: Request<logentry::HandleLogEntryRequest>,
     ) -> Result<Response<model::ReportResult>, Status> {
         let request = request.into_inner();
-        if self.0.handled.seen(&request.dedup_id) {
-            return Ok(Response::new(model::ReportResult {}));
-        }
-        let config = self.0.config(request.adapter_config.as_ref())?;
+        let Some(config) = self
+            .0
+            .report_config(&request.dedup_id, request.adapter_config.as_ref())?
+        else {
+            return Ok(reported());
+        };
         let instances: Vec<_> = request
             .instances
             .into_iter()
@@ -546,7 +568,7 @@ impl<A: LogEntry> HandleLogEntryService for Svc<A> {
             .collect();
         LogEntry::report(&*self.0.adapter, &instances, &config).await?;
         self.0.handled.done(request.dedup_id);
-        Ok(Response::new(model::ReportResult {}))
+        Ok(reported())
     }
 }
 
@@ -557,10 +579,12 @@ impl<A: TraceSpan> HandleTraceSpanService for Svc<A> {
         request: Request<tracespan::HandleTraceSpanRequest>,
     ) -> Result<Response<model::ReportResult>, Status> {
         let request = request.into_inner();
-        if self.0.handled.seen(&request.dedup_id) {
-            return Ok(Response::new(model::ReportResult {}));
-        }
-        let config = self.0.config(request.adapter_config.as_ref())?;
+        let Some(config) = self
+            .0
+            .report_config(&request.dedup_id, request.adapter_config.as_ref())?
+        else {
+            return Ok(reported());
+        };
         let instances: Vec<_> = request
             .instances
             .into_iter()
@@ -568,7 +592,7 @@ impl<A: TraceSpan> HandleTraceSpanService for Svc<A> {
             .collect();
         TraceSpan::report(&*self.0.adapter, &instances, &config).await?;
         self.0.handled.done(request.dedup_id);
-        Ok(Response::new(model::ReportResult {}))
+        Ok(reported())
     }
 }
 
@@ -579,10 +603,12 @@ impl<A: ReportNothing> HandleReportNothingService for Svc<A> {
         request: Request<reportnothing::HandleReportNothingRequest>,
     ) -> Result<Response<model::ReportResult>, Status> {
         let request = request.into_inner();
-        if self.0.handled.seen(&request.dedup_id) {
-            return Ok(Response::new(model::ReportResult {}));
-        }
-        let config = self.0.config(request.adapter_config.as_ref())?;
+        let Some(config) = self
+            .0
+            .report_config(&request.dedup_id, request.adapter_config.as_ref())?
+        else {
+            return Ok(reported());
+        };
         let instances: Vec<_> = request
             .instances
             .into_iter()
@@ -590,6 +616,6 @@ impl<A: ReportNothing> HandleReportNothingService for Svc<A> {
             .collect();
         ReportNothing::report(&*self.0.adapter, &instances, &config).await?;
         self.0.handled.done(request.dedup_id);
-        Ok(Response::new(model::ReportResult {}))
+        Ok(reported())
     }
 }

@@ -96,7 +96,8 @@ impl CheckCache {
     }
 
     fn lookup(&self, bag: &dyn Bag) -> Option<Arc<Verdict>> {
-        let shapes = self.shapes.read().ok()?.clone();
+        // Looked up under the read lock: copying the shape list would allocate on every check.
+        let shapes = self.shapes.read().ok()?;
         let now = Instant::now();
         let mut key = Vec::with_capacity(128);
         for (i, shape) in shapes.iter().enumerate() {

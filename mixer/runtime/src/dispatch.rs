@@ -309,13 +309,6 @@ impl Snapshot {
                 continue;
             };
             cacheable &= built.cacheable;
-            let labels = |result: &str| {
-                [
-                    built.name.to_string(),
-                    "check".to_string(),
-                    result.to_string(),
-                ]
-            };
             match handler.check(&dispatch.instance).await {
                 Ok(result) => {
                     let outcome = if result.status.is_ok() {
@@ -323,10 +316,7 @@ impl Snapshot {
                     } else {
                         "denied"
                     };
-                    self.metrics
-                        .handler_calls
-                        .with_label_values(&labels(outcome))
-                        .inc();
+                    self.metrics.handler_call(&built.name, "check", outcome);
                     verdict.valid_duration = verdict.valid_duration.min(result.valid_duration);
                     verdict.valid_use_count = verdict.valid_use_count.min(result.valid_use_count);
                     if !result.status.is_ok() {
@@ -336,9 +326,7 @@ impl Snapshot {
                 }
                 Err(error) => {
                     self.metrics
-                        .handler_calls
-                        .with_label_values(&labels(error.kind.label()))
-                        .inc();
+                        .handler_call(&built.name, "check", error.kind.label());
                     match built.fail_policy_for(Variety::Check) {
                         // Failing open allows this request but the answer must not be reused.
                         FailPolicy::Open => {

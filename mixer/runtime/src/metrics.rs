@@ -146,6 +146,13 @@ impl RuntimeMetrics {
         })
     }
 
+    /// Counts one handler call; labels are borrowed, so the hot path does not allocate them.
+    pub fn handler_call(&self, handler: &str, variety: &str, result: &str) {
+        self.handler_calls
+            .with_label_values(&[handler, variety, result])
+            .inc();
+    }
+
     /// Metrics registered in a private registry, for tests and tools.
     pub fn unregistered() -> RuntimeMetrics {
         // A fresh registry cannot hold duplicates, so registration cannot fail here.

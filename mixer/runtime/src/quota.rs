@@ -71,13 +71,6 @@ impl Snapshot {
                 continue;
             };
             outcome.instances.push(dispatch.instance.name.to_string());
-            let labels = |result: &str| {
-                [
-                    built.name.to_string(),
-                    "quota".to_string(),
-                    result.to_string(),
-                ]
-            };
             match handler.allocate(&dispatch.instance, args).await {
                 Ok(result) => {
                     let label = if result.status.is_ok() {
@@ -85,10 +78,7 @@ impl Snapshot {
                     } else {
                         "denied"
                     };
-                    self.metrics
-                        .handler_calls
-                        .with_label_values(&labels(label))
-                        .inc();
+                    self.metrics.handler_call(&built.name, "quota", label);
                     let combined = &mut outcome.result;
                     combined.granted_amount = combined.granted_amount.min(result.granted_amount);
                     combined.valid_duration = combined.valid_duration.min(result.valid_duration);
@@ -98,9 +88,7 @@ impl Snapshot {
                 }
                 Err(error) => {
                     self.metrics
-                        .handler_calls
-                        .with_label_values(&labels(error.kind.label()))
-                        .inc();
+                        .handler_call(&built.name, "quota", error.kind.label());
                     match built.fail_policy_for(Variety::Quota) {
                         // Failing open grants the request, for no longer than this call.
                         FailPolicy::Open => outcome.result.valid_duration = Duration::ZERO,

@@ -228,10 +228,7 @@ impl ReportQueue {
                 Ok(Err(e)) => (e.kind.label(), false),
                 Err(_) => ("timeout", false),
             };
-            self.metrics
-                .handler_calls
-                .with_label_values(&[self.name.as_ref(), "report", label])
-                .inc();
+            self.metrics.handler_call(&self.name, "report", label);
             if delivered {
                 self.metrics
                     .report_delivered
