@@ -11,10 +11,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use mixer_adapter_api::{Adapter, AdapterError, BuildContext, ErrorKind, Handler, QuotaArgs};
+use mixer_adapter_api::{
+    Adapter, AdapterError, BuildContext, ErrorKind, Handler, LimitOverride, QuotaArgs,
+};
 use mixer_adapter_memquota::MemQuota;
 use mixer_adapter_redisquota::RedisQuota;
-use mixer_model::{Code, FieldValue, Instance, QuotaResult, Template, Value};
+use mixer_model::{Code, FieldValue, Instance, QuotaLimit, QuotaResult, Template, Value};
 use serde_json::{Value as Json, json};
 use tokio::time::{Instant, sleep};
 
@@ -159,6 +161,7 @@ async fn try_alloc(
         amount,
         best_effort,
         deduplication_id: id.into(),
+        limit_override: None,
     };
     h.as_quota()
         .expect("quota handler")
@@ -394,6 +397,87 @@ async fn keys_and_quotas_are_independent(b: &dyn Backend) {
     denied(&alloc(&h, &other, 1).await);
 }
 
+#[track_caller]
+fn left(r: &QuotaResult, remaining: i64) -> QuotaLimit {
+    let limit = r.limit.clone().expect("the limit is reported");
+    assert_eq!(limit.remaining, remaining, "{r:?}");
+    limit
+}
+
+async fn remaining_and_reset_are_reported(b: &dyn Backend) {
+    // Fixed window: the limit, what is left, and the window's end.
+    let h = b.build(json!({"quotas": [quota("rq", 3, "10s", "FIXED_WINDOW")]}));
+    let l = left(&alloc(&h, &user("a"), 1).await, 2);
+    assert_eq!(
+        (&*l.name, l.max_amount, l.window),
+        ("rq", 3, Duration::from_secs(10))
+    );
+    assert!(
+        l.reset_after <= Duration::from_secs(10) && l.reset_after > Duration::from_secs(9),
+        "{l:?}"
+    );
+    left(&alloc(&h, &user("a"), 2).await, 0);
+    let r = alloc(&h, &user("a"), 1).await;
+    denied(&r);
+    left(&r, 0);
+    left(&alloc(&h, &user("b"), 1).await, 2);
+
+    // Rolling window: until the oldest counted units leave the window.
+    let h = b.build(json!({"quotas": [quota("rq", 3, "10s", "ROLLING_WINDOW")]}));
+    let l = left(&alloc(&h, &user("a"), 2).await, 1);
+    assert!(
+        l.reset_after <= Duration::from_secs(10) && l.reset_after > Duration::from_secs(9),
+        "{l:?}"
+    );
+
+    // Token bucket: the tokens left, and until the bucket is full again.
+    let h = b.build(json!({"quotas": [quota("rq", 4, "4s", "TOKEN_BUCKET")]}));
+    let l = left(&alloc(&h, &user("a"), 3).await, 1);
+    assert!(
+        l.reset_after <= Duration::from_secs(3) && l.reset_after > Duration::from_millis(2900),
+        "{l:?}"
+    );
+
+    // An override by dimensions reports its own limit.
+    let mut q = quota("rq", 3, "10s", "FIXED_WINDOW");
+    q["overrides"] = json!([{"dimensions": {"user": "vip"}, "maxAmount": 10}]);
+    let h = b.build(json!({"quotas": [q]}));
+    let l = left(&alloc(&h, &user("vip"), 1).await, 9);
+    assert_eq!(l.max_amount, 10);
+}
+
+async fn a_caller_limit_replaces_the_configured_one(b: &dyn Backend) {
+    for algorithm in ["FIXED_WINDOW", "ROLLING_WINDOW", "TOKEN_BUCKET"] {
+        let mut q = quota("rq", 100, "10s", algorithm);
+        q["shadowMode"] = json!(true);
+        let h = b.build(json!({"quotas": [q]}));
+        let with = |amount| QuotaArgs {
+            amount,
+            limit_override: Some(LimitOverride {
+                max_amount: 2,
+                window: Duration::from_secs(60),
+            }),
+            ..QuotaArgs::default()
+        };
+        let quota = h.as_quota().expect("quota handler");
+        let a = user("a");
+        let r = quota.allocate(&a, &with(2)).await.expect("decided");
+        granted(&r, 2);
+        let l = left(&r, 0);
+        assert_eq!(
+            (l.max_amount, l.window),
+            (2, Duration::from_secs(60)),
+            "{algorithm}"
+        );
+        // The caller's limit is enforced even though the quota is in shadow mode.
+        denied(&quota.allocate(&a, &with(1)).await.expect("decided"));
+        // Without it, the configured limit applies, on a counter of its own.
+        let r = alloc(&h, &a, 1).await;
+        granted(&r, 1);
+        left(&r, 99);
+    }
+}
+
 macro_rules! behaviour_suite {
     ($($name:ident),* $(,)?) => {
         mod memquota {
@@ -426,6 +510,8 @@ behaviour_suite!(
     deduplication_ids,
     shadow_mode_never_denies_but_reports,
     keys_and_quotas_are_independent,
+    remaining_and_reset_are_reported,
+    a_caller_limit_replaces_the_configured_one,
 );
 
 // ---------------------------------------------------------------------------------------------

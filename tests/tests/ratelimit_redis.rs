@@ -186,6 +186,30 @@ async fn two_mixers_sharing_one_redis_enforce_one_limit() {
         per_mixer[0] > 0 && per_mixer[1] > 0,
         "both mixers took part: {per_mixer:?}"
     );
+
+    // Both replicas count on the same counter, so what is left goes down by one per request
+    // whichever replica answers, in the status and in the header Envoy passes to the client.
+    let fresh = format!("{tenant}-remaining");
+    let mut clients = [client(mixers[0].grpc).await, client(mixers[1].grpc).await];
+    for n in 1..=4u32 {
+        let answer = clients[n as usize % 2]
+            .should_rate_limit(request(&fresh))
+            .await
+            .expect("answer")
+            .into_inner();
+        let status = &answer.statuses[0];
+        assert_eq!(status.limit_remaining, LIMIT - n, "{answer:?}");
+        assert_eq!(
+            status.current_limit.as_ref().map(|l| l.requests_per_unit),
+            Some(LIMIT)
+        );
+        let remaining = answer
+            .response_headers_to_add
+            .iter()
+            .find(|h| h.key == "X-RateLimit-Remaining")
+            .map(|h| h.value.clone());
+        assert_eq!(remaining, Some((LIMIT - n).to_string()), "{answer:?}");
+    }
     for m in mixers {
         assert!(m.terminate().success());
     }

@@ -64,6 +64,7 @@ impl QuotaHandler for DenierHandler {
             status: self.result.status.clone(),
             valid_duration: self.result.valid_duration,
             granted_amount: 0,
+            limit: None,
         })
     }
 }

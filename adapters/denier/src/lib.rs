@@ -86,6 +86,7 @@ mod tests {
             amount: 5,
             best_effort: false,
             deduplication_id: String::new(),
+            limit_override: None,
         };
         let granted = quota
             .allocate(&instance(Template::Quota), &args)

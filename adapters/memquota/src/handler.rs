@@ -33,7 +33,7 @@ impl MemQuotaHandler {
                 .quotas
                 .quotas
                 .iter()
-                .map(|q| q.name.clone())
+                .map(|q| q.name.to_string())
                 .collect(),
         );
         MemQuotaHandler {
@@ -83,18 +83,17 @@ impl QuotaHandler for MemQuotaHandler {
         instance: &Instance,
         args: &QuotaArgs,
     ) -> Result<QuotaResult, AdapterError> {
-        let sel = self.config.quotas.select(instance)?;
+        let sel = self
+            .config
+            .quotas
+            .select_with(instance, args.limit_override)?;
         let decision = if args.amount <= 0 {
             // Istio released quota for negative amounts; rate limits have nothing to release.
-            Decision {
-                granted: 0,
-                valid_duration: std::time::Duration::ZERO,
-                deduplicated: false,
-            }
+            Decision::nothing(sel.limit.max_amount)
         } else {
             self.store.allocate(
                 &sel.key,
-                sel.limit,
+                &sel.limit,
                 args.amount,
                 args.best_effort,
                 &args.deduplication_id,

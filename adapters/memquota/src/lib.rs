@@ -35,7 +35,7 @@
 //!     template: Template::Quota,
 //!     fields: vec![("dimensions", FieldValue::Map(vec![("user".into(), Value::from("bob"))]))],
 //! };
-//! let args = |id: &str| QuotaArgs { amount: 1, best_effort: false, deduplication_id: id.into() };
+//! let args = |id: &str| QuotaArgs { amount: 1, deduplication_id: id.into(), ..QuotaArgs::default() };
 //! let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
 //! rt.block_on(async {
 //!     let quota = handler.as_quota().expect("a quota handler");

@@ -46,6 +46,9 @@ struct Remembered {
     granted: i64,
     /// When the first answer's valid duration ends.
     expires_at: u64,
+    /// What the first answer said was left, and when the counter was to be full again.
+    remaining: i64,
+    reset_at: u64,
 }
 
 #[derive(Debug, Default)]
@@ -179,6 +182,8 @@ impl Store {
                 granted: r.granted,
                 valid_duration: Duration::from_nanos(r.expires_at.saturating_sub(now)),
                 deduplicated: true,
+                remaining: r.remaining,
+                reset_after: Duration::from_nanos(r.reset_at.saturating_sub(now)),
             };
         }
 
@@ -199,8 +204,9 @@ impl Store {
             ),
         };
         entry.seq = seq;
-        let (granted, valid, idle_at) = decide(&mut entry.state, limit, now, amount, best_effort);
-        entry.idle_at = idle_at;
+        let d = decide(&mut entry.state, limit, now, amount, best_effort);
+        let (granted, valid) = (d.granted, d.valid);
+        entry.idle_at = d.idle_at;
         shard.lru.insert(seq, k.clone());
         shard.entries.insert(k, entry);
         while shard.entries.len() > self.per_shard_cap {
@@ -218,6 +224,8 @@ impl Store {
                 Remembered {
                     granted,
                     expires_at: now.saturating_add(valid),
+                    remaining: d.remaining,
+                    reset_at: now.saturating_add(d.reset),
                 },
             );
             shard.dedup_order.push_back((forget_at, dk));
@@ -233,6 +241,8 @@ impl Store {
             granted,
             valid_duration: Duration::from_nanos(valid),
             deduplicated: false,
+            remaining: d.remaining,
+            reset_after: Duration::from_nanos(d.reset),
         }
     }
 }
@@ -285,14 +295,19 @@ fn fresh(limit: &Limit, now: u64) -> State {
     }
 }
 
-/// Applies one allocation; returns (granted, valid duration ns, idle from).
-fn decide(
-    state: &mut State,
-    limit: &Limit,
-    now: u64,
-    amount: i64,
-    best_effort: bool,
-) -> (i64, u64, u64) {
+/// What one allocation did to a counter (times in ns).
+struct Decided {
+    granted: i64,
+    valid: u64,
+    /// From then on the state is equivalent to no state.
+    idle_at: u64,
+    remaining: i64,
+    /// From now until the counter is back to the full limit.
+    reset: u64,
+}
+
+/// Applies one allocation.
+fn decide(state: &mut State, limit: &Limit, now: u64, amount: i64, best_effort: bool) -> Decided {
     let max = limit.max_amount;
     let valid = nanos(limit.valid_duration).max(1);
     match (limit.algorithm, &mut *state) {
@@ -303,7 +318,13 @@ fn decide(
             }
             let granted = grant(max - *used, amount, best_effort);
             *used += granted;
-            (granted, *end - now, *end)
+            Decided {
+                granted,
+                valid: *end - now,
+                idle_at: *end,
+                remaining: max - *used,
+                reset: *end - now,
+            }
         }
         (Algorithm::RollingWindow, State::Rolling { buckets, total }) => {
             let b = nanos(limit.bucket_duration).max(1);
@@ -331,11 +352,23 @@ fn decide(
                 buckets.front().map_or(valid, |&(idx, _)| leaves(idx))
             };
             let idle = buckets.back().map_or(now, |&(idx, _)| now + leaves(idx));
-            (granted, valid_for, idle)
+            Decided {
+                granted,
+                valid: valid_for,
+                idle_at: idle,
+                remaining: max - *total,
+                reset: buckets.front().map_or(0, |&(idx, _)| leaves(idx)),
+            }
         }
         (Algorithm::TokenBucket, State::Token { tokens, at }) => {
             if max <= 0 {
-                return (grant(0, amount, best_effort), valid, now);
+                return Decided {
+                    granted: grant(0, amount, best_effort),
+                    valid,
+                    idle_at: now,
+                    remaining: 0,
+                    reset: 0,
+                };
             }
             let rate = max as f64 / valid as f64; // tokens per ns
             let elapsed = now.saturating_sub(*at) as f64;
@@ -351,8 +384,14 @@ fn decide(
             } else {
                 ((amount as f64 - *tokens) / rate).ceil().max(0.0) as u64
             };
-            let idle = now + ((max as f64 - *tokens) / rate).ceil() as u64;
-            (granted, valid_for, idle)
+            let refill = ((max as f64 - *tokens) / rate).ceil() as u64;
+            Decided {
+                granted,
+                valid: valid_for,
+                idle_at: now + refill,
+                remaining: (*tokens + 1e-9).floor() as i64,
+                reset: refill,
+            }
         }
         // The algorithm of a key never changes within a handler; start over if it did.
         _ => {

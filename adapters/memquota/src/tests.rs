@@ -34,6 +34,7 @@ fn args(amount: i64) -> QuotaArgs {
         amount,
         best_effort: false,
         deduplication_id: String::new(),
+        limit_override: None,
     }
 }
 

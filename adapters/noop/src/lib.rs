@@ -87,6 +87,7 @@ impl QuotaHandler for NoopHandler {
             status: Status::OK,
             valid_duration: FOREVER,
             granted_amount: args.amount,
+            limit: None,
         })
     }
 }
@@ -130,6 +131,7 @@ mod tests {
             amount: 7,
             best_effort: false,
             deduplication_id: String::new(),
+            limit_override: None,
         };
         assert_eq!(
             h.as_quota()

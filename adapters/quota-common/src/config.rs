@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use mixer_adapter_api::ParamError;
@@ -197,7 +198,7 @@ pub struct Override {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Quota {
     /// Its name as configured.
-    pub name: String,
+    pub name: Arc<str>,
     /// Position in `quotas` (index into per-quota metrics).
     pub index: usize,
     /// The quota's own limit.
@@ -397,7 +398,7 @@ impl Quotas {
                 });
             }
             out.quotas.push(Quota {
-                name: name.to_string(),
+                name: Arc::from(name),
                 index: i,
                 limit: base,
                 overrides,
@@ -408,7 +409,7 @@ impl Quotas {
         }
         for q in &out.quotas {
             if q.name.contains('.') {
-                out.by_full_name.insert(q.name.clone(), q.index);
+                out.by_full_name.insert(q.name.to_string(), q.index);
                 // Istio 1.4 named instances `name.kind.namespace` (`requestcount.quota.istio-system`).
                 let parts: Vec<&str> = q.name.split('.').collect();
                 if parts.len() == 3 && matches!(parts[1], "quota" | "instance") {
@@ -417,7 +418,7 @@ impl Quotas {
                         .or_insert(q.index);
                 }
             } else {
-                out.by_short_name.insert(q.name.clone(), q.index);
+                out.by_short_name.insert(q.name.to_string(), q.index);
             }
         }
         Ok(out)

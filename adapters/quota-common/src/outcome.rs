@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use mixer_adapter_api::QuotaArgs;
-use mixer_model::{Code, QuotaResult, Status};
+use mixer_model::{Code, QuotaLimit, QuotaResult, Status};
 
 use crate::metrics::Metrics;
 use crate::select::Selected;
@@ -19,6 +19,24 @@ pub struct Decision {
     pub valid_duration: Duration,
     /// The answer was a repeat of an earlier one with the same deduplication id.
     pub deduplicated: bool,
+    /// Units that could still be granted after this allocation.
+    pub remaining: i64,
+    /// Until the counter is back to the full limit (see [`QuotaLimit::reset_after`]).
+    pub reset_after: Duration,
+}
+
+impl Decision {
+    /// The decision for an allocation of nothing (0 or negative amounts): nothing granted,
+    /// nothing counted; `max_amount` is what is left as far as this call knows.
+    pub fn nothing(max_amount: i64) -> Decision {
+        Decision {
+            granted: 0,
+            valid_duration: Duration::ZERO,
+            deduplicated: false,
+            remaining: max_amount.max(0),
+            reset_after: Duration::ZERO,
+        }
+    }
 }
 
 /// Turns a decision into the result and counts it. Not granted (0 of a positive amount) is
@@ -33,6 +51,13 @@ pub fn finish(
     metrics: &Metrics,
 ) -> QuotaResult {
     let m = metrics.quota(sel.quota.index);
+    let limit = Some(QuotaLimit {
+        name: sel.quota.name.clone(),
+        max_amount: sel.limit.max_amount,
+        window: sel.limit.valid_duration,
+        remaining: decision.remaining.clamp(0, sel.limit.max_amount.max(0)),
+        reset_after: decision.reset_after,
+    });
     m.count_allocation(decision.deduplicated);
     let limited = decision.granted < args.amount;
     let denied = decision.granted <= 0 && args.amount > 0;
@@ -53,6 +78,7 @@ pub fn finish(
             ),
             valid_duration: decision.valid_duration,
             granted_amount: args.amount,
+            limit,
         };
     }
     if denied {
@@ -69,11 +95,13 @@ pub fn finish(
             ),
             valid_duration: decision.valid_duration,
             granted_amount: 0,
+            limit,
         };
     }
     QuotaResult {
         status: Status::OK,
         valid_duration: decision.valid_duration,
         granted_amount: decision.granted.max(0),
+        limit,
     }
 }

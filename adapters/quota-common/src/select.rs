@@ -1,20 +1,23 @@
 //! From a quota instance to the quota, the limit and the counter key.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::sync::Arc;
+use std::time::Duration;
 
-use mixer_adapter_api::{AdapterError, ErrorKind};
+use mixer_adapter_api::{AdapterError, ErrorKind, LimitOverride};
 use mixer_model::{Instance, Value};
 
-use crate::config::{Limit, Override, Quota, Quotas};
+use crate::config::{Limit, MAX_BUCKETS, Override, Quota, Quotas, default_bucket};
 
 /// What an instance selects.
 #[derive(Clone, Debug)]
 pub struct Selected<'a> {
     /// The quota, found by the instance's name.
     pub quota: &'a Quota,
-    /// The first matching override's limit, or the quota's.
-    pub limit: &'a Limit,
+    /// The caller's limit override, else the first matching override's limit, else the
+    /// quota's.
+    pub limit: Cow<'a, Limit>,
     /// Which override matched.
     pub override_index: Option<usize>,
     /// The counter key: quota name and every dimension of the instance (see [`counter_key`]).
@@ -54,10 +57,53 @@ impl Quotas {
         };
         Ok(Selected {
             quota,
-            limit,
+            limit: Cow::Borrowed(limit),
             override_index,
             key: counter_key(&quota.name, dims),
         })
+    }
+
+    /// [`Quotas::select`], then the caller's limit in place of the configured one when
+    /// `limit_override` is given (see [`Selected::overridden`]).
+    pub fn select_with<'a>(
+        &'a self,
+        instance: &Instance,
+        limit_override: Option<LimitOverride>,
+    ) -> Result<Selected<'a>, AdapterError> {
+        let selected = self.select(instance)?;
+        Ok(match limit_override {
+            Some(o) => selected.overridden(o),
+            None => selected,
+        })
+    }
+}
+
+impl Selected<'_> {
+    /// The selection with a caller's limit: its amount and window, the quota's algorithm, and
+    /// a counter of its own per window (the key gains `|window=<ns>`) so that requests with
+    /// and without the override do not mix their counts. Shadow mode does not apply: the
+    /// caller asked for this limit (as envoyproxy/ratelimit treats descriptor overrides).
+    pub fn overridden(mut self, o: LimitOverride) -> Self {
+        let window = o.window.max(Duration::from_millis(1));
+        let mut bucket = match self.limit.algorithm {
+            crate::Algorithm::RollingWindow => self.limit.bucket_duration,
+            _ => default_bucket(window),
+        };
+        if bucket >= window
+            || window.as_nanos().div_ceil(bucket.as_nanos().max(1)) > u128::from(MAX_BUCKETS)
+        {
+            bucket = default_bucket(window);
+        }
+        self.limit = Cow::Owned(Limit {
+            max_amount: o.max_amount.max(0),
+            valid_duration: window,
+            bucket_duration: bucket,
+            algorithm: self.limit.algorithm,
+            shadow: false,
+        });
+        let _ = write!(self.key, "|window={}", window.as_nanos());
+        self.override_index = None;
+        self
     }
 }
 

@@ -111,7 +111,7 @@ fn names_overrides_and_keys() {
         {"name": "exact.ns", "maxAmount": 3, "validDuration": "1s"}
     ]))
     .expect("valid");
-    let find = |n: &str| q.find(n).map(|q| q.name.as_str());
+    let find = |n: &str| q.find(n).map(|q| &*q.name);
     assert_eq!(
         find("requestcount.istio-system"),
         Some("requestcount.quota.istio-system")

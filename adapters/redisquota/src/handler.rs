@@ -71,7 +71,7 @@ impl RedisQuotaHandler {
                 .quotas
                 .quotas
                 .iter()
-                .map(|q| q.name.clone())
+                .map(|q| q.name.to_string())
                 .collect(),
         );
         Ok(RedisQuotaHandler {
@@ -161,17 +161,20 @@ impl RedisQuotaHandler {
                     )));
                 }
             };
-        let [granted, valid_us, deduplicated] = answer[..] else {
+        let [granted, valid_us, deduplicated, remaining, reset_us] = answer[..] else {
             self.errors.fetch_add(1, Ordering::Relaxed);
             return Err(AdapterError::transient(
                 ErrorKind::InvalidResponse,
-                format!("redis script answered {answer:?}, expected 3 integers"),
+                format!("redis script answered {answer:?}, expected 5 integers"),
             ));
         };
+        let micros = |us: i64| Duration::from_micros(u64::try_from(us).unwrap_or(0));
         Ok(Decision {
             granted,
-            valid_duration: Duration::from_micros(u64::try_from(valid_us).unwrap_or(0)),
+            valid_duration: micros(valid_us),
             deduplicated: deduplicated == 1,
+            remaining,
+            reset_after: micros(reset_us),
         })
     }
 }
@@ -193,15 +196,14 @@ impl QuotaHandler for RedisQuotaHandler {
         instance: &Instance,
         args: &QuotaArgs,
     ) -> Result<QuotaResult, AdapterError> {
-        let sel = self.config.quotas.select(instance)?;
+        let sel = self
+            .config
+            .quotas
+            .select_with(instance, args.limit_override)?;
         let decision = if args.amount <= 0 {
-            Decision {
-                granted: 0,
-                valid_duration: Duration::ZERO,
-                deduplicated: false,
-            }
+            Decision::nothing(sel.limit.max_amount)
         } else {
-            self.run(&sel.key, sel.limit, args).await?
+            self.run(&sel.key, &sel.limit, args).await?
         };
         let result = finish("redisquota", &sel, args, decision, &self.metrics);
         if sel.limit.shadow && !result.status.message.is_empty() {

@@ -8,7 +8,8 @@
 //! `KEYS[1]` is the counter, `KEYS[2]` the deduplication record. `ARGV`: maxAmount,
 //! validDuration (µs), bucketDuration (µs), amount, best effort (`1`/`0`), deduplication time
 //! (ms; 0: no deduplication id). Every script answers `{granted, valid duration µs,
-//! deduplicated 1/0}`.
+//! deduplicated 1/0, remaining, reset µs}` (remaining: units still grantable after this call;
+//! reset: until the counter is back to the full limit).
 
 use mixer_adapter_quota_common::Algorithm;
 
@@ -23,11 +24,13 @@ local amount = tonumber(ARGV[4])
 local best = ARGV[5] == '1'
 local dedup_ms = tonumber(ARGV[6])
 if dedup_ms > 0 then
-  local prev = redis.call('HMGET', KEYS[2], 'granted', 'expires')
+  local prev = redis.call('HMGET', KEYS[2], 'granted', 'expires', 'remaining', 'reset')
   if prev[1] and prev[2] then
     local left = tonumber(prev[2]) - now
     if left < 0 then left = 0 end
-    return {tonumber(prev[1]), left, 1}
+    local reset = tonumber(prev[4] or now) - now
+    if reset < 0 then reset = 0 end
+    return {tonumber(prev[1]), left, 1, tonumber(prev[3] or 0), reset}
   end
 end
 local function grant(available)
@@ -37,6 +40,8 @@ local function grant(available)
 end
 local granted = 0
 local valid_for = valid
+local remaining = 0
+local reset = 0
 "#;
 
 /// The window starts at the first allocation and ends `valid` later (as Istio's).
@@ -52,6 +57,8 @@ granted = grant(max - used)
 redis.call('HSET', KEYS[1], 'used', string.format('%d', used + granted), 'end', string.format('%d', wend))
 redis.call('PEXPIRE', KEYS[1], math.ceil((wend - now) / 1000))
 valid_for = wend - now
+remaining = max - used - granted
+reset = wend - now
 "#;
 
 /// A hash of bucket index (server time / bucket) to units; buckets that left the window are
@@ -79,9 +86,12 @@ granted = grant(max - total)
 if granted > 0 then
   redis.call('HINCRBY', KEYS[1], string.format('%d', cur), granted)
   newest = cur
+  if not oldest then oldest = cur end
 elseif oldest then
   valid_for = (oldest + n) * bucket - now
 end
+remaining = max - total - granted
+if oldest then reset = (oldest + n) * bucket - now end
 if newest then
   redis.call('PEXPIRE', KEYS[1], math.ceil(((newest + n) * bucket - now) / 1000))
 end
@@ -111,6 +121,8 @@ if max > 0 then
   end
   redis.call('HSET', KEYS[1], 'tokens', string.format('%.17g', tokens), 'at', string.format('%d', now))
   redis.call('PEXPIRE', KEYS[1], math.ceil((max - tokens) / rate / 1000) + 1)
+  remaining = math.floor(tokens + 1e-9)
+  reset = math.ceil((max - tokens) / rate)
 else
   granted = grant(0)
 end
@@ -118,10 +130,11 @@ end
 
 const EPILOGUE: &str = r#"
 if dedup_ms > 0 then
-  redis.call('HSET', KEYS[2], 'granted', string.format('%d', granted), 'expires', string.format('%d', now + valid_for))
+  redis.call('HSET', KEYS[2], 'granted', string.format('%d', granted), 'expires', string.format('%d', now + valid_for),
+    'remaining', string.format('%d', remaining), 'reset', string.format('%d', now + reset))
   redis.call('PEXPIRE', KEYS[2], dedup_ms)
 end
-return {granted, math.floor(valid_for), 0}
+return {granted, math.floor(valid_for), 0, remaining, math.floor(reset)}
 "#;
 
 /// The whole script for an algorithm.

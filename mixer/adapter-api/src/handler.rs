@@ -42,7 +42,7 @@ pub trait CheckHandler: Send + Sync {
 }
 
 /// What a quota call asks for.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct QuotaArgs {
     /// Units wanted.
     pub amount: i64,
@@ -50,6 +50,19 @@ pub struct QuotaArgs {
     pub best_effort: bool,
     /// A retried request with the same id is not charged twice.
     pub deduplication_id: String,
+    /// A limit the caller sets for this request instead of the configured one (Envoy's
+    /// per-descriptor `limit`). Handlers that count against configured limits apply it in
+    /// place of theirs, on a counter of its own per window; others may ignore it.
+    pub limit_override: Option<LimitOverride>,
+}
+
+/// A caller-supplied limit: `max_amount` units per `window`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LimitOverride {
+    /// Units per window.
+    pub max_amount: i64,
+    /// The window.
+    pub window: std::time::Duration,
 }
 
 /// Allocates quota.

@@ -63,7 +63,9 @@ mod remote;
 
 pub use adapter::{Adapter, AdapterInfo, BuildContext, Params, Stability, decode_params};
 pub use error::{AdapterError, ErrorKind, ParamError};
-pub use handler::{CheckHandler, Exposition, Handler, QuotaArgs, QuotaHandler, ReportHandler};
+pub use handler::{
+    CheckHandler, Exposition, Handler, LimitOverride, QuotaArgs, QuotaHandler, ReportHandler,
+};
 pub use registry::AdapterRegistry;
 pub use remote::{
     InferredField, RemoteAdapters, RemoteConnection, RemoteHandlerSpec, RemoteInstance,

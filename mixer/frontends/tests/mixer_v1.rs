@@ -1229,6 +1229,7 @@ impl QuotaHandler for QuotaRecorderHandler {
             status: mixer_model::Status::OK,
             valid_duration: Duration::from_secs(10),
             granted_amount: args.amount,
+            limit: None,
         })
     }
 }

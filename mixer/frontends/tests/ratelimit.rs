@@ -8,13 +8,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+    Entry, RateLimitOverride,
+};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code as RlCode, DescriptorStatus,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use mixer_adapter_api::{
     Adapter, AdapterError, AdapterInfo, AdapterRegistry, BuildContext, ErrorKind, Handler,
@@ -22,7 +25,7 @@ use mixer_adapter_api::{
 };
 use mixer_config::{ConfigOptions, SourceFile};
 use mixer_frontends::ratelimit;
-use mixer_model::{Code, Instance, QuotaResult, Status, Template, Value};
+use mixer_model::{Code, Instance, QuotaLimit, QuotaResult, Status, Template, Value};
 use mixer_runtime::{ConfigOrigin, Runtime, RuntimeMetrics, RuntimeOptions};
 use tonic::transport::Channel;
 
@@ -34,7 +37,9 @@ type Call = (String, Vec<(String, String)>, i64);
 type Calls = Arc<Mutex<Vec<Call>>>;
 
 /// A quota adapter named like memquota, with its params' shape (`quotas: [{name, maxAmount,
-/// validDuration}]`): counts per instance and dimensions, never resets (tests are short).
+/// validDuration}]`): counts per instance and dimensions, never resets (tests are short), and
+/// reports the limit and what is left as memquota does. A caller's limit override replaces
+/// the configured amount and window.
 struct Counting(Calls);
 
 static COUNTING: AdapterInfo = AdapterInfo {
@@ -107,29 +112,43 @@ impl QuotaHandler for CountingHandler {
             args.amount,
         ));
         let short = instance.name.split('.').next().unwrap_or_default();
-        let (max, window) = self
+        let (name, &(mut max, mut window)) = self
             .limits
-            .get(instance.name.as_ref())
-            .or_else(|| self.limits.get(short))
-            .copied()
+            .get_key_value(instance.name.as_ref())
+            .or_else(|| self.limits.get_key_value(short))
             .ok_or_else(|| {
                 AdapterError::permanent(ErrorKind::InvalidInstance, "no quota configured")
             })?;
-        let key = format!("{}{dims:?}", instance.name);
+        if let Some(o) = args.limit_override {
+            (max, window) = (o.max_amount, o.window);
+        }
+        let key = format!("{}{dims:?}{window:?}", instance.name);
         let mut used = self.used.lock().expect("not poisoned");
         let count = used.entry(key).or_insert(0);
-        if *count + args.amount > max {
+        let over = *count + args.amount > max;
+        if !over {
+            *count += args.amount;
+        }
+        let limit = Some(QuotaLimit {
+            name: name.as_str().into(),
+            max_amount: max,
+            window,
+            remaining: max - *count,
+            reset_after: window,
+        });
+        if over {
             return Ok(QuotaResult {
                 status: Status::new(Code::ResourceExhausted, "over the limit"),
                 valid_duration: window,
                 granted_amount: 0,
+                limit,
             });
         }
-        *count += args.amount;
         Ok(QuotaResult {
             status: Status::OK,
             valid_duration: window,
             granted_amount: args.amount,
+            limit,
         })
     }
 }
@@ -414,7 +433,11 @@ async fn one_descriptor_over_its_limit_makes_the_answer_over_limit() {
         Some(60)
     );
     assert_eq!(r.statuses[2].duration_until_reset, None);
-    assert_eq!(r.statuses[0].limit_remaining, 0);
+    assert_eq!(r.statuses[0].limit_remaining, 0, "over the limit");
+    assert_eq!(
+        r.statuses[1].limit_remaining, 2,
+        "/shop: 5 a second, 3 used"
+    );
 
     // Headers come from the descriptor over its limit.
     assert_eq!(
@@ -431,13 +454,86 @@ async fn one_descriptor_over_its_limit_makes_the_answer_over_limit() {
         .ask(request("edge", vec![descriptor(&[("user", "bob")])], 0))
         .await;
     assert_eq!(r.overall_code, RlCode::Ok as i32);
-    // Allowed: the smallest known limit, no remaining count (not known).
+    assert_eq!(r.statuses[0].limit_remaining, 1);
     assert_eq!(
         headers(&r),
         [
             ("X-RateLimit-Limit".to_string(), "2".to_string()),
+            ("X-RateLimit-Remaining".to_string(), "1".to_string()),
             ("X-RateLimit-Reset".to_string(), "60".to_string()),
         ]
+    );
+
+    // Allowed everywhere: the headers of the descriptor with the fewest requests left.
+    let r = h
+        .ask(request(
+            "edge",
+            vec![
+                descriptor(&[("path", "/cart")]),
+                descriptor(&[("user", "cy")]),
+            ],
+            0,
+        ))
+        .await;
+    assert_eq!(codes(&r), [RlCode::Ok, RlCode::Ok]);
+    assert_eq!(
+        [r.statuses[0].limit_remaining, r.statuses[1].limit_remaining],
+        [4, 1]
+    );
+    assert_eq!(
+        headers(&r),
+        [
+            ("X-RateLimit-Limit".to_string(), "2".to_string()),
+            ("X-RateLimit-Remaining".to_string(), "1".to_string()),
+            ("X-RateLimit-Reset".to_string(), "60".to_string()),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_descriptor_limit_override_replaces_the_configured_limit() {
+    let mut h = start().await;
+    let limited = |per_unit: u32, unit: RateLimitUnit| {
+        let mut d = descriptor(&[("path", "/api")]);
+        d.limit = Some(RateLimitOverride {
+            requests_per_unit: per_unit,
+            unit: unit as i32,
+        });
+        request("edge", vec![d], 0)
+    };
+    // /api is configured at 5 a second; Envoy says 2 an hour.
+    for left in [1, 0] {
+        let r = h.ask(limited(2, RateLimitUnit::Hour)).await;
+        assert_eq!(codes(&r), [RlCode::Ok]);
+        assert_eq!(r.statuses[0].limit_remaining, left);
+        assert_eq!(
+            limit(&r.statuses[0]),
+            Some(("per-path".to_string(), 2, Unit::Hour))
+        );
+    }
+    let r = h.ask(limited(2, RateLimitUnit::Hour)).await;
+    assert_eq!(codes(&r), [RlCode::OverLimit]);
+    // Without the override the configured limit (and its own counter) applies.
+    let r = h
+        .ask(request("edge", vec![descriptor(&[("path", "/api")])], 0))
+        .await;
+    assert_eq!(codes(&r), [RlCode::Ok]);
+    assert_eq!(
+        limit(&r.statuses[0]),
+        Some(("per-path".to_string(), 5, Unit::Second))
+    );
+    // A unit with no length is refused, not guessed.
+    let err = h
+        .client
+        .should_rate_limit(limited(2, RateLimitUnit::Unknown))
+        .await
+        .expect_err("unknown unit");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(
+        err.message()
+            .contains("descriptors[0].limit.unit 0 (UNKNOWN)"),
+        "{}",
+        err.message()
     );
 }
 

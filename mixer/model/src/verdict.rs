@@ -28,8 +28,8 @@ impl CheckResult {
     }
 }
 
-/// A quota handler's answer (Istio's `QuotaResult`).
-#[derive(Clone, Debug, PartialEq)]
+/// A quota handler's answer (Istio's `QuotaResult`, plus where the counter stands).
+#[derive(Clone, Debug, PartialEq, Default)]
 pub struct QuotaResult {
     /// OK when granted (possibly less than asked with best effort).
     pub status: Status,
@@ -37,6 +37,28 @@ pub struct QuotaResult {
     pub valid_duration: Duration,
     /// How much was granted.
     pub granted_amount: i64,
+    /// The limit that applied and what is left of it after this call, when the handler knows
+    /// (the built-in quota adapters do; Istio's out-of-process protocol cannot say it). The
+    /// rate limit front end answers `current_limit`, `limit_remaining` and the
+    /// `X-RateLimit-*` headers from it.
+    pub limit: Option<QuotaLimit>,
+}
+
+/// The limit a quota allocation was counted against, and the counter's state after it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuotaLimit {
+    /// The quota's name as configured in the handler.
+    pub name: Arc<str>,
+    /// Units per window (fixed and rolling window) or the bucket's capacity (token bucket).
+    pub max_amount: i64,
+    /// The window, or the time to refill an empty token bucket.
+    pub window: Duration,
+    /// Units that could still be granted now.
+    pub remaining: i64,
+    /// Until the counter is back to the full limit (fixed window: the window's end; rolling
+    /// window: until the oldest counted units leave the window; token bucket: until the bucket
+    /// is full).
+    pub reset_after: Duration,
 }
 
 /// How a rule changes a header on the way through.

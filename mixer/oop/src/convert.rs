@@ -390,11 +390,13 @@ pub fn quota_result(r: &model::QuotaResult, name: &str) -> QuotaResult {
             status: status(q.status.as_ref()),
             valid_duration: std_duration(q.valid_duration.as_ref()).unwrap_or_default(),
             granted_amount: q.granted_amount.max(0),
+            limit: None,
         },
         None => QuotaResult {
             status: Status::OK,
             valid_duration: std::time::Duration::ZERO,
             granted_amount: 0,
+            limit: None,
         },
     }
 }

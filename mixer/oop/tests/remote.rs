@@ -297,6 +297,7 @@ async fn quota_is_granted_by_the_adapter() {
         amount: 5,
         best_effort: true,
         deduplication_id: "q1".into(),
+        limit_override: None,
     };
     let r = h
         .as_quota()

@@ -20,6 +20,20 @@ pub struct QuotaOutcome {
     pub instances: Vec<String>,
 }
 
+/// Whether `result`'s limit says more about the request than the one `combined` holds: a
+/// refusal's limit over a grant's, then the one with less remaining.
+fn more_constraining(result: &QuotaResult, combined: &QuotaResult) -> bool {
+    let Some(new) = &result.limit else {
+        return false;
+    };
+    let Some(old) = &combined.limit else {
+        return true;
+    };
+    let refused = !result.status.is_ok();
+    let was_refused = !combined.status.is_ok();
+    (refused, -new.remaining) > (was_refused, -old.remaining)
+}
+
 /// Whether `instance` answers the quota called `quota` in a request. Istio proxies name
 /// quotas by instance, in either the current form (`name.namespace`) or the older
 /// kind-qualified one (`name.quota.namespace`, `name.instance.namespace`); a bare name matches
@@ -56,6 +70,7 @@ impl Snapshot {
                 status: Status::OK,
                 valid_duration: DEFAULT_VALID_DURATION,
                 granted_amount: args.amount,
+                limit: None,
             },
             referenced: eval.referenced,
             instances: Vec::new(),
@@ -82,7 +97,11 @@ impl Snapshot {
                     let combined = &mut outcome.result;
                     combined.granted_amount = combined.granted_amount.min(result.granted_amount);
                     combined.valid_duration = combined.valid_duration.min(result.valid_duration);
-                    if combined.status.is_ok() && !result.status.is_ok() {
+                    let refused = !result.status.is_ok();
+                    if more_constraining(&result, combined) {
+                        combined.limit = result.limit;
+                    }
+                    if combined.status.is_ok() && refused {
                         combined.status = result.status;
                     }
                 }

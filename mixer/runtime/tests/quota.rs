@@ -45,6 +45,7 @@ fn args(amount: i64, best_effort: bool) -> QuotaArgs {
         amount,
         best_effort,
         deduplication_id: String::new(),
+        limit_override: None,
     }
 }
 
@@ -88,4 +89,68 @@ async fn the_smallest_grant_and_the_first_refusal_win() {
     assert_eq!(out.result.status.code, Code::ResourceExhausted);
     let path = snap.vocabulary().lookup("request.path").expect("declared");
     assert!(out.referenced.find(path, None).is_some());
+}
+
+const TWO_LIMITS: &str = r#"
+kind: handler
+metadata: {name: limits, namespace: istio-system}
+spec:
+  compiledAdapter: memquota
+  params:
+    quotas:
+    - {name: per-path, maxAmount: 10, validDuration: 60s}
+    - {name: per-user, maxAmount: 3, validDuration: 1s}
+---
+kind: instance
+metadata: {name: per-path, namespace: istio-system}
+spec:
+  compiledTemplate: quota
+  params: {dimensions: {path: request.path}}
+---
+kind: instance
+metadata: {name: per-user, namespace: istio-system}
+spec:
+  compiledTemplate: quota
+  params: {dimensions: {user: 'request.headers["user"]'}}
+---
+kind: rule
+metadata: {name: both, namespace: istio-system}
+spec:
+  actions: [{handler: limits, instances: [per-path, per-user]}]
+"#;
+
+#[tokio::test(start_paused = true)]
+async fn the_limit_reported_is_the_most_constraining_one() {
+    let snap = snapshot(TWO_LIMITS, &RuntimeOptions::default());
+    let req = |user: &str| {
+        let headers = mixer_model::StringMap::from_pairs([("user", user)]);
+        bag(
+            &snap,
+            &[
+                ("request.path", Value::from("/a")),
+                ("request.headers", Value::from(headers)),
+            ],
+        )
+    };
+    // per-path has 9 left, per-user 2: per-user says more.
+    let out = snap
+        .quota(&req("amy"), None, &args(1, false))
+        .await
+        .expect("decided");
+    let limit = out.result.limit.expect("memquota reports its limit");
+    assert_eq!((&*limit.name, limit.remaining), ("per-user", 2));
+    // Another user: per-path has 8 left, the new user's counter 2; still per-user.
+    let out = snap
+        .quota(&req("bob"), None, &args(1, false))
+        .await
+        .expect("decided");
+    assert_eq!(out.result.limit.map(|l| l.remaining), Some(2));
+    // amy runs out: the refusing quota's limit is the one reported.
+    let out = snap
+        .quota(&req("amy"), None, &args(3, false))
+        .await
+        .expect("decided");
+    assert_eq!(out.result.status.code, Code::ResourceExhausted);
+    let limit = out.result.limit.expect("reported");
+    assert_eq!((&*limit.name, limit.max_amount), ("per-user", 3));
 }

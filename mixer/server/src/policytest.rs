@@ -295,6 +295,7 @@ async fn run_quota(
         amount: case.amount.unwrap_or(1),
         best_effort: false,
         deduplication_id: String::new(),
+        limit_override: None,
     };
     let mut last = None;
     for _ in 0..case.repeat.unwrap_or(1).max(1) {

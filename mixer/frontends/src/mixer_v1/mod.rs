@@ -173,6 +173,7 @@ impl Mixer for MixerV1 {
                     } else {
                         format!("{}{name}", request.deduplication_id)
                     },
+                    limit_override: None,
                 };
                 match snapshot.quota(&bag, Some(name), &args).await {
                     Ok(outcome) => {

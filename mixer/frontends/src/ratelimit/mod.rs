@@ -25,16 +25,22 @@
 //! | `context.time` | TIMESTAMP | the mixer's clock |
 //!
 //! and the bag goes to [`Snapshot::quota`](mixer_runtime::Snapshot::quota) asking for
-//! `ratelimit.hits_addend` units (not best effort, no deduplication id). Every quota rule whose
+//! `ratelimit.hits_addend` units (not best effort, no deduplication id), with the descriptor's
+//! `limit` (requests per unit) as a [`LimitOverride`] when Envoy sent one. Every quota rule whose
 //! match holds is applied; a descriptor no rule matches is granted (as envoyproxy/ratelimit
 //! answers OK for a descriptor without a limit). Config written in envoyproxy/ratelimit's own
 //! format (`kind: ratelimitconfig`, see `mixer-config`) becomes such rules: literal tests on
 //! `ratelimit.domain`, `ratelimit.descriptor_keys` and `ratelimit.descriptor["key"]`, which the
 //! rule index looks up instead of evaluating every rule.
 //!
-//! Not supported: a descriptor's `limit` override (the configured limit applies) and
-//! `is_negative_hits` (nothing can be handed back; such a descriptor is answered OK without
-//! calling any handler).
+//! A descriptor's `limit` override replaces the limit of the quotas its rules select (memquota
+//! and redisquota count it on a counter of its own, with the quota's algorithm and no shadow
+//! mode, as envoyproxy/ratelimit does). Unlike envoyproxy/ratelimit, a descriptor that no rule
+//! selects stays unlimited even with an override: rules decide which descriptors are counted
+//! and where.
+//!
+//! Not supported: `is_negative_hits` (nothing can be handed back; such a descriptor is answered
+//! OK without calling any handler).
 //!
 //! ## Answers
 //!
@@ -42,29 +48,31 @@
 //! |---|---|
 //! | every descriptor granted | `overall_code` OK |
 //! | some descriptor refused (any non-OK quota status) | `overall_code` OVER_LIMIT |
-//! | each descriptor | one `DescriptorStatus`, in request order: `code` OK / OVER_LIMIT; `current_limit` when the limit is known (see [`respond::Limits`]); `limit_remaining` 0 (see below); `duration_until_reset` = the grant's `valid_duration` when a handler answered |
-//! | headers | `response_headers_to_add`: `X-RateLimit-Limit`, `X-RateLimit-Remaining` (only when known: 0 when over the limit), `X-RateLimit-Reset` (seconds), from the most constraining descriptor with a known limit |
+//! | each descriptor | one `DescriptorStatus`, in request order: `code` OK / OVER_LIMIT; `current_limit` (name, requests per unit, unit), `limit_remaining` and `duration_until_reset` as the most constraining quota handler counted them (see [`descriptor_status`]) |
+//! | headers | `response_headers_to_add`: `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (whole seconds, rounded up), from the most constraining descriptor with a known limit |
 //! | a handler failed closed, or no valid config yet | gRPC error UNAVAILABLE (see [`respond::could_not_decide`]) |
 //! | empty `domain` or no descriptor | gRPC error INVALID_ARGUMENT (envoyproxy/ratelimit refuses them too) |
+//! | a `limit` override with unit UNKNOWN | gRPC error INVALID_ARGUMENT |
 //!
-//! What the quota handlers answer today (`QuotaResult`: status, valid duration, granted amount)
-//! does not say how much of the limit is left, so `limit_remaining` is 0 and the
-//! `X-RateLimit-Remaining` header is only sent for a descriptor over its limit.
+//! The limit is known when the handler reports it (memquota and redisquota do); `current_limit`
+//! is left out when the window is not a whole second, minute, hour, day or week, since the
+//! protocol cannot say it.
 
 pub mod respond;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use mixer_adapter_api::QuotaArgs;
+use mixer_adapter_api::{LimitOverride, QuotaArgs};
 use mixer_model::{AttributeBag, StringMap, Timestamp, Value};
-use mixer_runtime::{Runtime, Snapshot};
+use mixer_runtime::Runtime;
 
-pub use respond::{Limits, could_not_decide, descriptor_status, not_ready, response};
+pub use respond::{could_not_decide, descriptor_status, not_ready, response, window_of};
 
 /// `ratelimit.domain`: the request's domain.
 pub const DOMAIN: &str = "ratelimit.domain";
@@ -80,15 +88,10 @@ pub fn service(runtime: Arc<Runtime>) -> RateLimitServiceServer<RateLimit> {
     RateLimitServiceServer::new(RateLimit::new(runtime))
 }
 
-/// The limits of the snapshot with this id.
-type LimitsOf = (u64, Arc<Limits>);
-
 /// The `RateLimitService` implementation; [`service`] wraps it in its tonic server type.
 #[derive(Clone)]
 pub struct RateLimit {
     runtime: Arc<Runtime>,
-    /// The limits known for the active snapshot, rebuilt when the snapshot changes.
-    limits: Arc<Mutex<Option<LimitsOf>>>,
 }
 
 impl std::fmt::Debug for RateLimit {
@@ -100,22 +103,7 @@ impl std::fmt::Debug for RateLimit {
 impl RateLimit {
     /// A service deciding with `runtime`'s active snapshot.
     pub fn new(runtime: Arc<Runtime>) -> RateLimit {
-        RateLimit {
-            runtime,
-            limits: Arc::new(Mutex::new(None)),
-        }
-    }
-
-    fn limits(&self, snapshot: &Snapshot) -> Arc<Limits> {
-        let mut cached = self.limits.lock().unwrap_or_else(|e| e.into_inner());
-        match &*cached {
-            Some((id, limits)) if *id == snapshot.id => limits.clone(),
-            _ => {
-                let limits = Arc::new(Limits::of(snapshot));
-                *cached = Some((snapshot.id, limits.clone()));
-                limits
-            }
-        }
+        RateLimit { runtime }
     }
 
     /// Decides one request: the whole path from `RateLimitRequest` to `RateLimitResponse`,
@@ -139,11 +127,10 @@ impl RateLimit {
         }
         // One snapshot for the whole request, whatever reloads happen meanwhile.
         let snapshot = self.runtime.snapshot();
-        let limits = self.limits(&snapshot);
         let now = Timestamp::now();
         let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
         let mut statuses = Vec::with_capacity(request.descriptors.len());
-        for descriptor in &request.descriptors {
+        for (i, descriptor) in request.descriptors.iter().enumerate() {
             if descriptor.is_negative_hits {
                 // A refund: nothing to allocate, nothing to limit.
                 statuses.push(respond::granted_without_rule());
@@ -156,9 +143,15 @@ impl RateLimit {
                 amount: hits,
                 best_effort: false,
                 deduplication_id: String::new(),
+                limit_override: limit_override(descriptor).map_err(|unit| {
+                    let name = Unit::try_from(unit).map_or("not defined", |u| u.as_str_name());
+                    tonic::Status::invalid_argument(format!(
+                        "descriptors[{i}].limit.unit {unit} ({name}) has no length; use SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR"
+                    ))
+                })?,
             };
             match snapshot.quota(&bag, None, &args).await {
-                Ok(outcome) => statuses.push(descriptor_status(&outcome, &limits)),
+                Ok(outcome) => statuses.push(descriptor_status(&outcome)),
                 // A handler failed closed (storage down...). UNAVAILABLE, so that Envoy's
                 // `failure_mode_deny` decides; never an OK response by accident.
                 Err(e) => {
@@ -179,6 +172,23 @@ pub fn hits_addend(request: &RateLimitRequest, descriptor: &RateLimitDescriptor)
         None if request.hits_addend > 0 => i64::from(request.hits_addend),
         None => 1,
     }
+}
+
+/// The descriptor's `limit` override, if any; `Err` with the unit's number when the unit has no
+/// length (UNKNOWN, or a number this protocol version does not define).
+pub fn limit_override(descriptor: &RateLimitDescriptor) -> Result<Option<LimitOverride>, i32> {
+    let Some(limit) = &descriptor.limit else {
+        return Ok(None);
+    };
+    // `envoy.type.v3.RateLimitUnit` numbers its units as the response's `Unit` does.
+    let window = Unit::try_from(limit.unit)
+        .ok()
+        .and_then(window_of)
+        .ok_or(limit.unit)?;
+    Ok(Some(LimitOverride {
+        max_amount: i64::from(limit.requests_per_unit),
+        window,
+    }))
 }
 
 /// Fills `bag` with one descriptor's attributes (see the module documentation).

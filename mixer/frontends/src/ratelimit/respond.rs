@@ -1,6 +1,5 @@
 //! Quota outcomes -> `RateLimitResponse`, and "could not decide" -> gRPC error.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
@@ -9,99 +8,18 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_li
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit as PbRateLimit,
 };
-use mixer_runtime::{CheckError, QuotaOutcome, Snapshot};
+use mixer_runtime::{CheckError, QuotaOutcome};
 
 /// The limit header (the requests per unit of the most constraining descriptor). The names are
 /// the draft IETF ones envoyproxy/ratelimit emitted (its later versions default to the same
 /// names without `X-`).
 pub const LIMIT_HEADER: &str = "X-RateLimit-Limit";
-/// The remaining header: sent only when known (0 for a descriptor over its limit).
+/// The remaining header: requests left in the current window (0 over the limit).
 pub const REMAINING_HEADER: &str = "X-RateLimit-Remaining";
 /// The reset header: whole seconds until the grant (or refusal) expires.
 pub const RESET_HEADER: &str = "X-RateLimit-Reset";
 
-/// A limit as the rate limit protocol can say it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KnownLimit {
-    /// The quota's name as configured.
-    pub name: String,
-    /// Requests per unit.
-    pub requests_per_unit: u32,
-    /// The unit.
-    pub unit: Unit,
-}
-
-/// The limits of a snapshot's quota instances, as far as the handler params say them.
-///
-/// Quota handlers do not (yet) report the limit that applied, so it is read from the config:
-/// handlers whose params have memquota/redisquota's `quotas: [{name, maxAmount,
-/// validDuration}]` shape. A quota with `overrides` (its limit depends on the dimensions) or a
-/// window that is not a second, minute, hour, day or week is not known. Built once per snapshot.
-#[derive(Clone, Debug, Default)]
-pub struct Limits {
-    by_name: HashMap<String, KnownLimit>,
-}
-
-impl Limits {
-    /// The limits of `snapshot`'s handlers.
-    pub fn of(snapshot: &Snapshot) -> Limits {
-        let mut by_name = HashMap::new();
-        for handler in &snapshot.config.handlers {
-            let Some(quotas) = handler.params.get("quotas").and_then(|q| q.as_array()) else {
-                continue;
-            };
-            for quota in quotas {
-                let name = quota.get("name").and_then(|n| n.as_str()).unwrap_or("");
-                let has_overrides = quota
-                    .get("overrides")
-                    .and_then(|o| o.as_array())
-                    .is_some_and(|o| !o.is_empty());
-                if name.is_empty() || has_overrides {
-                    continue;
-                }
-                let max = quota.get("maxAmount").and_then(|m| m.as_i64());
-                let window = quota
-                    .get("validDuration")
-                    .and_then(|d| d.as_str())
-                    .and_then(mixer_model::Duration::parse)
-                    .filter(|d| d.0 > 0)
-                    .map(|d| d.to_std());
-                let (Some(max), Some(unit)) = (max, window.and_then(unit_of)) else {
-                    continue;
-                };
-                by_name.entry(name.to_string()).or_insert(KnownLimit {
-                    name: name.split('.').next().unwrap_or(name).to_string(),
-                    requests_per_unit: u32::try_from(max.max(0)).unwrap_or(u32::MAX),
-                    unit,
-                });
-            }
-        }
-        Limits { by_name }
-    }
-
-    /// The limit of the quota instance called `instance` (`name.namespace`): a quota named
-    /// exactly so, or by Istio's `name.quota.namespace`, or by the short name.
-    pub fn find(&self, instance: &str) -> Option<&KnownLimit> {
-        if let Some(l) = self.by_name.get(instance) {
-            return Some(l);
-        }
-        let (short, namespace) = instance.split_once('.').unwrap_or((instance, ""));
-        self.by_name
-            .get(&format!("{short}.quota.{namespace}"))
-            .or_else(|| self.by_name.get(short))
-    }
-
-    /// Number of known limits.
-    pub fn len(&self) -> usize {
-        self.by_name.len()
-    }
-
-    /// True when no limit is known.
-    pub fn is_empty(&self) -> bool {
-        self.by_name.is_empty()
-    }
-}
-
+/// The protocol's unit for a window, when the window is exactly one of them.
 fn unit_of(window: Duration) -> Option<Unit> {
     if window.subsec_nanos() != 0 {
         return None;
@@ -116,22 +34,49 @@ fn unit_of(window: Duration) -> Option<Unit> {
     })
 }
 
+/// The protocol's window for a unit; None for `UNKNOWN` (which Envoy never sends with a
+/// limit).
+pub fn window_of(unit: Unit) -> Option<Duration> {
+    Some(Duration::from_secs(match unit {
+        Unit::Second => 1,
+        Unit::Minute => 60,
+        Unit::Hour => 3600,
+        Unit::Day => 86_400,
+        Unit::Month => 30 * 86_400,
+        Unit::Year => 365 * 86_400,
+        Unit::Week => 604_800,
+        Unit::Unknown => return None,
+    }))
+}
+
 /// One descriptor's status from its quota outcome: OVER_LIMIT when any handler refused (any
-/// non-OK status), OK otherwise.
-pub fn descriptor_status(outcome: &QuotaOutcome, limits: &Limits) -> DescriptorStatus {
+/// non-OK status), OK otherwise. The limit, what is left of it and the time to reset come
+/// from the handler that constrained the descriptor most (see
+/// [`QuotaLimit`](mixer_model::QuotaLimit)); a handler that does not say them (the denier, an
+/// out-of-process adapter) leaves `current_limit` unset and `limit_remaining` 0.
+pub fn descriptor_status(outcome: &QuotaOutcome) -> DescriptorStatus {
     let over = !outcome.result.status.is_ok();
-    let limit = outcome.instances.iter().find_map(|i| limits.find(i));
+    let limit = outcome.result.limit.as_ref();
+    let reset = match limit {
+        // Refused: until units come back (the grant's valid duration says just that).
+        // Granted: until the counter is full again.
+        Some(l) if !over => Some(l.reset_after),
+        _ => (!outcome.instances.is_empty()).then_some(outcome.result.valid_duration),
+    };
     DescriptorStatus {
         code: if over { Code::OverLimit } else { Code::Ok } as i32,
-        current_limit: limit.map(|l| PbRateLimit {
-            name: l.name.clone(),
-            requests_per_unit: l.requests_per_unit,
-            unit: l.unit as i32,
+        current_limit: limit.and_then(|l| {
+            Some(PbRateLimit {
+                name: l.name.split('.').next().unwrap_or(&l.name).to_string(),
+                requests_per_unit: u32::try_from(l.max_amount.max(0)).unwrap_or(u32::MAX),
+                unit: unit_of(l.window)? as i32,
+            })
         }),
-        // Not known: quota results do not carry what is left of the limit.
-        limit_remaining: 0,
-        duration_until_reset: (!outcome.instances.is_empty())
-            .then(|| pb_duration(outcome.result.valid_duration)),
+        limit_remaining: limit.map_or(0, |l| {
+            let left = if over { 0 } else { l.remaining };
+            u32::try_from(left.max(0)).unwrap_or(u32::MAX)
+        }),
+        duration_until_reset: reset.map(pb_duration),
         quota: None,
     }
 }
@@ -162,12 +107,19 @@ pub fn response(statuses: Vec<DescriptorStatus>) -> RateLimitResponse {
 }
 
 /// The `X-RateLimit-*` headers of the most constraining descriptor with a known limit: one over
-/// its limit first, then the smallest limit. None when no limit is known.
+/// its limit first, then the one with the fewest requests left, then the smallest limit. None
+/// when no limit is known.
 fn headers(statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
     let Some((status, limit)) = statuses
         .iter()
         .filter_map(|s| s.current_limit.as_ref().map(|l| (s, l)))
-        .min_by_key(|(s, l)| (s.code != Code::OverLimit as i32, l.requests_per_unit))
+        .min_by_key(|(s, l)| {
+            (
+                s.code != Code::OverLimit as i32,
+                s.limit_remaining,
+                l.requests_per_unit,
+            )
+        })
     else {
         return Vec::new();
     };
@@ -176,10 +128,10 @@ fn headers(statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
         value,
         raw_value: Vec::new(),
     };
-    let mut out = vec![header(LIMIT_HEADER, limit.requests_per_unit.to_string())];
-    if status.code == Code::OverLimit as i32 {
-        out.push(header(REMAINING_HEADER, "0".to_string()));
-    }
+    let mut out = vec![
+        header(LIMIT_HEADER, limit.requests_per_unit.to_string()),
+        header(REMAINING_HEADER, status.limit_remaining.to_string()),
+    ];
     if let Some(d) = &status.duration_until_reset {
         let seconds = d.seconds + i64::from(d.nanos > 0);
         out.push(header(RESET_HEADER, seconds.max(0).to_string()));

@@ -54,10 +54,11 @@ impl CheckHandler for BrokenHandler {
     }
 }
 
-/// denier + noop + broken.
+/// denier + noop + memquota + broken.
 pub fn registry() -> AdapterRegistry {
     let mut r = AdapterRegistry::new();
     r.register(Arc::new(mixer_adapter_denier::Denier));
+    r.register(Arc::new(mixer_adapter_memquota::MemQuota));
     r.register(Arc::new(mixer_adapter_noop::Noop));
     r.register(Arc::new(Broken));
     r
