@@ -1,6 +1,7 @@
-//! Rate limiting across replicas: two mixer processes sharing one real Redis enforce one
-//! limit; Redis going away applies the fail policy (quota fails open), and limiting comes back
-//! by itself when Redis does.
+//! Rate limiting through the real mixer process: several descriptors and `hits_addend` against
+//! each quota backend; two mixer processes sharing one real Redis enforce one limit; Redis
+//! going away applies the fail policy (quota fails open), and limiting comes back by itself
+//! when Redis does.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -12,6 +13,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::google::protobuf::UInt64Value;
 use mixer_tests::{Mixer, free_addr, http_request};
 use tonic::transport::Channel;
 
@@ -284,4 +286,166 @@ async fn redis_outage_fails_open_and_limiting_returns_with_redis() {
     }
     assert!(back.elapsed() < Duration::from_secs(3));
     assert!(mixer.terminate().success());
+}
+
+/// envoyproxy/ratelimit-format limits on `backend` (a `backend:` block's content).
+fn descriptors_config(backend: &str) -> String {
+    format!(
+        r#"
+apiVersion: config.istio.io/v1alpha2
+kind: ratelimitconfig
+metadata: {{name: multi, namespace: istio-system}}
+spec:
+  domain: multi
+  backend: {backend}
+  descriptors:
+  - key: tenant
+    rate_limit: {{unit: minute, requests_per_unit: 5}}
+  - key: path
+    rate_limit: {{unit: hour, requests_per_unit: 10}}
+    descriptors:
+    - key: method
+      value: POST
+      rate_limit: {{unit: hour, requests_per_unit: 2}}
+"#
+    )
+}
+
+fn descriptor(entries: &[(&str, &str)], hits: Option<u64>) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: k.to_string(),
+                value: v.to_string(),
+            })
+            .collect(),
+        hits_addend: hits.map(|value| UInt64Value { value }),
+        ..Default::default()
+    }
+}
+
+/// (code, limit_remaining, requests_per_unit) of each descriptor, then the headers.
+type Seen = (Vec<(i32, u32, u32)>, Vec<(String, String)>);
+
+async fn ask(
+    c: &mut RateLimitServiceClient<Channel>,
+    d: Vec<RateLimitDescriptor>,
+    hits: u32,
+) -> Seen {
+    let r = c
+        .should_rate_limit(RateLimitRequest {
+            domain: "multi".into(),
+            descriptors: d,
+            hits_addend: hits,
+        })
+        .await
+        .expect("answer")
+        .into_inner();
+    assert_eq!(
+        r.statuses.iter().any(|s| s.code == Code::OverLimit as i32),
+        r.overall_code == Code::OverLimit as i32,
+        "{r:?}"
+    );
+    let statuses = r
+        .statuses
+        .iter()
+        .map(|s| {
+            (
+                s.code,
+                s.limit_remaining,
+                s.current_limit.as_ref().map_or(0, |l| l.requests_per_unit),
+            )
+        })
+        .collect();
+    let headers = r
+        .response_headers_to_add
+        .iter()
+        .filter(|h| h.key != "X-RateLimit-Reset")
+        .map(|h| (h.key.clone(), h.value.clone()))
+        .collect();
+    (statuses, headers)
+}
+
+fn limit_headers(limit: u32, remaining: u32) -> Vec<(String, String)> {
+    vec![
+        ("X-RateLimit-Limit".into(), limit.to_string()),
+        ("X-RateLimit-Remaining".into(), remaining.to_string()),
+    ]
+}
+
+async fn several_descriptors_and_hits_addend(backend: &str) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("limits.yaml");
+    std::fs::write(&path, descriptors_config(backend)).expect("write");
+    let binary = Path::new(env!("CARGO_BIN_EXE_mixer-under-test"));
+    let mixer = Mixer::start(binary, &["--config", path.to_str().expect("utf-8")]);
+    wait_ready(mixer.admin);
+    let mut c = client(mixer.grpc).await;
+    let (ok, over) = (Code::Ok as i32, Code::OverLimit as i32);
+    let tenant = format!("t-{}", std::process::id());
+    let both = |hits: Option<u64>| {
+        vec![
+            descriptor(&[("tenant", &tenant)], hits),
+            descriptor(&[("path", "/x"), ("method", "POST")], None),
+        ]
+    };
+
+    // The request's hits_addend (2) applies to each descriptor: tenant 5 -> 3, POST 2 -> 0.
+    let seen = ask(&mut c, both(None), 2).await;
+    assert_eq!(
+        seen,
+        (vec![(ok, 3, 5), (ok, 0, 2)], limit_headers(2, 0)),
+        "{backend}"
+    );
+    // One more: the tenant still has room, POST is over, so the request is.
+    let seen = ask(&mut c, both(None), 1).await;
+    assert_eq!(
+        seen,
+        (vec![(ok, 2, 5), (over, 0, 2)], limit_headers(2, 0)),
+        "{backend}"
+    );
+    // A descriptor's own hits_addend wins over the request's: 3 do not fit in the 2 left.
+    let seen = ask(&mut c, both(Some(3)), 1).await;
+    assert_eq!(seen.0[0], (over, 0, 5), "{backend}");
+    // ...and nothing was charged for it: 2 still fit.
+    let seen = ask(&mut c, vec![descriptor(&[("tenant", &tenant)], Some(2))], 0).await;
+    assert_eq!(seen, (vec![(ok, 0, 5)], limit_headers(5, 0)), "{backend}");
+    // The path alone has its own limit. As in envoyproxy/ratelimit, a limit applies only to
+    // a descriptor whose every entry matched: GET is not configured under path, so the
+    // two-entry descriptor has no limit, like one whose key no limit names.
+    let seen = ask(
+        &mut c,
+        vec![
+            descriptor(&[("path", "/x")], None),
+            descriptor(&[("path", "/x"), ("method", "GET")], None),
+            descriptor(&[("unlimited", "x")], None),
+        ],
+        0,
+    )
+    .await;
+    assert_eq!(
+        seen,
+        (
+            vec![(ok, 9, 10), (ok, 0, 0), (ok, 0, 0)],
+            limit_headers(10, 9)
+        ),
+        "{backend}"
+    );
+    assert!(mixer.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_descriptors_and_hits_addend_in_memory() {
+    several_descriptors_and_hits_addend("{adapter: memquota}").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_descriptors_and_hits_addend_in_redis() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_addr().port();
+    let _redis = Redis::start(port, dir.path());
+    let backend =
+        format!("{{adapter: redisquota, params: {{redisServerUrl: \"127.0.0.1:{port}\"}}}}");
+    several_descriptors_and_hits_addend(&backend).await;
 }

@@ -63,14 +63,16 @@ pub mod respond;
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::DescriptorStatus;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use futures_util::future::try_join_all;
 use mixer_adapter_api::{LimitOverride, QuotaArgs};
 use mixer_model::{AttributeBag, StringMap, Timestamp, Value};
-use mixer_runtime::Runtime;
+use mixer_runtime::{Runtime, Snapshot};
 
 pub use respond::{could_not_decide, descriptor_status, not_ready, response, window_of};
 
@@ -128,39 +130,52 @@ impl RateLimit {
         // One snapshot for the whole request, whatever reloads happen meanwhile.
         let snapshot = self.runtime.snapshot();
         let now = Timestamp::now();
-        let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
-        let mut statuses = Vec::with_capacity(request.descriptors.len());
-        for (i, descriptor) in request.descriptors.iter().enumerate() {
-            if descriptor.is_negative_hits {
-                // A refund: nothing to allocate, nothing to limit.
-                statuses.push(respond::granted_without_rule());
-                continue;
-            }
-            let hits = hits_addend(request, descriptor);
-            bag.clear();
-            fill_bag(&mut bag, &request.domain, descriptor, hits, now);
-            let args = QuotaArgs {
-                amount: hits,
-                best_effort: false,
-                deduplication_id: String::new(),
-                limit_override: limit_override(descriptor).map_err(|unit| {
-                    let name = Unit::try_from(unit).map_or("not defined", |u| u.as_str_name());
-                    tonic::Status::invalid_argument(format!(
-                        "descriptors[{i}].limit.unit {unit} ({name}) has no length; use SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR"
-                    ))
-                })?,
-            };
-            match snapshot.quota(&bag, None, &args).await {
-                Ok(outcome) => statuses.push(descriptor_status(&outcome)),
-                // A handler failed closed (storage down...). UNAVAILABLE, so that Envoy's
-                // `failure_mode_deny` decides; never an OK response by accident.
-                Err(e) => {
-                    tracing::warn!("ratelimit: {e}");
-                    return Err(could_not_decide(&e));
-                }
-            }
-        }
+        let one = |(i, d)| decide_descriptor(&snapshot, request, i, d, now);
+        let statuses = if request.descriptors.len() == 1 {
+            vec![one((0, &request.descriptors[0])).await?]
+        } else {
+            // Concurrently: redisquota's multiplexed connections then pipeline the descriptors'
+            // scripts, so a request costs about one round trip however many it carries.
+            try_join_all(request.descriptors.iter().enumerate().map(one)).await?
+        };
         Ok(response(statuses))
+    }
+}
+
+/// Decides one descriptor (the `i`th of `request`) with a bag of its own.
+async fn decide_descriptor(
+    snapshot: &Snapshot,
+    request: &RateLimitRequest,
+    i: usize,
+    descriptor: &RateLimitDescriptor,
+    now: Timestamp,
+) -> Result<DescriptorStatus, tonic::Status> {
+    if descriptor.is_negative_hits {
+        // A refund: nothing to allocate, nothing to limit.
+        return Ok(respond::granted_without_rule());
+    }
+    let hits = hits_addend(request, descriptor);
+    let args = QuotaArgs {
+        amount: hits,
+        best_effort: false,
+        deduplication_id: String::new(),
+        limit_override: limit_override(descriptor).map_err(|unit| {
+            let name = Unit::try_from(unit).map_or("not defined", |u| u.as_str_name());
+            tonic::Status::invalid_argument(format!(
+                "descriptors[{i}].limit.unit {unit} ({name}) has no length; use SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR"
+            ))
+        })?,
+    };
+    let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
+    fill_bag(&mut bag, &request.domain, descriptor, hits, now);
+    match snapshot.quota(&bag, None, &args).await {
+        Ok(outcome) => Ok(descriptor_status(&outcome)),
+        // A handler failed closed (storage down...). UNAVAILABLE, so that Envoy's
+        // `failure_mode_deny` decides; never an OK response by accident.
+        Err(e) => {
+            tracing::warn!("ratelimit: {e}");
+            Err(could_not_decide(&e))
+        }
     }
 }
 
