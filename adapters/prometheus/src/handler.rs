@@ -1,13 +1,18 @@
 //! The prometheus handler: a private registry of counter, gauge and histogram vectors fed by
 //! metric instances, rendered in the text exposition format.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use mixer_adapter_api::{AdapterError, ErrorKind, Exposition, Handler, ReportHandler};
 use mixer_model::{Instance, Template, Value};
-use prometheus::{CounterVec, GaugeVec, HistogramOpts, HistogramVec, Opts, Registry, TextEncoder};
+use prometheus::{
+    Counter, CounterVec, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, Opts, Registry,
+    TextEncoder,
+};
 use tokio::time::Instant;
 
 use crate::config::{Expiry, Kind, MetricSpec, PrometheusConfig, instance_key};
@@ -22,6 +27,15 @@ enum Collector {
 }
 
 impl Collector {
+    /// The series for `values`, created if new.
+    fn series(&self, values: &[&str]) -> Series {
+        match self {
+            Collector::Counter(v) => Series::Counter(v.with_label_values(values)),
+            Collector::Gauge(v) => Series::Gauge(v.with_label_values(values)),
+            Collector::Histogram(v) => Series::Histogram(v.with_label_values(values)),
+        }
+    }
+
     fn remove(&self, values: &[&str]) {
         // A series already gone is fine.
         let _ = match self {
@@ -32,11 +46,34 @@ impl Collector {
     }
 }
 
+/// One series' handle, so that recording does not go through the vector's label lookup.
+enum Series {
+    Counter(Counter),
+    Gauge(Gauge),
+    Histogram(Histogram),
+}
+
+struct Live {
+    series: Series,
+    /// The label values, to remove the series from the vector when it expires.
+    labels: Vec<String>,
+    /// When it was last updated.
+    last: Instant,
+}
+
+/// Series by [`series_key`]: recording a known series costs one hash of the label text and no
+/// allocation. Seeded hashing, since label values come from requests.
+type SeriesMap = HashMap<Box<str>, Live, foldhash::fast::RandomState>;
+
 struct Metric {
     spec: MetricSpec,
     collector: Collector,
-    /// When each series was last updated; only kept with an expiration policy.
-    seen: Mutex<HashMap<Vec<String>, Instant>>,
+    series: Mutex<SeriesMap>,
+}
+
+thread_local! {
+    /// The key being built for the current record, reused across records.
+    static KEY: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
 struct ExpiryState {
@@ -112,7 +149,7 @@ impl PrometheusHandler {
             metrics.push(Metric {
                 spec,
                 collector,
-                seen: Mutex::new(HashMap::new()),
+                series: Mutex::new(SeriesMap::default()),
             });
         }
         let expiry = config.expiry.map(|policy| ExpiryState {
@@ -128,10 +165,9 @@ impl PrometheusHandler {
         })
     }
 
-    /// Number of live series (label combinations) across this handler's metrics; only counted
-    /// with an expiration policy (0 otherwise).
+    /// Number of live series (label combinations) across this handler's metrics.
     pub fn tracked_series(&self) -> usize {
-        self.metrics.iter().map(|m| lock(&m.seen).len()).sum()
+        self.metrics.iter().map(|m| lock(&m.series).len()).sum()
     }
 
     /// Drops series idle for longer than the expiry duration, if the check interval has passed
@@ -149,12 +185,12 @@ impl PrometheusHandler {
         let ttl = expiry.policy.ttl;
         let mut dropped = 0usize;
         for metric in &self.metrics {
-            let mut seen = lock(&metric.seen);
-            seen.retain(|labels, last| {
-                if now.saturating_duration_since(*last) < ttl {
+            let mut series = lock(&metric.series);
+            series.retain(|_, live| {
+                if now.saturating_duration_since(live.last) < ttl {
                     return true;
                 }
-                let values: Vec<&str> = labels.iter().map(String::as_str).collect();
+                let values: Vec<&str> = live.labels.iter().map(String::as_str).collect();
                 metric.collector.remove(&values);
                 dropped += 1;
                 false
@@ -165,7 +201,8 @@ impl PrometheusHandler {
         }
     }
 
-    fn label_values(metric: &Metric, instance: &Instance) -> Vec<String> {
+    /// The dimension that fills each label of `metric`, in label order (None: missing).
+    fn dimensions<'i>(metric: &Metric, instance: &'i Instance) -> Vec<Option<&'i Value>> {
         let dims = instance.map("dimensions").unwrap_or(&[]);
         metric
             .spec
@@ -175,8 +212,7 @@ impl PrometheusHandler {
                 dims.iter()
                     .find(|(k, _)| **k == *label.configured)
                     .or_else(|| dims.iter().find(|(k, _)| **k == *label.exposed))
-                    .map(|(_, v)| label_value(v))
-                    .unwrap_or_else(|| MISSING_LABEL_VALUE.to_string())
+                    .map(|(_, v)| v)
             })
             .collect()
     }
@@ -195,28 +231,58 @@ impl PrometheusHandler {
             }
             _ => {}
         }
-        let labels = Self::label_values(metric, instance);
-        let values: Vec<&str> = labels.iter().map(String::as_str).collect();
-        let update = || match &metric.collector {
-            Collector::Counter(v) => v.with_label_values(&values).inc_by(value),
-            Collector::Gauge(v) => v.with_label_values(&values).set(value),
-            Collector::Histogram(v) => v.with_label_values(&values).observe(value),
-        };
-        if self.expiry.is_some() {
-            // Under the lock, so that a sweep cannot remove the series between the two steps.
-            let mut seen = lock(&metric.seen);
-            update();
-            match seen.get_mut(&labels) {
-                Some(last) => *last = Instant::now(),
+        let dims = Self::dimensions(metric, instance);
+        KEY.with_borrow_mut(|key| {
+            series_key(&dims, key);
+            // The sweep removes series under this lock too, so a series cannot be removed from
+            // the vector between finding it here and updating it.
+            let mut series = lock(&metric.series);
+            let now = Instant::now();
+            let live = match series.get_mut(key.as_str()) {
+                Some(live) => live,
                 None => {
-                    seen.insert(labels, Instant::now());
+                    let labels: Vec<String> = dims.iter().map(|d| label_text(*d)).collect();
+                    let values: Vec<&str> = labels.iter().map(String::as_str).collect();
+                    let handle = metric.collector.series(&values);
+                    series.entry(key.as_str().into()).or_insert(Live {
+                        series: handle,
+                        labels,
+                        last: now,
+                    })
                 }
+            };
+            live.last = now;
+            match &live.series {
+                Series::Counter(c) => c.inc_by(value),
+                Series::Gauge(g) => g.set(value),
+                Series::Histogram(h) => h.observe(value),
             }
-        } else {
-            update();
-        }
+        });
         Ok(())
     }
+}
+
+/// Writes the label values of a record into `key`, each prefixed by its length so that no two
+/// different value lists make the same key.
+fn series_key(dims: &[Option<&Value>], key: &mut String) {
+    key.clear();
+    for d in dims {
+        let start = key.len();
+        match d {
+            Some(Value::String(s)) => key.push_str(s),
+            Some(v @ Value::IpAddress(_)) => key.push_str(&label_value(v)),
+            Some(v) => {
+                let _ = write!(key, "{v}");
+            }
+            None => key.push_str(MISSING_LABEL_VALUE),
+        }
+        let len = key.len() - start;
+        let _ = write!(key, "\u{0}{len};");
+    }
+}
+
+fn label_text(d: Option<&Value>) -> String {
+    d.map_or_else(|| MISSING_LABEL_VALUE.to_string(), label_value)
 }
 
 /// A dimension value as a label value (Istio's `adapter.Stringify`).
@@ -268,7 +334,12 @@ impl ReportHandler for PrometheusHandler {
                 continue;
             }
             // Instances meant for metrics this handler does not define are ignored.
-            let Some(&index) = self.by_instance.get(instance_key(&instance.name).as_str()) else {
+            // Most instances are named `name.namespace` already: no key to build.
+            let index = self
+                .by_instance
+                .get(&*instance.name)
+                .or_else(|| self.by_instance.get(instance_key(&instance.name).as_str()));
+            let Some(&index) = index else {
                 continue;
             };
             let metric = &self.metrics[index];
@@ -300,6 +371,43 @@ impl Exposition for PrometheusHandler {
             Ok(()) => out.push_str(&text),
             Err(e) => {
                 tracing::warn!(handler = %self.name, error = %e, "could not render prometheus metrics");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod key_tests {
+    use super::*;
+
+    fn key(values: &[Option<Value>]) -> String {
+        let dims: Vec<Option<&Value>> = values.iter().map(Option::as_ref).collect();
+        let mut key = String::new();
+        series_key(&dims, &mut key);
+        key
+    }
+
+    #[test]
+    fn different_label_values_make_different_keys() {
+        let s = |t: &str| Some(Value::from(t));
+        let lists = [
+            vec![s("a"), s("b")],
+            vec![s("ab"), s("")],
+            vec![s(""), s("ab")],
+            vec![s("a\u{0}1;"), s("b")],
+            vec![s("a"), s("\u{0}1;b")],
+            vec![s("unknown"), s("b")],
+            vec![None, s("b")],
+            vec![Some(Value::Int64(200)), s("b")],
+            vec![s("200"), s("b")],
+        ];
+        let keys: Vec<String> = lists.iter().map(|l| key(l)).collect();
+        for (i, a) in keys.iter().enumerate() {
+            for (j, b) in keys.iter().enumerate().skip(i + 1) {
+                // A missing label and "unknown" are the same series, as are 200 and "200":
+                // their label text is the same.
+                let same_text = matches!((i, j), (5, 6) | (7, 8));
+                assert_eq!(a == b, same_text, "{:?} vs {:?}", lists[i], lists[j]);
             }
         }
     }
