@@ -11,6 +11,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The path goes to prost-build directly: setting PROTOC would need `std::env::set_var`,
     // which is unsafe in edition 2024 (and the workspace forbids unsafe code).
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
+    // Every Check and Report decodes these maps (about twenty entries each): B-trees of small
+    // integer keys decode cheaper than SipHash tables that grow while they fill, and iterate
+    // in a stable order.
+    config.btree_map([
+        ".istio.mixer.v1.CompressedAttributes",
+        ".istio.mixer.v1.StringMap",
+    ]);
     let protos = [
         root.join("istio/mixer/v1/attributes.proto"),
         root.join("istio/mixer/v1/mixer.proto"),

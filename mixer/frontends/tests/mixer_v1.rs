@@ -994,7 +994,7 @@ fn values_of_every_type_round_trip_through_the_encoding() {
 
 mod properties {
     use super::*;
-    use proptest::collection::{hash_map, vec};
+    use proptest::collection::{btree_map, vec};
     use proptest::prelude::*;
 
     fn index() -> impl Strategy<Value = i32> {
@@ -1004,14 +1004,14 @@ mod properties {
     fn compressed() -> impl Strategy<Value = pb::CompressedAttributes> {
         (
             vec(".{0,8}", 0..6),
-            hash_map(index(), index(), 0..6),
-            hash_map(index(), any::<i64>(), 0..4),
-            hash_map(index(), any::<f64>(), 0..3),
-            hash_map(index(), any::<bool>(), 0..3),
-            hash_map(index(), (any::<i64>(), any::<i32>()), 0..3),
-            hash_map(index(), (any::<i64>(), any::<i32>()), 0..3),
-            hash_map(index(), vec(any::<u8>(), 0..20), 0..3),
-            hash_map(index(), hash_map(index(), index(), 0..5), 0..3),
+            btree_map(index(), index(), 0..6),
+            btree_map(index(), any::<i64>(), 0..4),
+            btree_map(index(), any::<f64>(), 0..3),
+            btree_map(index(), any::<bool>(), 0..3),
+            btree_map(index(), (any::<i64>(), any::<i32>()), 0..3),
+            btree_map(index(), (any::<i64>(), any::<i32>()), 0..3),
+            btree_map(index(), vec(any::<u8>(), 0..20), 0..3),
+            btree_map(index(), btree_map(index(), index(), 0..5), 0..3),
         )
             .prop_map(
                 |(words, strings, int64s, doubles, bools, ts, ds, bytes, maps)| {

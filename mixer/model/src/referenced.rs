@@ -29,6 +29,8 @@ pub struct Reference {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ReferencedAttributes {
     refs: Vec<Reference>,
+    /// Reads are not recorded (reports: nothing is cached or answered from them).
+    ignore: bool,
 }
 
 impl ReferencedAttributes {
@@ -37,8 +39,25 @@ impl ReferencedAttributes {
         ReferencedAttributes::default()
     }
 
+    /// A set that records nothing, for evaluations whose reads nobody asks for.
+    pub fn ignoring() -> ReferencedAttributes {
+        ReferencedAttributes {
+            refs: Vec::new(),
+            ignore: true,
+        }
+    }
+
+    /// Whether reads are recorded (false for [`Self::ignoring`]), so a caller can skip
+    /// building what it would record.
+    pub fn is_recording(&self) -> bool {
+        !self.ignore
+    }
+
     /// Records a read of a whole attribute.
     pub fn record(&mut self, attr: AttrId, presence: Presence) {
+        if self.ignore {
+            return;
+        }
         self.refs.push(Reference {
             attr,
             map_key: None,
@@ -48,6 +67,9 @@ impl ReferencedAttributes {
 
     /// Records a read of one key of a map attribute.
     pub fn record_key(&mut self, attr: AttrId, key: Arc<str>, presence: Presence) {
+        if self.ignore {
+            return;
+        }
         self.refs.push(Reference {
             attr,
             map_key: Some(key),
@@ -57,6 +79,9 @@ impl ReferencedAttributes {
 
     /// Adds every read of `other`.
     pub fn extend(&mut self, other: &ReferencedAttributes) {
+        if self.ignore {
+            return;
+        }
         self.refs.extend(other.refs.iter().cloned());
     }
 

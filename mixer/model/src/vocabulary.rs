@@ -51,7 +51,9 @@ pub enum VocabularyError {
 #[derive(Clone, Debug, Default)]
 pub struct Vocabulary {
     attrs: Vec<AttributeInfo>,
-    by_name: HashMap<Arc<str>, AttrId>,
+    /// Looked up for every attribute a proxy sends: a fast seeded hash (names come from
+    /// requests).
+    by_name: HashMap<Arc<str>, AttrId, foldhash::fast::RandomState>,
 }
 
 impl Vocabulary {

@@ -111,6 +111,9 @@ fn attr_key<'a>(
         EvalError::type_error(format!("attribute {:?} is not a STRING_MAP", a.name))
     })?;
     let found = map.get(key);
+    if !refs.is_recording() {
+        return Ok(found);
+    }
     refs.record_key(
         a.id,
         key_arc(),

@@ -86,6 +86,10 @@ impl Snapshot {
     /// produce, what was read.
     pub fn evaluate(&self, bag: &dyn Bag, variety: Variety) -> Evaluation {
         let mut eval = Evaluation::default();
+        if variety == Variety::Report {
+            // Nothing caches or answers with a report's reads.
+            eval.referenced = ReferencedAttributes::ignoring();
+        }
         let mut candidates = Vec::new();
         self.evaluate_set(
             self.default_rules.get(variety),

@@ -61,7 +61,8 @@ impl std::error::Error for DecodeError {}
 
 struct Decoder<'a> {
     words: &'a [String],
-    seen: HashSet<&'a str>,
+    /// Names given so far; a fast seeded hash, since names come from the request.
+    seen: HashSet<&'a str, foldhash::fast::RandomState>,
 }
 
 impl<'a> Decoder<'a> {
@@ -98,7 +99,10 @@ pub fn decode_into(
 ) -> Result<(), DecodeError> {
     let mut d = Decoder {
         words: message_words,
-        seen: HashSet::new(),
+        seen: HashSet::with_capacity_and_hasher(
+            attributes.strings.len() + attributes.int64s.len() + attributes.string_maps.len() + 8,
+            foldhash::fast::RandomState::default(),
+        ),
     };
     let set = |bag: &mut AttributeBag, name: &str, value: Value| {
         let value = ip_from_bytes(bag, name, value)?;
