@@ -153,11 +153,10 @@ impl Snapshot {
     ) {
         set.index.candidates(bag, &mut eval.referenced, candidates);
         for &pos in candidates.iter() {
-            let Some(rule) = set
-                .rules
-                .get(pos as usize)
-                .and_then(|&r| self.config.rules.get(r))
-            else {
+            let Some(&index) = set.rules.get(pos as usize) else {
+                continue;
+            };
+            let Some(rule) = self.config.rules.get(index) else {
                 continue;
             };
             let matched = match &rule.match_expr {
@@ -189,10 +188,9 @@ impl Snapshot {
             if !matched {
                 continue;
             }
-            self.metrics
-                .rule_matches
-                .with_label_values(&[rule.name.as_ref()])
-                .inc();
+            if let Some(counter) = self.rule_matches.get(index) {
+                counter.inc();
+            }
             eval.matched_rules.push(rule.name.clone());
             for action in &rule.actions {
                 for &i in &action.instances {

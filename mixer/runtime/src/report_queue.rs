@@ -69,6 +69,8 @@ pub(crate) struct ReportQueue {
     handler: Arc<dyn Handler>,
     options: QueueOptions,
     metrics: RuntimeMetrics,
+    /// This queue's `mixer_report_queued` series, set on every push.
+    queued: prometheus::IntGauge,
     state: Mutex<State>,
     notify: Notify,
     worker: Mutex<Option<JoinHandle<()>>>,
@@ -84,6 +86,7 @@ impl ReportQueue {
         metrics: &RuntimeMetrics,
     ) -> Arc<ReportQueue> {
         Arc::new(ReportQueue {
+            queued: metrics.report_queued.with_label_values(&[name.as_ref()]),
             name,
             handler,
             options,
@@ -139,10 +142,7 @@ impl ReportQueue {
                 state.bytes += size;
                 state.items.push_back((instance, size));
             }
-            self.metrics
-                .report_queued
-                .with_label_values(&[self.name.as_ref()])
-                .set(state.items.len() as i64);
+            self.queued.set(state.items.len() as i64);
         }
         if dropped > 0 {
             self.drop_records("queue_full", dropped);
@@ -202,10 +202,7 @@ impl ReportQueue {
             })
             .collect();
         state.bytes -= taken;
-        self.metrics
-            .report_queued
-            .with_label_values(&[self.name.as_ref()])
-            .set(state.items.len() as i64);
+        self.queued.set(state.items.len() as i64);
         Some(batch)
     }
 

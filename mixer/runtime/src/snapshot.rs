@@ -175,6 +175,9 @@ pub struct Snapshot {
     pub(crate) identity: IdentityAttrs,
     pub(crate) options: RuntimeOptions,
     pub(crate) metrics: RuntimeMetrics,
+    /// `mixer_rule_matches_total` of each rule, aligned with `config.rules`, resolved once
+    /// rather than by label on every match.
+    pub(crate) rule_matches: Vec<prometheus::IntCounter>,
     pub(crate) cache: Option<CheckCache>,
 }
 
@@ -326,8 +329,14 @@ impl Snapshot {
                 (ns, set)
             })
             .collect();
+        let rule_matches = config
+            .rules
+            .iter()
+            .map(|r| metrics.rule_matches.with_label_values(&[r.name.as_ref()]))
+            .collect();
         Ok(Built {
             snapshot: Snapshot {
+                rule_matches,
                 id,
                 config: Arc::new(config),
                 handlers,
@@ -359,6 +368,7 @@ impl Snapshot {
             namespaced: HashMap::new(),
             options: RuntimeOptions::default(),
             metrics: metrics.clone(),
+            rule_matches: Vec::new(),
             cache: None,
         }
     }
