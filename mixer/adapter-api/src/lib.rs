@@ -66,7 +66,8 @@ pub use error::{AdapterError, ErrorKind, ParamError};
 pub use handler::{CheckHandler, Exposition, Handler, QuotaArgs, QuotaHandler, ReportHandler};
 pub use registry::AdapterRegistry;
 pub use remote::{
-    InferredField, RemoteAdapters, RemoteConnection, RemoteHandlerSpec, RemoteInstance,
+    InferredField, ParamsDescriptor, RemoteAdapters, RemoteConnection, RemoteHandlerSpec,
+    RemoteInstance,
 };
 
 /// What the mixer does for a request when a handler cannot decide (down, slow, garbage).
