@@ -79,6 +79,9 @@ pub struct RemoteHandlerSpec<'a> {
     pub adapter: &'a str,
     /// The handler's params, passed to the adapter as its config.
     pub params: &'a Params,
+    /// The message `params` are encoded into, when an `adapter` resource gives one; `None`
+    /// sends them as a `google.protobuf.Struct`.
+    pub params_descriptor: Option<&'a ParamsDescriptor>,
     /// How to reach it.
     pub connection: &'a RemoteConnection,
     /// The instances rules send it (every rule of the config).
