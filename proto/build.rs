@@ -46,6 +46,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
-        .compile_with_config(config, &protos, &[root, wkt])?;
+        .compile_with_config(config, &protos, &[root.clone(), wkt.clone()])?;
+    if std::env::var_os("CARGO_FEATURE_TESTDATA").is_some() {
+        testdata(&root, &wkt)?;
+    }
+    Ok(())
+}
+
+/// A test adapter's config message, its Rust type and its descriptor set (what an `adapter`
+/// resource carries), for tests of typed handler params. Only with the `testdata` feature, so
+/// the mixer itself never builds it.
+fn testdata(
+    root: &std::path::Path,
+    wkt: &std::path::Path,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let out = PathBuf::from(std::env::var("OUT_DIR")?);
+    let proto = root.join("testdata/typed_params.proto");
+    println!("cargo:rerun-if-changed={}", proto.display());
+    let mut config = tonic_prost_build::Config::new();
+    config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
+    tonic_prost_build::configure()
+        .build_server(false)
+        .build_client(false)
+        .file_descriptor_set_path(out.join("typed_params.bin"))
+        .compile_with_config(config, &[proto], &[root.to_path_buf(), wkt.to_path_buf()])?;
     Ok(())
 }

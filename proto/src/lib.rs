@@ -148,3 +148,17 @@ pub mod template {
         authorization, checknothing, listentry, logentry, metric, quota, reportnothing, tracespan,
     };
 }
+
+/// A test adapter's config message, `testadapter.config.Params` (from
+/// `testdata/typed_params.proto`), and the serialized `google.protobuf.FileDescriptorSet` that
+/// describes it, as an `adapter` resource's `spec.config` carries it (base64-encoded). For tests
+/// of typed handler params; only with the `testdata` feature.
+#[cfg(feature = "testdata")]
+pub mod testdata {
+    #![allow(missing_docs, clippy::all, clippy::pedantic)]
+    include!(concat!(env!("OUT_DIR"), "/testadapter.config.rs"));
+
+    /// The descriptor set of `typed_params.proto` and its imports (`google/protobuf/duration.proto`).
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        include_bytes!(concat!(env!("OUT_DIR"), "/typed_params.bin"));
+}

@@ -229,13 +229,17 @@ pub(crate) enum AdapterConfig {
     None,
     /// The params themselves (a `google.protobuf.Struct`, as JSON).
     Params(serde_json::Value),
+    /// The params as the adapter's own config message.
+    Message(prost_types::Any),
     /// A session id from `CreateSession`.
     Session(String),
 }
 
-/// Reads an `adapter_config`: a `google.protobuf.Struct` (or `Value`) is the params; anything
-/// else is a session id (the mixer sends `type_url: "google.protobuf.Any.type_url"` with the id
-/// as the bytes, or a `google.protobuf.StringValue`).
+/// Reads an `adapter_config`: a `google.protobuf.Struct` (or `Value`) is the params; another
+/// type URL with a `/` (`type.googleapis.com/<package>.Params`) is the adapter's own config
+/// message; anything else is a session id (the mixer sends
+/// `type_url: "google.protobuf.Any.type_url"` with the id as the bytes, or a
+/// `google.protobuf.StringValue`).
 pub(crate) fn adapter_config(any: Option<&prost_types::Any>) -> Result<AdapterConfig, String> {
     let Some(any) = any else {
         return Ok(AdapterConfig::None);
@@ -254,6 +258,8 @@ pub(crate) fn adapter_config(any: Option<&prost_types::Any>) -> Result<AdapterCo
             Ok(AdapterConfig::Session(id))
         }
         "" if any.value.is_empty() => Ok(AdapterConfig::None),
+        // A message's bytes may well be valid UTF-8: never mistake one for a session id.
+        _ if any.type_url.contains('/') => Ok(AdapterConfig::Message(any.clone())),
         _ => String::from_utf8(any.value.clone())
             .map(AdapterConfig::Session)
             .map_err(|_| format!("adapter_config: unknown type {:?}", any.type_url)),
@@ -352,6 +358,14 @@ mod tests {
             matches!(adapter_config(Some(&any)), Ok(AdapterConfig::Session(id)) if id == "session-7")
         );
         assert!(matches!(adapter_config(None), Ok(AdapterConfig::None)));
+        // The adapter's own message, even when its bytes happen to be valid UTF-8.
+        let typed = prost_types::Any {
+            type_url: "type.googleapis.com/mine.config.Params".into(),
+            value: b"\n\x02db".to_vec(),
+        };
+        assert!(
+            matches!(adapter_config(Some(&typed)), Ok(AdapterConfig::Message(m)) if m == typed)
+        );
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //!
 //! An adapter never touches generated code: instances arrive as plain Rust structs
 //! ([`ListEntryInstance`], [`MetricInstance`]...) whose dynamic fields are [`Value`]s, and the
-//! handler's `params` arrive as JSON ([`Config`]).
+//! handler's `params` arrive as JSON ([`Config`]), or, when the mixer's config has an `adapter`
+//! document describing the adapter's own config message, as that message
+//! ([`Config::decode`] gives the prost type).
 //!
 //! ```no_run
 //! use mixer_adapter_sdk::{Adapter, CheckResult, Config, Error, ListEntry, ListEntryInstance, Server};
@@ -45,7 +47,7 @@
 //! - serves `InfrastructureBackend`: `Validate` calls [`Adapter::validate`]; `CreateSession`
 //!   validates and stores the params under a new session id; request-time calls carrying that
 //!   id get the stored params; `CloseSession` drops them. Calls carrying params directly (a
-//!   `google.protobuf.Struct` in `adapter_config`) get those.
+//!   `google.protobuf.Struct`, or the adapter's own message, in `adapter_config`) get those.
 //! - registers `/listentry.HandleListEntryService/HandleListEntry` (and so on) only for the
 //!   templates you name, so the mixer's Validate of a handler whose instances use another
 //!   template fails at config load, not at request time;
@@ -58,11 +60,13 @@
 //! README.md beside this crate walks from `cargo new` to a check answered through a running
 //! mixer.
 
+mod config;
 mod convert;
 mod server;
 mod traits;
 mod types;
 
+pub use config::Config;
 pub use convert::params_to_any;
 pub use server::{Server, listen_addr};
 pub use traits::{
@@ -70,7 +74,7 @@ pub use traits::{
     TraceSpan,
 };
 pub use types::{
-    Action, AuthorizationInstance, CheckNothingInstance, CheckResult, Code, Config, Error,
+    Action, AuthorizationInstance, CheckNothingInstance, CheckResult, Code, Error,
     ListEntryInstance, LogEntryInstance, MetricInstance, QuotaArgs, QuotaInstance, QuotaResult,
     ReportNothingInstance, Subject, TraceSpanInstance, Value, Values,
 };

@@ -16,12 +16,13 @@ use tonic::server::NamedService;
 use tonic::service::RoutesBuilder;
 use tonic::{Request, Response, Status};
 
+use crate::config::Config;
 use crate::convert::{self, AdapterConfig};
 use crate::traits::{
     Adapter, Authorization, CheckNothing, ListEntry, LogEntry, Metric, Quota, ReportNothing,
     TraceSpan,
 };
-use crate::types::{Code, Config};
+use crate::types::Code;
 
 use authorization::handle_authorization_service_server::{
     HandleAuthorizationService, HandleAuthorizationServiceServer,
@@ -147,7 +148,8 @@ impl<A: Adapter> Shared<A> {
     fn config(&self, any: Option<&prost_types::Any>) -> Result<Arc<Config>, Status> {
         match convert::adapter_config(any).map_err(Status::invalid_argument)? {
             AdapterConfig::None => Ok(self.no_params.clone()),
-            AdapterConfig::Params(params) => Ok(Arc::new(params)),
+            AdapterConfig::Params(params) => Ok(Arc::new(Config::from_json(params))),
+            AdapterConfig::Message(message) => Ok(Arc::new(Config::from_message(message))),
             AdapterConfig::Session(id) => self
                 .sessions
                 .get(&id)
@@ -180,8 +182,9 @@ impl<A: Adapter> Shared<A> {
             }
         }
         let config = match convert::adapter_config(any)? {
-            AdapterConfig::None => Config::Null,
-            AdapterConfig::Params(params) => params,
+            AdapterConfig::None => Config::default(),
+            AdapterConfig::Params(params) => Config::from_json(params),
+            AdapterConfig::Message(message) => Config::from_message(message),
             AdapterConfig::Session(_) => {
                 return Err("adapter_config: expected the handler's params, got a session".into());
             }
@@ -229,7 +232,7 @@ impl<A: Adapter> Server<A> {
             sessions: Arc::default(),
             handled: Arc::default(),
             templates: Arc::default(),
-            no_params: Arc::new(Config::Null),
+            no_params: Arc::new(Config::default()),
         };
         let mut server = Server {
             shared: shared.clone(),

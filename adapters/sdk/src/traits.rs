@@ -5,8 +5,9 @@
 
 use std::future::Future;
 
+use crate::config::Config;
 use crate::types::{
-    AuthorizationInstance, CheckNothingInstance, CheckResult, Config, Error, ListEntryInstance,
+    AuthorizationInstance, CheckNothingInstance, CheckResult, Error, ListEntryInstance,
     LogEntryInstance, MetricInstance, QuotaArgs, QuotaInstance, QuotaResult, ReportNothingInstance,
     TraceSpanInstance,
 };

@@ -8,11 +8,6 @@ use std::time::{Duration, SystemTime};
 
 pub use tonic::Code;
 
-/// A handler's `params`, as JSON (decoded from the `google.protobuf.Struct` the mixer sends in
-/// `adapter_config`, or from the session the config was stored under). `Null` when the handler
-/// has no params.
-pub type Config = serde_json::Value;
-
 /// Named values of an instance field such as `dimensions` or `variables`, sorted by name.
 pub type Values = BTreeMap<String, Value>;
 

@@ -68,7 +68,8 @@ pub use handler::{
 };
 pub use registry::AdapterRegistry;
 pub use remote::{
-    InferredField, RemoteAdapters, RemoteConnection, RemoteHandlerSpec, RemoteInstance,
+    InferredField, ParamsDescriptor, RemoteAdapters, RemoteConnection, RemoteHandlerSpec,
+    RemoteInstance,
 };
 
 /// What the mixer does for a request when a handler cannot decide (down, slow, garbage).

@@ -47,6 +47,29 @@ pub struct RemoteInstance {
     pub fields: Vec<InferredField>,
 }
 
+/// The adapter's own config message, as an `adapter` resource describes it (Istio's
+/// `spec.config`): a remote handler's `params` are encoded into it instead of a
+/// `google.protobuf.Struct`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ParamsDescriptor {
+    /// Full name of the message (`mygrpcadapter.config.Params`); the `adapter_config` sent is
+    /// an `Any` of type `type.googleapis.com/<message>`.
+    pub message: Arc<str>,
+    /// A serialized `google.protobuf.FileDescriptorSet` that defines the message (and the
+    /// files it imports, well-known types excepted), already checked by config validation.
+    pub file_descriptor_set: Arc<[u8]>,
+}
+
+impl std::fmt::Debug for ParamsDescriptor {
+    // The descriptor bytes say nothing to a reader of logs or dumps.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ParamsDescriptor")
+            .field("message", &self.message)
+            .field("file_descriptor_set_bytes", &self.file_descriptor_set.len())
+            .finish()
+    }
+}
+
 /// Everything the config says about one remote handler.
 #[derive(Clone, Debug)]
 pub struct RemoteHandlerSpec<'a> {
@@ -56,6 +79,9 @@ pub struct RemoteHandlerSpec<'a> {
     pub adapter: &'a str,
     /// The handler's params, passed to the adapter as its config.
     pub params: &'a Params,
+    /// The message `params` are encoded into, when an `adapter` resource gives one; `None`
+    /// sends them as a `google.protobuf.Struct`.
+    pub params_descriptor: Option<&'a ParamsDescriptor>,
     /// How to reach it.
     pub connection: &'a RemoteConnection,
     /// The instances rules send it (every rule of the config).

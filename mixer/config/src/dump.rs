@@ -7,9 +7,10 @@ use serde_json::{Map, Value, json};
 use crate::model::{Config, FieldExprValue, HeaderOperationConfig, MatchErrorPolicy};
 
 impl Config {
-    /// A JSON summary: handlers (name, adapter, params, failPolicy, connection), instances
-    /// (name, template, field -> expression source) and rules (name, match, actions by name,
-    /// header operations), plus the attributes added to Istio's vocabulary.
+    /// A JSON summary: handlers (name, adapter, params, failPolicy, connection, the `adapter`
+    /// document of a remote one), instances (name, template, field -> expression source) and
+    /// rules (name, match, actions by name, header operations), plus the attributes added to
+    /// Istio's vocabulary.
     pub fn dump(&self) -> Value {
         let handlers: Vec<Value> = self
             .handlers
@@ -27,6 +28,11 @@ impl Config {
                         "address": c.address,
                         "timeout": c.timeout.map(|t| format!("{}s", t.as_secs_f64())),
                         "authentication": c.authentication,
+                    })),
+                    "adapterResource": h.adapter_resource.as_ref().map(|a| json!({
+                        "name": &*a.name,
+                        "templates": a.templates.iter().map(|t| t.name()).collect::<Vec<_>>(),
+                        "paramsMessage": a.params.as_ref().map(|p| &*p.message),
                     })),
                     "file": h.file,
                 })

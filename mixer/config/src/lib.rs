@@ -1,6 +1,6 @@
 //! Mixer config: Istio's `config.istio.io/v1alpha2` YAML documents (handlers, instances,
-//! rules, attribute manifests, and Istio 1.0's per-adapter and per-template kinds) loaded and
-//! validated into a typed [`Config`] before anything is built.
+//! rules, attribute manifests, adapters, and Istio 1.0's per-adapter and per-template kinds)
+//! loaded and validated into a typed [`Config`] before anything is built.
 //!
 //! Validation collects every problem, each with its file, document and field path, so one run
 //! shows everything that is wrong:
@@ -60,11 +60,15 @@
 //! ```
 //!
 //! Order of work: documents are parsed and classified by kind; `attributemanifest`s extend
-//! [`Vocabulary::istio`](mixer_model::Vocabulary::istio); handlers are checked against the
-//! [`AdapterRegistry`] (their params by the adapter's own `validate`); instance fields and rule
-//! matches are compiled as expressions; rule actions are resolved to handler and instance
-//! indices (see Istio 1.4's `name`, `name.namespace`, `name.kind`, `name.kind.namespace`
-//! forms) and checked against the templates each adapter supports.
+//! [`Vocabulary::istio`](mixer_model::Vocabulary::istio); `adapter` documents (an
+//! out-of-process adapter's templates and, base64 in `config`, the descriptor set of its
+//! `Params` message: an [`AdapterResource`]) are read; handlers are checked against the
+//! [`AdapterRegistry`] (their params by the adapter's own `validate`), or, for a remote handler
+//! whose `adapter` names an `adapter` document, their params against its `Params` message with
+//! proto3's JSON mapping; instance fields and rule matches are compiled as expressions; rule
+//! actions are resolved to handler and instance indices (see Istio 1.4's `name`,
+//! `name.namespace`, `name.kind`, `name.kind.namespace` forms) and checked against the
+//! templates each adapter (or `adapter` document) supports.
 
 mod document;
 mod dump;
@@ -81,7 +85,7 @@ use mixer_adapter_api::AdapterRegistry;
 pub use error::ConfigError;
 pub use expr::{CompileError, Expression, Syntax};
 pub use model::{
-    ActionConfig, Config, Connection, FieldExpr, FieldExprValue, HandlerConfig,
+    ActionConfig, AdapterResource, Config, Connection, FieldExpr, FieldExprValue, HandlerConfig,
     HeaderOperationConfig, InstanceConfig, MatchErrorPolicy, RuleConfig,
 };
 pub use source::{SourceFile, read_sources};

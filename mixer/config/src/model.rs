@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use mixer_adapter_api::FailPolicy;
+use mixer_adapter_api::{FailPolicy, ParamsDescriptor};
 use mixer_model::{HeaderOp, Template, Vocabulary};
 
 use crate::expr::Expression;
@@ -68,24 +68,48 @@ pub struct HandlerConfig {
     pub connection: Option<Connection>,
     /// What to do when the handler cannot decide; `None` = the default for the variety.
     pub fail_policy: Option<FailPolicy>,
+    /// The `adapter` resource a remote handler's `adapter` names, if there is one: it gives
+    /// the templates the adapter serves and the message its params are encoded into.
+    pub adapter_resource: Option<Arc<AdapterResource>>,
     /// The file it came from.
     pub file: String,
 }
 
 impl HandlerConfig {
     /// True when both would build the same handler (adapter, params, connection, fail
-    /// policy), so a reload may keep the running one.
+    /// policy, adapter resource), so a reload may keep the running one.
     pub fn same_build(&self, other: &HandlerConfig) -> bool {
         self.adapter == other.adapter
             && self.params == other.params
             && self.connection == other.connection
             && self.fail_policy == other.fail_policy
+            && self.adapter_resource == other.adapter_resource
     }
 
     /// True for an out-of-process adapter (one with a `connection`).
     pub fn is_remote(&self) -> bool {
         self.connection.is_some()
     }
+}
+
+/// An `adapter` document (Istio's `config.istio.io/v1alpha2` kind `adapter`): what an
+/// out-of-process adapter serves and the message its handlers' params are encoded into.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AdapterResource {
+    /// Fully qualified name, `name.namespace`.
+    pub name: Arc<str>,
+    /// `spec.description`.
+    pub description: String,
+    /// `spec.session_based`, as written (the mixer asks every adapter for a session and
+    /// falls back to params on each call when it has none).
+    pub session_based: bool,
+    /// `spec.templates`: the templates its handlers may be sent.
+    pub templates: Vec<Template>,
+    /// The message named `Params` in `spec.config`'s descriptor set; `None` when `config` is
+    /// empty (params then go as a `google.protobuf.Struct`).
+    pub params: Option<ParamsDescriptor>,
+    /// The file it came from.
+    pub file: String,
 }
 
 /// How to reach a remote adapter (Istio's `connection`).

@@ -11,7 +11,7 @@ use crate::document::{RawDoc, parse_file};
 use crate::error::{ConfigError, Diagnostics, did_you_mean, join};
 use crate::expr::Syntax;
 use crate::kinds::rule::Scope;
-use crate::kinds::{Doc, handler, instance, manifest, ratelimit, rule};
+use crate::kinds::{Doc, adapter, handler, instance, manifest, ratelimit, rule};
 use crate::model::Config;
 use crate::resolve::{Entry, Table};
 use crate::source::SourceFile;
@@ -21,7 +21,8 @@ use crate::{ConfigOptions, Validated};
 pub const LANG_ANNOTATION: &str = "policy.istio.io/lang";
 
 /// The kinds this crate reads besides legacy adapter and template kinds.
-const KINDS: [&str; 5] = [
+const KINDS: [&str; 6] = [
+    "adapter",
     "handler",
     "instance",
     "rule",
@@ -31,6 +32,7 @@ const KINDS: [&str; 5] = [
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Category {
+    Adapter,
     Handler,
     Instance,
     Rule,
@@ -41,6 +43,7 @@ enum Category {
 impl Category {
     fn label(self) -> &'static str {
         match self {
+            Category::Adapter => "adapter",
             Category::Handler => "handler",
             Category::Instance => "instance",
             Category::Rule => "rule",
@@ -51,6 +54,7 @@ impl Category {
 }
 
 enum Kind {
+    Adapter,
     Handler,
     LegacyHandler,
     Instance,
@@ -63,6 +67,7 @@ enum Kind {
 impl Kind {
     fn category(&self) -> Category {
         match self {
+            Kind::Adapter => Category::Adapter,
             Kind::Handler | Kind::LegacyHandler => Category::Handler,
             Kind::Instance | Kind::LegacyInstance(_) => Category::Instance,
             Kind::Rule => Category::Rule,
@@ -111,13 +116,32 @@ pub(crate) fn validate(
         docs.push((kind, Doc { raw, syntax }));
     }
 
-    // Manifests first: every expression compiles against the extended vocabulary.
+    // Manifests first: every expression compiles against the extended vocabulary. Adapter
+    // documents too: handlers are checked against them.
     let mut vocabulary = Vocabulary::istio();
+    let mut adapter_list = Vec::new();
+    let mut adapter_table = Table::new("adapter");
     for (kind, doc) in &docs {
-        if matches!(kind, Kind::Manifest) {
-            manifest::manifest(doc, &mut vocabulary, &mut diags);
+        match kind {
+            Kind::Manifest => manifest::manifest(doc, &mut vocabulary, &mut diags),
+            Kind::Adapter => {
+                let described = adapter::adapter(doc, &mut diags);
+                adapter_table.push(Entry {
+                    name: doc.raw.name.clone(),
+                    namespace: doc.raw.namespace.clone(),
+                    kind: doc.raw.kind.clone(),
+                    index: described.as_ref().map(|_| adapter_list.len()),
+                });
+                adapter_list.extend(described);
+            }
+            _ => {}
         }
     }
+    let adapters = adapter::Adapters {
+        table: &adapter_table,
+        list: &adapter_list,
+        default_namespace: default_ns,
+    };
 
     let mut handlers = Vec::new();
     let mut handler_table = Table::new("handler");
@@ -170,7 +194,7 @@ pub(crate) fn validate(
             }
             Kind::Handler | Kind::LegacyHandler => {
                 let h = if matches!(kind, Kind::Handler) {
-                    handler::handler(doc, registry, &mut diags)
+                    handler::handler(doc, registry, &adapters, &mut diags)
                 } else {
                     handler::legacy_handler(doc, registry, &mut diags)
                 };
@@ -189,7 +213,7 @@ pub(crate) fn validate(
                 instances.extend(i);
                 (ok, &mut instance_table, instances.len())
             }
-            Kind::Rule | Kind::Manifest => continue,
+            Kind::Rule | Kind::Manifest | Kind::Adapter => continue,
         };
         table.push(Entry {
             name: doc.raw.name.clone(),
@@ -248,6 +272,7 @@ pub(crate) fn validate(
 fn classify(raw: &RawDoc, registry: &AdapterRegistry, diags: &mut Diagnostics) -> Option<Kind> {
     let kind = raw.kind.as_str();
     Some(match kind {
+        "adapter" => Kind::Adapter,
         "handler" => Kind::Handler,
         "instance" => Kind::Instance,
         "rule" => Kind::Rule,
@@ -273,7 +298,7 @@ fn classify(raw: &RawDoc, registry: &AdapterRegistry, diags: &mut Diagnostics) -
                     .chain(Template::ALL.iter().map(|t| t.name()));
                 let hint = did_you_mean(kind, known);
                 let hint = if hint.is_empty() {
-                    " (expected handler, instance, rule, attributemanifest, ratelimitconfig, an adapter name or a template name)".to_string()
+                    " (expected handler, instance, rule, attributemanifest, ratelimitconfig, adapter, an adapter name or a template name)".to_string()
                 } else {
                     hint
                 };

@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
 use mixer_adapter_api::AdapterRegistry;
 use mixer_config::{ConfigOptions, SourceFile, validate};
 use proptest::prelude::*;
@@ -65,6 +67,24 @@ proptest! {
     }
 
     #[test]
+    fn mutated_adapter_descriptor(pos in 0usize..4096, byte in any::<u8>(), cut in any::<bool>()) {
+        let mut set = mixer_proto::testdata::FILE_DESCRIPTOR_SET.to_vec();
+        let pos = pos % set.len();
+        if cut {
+            set.truncate(pos);
+        } else {
+            set[pos] = byte;
+        }
+        run(with_adapter(&STANDARD.encode(set), "{backend: {host: h, port: 1}, mode: DENY}"));
+    }
+
+    #[test]
+    fn arbitrary_typed_params(params in "[-:{}\\[\\]\"' a-zA-Z0-9_,.]{0,40}") {
+        let config = STANDARD.encode(mixer_proto::testdata::FILE_DESCRIPTOR_SET);
+        run(with_adapter(&config, &params));
+    }
+
+    #[test]
     fn mutated_config(pos in 0usize..VALID.len(), len in 0usize..12, insert in "[-:{}\\[\\]\"' a-z|.\n]{0,6}") {
         let mut text = VALID.to_string();
         let start = (0..=pos).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
@@ -75,4 +95,11 @@ proptest! {
         text.replace_range(start..end, &insert);
         run(text);
     }
+}
+
+/// An `adapter` document with `config` and a remote handler of it with `params` (YAML flow).
+fn with_adapter(config: &str, params: &str) -> String {
+    format!(
+        "kind: adapter\nmetadata: {{name: a}}\nspec: {{templates: [listentry], config: '{config}'}}\n---\nkind: handler\nmetadata: {{name: h}}\nspec:\n  adapter: a\n  connection: {{address: 'x:1'}}\n  params: {params}\n"
+    )
 }

@@ -12,6 +12,7 @@ use crate::convert;
 use crate::handler::{RemoteHandler, endpoint, map_status};
 use crate::metrics::MetricsSet;
 use crate::options::OopOptions;
+use crate::typed;
 
 /// Builds [`RemoteHandler`]s and validates their params with the adapter.
 #[derive(Default)]
@@ -56,11 +57,13 @@ impl RemoteAdapterFactory {
                 "connection.authentication (TLS to the adapter) is not supported yet",
             ));
         }
+        let params = typed::adapter_config(spec.params, spec.params_descriptor)
+            .map_err(|e| AdapterError::permanent(ErrorKind::Internal, format!("params: {e}")))?;
         RemoteHandler::new(
             spec.handler_name.clone(),
             &spec.connection.address,
             spec.connection.timeout,
-            spec.params,
+            params,
             spec.instances,
             self.options,
             self.metrics.clone(),
@@ -82,8 +85,12 @@ impl RemoteAdapterFactory {
             Ok(e) => e,
             Err(m) => return ValidateOutcome::Rejected(m),
         };
+        let adapter_config = match typed::adapter_config(spec.params, spec.params_descriptor) {
+            Ok(a) => a,
+            Err(e) => return ValidateOutcome::Rejected(e.to_string()),
+        };
         let request = model::ValidateRequest {
-            adapter_config: Some(convert::params_any(spec.params)),
+            adapter_config: Some(adapter_config),
             inferred_types: convert::inferred_types(spec.instances),
         };
         let thread = std::thread::Builder::new()
@@ -151,6 +158,8 @@ impl RemoteAdapters for RemoteAdapterFactory {
         if let Err(m) = endpoint(&spec.connection.address, self.options.validate_timeout) {
             return Err(vec![ParamError::new("connection.address", m)]);
         }
+        // Params that do not fit the adapter's message are refused here, adapter up or not.
+        typed::adapter_config(spec.params, spec.params_descriptor).map_err(|e| vec![e])?;
         if !self.options.validate {
             return Ok(());
         }

@@ -82,13 +82,14 @@ pub(crate) fn endpoint(address: &str, timeout: Duration) -> Result<Endpoint, Str
 }
 
 impl RemoteHandler {
-    /// A handler for the adapter at `address`. Nothing is connected yet: the channel connects
-    /// on the first call, so a down adapter does not fail the config.
+    /// A handler for the adapter at `address`, sending `params` (already encoded) as its
+    /// config. Nothing is connected yet: the channel connects on the first call, so a down
+    /// adapter does not fail the config.
     pub(crate) fn new(
         name: Arc<str>,
         address: &str,
         timeout: Option<Duration>,
-        params: &serde_json::Value,
+        params: Any,
         instances: &[RemoteInstance],
         options: OopOptions,
         set: Arc<MetricsSet>,
@@ -109,7 +110,7 @@ impl RemoteHandler {
             endpoint,
             channel: OnceLock::new(),
             timeout,
-            params: convert::params_any(params),
+            params,
             inferred_types: convert::inferred_types(instances),
             session: tokio::sync::Mutex::new(if options.sessions {
                 Session::Unknown

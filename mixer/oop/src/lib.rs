@@ -17,8 +17,8 @@
 //!    is sent to the adapter as `grpc-timeout`, and past it the call is `Timeout`.
 //! 4. **Session**: the first call asks `CreateSession`; if the adapter has one, later calls
 //!    send only the session id (`adapter_config.type_url` = [`SESSION_TYPE_URL`], `value` =
-//!    the id in UTF-8); otherwise (`Unimplemented`) every call carries the params as a
-//!    `google.protobuf.Struct` ([`STRUCT_TYPE_URL`]). `Handler::close` closes the session.
+//!    the id in UTF-8); otherwise (`Unimplemented`) every call carries the params (see
+//!    below). `Handler::close` closes the session.
 //! 5. **Retries**: report batches only, on retryable errors, 3 attempts with backoff
 //!    (100 ms, 200 ms) under one `dedup_id`. Checks and quota are never retried: the
 //!    handler's fail policy decides (closed for checks, open for quota by default).
@@ -30,6 +30,36 @@
 //! At config load, [`RemoteAdapterFactory`] calls the adapter's `Validate` (2 s at most): a
 //! refusal rejects the config with the adapter's message and the previous config stays; an
 //! adapter that cannot be reached is accepted with a warning (it may start after the mixer).
+//!
+//! ## Params: the adapter's own message, or a Struct
+//!
+//! Like Istio 1.4, a handler's `params` go in the adapter's own config message when an
+//! `adapter` document describes it: its `spec.config` is the base64 of a serialized
+//! `google.protobuf.FileDescriptorSet`, and its top-level message named `Params` is the
+//! config message (`mixer-config` checks the params against it at load, and passes the
+//! descriptor as [`RemoteHandlerSpec::params_descriptor`](mixer_adapter_api::RemoteHandlerSpec)).
+//! The YAML is read with proto3's JSON mapping (`backendAddress` or `backend_address`, enums
+//! by name, durations as `"1.5s"`, nested messages, lists, maps) and sent as an `Any` of type
+//! `type.googleapis.com/<package>.Params` ([`typed_params_any`]); params that do not fit are
+//! refused by [`RemoteAdapters::validate`](mixer_adapter_api::RemoteAdapters::validate), so
+//! the config is rejected and the previous one stays. Without an `adapter` document (or with
+//! an empty `config`) the params go as a `google.protobuf.Struct` ([`STRUCT_TYPE_URL`],
+//! [`params_any`]).
+//!
+//! ```yaml
+//! kind: adapter
+//! metadata: {name: mygrpcadapter}
+//! spec:
+//!   templates: [metric]
+//!   config: CnQKDGNvbmZpZy5wcm90bxIU...   # base64 -w0 of `protoc --include_imports -o set.bin`
+//! ---
+//! kind: handler
+//! metadata: {name: mygrpc}
+//! spec:
+//!   adapter: mygrpcadapter            # name, name.namespace or name.adapter.namespace
+//!   connection: {address: "127.0.0.1:9070"}
+//!   params: {filePath: /tmp/out.txt, max_entries: 10}   # -> mygrpcadapter.config.Params
+//! ```
 //!
 //! Metrics (`mixer_oop_*`, see [`metrics`]) are served through `Handler::as_exposition`.
 //!
@@ -46,7 +76,7 @@
 //! let connection = RemoteConnection { address: "127.0.0.1:1".into(), timeout: None, authentication: None };
 //! let params = serde_json::json!({"list": ["a"]});
 //! let spec = RemoteHandlerSpec {
-//!     handler_name: "h.istio-system".into(), adapter: "myadapter", params: &params,
+//!     handler_name: "h.istio-system".into(), adapter: "myadapter", params: &params, params_descriptor: None,
 //!     connection: &connection, instances: &[],
 //! };
 //! assert!(factory.validate(&spec).is_ok());
@@ -60,6 +90,7 @@ mod factory;
 mod handler;
 pub mod metrics;
 mod options;
+mod typed;
 
 pub use breaker::{Admission, BreakerOptions, CircuitBreaker, CircuitState};
 pub use convert::{
@@ -69,6 +100,7 @@ pub use convert::{
 pub use factory::{RemoteAdapterFactory, ValidateOutcome};
 pub use handler::RemoteHandler;
 pub use options::OopOptions;
+pub use typed::{adapter_config, typed_params_any};
 
 /// Conversions of instances to each template's `InstanceMsg`.
 pub mod instances {

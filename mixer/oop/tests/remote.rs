@@ -220,6 +220,7 @@ fn build(options: OopOptions, addr: SocketAddr, params: serde_json::Value) -> Ar
             handler_name: "h.istio-system".into(),
             adapter: "myadapter",
             params: &params,
+            params_descriptor: None,
             connection: &connection,
             instances: &[],
         })
@@ -500,6 +501,7 @@ fn spec_validate(
         handler_name: "h.istio-system".into(),
         adapter: "myadapter",
         params: &params,
+        params_descriptor: None,
         connection: &connection,
         instances: &[],
     })

@@ -414,6 +414,7 @@ fn build_remote(
         handler_name: hc.name.clone(),
         adapter: &hc.adapter,
         params: &hc.params,
+        params_descriptor: hc.adapter_resource.as_ref().and_then(|a| a.params.as_ref()),
         connection: &connection,
         instances: &instances,
     };

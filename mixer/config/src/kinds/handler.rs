@@ -5,6 +5,7 @@ use std::sync::Arc;
 use mixer_adapter_api::{AdapterRegistry, FailPolicy};
 use serde_json::Value;
 
+use super::adapter::{self, Adapters};
 use super::{Doc, parse_enum};
 use crate::document::{as_map, check_keys, opt_string, type_name};
 use crate::error::{Diagnostics, did_you_mean, join};
@@ -14,6 +15,7 @@ use crate::model::{Connection, HandlerConfig};
 pub(crate) fn handler(
     doc: &Doc<'_>,
     registry: &AdapterRegistry,
+    adapters: &Adapters<'_>,
     diags: &mut Diagnostics,
 ) -> Option<HandlerConfig> {
     let raw = doc.raw;
@@ -68,9 +70,9 @@ pub(crate) fn handler(
         Some(c) => Some(connection(doc, c, diags)?),
     };
     let params = spec.get("params").cloned().unwrap_or(Value::Null);
-    let mut ok = true;
+    let mut adapter_resource = None;
     if connection.is_none() {
-        ok = check_adapter(
+        if !check_adapter(
             doc,
             registry,
             &adapter,
@@ -78,9 +80,15 @@ pub(crate) fn handler(
             &params,
             "spec.params",
             diags,
-        );
+        ) {
+            return None;
+        }
+    } else if adapter_field == "spec.adapter" {
+        adapter_resource = adapter::for_handler(doc, adapters, &adapter, &params, diags).ok()?;
     }
-    ok.then(|| build(doc, adapter, params, connection, fail_policy))
+    let mut h = build(doc, adapter, params, connection, fail_policy);
+    h.adapter_resource = adapter_resource;
+    Some(h)
 }
 
 /// Validates a legacy document whose kind is an adapter name; its spec is the params.
@@ -109,6 +117,7 @@ fn build(
         params,
         connection,
         fail_policy,
+        adapter_resource: None,
         file: doc.raw.doc.file.clone(),
     }
 }

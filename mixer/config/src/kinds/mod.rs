@@ -1,12 +1,14 @@
 //! One module per kind: each turns a document's `spec` into its typed config, reporting every
 //! problem with a field path.
 
+pub(crate) mod adapter;
 pub(crate) mod handler;
 pub(crate) mod headers;
 pub(crate) mod instance;
 pub(crate) mod manifest;
 pub(crate) mod ratelimit;
 pub(crate) mod rule;
+pub(crate) mod typed_params;
 
 use mixer_model::{ValueType, Vocabulary};
 use serde_json::Value;

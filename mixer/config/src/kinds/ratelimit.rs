@@ -251,6 +251,7 @@ pub(crate) fn ratelimit(
             params,
             connection: None,
             fail_policy,
+            adapter_resource: None,
             file: raw.doc.file.clone(),
         },
         instances,

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use mixer_adapter_api::AdapterRegistry;
-use mixer_model::{ValueType, Vocabulary};
+use mixer_model::{Template, ValueType, Vocabulary};
 use serde_json::Value;
 
 use super::{Doc, compile_leaf, parse_enum};
@@ -201,28 +201,30 @@ fn action(
             continue;
         };
         if let Some(h) = handler.and_then(|h| scope.handlers.get(h))
-            && !h.is_remote()
-            && let Some(adapter) = scope.registry.get(&h.adapter)
+            && let Some(supported) = supported_templates(h, scope)
             && let Some(inst) = scope.instances.get(i)
+            && !supported.contains(&inst.template)
         {
-            let supported = adapter.info().templates;
-            if !supported.contains(&inst.template) {
-                let names: Vec<&str> = supported.iter().map(|t| t.name()).collect();
-                diags.error(
-                    &raw.doc,
-                    here,
-                    format!(
-                        "instance {} is of template {}, which handler {} (adapter {}) does not support (it supports {})",
-                        inst.name,
-                        inst.template,
-                        h.name,
-                        h.adapter,
-                        names.join(", ")
-                    ),
-                );
-                ok = false;
-                continue;
-            }
+            let names: Vec<&str> = supported.iter().map(|t| t.name()).collect();
+            let names = if names.is_empty() {
+                "no template".to_string()
+            } else {
+                names.join(", ")
+            };
+            diags.error(
+                &raw.doc,
+                here,
+                format!(
+                    "instance {} is of template {}, which handler {} (adapter {}) does not support (it supports {})",
+                    inst.name,
+                    inst.template,
+                    h.name,
+                    h.adapter,
+                    names
+                ),
+            );
+            ok = false;
+            continue;
         }
         instances.push(i);
     }
@@ -232,6 +234,17 @@ fn action(
         instances,
         name,
     })
+}
+
+/// The templates a handler's adapter declares: a built-in adapter's own list, or an `adapter`
+/// document's for a remote handler; `None` when nothing is declared (a remote adapter without
+/// one says what it serves when the mixer calls `Validate`).
+fn supported_templates<'s>(h: &'s HandlerConfig, scope: &Scope<'s>) -> Option<&'s [Template]> {
+    match &h.adapter_resource {
+        Some(resource) => Some(&resource.templates),
+        None if h.is_remote() => None,
+        None => scope.registry.get(&h.adapter).map(|a| a.info().templates),
+    }
 }
 
 /// Resolves a reference, reporting unknown names; `None` also for invalid targets (their
