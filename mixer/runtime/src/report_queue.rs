@@ -110,6 +110,7 @@ impl ReportQueue {
         self.ensure_worker();
         let size = approx_bytes(&instance);
         let mut dropped = 0usize;
+        let wake;
         {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
             if state.closed {
@@ -138,16 +139,24 @@ impl ReportQueue {
                     }
                 }
             }
+            let before = state.items.len();
             if push {
                 state.bytes += size;
                 state.items.push_back((instance, size));
             }
+            // The worker waits either for a first record or for a full batch (or its timeout):
+            // waking it for every record would cost a task wake-up per record for nothing.
+            let after = state.items.len();
+            wake = (before == 0 && after > 0)
+                || (before < self.options.batch_size && after >= self.options.batch_size);
             self.queued.set(state.items.len() as i64);
         }
         if dropped > 0 {
             self.drop_records("queue_full", dropped);
         }
-        self.notify.notify_one();
+        if wake {
+            self.notify.notify_one();
+        }
         dropped == 0
     }
 
