@@ -1,0 +1,89 @@
+use super::*;
+
+#[test]
+fn durations_parse_like_go() {
+    assert_eq!(Duration::parse("19ms"), Some(Duration(19_000_000)));
+    assert_eq!(Duration::parse("1h30m"), Some(Duration(5_400_000_000_000)));
+    assert_eq!(Duration::parse("1.5s"), Some(Duration(1_500_000_000)));
+    assert_eq!(Duration::parse("-2us"), Some(Duration(-2_000)));
+    assert_eq!(Duration::parse("0"), Some(Duration(0)));
+    assert_eq!(Duration::parse("10"), None);
+    assert_eq!(Duration::parse("ms"), None);
+    assert_eq!(Duration::parse(""), None);
+    assert_eq!(Duration::parse("5 parsecs"), None);
+    assert_eq!(Duration(19_000_000).to_string(), "19ms");
+    assert_eq!(Duration(-3_000_000_000).to_string(), "-3s");
+}
+
+#[test]
+fn timestamps_round_trip_rfc3339() {
+    let t = Timestamp::parse_rfc3339("2017-01-01T00:00:00Z").expect("parses");
+    assert_eq!(t.0, 1_483_228_800_000_000_000);
+    assert_eq!(t.to_string(), "2017-01-01T00:00:00Z");
+    assert_eq!(
+        Timestamp::from_parts(1_483_228_800, 5),
+        Some(Timestamp(t.0 + 5))
+    );
+    assert!(Timestamp::parse_rfc3339("yesterday").is_none());
+}
+
+#[test]
+fn typed_equality() {
+    let v4: IpAddr = "10.0.0.1".parse().expect("ip");
+    let mapped: IpAddr = "::ffff:10.0.0.1".parse().expect("ip");
+    assert_eq!(Value::IpAddress(v4), Value::IpAddress(mapped));
+    assert_ne!(Value::IpAddress(v4), Value::String("10.0.0.1".into()));
+    assert_eq!(
+        Value::DnsName("Foo.Example.COM.".into()),
+        Value::DnsName("foo.example.com".into())
+    );
+    assert_eq!(
+        Value::EmailAddress("bob@EXAMPLE.com".into()),
+        Value::EmailAddress("bob@example.com".into())
+    );
+    assert_ne!(
+        Value::EmailAddress("Bob@example.com".into()),
+        Value::EmailAddress("bob@example.com".into())
+    );
+    assert_eq!(
+        Value::Uri("HTTP://Example.com/Path".into()),
+        Value::Uri("http://example.com/Path".into())
+    );
+    assert_ne!(
+        Value::Uri("http://example.com/Path".into()),
+        Value::Uri("http://example.com/path".into())
+    );
+    assert_eq!(Value::Int64(2), Value::Double(2.0));
+    assert_ne!(Value::Int64(2), Value::String("2".into()));
+}
+
+#[test]
+fn parse_as_validates_each_type() {
+    assert!(Value::parse_as(ValueType::IpAddress, "300.1.1.1").is_none());
+    assert!(Value::parse_as(ValueType::EmailAddress, "no-at-sign").is_none());
+    assert!(Value::parse_as(ValueType::DnsName, "bad..name").is_none());
+    assert!(Value::parse_as(ValueType::Uri, "not a uri").is_none());
+    assert_eq!(
+        Value::parse_as(ValueType::Duration, "19ms"),
+        Some(Value::Duration(Duration(19_000_000)))
+    );
+    for ty in ValueType::ALL {
+        assert_eq!(ValueType::from_manifest_name(ty.manifest_name()), Some(ty));
+    }
+}
+
+proptest::proptest! {
+    #[test]
+    fn duration_display_parses_back(n in -1_000_000_000_000_000i64..1_000_000_000_000_000) {
+        let d = Duration(n);
+        proptest::prop_assert_eq!(Duration::parse(&d.to_string()), Some(d));
+    }
+
+    #[test]
+    fn parse_as_never_panics(s in ".*") {
+        for ty in ValueType::ALL {
+            let _ = Value::parse_as(ty, &s);
+        }
+        let _ = Duration::parse(&s);
+    }
+}
