@@ -63,12 +63,14 @@
 mod config;
 mod convert;
 mod server;
+mod tls;
 mod traits;
 mod types;
 
 pub use config::Config;
 pub use convert::params_to_any;
 pub use server::{Server, listen_addr};
+pub use tls::ServerTls;
 pub use traits::{
     Adapter, Authorization, CheckNothing, ListEntry, LogEntry, Metric, Quota, ReportNothing,
     TraceSpan,

@@ -18,6 +18,7 @@ use tonic::{Request, Response, Status};
 
 use crate::config::Config;
 use crate::convert::{self, AdapterConfig};
+use crate::tls::ServerTls;
 use crate::traits::{
     Adapter, Authorization, CheckNothing, ListEntry, LogEntry, Metric, Quota, ReportNothing,
     TraceSpan,
@@ -217,6 +218,7 @@ pub struct Server<A> {
     shared: Shared<A>,
     routes: RoutesBuilder,
     services: Vec<&'static str>,
+    tls: Option<ServerTls>,
 }
 
 impl<A: Adapter> Server<A> {
@@ -238,6 +240,7 @@ impl<A: Adapter> Server<A> {
             shared: shared.clone(),
             routes: RoutesBuilder::default(),
             services: vec![],
+            tls: None,
         };
         add!(server, InfrastructureBackendServer::new(Svc(shared)));
         server
@@ -319,6 +322,12 @@ impl<A: Adapter> Server<A> {
         self
     }
 
+    /// Serves over TLS (mutual TLS when `tls` has a client CA) instead of plaintext.
+    pub fn tls(mut self, tls: ServerTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
     /// The gRPC services registered so far (full names, health excluded).
     pub fn services(&self) -> &[&'static str] {
         &self.services
@@ -352,11 +361,25 @@ impl<A: Adapter> Server<A> {
                 .set_service_status(*name, tonic_health::ServingStatus::Serving)
                 .await;
         }
+        let mut builder = tonic::transport::Server::builder();
+        let security = match &self.tls {
+            None => "",
+            Some(tls) => {
+                builder = builder
+                    .tls_config(tls.to_tonic())
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+                if tls.is_mutual() {
+                    " (mutual TLS)"
+                } else {
+                    " (TLS)"
+                }
+            }
+        };
         eprintln!(
-            "mixer adapter listening on {local}: {}",
+            "mixer adapter listening on {local}{security}: {}",
             self.services.join(", ")
         );
-        tonic::transport::Server::builder()
+        builder
             .add_routes(self.routes.routes())
             .add_service(health_service)
             .serve_with_incoming_shutdown(
