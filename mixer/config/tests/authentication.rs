@@ -244,3 +244,24 @@ fn a_changed_certificate_changes_the_handler_build() {
         "a reload after a certificate rotation must rebuild the handler"
     );
 }
+
+#[test]
+fn an_http_address_cannot_use_tls() {
+    let yaml = "kind: handler\nmetadata: {name: r}\nspec:\n  adapter: mygrpc\n  connection:\n    address: 'http://localhost:9000'\n    authentication: {tls: {}}\n";
+    let errors: Vec<String> = validate(
+        &[SourceFile::new("c.yaml", yaml)],
+        &AdapterRegistry::new(),
+        &ConfigOptions::default(),
+    )
+    .err()
+    .expect("errors")
+    .iter()
+    .map(ToString::to_string)
+    .collect();
+    assert_eq!(
+        errors,
+        [
+            "c.yaml: handler r: spec.connection.address: an http:// address cannot use TLS: write host:port or https://"
+        ]
+    );
+}

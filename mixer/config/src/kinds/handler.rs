@@ -212,6 +212,15 @@ fn connection(doc: &Doc<'_>, value: &Value, diags: &mut Diagnostics) -> Option<C
             let parsed =
                 authentication::authentication(doc, a, "spec.connection.authentication", diags);
             ok &= parsed.is_some();
+            if parsed.is_some() && address.starts_with("http://") {
+                // The client would speak plaintext to an http:// address.
+                ok = false;
+                diags.error(
+                    &raw.doc,
+                    "spec.connection.address",
+                    "an http:// address cannot use TLS: write host:port or https://",
+                );
+            }
             parsed
         }
     };
