@@ -30,7 +30,7 @@ fn auth(auth_yaml: &str) -> Authentication {
 }
 
 fn errors(auth_yaml: &str) -> Vec<String> {
-    run(auth_yaml).err().expect("errors")
+    run(auth_yaml).expect_err("errors")
 }
 
 struct Files(tempfile::TempDir);
@@ -253,8 +253,7 @@ fn an_http_address_cannot_use_tls() {
         &AdapterRegistry::new(),
         &ConfigOptions::default(),
     )
-    .err()
-    .expect("errors")
+    .expect_err("errors")
     .iter()
     .map(ToString::to_string)
     .collect();

@@ -9,7 +9,7 @@ use mixer_adapter_api::{
 use mixer_proto::istio::mixer::adapter::model::v1beta1 as model;
 
 use crate::convert;
-use crate::handler::{RemoteHandler, map_status};
+use crate::handler::RemoteHandler;
 use crate::metrics::MetricsSet;
 use crate::options::OopOptions;
 use crate::transport::{self, Transport};

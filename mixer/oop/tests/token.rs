@@ -17,9 +17,12 @@ use support::Pki;
 use tonic::transport::{Identity, ServerTlsConfig};
 use tonic::{Request, Response, Status};
 
-/// The `authorization` and `x-api-key` values of each call.
+/// The `authorization` and `x-api-key` values of one call.
+type Seen = (Option<String>, Option<String>);
+
+/// What each call carried.
 #[derive(Clone, Default)]
-struct Recorder(Arc<Mutex<Vec<(Option<String>, Option<String>)>>>);
+struct Recorder(Arc<Mutex<Vec<Seen>>>);
 
 #[tonic::async_trait]
 impl listentry::handle_list_entry_service_server::HandleListEntryService for Recorder {
@@ -41,7 +44,7 @@ impl listentry::handle_list_entry_service_server::HandleListEntryService for Rec
 }
 
 impl Recorder {
-    fn last(&self) -> (Option<String>, Option<String>) {
+    fn last(&self) -> Seen {
         self.0
             .lock()
             .expect("lock")

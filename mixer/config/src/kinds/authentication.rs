@@ -40,9 +40,7 @@ pub(crate) fn authentication(
     diags: &mut Diagnostics,
 ) -> Option<Authentication> {
     let d = &doc.raw.doc;
-    let Some(map) = mapping(doc, value, path, diags) else {
-        return None;
-    };
+    let map = mapping(doc, value, path, diags)?;
     check_keys(map, &["tls", "mutual"], path, d, diags);
     let tls = map.get("tls").filter(|v| !v.is_null());
     let mutual = map.get("mutual").filter(|v| !v.is_null());
