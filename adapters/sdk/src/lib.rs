@@ -65,6 +65,7 @@
 mod config;
 mod convert;
 mod server;
+mod services;
 mod tls;
 mod traits;
 mod types;
