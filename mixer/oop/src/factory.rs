@@ -141,9 +141,10 @@ impl RemoteAdapterFactory {
 
 impl RemoteAdapters for RemoteAdapterFactory {
     /// Rejects what cannot work at all (a bad address, TLS settings rustls refuses) and
-    /// params the adapter's `Validate` refused. An adapter that cannot be reached (or does not implement
-    /// `InfrastructureBackend`) does not fail the config: it is logged, and calls apply the
-    /// handler's fail policy until it is up. (Istio 1.4 did not validate at all.)
+    /// params the adapter's `Validate` refused. An adapter that cannot be reached (or does
+    /// not implement `InfrastructureBackend`, or fails the TLS handshake) does not fail the
+    /// config: it is logged, and calls apply the handler's fail policy until it is up.
+    /// (Istio 1.4 did not validate at all.)
     fn validate(&self, spec: &RemoteHandlerSpec<'_>) -> Result<(), Vec<ParamError>> {
         if let Err((field, m)) = Transport::new(spec.connection, self.options.validate_timeout) {
             return Err(vec![ParamError::new(field, m)]);
