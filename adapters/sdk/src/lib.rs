@@ -52,6 +52,8 @@
 //!   templates you name, so the mixer's Validate of a handler whose instances use another
 //!   template fails at config load, not at request time;
 //! - serves `grpc.health.v1.Health`, with each registered service `SERVING`;
+//! - serves over TLS, or mutual TLS with a client CA, when given a [`ServerTls`] with
+//!   [`Server::tls`] (the handler's `connection.authentication` on the mixer's side);
 //! - drops a report batch whose `dedup_id` it has already handled (the mixer retries a batch
 //!   under the same id when an answer is lost), so retries are not recorded twice;
 //! - maps [`Error`] (could not decide) to a gRPC status, which the mixer treats by the
@@ -63,12 +65,15 @@
 mod config;
 mod convert;
 mod server;
+mod services;
+mod tls;
 mod traits;
 mod types;
 
 pub use config::Config;
 pub use convert::params_to_any;
 pub use server::{Server, listen_addr};
+pub use tls::ServerTls;
 pub use traits::{
     Adapter, Authorization, CheckNothing, ListEntry, LogEntry, Metric, Quota, ReportNothing,
     TraceSpan,

@@ -12,59 +12,48 @@ use mixer_proto::{
     authorization, checknothing, listentry, logentry, metric, quota, reportnothing, tracespan,
 };
 use tokio::net::{TcpListener, ToSocketAddrs};
+use tonic::Status;
 use tonic::server::NamedService;
 use tonic::service::RoutesBuilder;
-use tonic::{Request, Response, Status};
 
 use crate::config::Config;
 use crate::convert::{self, AdapterConfig};
+use crate::services::Svc;
+use crate::tls::ServerTls;
 use crate::traits::{
     Adapter, Authorization, CheckNothing, ListEntry, LogEntry, Metric, Quota, ReportNothing,
     TraceSpan,
 };
-use crate::types::Code;
 
-use authorization::handle_authorization_service_server::{
-    HandleAuthorizationService, HandleAuthorizationServiceServer,
-};
-use checknothing::handle_check_nothing_service_server::{
-    HandleCheckNothingService, HandleCheckNothingServiceServer,
-};
-use listentry::handle_list_entry_service_server::{
-    HandleListEntryService, HandleListEntryServiceServer,
-};
-use logentry::handle_log_entry_service_server::{
-    HandleLogEntryService, HandleLogEntryServiceServer,
-};
-use metric::handle_metric_service_server::{HandleMetricService, HandleMetricServiceServer};
-use model::infrastructure_backend_server::{InfrastructureBackend, InfrastructureBackendServer};
-use quota::handle_quota_service_server::{HandleQuotaService, HandleQuotaServiceServer};
-use reportnothing::handle_report_nothing_service_server::{
-    HandleReportNothingService, HandleReportNothingServiceServer,
-};
-use tracespan::handle_trace_span_service_server::{
-    HandleTraceSpanService, HandleTraceSpanServiceServer,
-};
+use authorization::handle_authorization_service_server::HandleAuthorizationServiceServer;
+use checknothing::handle_check_nothing_service_server::HandleCheckNothingServiceServer;
+use listentry::handle_list_entry_service_server::HandleListEntryServiceServer;
+use logentry::handle_log_entry_service_server::HandleLogEntryServiceServer;
+use metric::handle_metric_service_server::HandleMetricServiceServer;
+use model::infrastructure_backend_server::InfrastructureBackendServer;
+use quota::handle_quota_service_server::HandleQuotaServiceServer;
+use reportnothing::handle_report_nothing_service_server::HandleReportNothingServiceServer;
+use tracespan::handle_trace_span_service_server::HandleTraceSpanServiceServer;
 
 /// Handler configs the mixer stored with `CreateSession`, by session id.
 #[derive(Default)]
-struct Sessions {
+pub(crate) struct Sessions {
     next: AtomicU64,
     configs: Mutex<HashMap<String, Arc<Config>>>,
 }
 
 impl Sessions {
-    fn create(&self, config: Config) -> String {
+    pub(crate) fn create(&self, config: Config) -> String {
         let id = format!("session-{}", self.next.fetch_add(1, Ordering::Relaxed) + 1);
         self.lock().insert(id.clone(), Arc::new(config));
         id
     }
 
-    fn get(&self, id: &str) -> Option<Arc<Config>> {
+    pub(crate) fn get(&self, id: &str) -> Option<Arc<Config>> {
         self.lock().get(id).cloned()
     }
 
-    fn close(&self, id: &str) -> bool {
+    pub(crate) fn close(&self, id: &str) -> bool {
         self.lock().remove(id).is_some()
     }
 
@@ -77,7 +66,7 @@ impl Sessions {
 /// The `dedup_id`s of the last report batches handled, so a batch the mixer retries (same
 /// id) after a lost answer is not recorded twice.
 #[derive(Default)]
-struct Handled {
+pub(crate) struct Handled {
     ids: Mutex<(HashSet<String>, VecDeque<String>)>,
 }
 
@@ -88,11 +77,11 @@ impl Handled {
         self.ids.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn seen(&self, id: &str) -> bool {
+    pub(crate) fn seen(&self, id: &str) -> bool {
         !id.is_empty() && self.lock().0.contains(id)
     }
 
-    fn done(&self, id: String) {
+    pub(crate) fn done(&self, id: String) {
         if id.is_empty() {
             return;
         }
@@ -109,10 +98,10 @@ impl Handled {
 }
 
 /// The adapter and the session store, shared by every registered service.
-struct Shared<A> {
-    adapter: Arc<A>,
-    sessions: Arc<Sessions>,
-    handled: Arc<Handled>,
+pub(crate) struct Shared<A> {
+    pub(crate) adapter: Arc<A>,
+    pub(crate) sessions: Arc<Sessions>,
+    pub(crate) handled: Arc<Handled>,
     /// The template packages served (`listentry`, `metric`...), set when serving starts.
     templates: Arc<OnceLock<Vec<String>>>,
     no_params: Arc<Config>,
@@ -134,7 +123,7 @@ impl<A: Adapter> Shared<A> {
     /// The config a request-time call carries: its params, or the session's.
     /// The config for a report batch, or `None` when the batch was already handled (the mixer
     /// retried it with the same dedup id) and must not be recorded twice.
-    fn report_config(
+    pub(crate) fn report_config(
         &self,
         dedup_id: &str,
         any: Option<&prost_types::Any>,
@@ -145,7 +134,7 @@ impl<A: Adapter> Shared<A> {
         self.config(any).map(Some)
     }
 
-    fn config(&self, any: Option<&prost_types::Any>) -> Result<Arc<Config>, Status> {
+    pub(crate) fn config(&self, any: Option<&prost_types::Any>) -> Result<Arc<Config>, Status> {
         match convert::adapter_config(any).map_err(Status::invalid_argument)? {
             AdapterConfig::None => Ok(self.no_params.clone()),
             AdapterConfig::Params(params) => Ok(Arc::new(Config::from_json(params))),
@@ -160,7 +149,7 @@ impl<A: Adapter> Shared<A> {
     /// The params of a Validate or CreateSession request, checked by the adapter, after
     /// checking that every instance's template (from its inferred type, `.../PACKAGE.Type`)
     /// is one this server serves.
-    fn validated(
+    pub(crate) fn validated(
         &self,
         any: Option<&prost_types::Any>,
         inferred_types: &HashMap<String, prost_types::Any>,
@@ -217,6 +206,7 @@ pub struct Server<A> {
     shared: Shared<A>,
     routes: RoutesBuilder,
     services: Vec<&'static str>,
+    tls: Option<ServerTls>,
 }
 
 impl<A: Adapter> Server<A> {
@@ -238,6 +228,7 @@ impl<A: Adapter> Server<A> {
             shared: shared.clone(),
             routes: RoutesBuilder::default(),
             services: vec![],
+            tls: None,
         };
         add!(server, InfrastructureBackendServer::new(Svc(shared)));
         server
@@ -319,6 +310,12 @@ impl<A: Adapter> Server<A> {
         self
     }
 
+    /// Serves over TLS (mutual TLS when `tls` has a client CA) instead of plaintext.
+    pub fn tls(mut self, tls: ServerTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
     /// The gRPC services registered so far (full names, health excluded).
     pub fn services(&self) -> &[&'static str] {
         &self.services
@@ -352,11 +349,25 @@ impl<A: Adapter> Server<A> {
                 .set_service_status(*name, tonic_health::ServingStatus::Serving)
                 .await;
         }
+        let mut builder = tonic::transport::Server::builder();
+        let security = match &self.tls {
+            None => "",
+            Some(tls) => {
+                builder = builder
+                    .tls_config(tls.to_tonic())
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+                if tls.is_mutual() {
+                    " (mutual TLS)"
+                } else {
+                    " (TLS)"
+                }
+            }
+        };
         eprintln!(
-            "mixer adapter listening on {local}: {}",
+            "mixer adapter listening on {local}{security}: {}",
             self.services.join(", ")
         );
-        tonic::transport::Server::builder()
+        builder
             .add_routes(self.routes.routes())
             .add_service(health_service)
             .serve_with_incoming_shutdown(
@@ -399,226 +410,4 @@ pub fn listen_addr(default: &str) -> String {
         .nth(1)
         .or_else(|| std::env::var("ADAPTER_ADDR").ok())
         .unwrap_or_else(|| default.to_string())
-}
-
-/// The generated service traits, implemented once over any adapter; each impl requires the
-/// matching template trait.
-struct Svc<A>(Shared<A>);
-
-/// The answer to a report batch.
-fn reported() -> Response<model::ReportResult> {
-    Response::new(model::ReportResult {})
-}
-
-impl<A> Clone for Svc<A> {
-    fn clone(&self) -> Self {
-        Svc(self.0.clone())
-    }
-}
-
-fn status_of(result: Result<(), String>) -> mixer_proto::google::rpc::Status {
-    match result {
-        Ok(()) => convert::status(Code::Ok, ""),
-        Err(message) => convert::status(Code::InvalidArgument, &message),
-    }
-}
-
-#[tonic::async_trait]
-impl<A: Adapter> InfrastructureBackend for Svc<A> {
-    async fn validate(
-        &self,
-        request: Request<model::ValidateRequest>,
-    ) -> Result<Response<model::ValidateResponse>, Status> {
-        let request = request.get_ref();
-        let result = self
-            .0
-            .validated(request.adapter_config.as_ref(), &request.inferred_types);
-        Ok(Response::new(model::ValidateResponse {
-            status: Some(status_of(result.map(drop))),
-        }))
-    }
-
-    async fn create_session(
-        &self,
-        request: Request<model::CreateSessionRequest>,
-    ) -> Result<Response<model::CreateSessionResponse>, Status> {
-        let request = request.get_ref();
-        let validated = self
-            .0
-            .validated(request.adapter_config.as_ref(), &request.inferred_types);
-        let response = match validated {
-            Ok(config) => model::CreateSessionResponse {
-                session_id: self.0.sessions.create(config),
-                status: Some(status_of(Ok(()))),
-            },
-            Err(message) => model::CreateSessionResponse {
-                session_id: String::new(),
-                status: Some(status_of(Err(message))),
-            },
-        };
-        Ok(Response::new(response))
-    }
-
-    async fn close_session(
-        &self,
-        request: Request<model::CloseSessionRequest>,
-    ) -> Result<Response<model::CloseSessionResponse>, Status> {
-        let id = &request.get_ref().session_id;
-        let status = if self.0.sessions.close(id) {
-            convert::status(Code::Ok, "")
-        } else {
-            convert::status(Code::NotFound, &format!("unknown session {id:?}"))
-        };
-        Ok(Response::new(model::CloseSessionResponse {
-            status: Some(status),
-        }))
-    }
-}
-
-#[tonic::async_trait]
-impl<A: CheckNothing> HandleCheckNothingService for Svc<A> {
-    async fn handle_check_nothing(
-        &self,
-        request: Request<checknothing::HandleCheckNothingRequest>,
-    ) -> Result<Response<model::CheckResult>, Status> {
-        let request = request.into_inner();
-        let config = self.0.config(request.adapter_config.as_ref())?;
-        let instance = convert::check_nothing(request.instance);
-        let result = CheckNothing::check(&*self.0.adapter, &instance, &config).await?;
-        Ok(Response::new(convert::check_result(result)))
-    }
-}
-
-#[tonic::async_trait]
-impl<A: ListEntry> HandleListEntryService for Svc<A> {
-    async fn handle_list_entry(
-        &self,
-        request: Request<listentry::HandleListEntryRequest>,
-    ) -> Result<Response<model::CheckResult>, Status> {
-        let request = request.into_inner();
-        let config = self.0.config(request.adapter_config.as_ref())?;
-        let instance = convert::list_entry(request.instance);
-        let result = ListEntry::check(&*self.0.adapter, &instance, &config).await?;
-        Ok(Response::new(convert::check_result(result)))
-    }
-}
-
-#[tonic::async_trait]
-impl<A: Authorization> HandleAuthorizationService for Svc<A> {
-    async fn handle_authorization(
-        &self,
-        request: Request<authorization::HandleAuthorizationRequest>,
-    ) -> Result<Response<model::CheckResult>, Status> {
-        let request = request.into_inner();
-        let config = self.0.config(request.adapter_config.as_ref())?;
-        let instance = convert::authorization(request.instance);
-        let result = Authorization::check(&*self.0.adapter, &instance, &config).await?;
-        Ok(Response::new(convert::check_result(result)))
-    }
-}
-
-#[tonic::async_trait]
-impl<A: Quota> HandleQuotaService for Svc<A> {
-    async fn handle_quota(
-        &self,
-        request: Request<quota::HandleQuotaRequest>,
-    ) -> Result<Response<model::QuotaResult>, Status> {
-        let request = request.into_inner();
-        let config = self.0.config(request.adapter_config.as_ref())?;
-        let (instance, args) = convert::quota(request.instance, request.quota_request.as_ref());
-        let result = Quota::alloc(&*self.0.adapter, &instance, args, &config).await?;
-        Ok(Response::new(convert::quota_result(instance.name, result)))
-    }
-}
-
-#[tonic::async_trait]
-impl<A: Metric> HandleMetricService for Svc<A> {
-    async fn handle_metric(
-        &self,
-        request: Request<metric::HandleMetricRequest>,
-    ) -> Result<Response<model::ReportResult>, Status> {
-        let request = request.into_inner();
-        let Some(config) = self
-            .0
-            .report_config(&request.dedup_id, request.adapter_config.as_ref())?
-        else {
-            return Ok(reported());
-        };
-        let instances: Vec<_> = request.instances.into_iter().map(convert::metric).collect();
-        Metric::report(&*self.0.adapter, &instances, &config).await?;
-        self.0.handled.done(request.dedup_id);
-        Ok(reported())
-    }
-}
-
-#[tonic::async_trait]
-impl<A: LogEntry> HandleLogEntryService for Svc<A> {
-    async fn handle_log_entry(
-        &self,
-        request: Request<logentry::HandleLogEntryRequest>,
-    ) -> Result<Response<model::ReportResult>, Status> {
-        let request = request.into_inner();
-        let Some(config) = self
-            .0
-            .report_config(&request.dedup_id, request.adapter_config.as_ref())?
-        else {
-            return Ok(reported());
-        };
-        let instances: Vec<_> = request
-            .instances
-            .into_iter()
-            .map(convert::log_entry)
-            .collect();
-        LogEntry::report(&*self.0.adapter, &instances, &config).await?;
-        self.0.handled.done(request.dedup_id);
-        Ok(reported())
-    }
-}
-
-#[tonic::async_trait]
-impl<A: TraceSpan> HandleTraceSpanService for Svc<A> {
-    async fn handle_trace_span(
-        &self,
-        request: Request<tracespan::HandleTraceSpanRequest>,
-    ) -> Result<Response<model::ReportResult>, Status> {
-        let request = request.into_inner();
-        let Some(config) = self
-            .0
-            .report_config(&request.dedup_id, request.adapter_config.as_ref())?
-        else {
-            return Ok(reported());
-        };
-        let instances: Vec<_> = request
-            .instances
-            .into_iter()
-            .map(convert::trace_span)
-            .collect();
-        TraceSpan::report(&*self.0.adapter, &instances, &config).await?;
-        self.0.handled.done(request.dedup_id);
-        Ok(reported())
-    }
-}
-
-#[tonic::async_trait]
-impl<A: ReportNothing> HandleReportNothingService for Svc<A> {
-    async fn handle_report_nothing(
-        &self,
-        request: Request<reportnothing::HandleReportNothingRequest>,
-    ) -> Result<Response<model::ReportResult>, Status> {
-        let request = request.into_inner();
-        let Some(config) = self
-            .0
-            .report_config(&request.dedup_id, request.adapter_config.as_ref())?
-        else {
-            return Ok(reported());
-        };
-        let instances: Vec<_> = request
-            .instances
-            .into_iter()
-            .map(convert::report_nothing)
-            .collect();
-        ReportNothing::report(&*self.0.adapter, &instances, &config).await?;
-        self.0.handled.done(request.dedup_id);
-        Ok(reported())
-    }
 }

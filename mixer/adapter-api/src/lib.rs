@@ -68,8 +68,8 @@ pub use handler::{
 };
 pub use registry::AdapterRegistry;
 pub use remote::{
-    InferredField, ParamsDescriptor, RemoteAdapters, RemoteConnection, RemoteHandlerSpec,
-    RemoteInstance,
+    AccessToken, Authentication, InferredField, MutualTls, ParamsDescriptor, PemFile,
+    RemoteAdapters, RemoteConnection, RemoteHandlerSpec, RemoteInstance, Tls, TokenHeader,
 };
 
 /// What the mixer does for a request when a handler cannot decide (down, slow, garbage).

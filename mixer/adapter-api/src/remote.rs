@@ -4,6 +4,7 @@
 //! [`AdapterRegistry::set_remote`](crate::AdapterRegistry::set_remote). The runtime never
 //! depends on that implementation: it sees this trait and the handler traits only.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,8 +21,126 @@ pub struct RemoteConnection {
     pub address: String,
     /// Deadline of each call; `None` = the implementation's default.
     pub timeout: Option<Duration>,
-    /// Istio's `authentication` block as written (TLS settings), if any.
-    pub authentication: Option<serde_json::Value>,
+    /// Istio's `authentication` block (TLS or mutual TLS); `None` = plaintext.
+    pub authentication: Option<Authentication>,
+}
+
+/// Istio's `connection.authentication` (`istio.policy.v1beta1.Authentication`): how the
+/// mixer secures its connection to the adapter. Certificate files are read when the config
+/// loads, so a changed certificate makes the next reload rebuild the handler.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Authentication {
+    /// `tls`: the adapter proves itself with a certificate; the mixer may send a token.
+    Tls(Tls),
+    /// `mutual`: both sides present certificates.
+    Mutual(MutualTls),
+}
+
+/// Istio's `Tls`: server-authenticated TLS, plus an optional access token in each call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tls {
+    /// `caCertificates`: CAs trusted for the adapter's certificate, on top of the system's.
+    pub ca_certificates: Option<PemFile>,
+    /// `tokenPath` with `authHeader` or `customHeader`.
+    pub token: Option<AccessToken>,
+    /// `serverName`: the name the adapter's certificate must carry (and the SNI sent);
+    /// `None` = the host of `connection.address`.
+    pub server_name: Option<String>,
+}
+
+/// Istio's `Mutual`: the mixer presents a client certificate too.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MutualTls {
+    /// `clientCertificate`: the mixer's certificate chain.
+    pub client_certificate: PemFile,
+    /// `privateKey`: its key.
+    pub private_key: PemFile,
+    /// `caCertificates`: CAs trusted for the adapter's certificate, on top of the system's.
+    pub ca_certificates: Option<PemFile>,
+    /// `serverName`: SNI and the name checked in the adapter's certificate.
+    pub server_name: Option<String>,
+}
+
+/// A token read from a file and sent with every call (Istio's `tokenPath` + token type).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AccessToken {
+    /// `tokenPath`: the file holding the token. It is read by the client, not kept in the
+    /// config, because tokens rotate more often than configs change.
+    pub path: PathBuf,
+    /// Where the token goes.
+    pub header: TokenHeader,
+}
+
+/// Istio's `authHeader` / `customHeader`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TokenHeader {
+    /// `authHeader: PLAIN`: `authorization: <token>`.
+    Plain,
+    /// `authHeader: BEARER`: `authorization: Bearer <token>`.
+    Bearer,
+    /// `customHeader: NAME`: `NAME: <token>` (lower case).
+    Custom(String),
+}
+
+/// A PEM file named by the config and its contents when the config was loaded.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PemFile {
+    /// The path as written.
+    pub path: PathBuf,
+    /// The file's bytes (already checked to hold PEM of the expected kind).
+    pub pem: Arc<[u8]>,
+}
+
+impl std::fmt::Debug for PemFile {
+    // Never print the contents: a private key would end up in logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PemFile")
+            .field("path", &self.path)
+            .field("bytes", &self.pem.len())
+            .finish()
+    }
+}
+
+impl Authentication {
+    /// The block as Istio spells it, with paths and no file contents (for config dumps).
+    pub fn describe(&self) -> serde_json::Value {
+        fn path(p: &PemFile) -> serde_json::Value {
+            p.path.display().to_string().into()
+        }
+        let mut out = serde_json::Map::new();
+        match self {
+            Authentication::Tls(t) => {
+                if let Some(ca) = &t.ca_certificates {
+                    out.insert("caCertificates".into(), path(ca));
+                }
+                if let Some(token) = &t.token {
+                    out.insert("tokenPath".into(), token.path.display().to_string().into());
+                    match &token.header {
+                        TokenHeader::Plain => out.insert("authHeader".into(), "PLAIN".into()),
+                        TokenHeader::Bearer => out.insert("authHeader".into(), "BEARER".into()),
+                        TokenHeader::Custom(h) => {
+                            out.insert("customHeader".into(), h.clone().into())
+                        }
+                    };
+                }
+                if let Some(name) = &t.server_name {
+                    out.insert("serverName".into(), name.clone().into());
+                }
+                serde_json::json!({ "tls": out })
+            }
+            Authentication::Mutual(m) => {
+                out.insert("clientCertificate".into(), path(&m.client_certificate));
+                out.insert("privateKey".into(), path(&m.private_key));
+                if let Some(ca) = &m.ca_certificates {
+                    out.insert("caCertificates".into(), path(ca));
+                }
+                if let Some(name) = &m.server_name {
+                    out.insert("serverName".into(), name.clone().into());
+                }
+                serde_json::json!({ "mutual": out })
+            }
+        }
+    }
 }
 
 /// The inferred type of one instance field (or one entry of a map field), as the config's

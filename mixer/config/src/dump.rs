@@ -27,7 +27,7 @@ impl Config {
                     "connection": h.connection.as_ref().map(|c| json!({
                         "address": c.address,
                         "timeout": c.timeout.map(|t| format!("{}s", t.as_secs_f64())),
-                        "authentication": c.authentication,
+                        "authentication": c.authentication.as_ref().map(|a| a.describe()),
                     })),
                     "adapterResource": h.adapter_resource.as_ref().map(|a| json!({
                         "name": &*a.name,

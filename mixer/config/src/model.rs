@@ -119,8 +119,8 @@ pub struct Connection {
     pub address: String,
     /// Per-call timeout.
     pub timeout: Option<Duration>,
-    /// Istio's `authentication` block (TLS or mutual TLS), kept as written.
-    pub authentication: Option<serde_json::Value>,
+    /// Istio's `authentication` block (TLS or mutual TLS), its certificate files read.
+    pub authentication: Option<mixer_adapter_api::Authentication>,
 }
 
 /// An instance: how to build one template's data from a request's attributes.

@@ -9,9 +9,10 @@ use mixer_adapter_api::{
 use mixer_proto::istio::mixer::adapter::model::v1beta1 as model;
 
 use crate::convert;
-use crate::handler::{RemoteHandler, endpoint, map_status};
+use crate::handler::RemoteHandler;
 use crate::metrics::MetricsSet;
 use crate::options::OopOptions;
+use crate::transport::{self, Transport};
 use crate::typed;
 
 /// Builds [`RemoteHandler`]s and validates their params with the adapter.
@@ -51,18 +52,11 @@ impl RemoteAdapterFactory {
         &self,
         spec: &RemoteHandlerSpec<'_>,
     ) -> Result<Arc<RemoteHandler>, AdapterError> {
-        if spec.connection.authentication.is_some() {
-            return Err(AdapterError::permanent(
-                ErrorKind::Internal,
-                "connection.authentication (TLS to the adapter) is not supported yet",
-            ));
-        }
         let params = typed::adapter_config(spec.params, spec.params_descriptor)
             .map_err(|e| AdapterError::permanent(ErrorKind::Internal, format!("params: {e}")))?;
         RemoteHandler::new(
             spec.handler_name.clone(),
-            &spec.connection.address,
-            spec.connection.timeout,
+            spec.connection,
             params,
             spec.instances,
             self.options,
@@ -81,9 +75,9 @@ impl RemoteAdapterFactory {
     /// not call it from a single-threaded runtime that also serves the adapter.
     pub fn validate_blocking(&self, spec: &RemoteHandlerSpec<'_>) -> ValidateOutcome {
         let timeout = self.options.validate_timeout;
-        let endpoint = match endpoint(&spec.connection.address, timeout) {
-            Ok(e) => e,
-            Err(m) => return ValidateOutcome::Rejected(m),
+        let transport = match Transport::new(spec.connection, timeout) {
+            Ok(t) => t,
+            Err((field, m)) => return ValidateOutcome::Rejected(format!("{field}: {m}")),
         };
         let adapter_config = match typed::adapter_config(spec.params, spec.params_descriptor) {
             Ok(a) => a,
@@ -102,7 +96,7 @@ impl RemoteAdapterFactory {
                     .map_err(|e| format!("no runtime for Validate: {e}"))?;
                 rt.block_on(async move {
                     let call = async {
-                        let channel = endpoint.connect().await.map_err(|e| {
+                        let channel = transport.connect().await.map_err(|e| {
                             tonic::Status::unavailable(format!("cannot connect: {e}"))
                         })?;
                         let mut client =
@@ -138,25 +132,22 @@ impl RemoteAdapterFactory {
             Ok(Err(s)) if s.code() == tonic::Code::InvalidArgument => {
                 ValidateOutcome::Rejected(s.message().to_owned())
             }
-            Ok(Err(s)) => ValidateOutcome::Unreachable(map_status(&s).message),
+            Ok(Err(s)) => {
+                ValidateOutcome::Unreachable(transport::call_error(&spec.handler_name, &s).message)
+            }
         }
     }
 }
 
 impl RemoteAdapters for RemoteAdapterFactory {
-    /// Rejects what cannot work at all (a bad address, TLS) and params the adapter's
-    /// `Validate` refused. An adapter that cannot be reached (or does not implement
-    /// `InfrastructureBackend`) does not fail the config: it is logged, and calls apply the
-    /// handler's fail policy until it is up. (Istio 1.4 did not validate at all.)
+    /// Rejects what cannot work at all (a bad address, TLS settings rustls refuses) and
+    /// params the adapter's `Validate` refused. An adapter that cannot be reached (or does
+    /// not implement `InfrastructureBackend`, or fails the TLS handshake) does not fail the
+    /// config: it is logged, and calls apply the handler's fail policy until it is up.
+    /// (Istio 1.4 did not validate at all.)
     fn validate(&self, spec: &RemoteHandlerSpec<'_>) -> Result<(), Vec<ParamError>> {
-        if spec.connection.authentication.is_some() {
-            return Err(vec![ParamError::new(
-                "connection.authentication",
-                "TLS to out-of-process adapters is not supported yet",
-            )]);
-        }
-        if let Err(m) = endpoint(&spec.connection.address, self.options.validate_timeout) {
-            return Err(vec![ParamError::new("connection.address", m)]);
+        if let Err((field, m)) = Transport::new(spec.connection, self.options.validate_timeout) {
+            return Err(vec![ParamError::new(field, m)]);
         }
         // Params that do not fit the adapter's message are refused here, adapter up or not.
         typed::adapter_config(spec.params, spec.params_descriptor).map_err(|e| vec![e])?;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use mixer_adapter_api::{
     AdapterError, CheckHandler, ErrorKind, Exposition, Handler, QuotaArgs, QuotaHandler,
-    RemoteInstance, ReportHandler,
+    RemoteConnection, RemoteInstance, ReportHandler,
 };
 use mixer_model::{CheckResult, Instance, QuotaResult, Template};
 use mixer_proto::istio::mixer::adapter::model::v1beta1 as model;
@@ -18,13 +18,13 @@ use mixer_proto::{
 use prost_types::Any;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request};
 
 use crate::breaker::CircuitBreaker;
 use crate::convert;
 use crate::metrics::{HandlerMetrics, MetricsSet};
 use crate::options::OopOptions;
+use crate::transport::{self, AdapterChannel, Transport};
 
 /// How the handler passes its config to the adapter.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,8 +44,8 @@ enum Session {
 /// not serve fails the call (`Unimplemented` → [`ErrorKind::InvalidInstance`]).
 pub struct RemoteHandler {
     name: Arc<str>,
-    endpoint: Endpoint,
-    channel: OnceLock<Channel>,
+    transport: Transport,
+    channel: OnceLock<AdapterChannel>,
     timeout: Duration,
     options: OopOptions,
     params: Any,
@@ -63,40 +63,28 @@ impl std::fmt::Debug for RemoteHandler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RemoteHandler")
             .field("name", &self.name)
-            .field("endpoint", &self.endpoint.uri())
+            .field("endpoint", self.transport.uri())
             .field("timeout", &self.timeout)
             .finish()
     }
 }
 
-/// `http://host:port` for a bare `host:port`.
-pub(crate) fn endpoint(address: &str, timeout: Duration) -> Result<Endpoint, String> {
-    let uri = if address.contains("://") {
-        address.to_owned()
-    } else {
-        format!("http://{address}")
-    };
-    Endpoint::from_shared(uri)
-        .map(|e| e.connect_timeout(timeout).tcp_nodelay(true))
-        .map_err(|e| format!("bad adapter address {address:?}: {e}"))
-}
-
 impl RemoteHandler {
-    /// A handler for the adapter at `address`, sending `params` (already encoded) as its
-    /// config. Nothing is connected yet: the channel connects on the first call, so a down
-    /// adapter does not fail the config.
+    /// A handler for the adapter `connection` names, sending `params` (already encoded) as
+    /// its config. Nothing is connected yet: the channel connects on the first call, so a
+    /// down adapter does not fail the config.
     pub(crate) fn new(
         name: Arc<str>,
-        address: &str,
-        timeout: Option<Duration>,
+        connection: &RemoteConnection,
         params: Any,
         instances: &[RemoteInstance],
         options: OopOptions,
         set: Arc<MetricsSet>,
     ) -> Result<RemoteHandler, AdapterError> {
-        let timeout = timeout.unwrap_or(options.default_timeout);
-        let endpoint = endpoint(address, timeout)
-            .map_err(|m| AdapterError::permanent(ErrorKind::Internal, m))?;
+        let timeout = connection.timeout.unwrap_or(options.default_timeout);
+        let transport = Transport::new(connection, timeout).map_err(|(field, m)| {
+            AdapterError::permanent(ErrorKind::Internal, format!("{field}: {m}"))
+        })?;
         let breaker = Arc::new(CircuitBreaker::new(options.breaker));
         let seq = set.next_seq();
         let metrics = Arc::new(HandlerMetrics::new(name.clone(), breaker.clone(), seq));
@@ -107,7 +95,7 @@ impl RemoteHandler {
         Ok(RemoteHandler {
             dedup_prefix: format!("{name}-{start:x}-{seq}"),
             name,
-            endpoint,
+            transport,
             channel: OnceLock::new(),
             timeout,
             params,
@@ -136,9 +124,9 @@ impl RemoteHandler {
         self.timeout
     }
 
-    fn channel(&self) -> Channel {
+    fn channel(&self) -> AdapterChannel {
         self.channel
-            .get_or_init(|| self.endpoint.connect_lazy())
+            .get_or_init(|| self.transport.connect_lazy())
             .clone()
     }
 
@@ -221,7 +209,7 @@ impl RemoteHandler {
     /// One call through the breaker, the concurrency limit and the deadline.
     async fn call<T, F, Fut>(&self, call: &'static str, f: F) -> Result<T, AdapterError>
     where
-        F: FnOnce(Channel, Any, Duration) -> Fut,
+        F: FnOnce(AdapterChannel, Any, Duration) -> Fut,
         Fut: Future<Output = Result<T, tonic::Status>>,
     {
         let started = Instant::now();
@@ -255,7 +243,7 @@ impl RemoteHandler {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(status)) => {
                 self.maybe_forget_session(&status).await;
-                Err(map_status(&status))
+                Err(transport::call_error(&self.name, &status))
             }
             Err(_) => Err(AdapterError::transient(
                 ErrorKind::Timeout,

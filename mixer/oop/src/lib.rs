@@ -61,6 +61,38 @@
 //!   params: {filePath: /tmp/out.txt, max_entries: 10}   # -> mygrpcadapter.config.Params
 //! ```
 //!
+//! ## TLS: `connection.authentication`
+//!
+//! Istio 1.4's block, with its field names (the adapter side is `mixer-adapter-sdk`'s
+//! `Server::tls`):
+//!
+//! ```yaml
+//! connection:
+//!   address: adapter.istio-system:9070      # host:port; TLS implies https (http:// is refused)
+//!   authentication:
+//!     tls:                                  # the adapter proves itself with a certificate
+//!       caCertificates: /etc/certs/root-cert.pem   # trusted on top of the system's CAs
+//!       tokenPath: /var/run/secrets/adapter-token  # optional, sent with every call:
+//!       authHeader: BEARER                  # `authorization: Bearer <token>`; PLAIN: as is;
+//!                                           # or customHeader: x-api-key
+//!       serverName: adapter.example         # optional: the name checked, and sent as SNI
+//!   # or mutual: {clientCertificate: ..., privateKey: ..., caCertificates: ..., serverName: ...}
+//! ```
+//!
+//! - Certificate and key files are read and PEM-checked when the config loads (errors carry
+//!   their field path) and rustls's own refusals, such as a key that does not match its
+//!   certificate, reject the config too. Their contents are part of the handler's config:
+//!   a reload after a rotation builds the handler again with the new files.
+//! - The token file is read again when the last read is older than [`TOKEN_REFRESH`]
+//!   (1 s), so a rotated token needs no reload; it is trimmed, and if the file becomes
+//!   unreadable the last good token is kept (with a warning).
+//! - A failed handshake (unknown CA, wrong name, no client certificate) is an `Unavailable`
+//!   error that names the handler and rustls's reason; the handler's fail policy applies.
+//! - Unlike Istio 1.4: `mutual` checks the adapter's certificate against `serverName` (or
+//!   the address's host) like `tls` does, where Istio ignored the name and wanted a SPIFFE
+//!   URI equal to the mixer's own; `tls` without a token is allowed; `oauth` token sources
+//!   are refused at load; `mutual` has no default mixer certificate to fall back to.
+//!
 //! Metrics (`mixer_oop_*`, see [`metrics`]) are served through `Handler::as_exposition`.
 //!
 //! ```
@@ -90,6 +122,8 @@ mod factory;
 mod handler;
 pub mod metrics;
 mod options;
+mod token;
+mod transport;
 mod typed;
 
 pub use breaker::{Admission, BreakerOptions, CircuitBreaker, CircuitState};
@@ -100,6 +134,7 @@ pub use convert::{
 pub use factory::{RemoteAdapterFactory, ValidateOutcome};
 pub use handler::RemoteHandler;
 pub use options::OopOptions;
+pub use token::REFRESH as TOKEN_REFRESH;
 pub use typed::{adapter_config, typed_params_any};
 
 /// Conversions of instances to each template's `InstanceMsg`.

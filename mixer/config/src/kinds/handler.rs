@@ -6,6 +6,7 @@ use mixer_adapter_api::{AdapterRegistry, FailPolicy};
 use serde_json::Value;
 
 use super::adapter::{self, Adapters};
+use super::authentication;
 use super::{Doc, parse_enum};
 use crate::document::{as_map, check_keys, opt_string, type_name};
 use crate::error::{Diagnostics, did_you_mean, join};
@@ -205,7 +206,24 @@ fn connection(doc: &Doc<'_>, value: &Value, diags: &mut Diagnostics) -> Option<C
             }
         },
     };
-    let authentication = map.get("authentication").filter(|v| !v.is_null()).cloned();
+    let authentication = match map.get("authentication") {
+        None | Some(Value::Null) => None,
+        Some(a) => {
+            let parsed =
+                authentication::authentication(doc, a, "spec.connection.authentication", diags);
+            ok &= parsed.is_some();
+            if parsed.is_some() && address.starts_with("http://") {
+                // The client would speak plaintext to an http:// address.
+                ok = false;
+                diags.error(
+                    &raw.doc,
+                    "spec.connection.address",
+                    "an http:// address cannot use TLS: write host:port or https://",
+                );
+            }
+            parsed
+        }
+    };
     ok.then_some(Connection {
         address,
         timeout,

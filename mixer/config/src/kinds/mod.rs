@@ -2,6 +2,7 @@
 //! problem with a field path.
 
 pub(crate) mod adapter;
+pub(crate) mod authentication;
 pub(crate) mod handler;
 pub(crate) mod headers;
 pub(crate) mod instance;

@@ -1,0 +1,98 @@
+//! Serving over TLS: the adapter's certificate and key, and for mutual TLS the CA that
+//! signed the mixer's client certificate. The mixer side is the handler's
+//! `connection.authentication` (`tls` or `mutual`).
+
+use std::path::Path;
+
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+
+/// TLS settings of an adapter's server, given to [`Server::tls`](crate::Server::tls).
+///
+/// ```no_run
+/// # use mixer_adapter_sdk::ServerTls;
+/// # fn main() -> std::io::Result<()> {
+/// // `tls` on the mixer side: the adapter proves itself, any client may connect.
+/// let tls = ServerTls::from_files("/etc/adapter/cert.pem", "/etc/adapter/key.pem")?;
+/// // `mutual`: only clients with a certificate signed by this CA get through.
+/// let mtls = tls.clone().client_ca_file("/etc/adapter/mixer-ca.pem")?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct ServerTls {
+    certificate: Vec<u8>,
+    key: Vec<u8>,
+    client_ca: Option<Vec<u8>>,
+}
+
+impl ServerTls {
+    /// From PEM text: the certificate chain (leaf first) and its private key.
+    pub fn new(certificate_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> ServerTls {
+        ServerTls {
+            certificate: certificate_pem.into(),
+            key: key_pem.into(),
+            client_ca: None,
+        }
+    }
+
+    /// From PEM files; an unreadable file is an error that names it.
+    pub fn from_files(
+        certificate: impl AsRef<Path>,
+        key: impl AsRef<Path>,
+    ) -> std::io::Result<ServerTls> {
+        Ok(ServerTls::new(
+            read(certificate.as_ref())?,
+            read(key.as_ref())?,
+        ))
+    }
+
+    /// From the environment, for adapters configured by their deployment:
+    /// `ADAPTER_TLS_CERT` and `ADAPTER_TLS_KEY` (files), plus `ADAPTER_TLS_CLIENT_CA` for
+    /// mutual TLS. `Ok(None)` when `ADAPTER_TLS_CERT` is not set (serve plaintext).
+    pub fn from_env() -> std::io::Result<Option<ServerTls>> {
+        let Some(cert) = std::env::var_os("ADAPTER_TLS_CERT") else {
+            return Ok(None);
+        };
+        let key = std::env::var_os("ADAPTER_TLS_KEY").ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "ADAPTER_TLS_CERT is set but ADAPTER_TLS_KEY is not",
+            )
+        })?;
+        let tls = ServerTls::from_files(cert, key)?;
+        match std::env::var_os("ADAPTER_TLS_CLIENT_CA") {
+            Some(ca) => tls.client_ca_file(ca).map(Some),
+            None => Ok(Some(tls)),
+        }
+    }
+
+    /// Requires a client certificate signed by one of the CAs in `ca_pem` (mutual TLS):
+    /// a client without one is refused during the handshake.
+    pub fn client_ca(mut self, ca_pem: impl Into<Vec<u8>>) -> ServerTls {
+        self.client_ca = Some(ca_pem.into());
+        self
+    }
+
+    /// [`ServerTls::client_ca`] from a file.
+    pub fn client_ca_file(self, ca: impl AsRef<Path>) -> std::io::Result<ServerTls> {
+        Ok(self.client_ca(read(ca.as_ref())?))
+    }
+
+    /// True when client certificates are required.
+    pub fn is_mutual(&self) -> bool {
+        self.client_ca.is_some()
+    }
+
+    pub(crate) fn to_tonic(&self) -> ServerTlsConfig {
+        let config =
+            ServerTlsConfig::new().identity(Identity::from_pem(&self.certificate, &self.key));
+        match &self.client_ca {
+            Some(ca) => config.client_ca_root(Certificate::from_pem(ca)),
+            None => config,
+        }
+    }
+}
+
+fn read(path: &Path) -> std::io::Result<Vec<u8>> {
+    std::fs::read(path)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+}

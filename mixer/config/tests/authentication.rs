@@ -1,0 +1,266 @@
+//! A remote handler's `connection.authentication`: Istio's field names, files read and
+//! PEM-checked at load, and every problem reported with its file, document and field path.
+
+use std::path::Path;
+
+use mixer_adapter_api::{AdapterRegistry, Authentication, TokenHeader};
+use mixer_config::{ConfigOptions, SourceFile, Validated, validate};
+
+// Only the PEM framing is checked at load (the DER inside is rustls's business at connect
+// time), so any base64 body will do here.
+const CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIBAAAA\n-----END CERTIFICATE-----\n";
+const KEY: &str = "-----BEGIN PRIVATE KEY-----\nMIIBAAAA\n-----END PRIVATE KEY-----\n";
+
+fn run(auth_yaml: &str) -> Result<Validated, Vec<String>> {
+    let yaml = format!(
+        "kind: handler\nmetadata: {{name: r}}\nspec:\n  adapter: mygrpc\n  connection:\n    address: 'localhost:9000'\n    authentication:\n{auth_yaml}"
+    );
+    validate(
+        &[SourceFile::new("c.yaml", yaml)],
+        &AdapterRegistry::new(),
+        &ConfigOptions::default(),
+    )
+    .map_err(|errs| errs.iter().map(ToString::to_string).collect())
+}
+
+fn auth(auth_yaml: &str) -> Authentication {
+    let v = run(auth_yaml).unwrap_or_else(|e| panic!("unexpected errors: {e:#?}"));
+    let c = v.config.handlers[0].connection.clone().expect("connection");
+    c.authentication.expect("authentication")
+}
+
+fn errors(auth_yaml: &str) -> Vec<String> {
+    run(auth_yaml).expect_err("errors")
+}
+
+struct Files(tempfile::TempDir);
+
+impl Files {
+    fn new() -> Files {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for (name, text) in [
+            ("ca.pem", CERT),
+            ("cert.pem", CERT),
+            ("key.pem", KEY),
+            ("token", "s3cret\n"),
+            ("empty", ""),
+            ("garbage.pem", "not a certificate"),
+            ("broken.pem", "-----BEGIN CERTIFICATE-----\nMIIB\n"),
+        ] {
+            std::fs::write(dir.path().join(name), text).expect("write");
+        }
+        Files(dir)
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.0.path().join(name).display().to_string()
+    }
+}
+
+#[test]
+fn tls_with_ca_token_and_server_name() {
+    let f = Files::new();
+    let a = auth(&format!(
+        "      tls:\n        caCertificates: {}\n        tokenPath: {}\n        authHeader: BEARER\n        serverName: adapter.local\n",
+        f.path("ca.pem"),
+        f.path("token")
+    ));
+    let Authentication::Tls(tls) = &a else {
+        panic!("{a:?}")
+    };
+    let ca = tls.ca_certificates.as_ref().expect("ca");
+    assert_eq!(ca.path, Path::new(&f.path("ca.pem")));
+    assert_eq!(&*ca.pem, CERT.as_bytes());
+    let token = tls.token.as_ref().expect("token");
+    assert_eq!(token.header, TokenHeader::Bearer);
+    assert_eq!(tls.server_name.as_deref(), Some("adapter.local"));
+    // The dump names files, never their contents.
+    let described = a.describe().to_string();
+    assert!(described.contains("ca.pem") && described.contains("BEARER"));
+    assert!(!described.contains("BEGIN") && !described.contains("s3cret"));
+    // A custom header is kept in lower case; TLS without a token is fine.
+    let a = auth(&format!(
+        "      tls: {{tokenPath: {}, customHeader: X-Api-Key}}\n",
+        f.path("token")
+    ));
+    let Authentication::Tls(tls) = a else {
+        panic!()
+    };
+    assert_eq!(
+        tls.token.expect("token").header,
+        TokenHeader::Custom("x-api-key".into())
+    );
+    assert!(matches!(auth("      tls: {}\n"), Authentication::Tls(t) if t.token.is_none()));
+}
+
+#[test]
+fn mutual_tls_reads_certificate_key_and_ca() {
+    let f = Files::new();
+    let a = auth(&format!(
+        "      mutual:\n        clientCertificate: {}\n        privateKey: {}\n        caCertificates: {}\n        serverName: 127.0.0.1\n",
+        f.path("cert.pem"),
+        f.path("key.pem"),
+        f.path("ca.pem")
+    ));
+    let Authentication::Mutual(m) = a else {
+        panic!("{a:?}")
+    };
+    assert_eq!(&*m.private_key.pem, KEY.as_bytes());
+    assert!(!format!("{m:?}").contains("BEGIN"), "keys stay out of logs");
+    assert_eq!(m.server_name.as_deref(), Some("127.0.0.1"));
+}
+
+#[test]
+fn missing_files_bad_pem_and_both_kinds_are_path_qualified_errors() {
+    let f = Files::new();
+    let p = "c.yaml: handler r: spec.connection.authentication";
+    assert_eq!(
+        errors("      tls:\n        caCertificates: /nonexistent/ca.pem\n"),
+        [format!(
+            "{p}.tls.caCertificates: cannot read /nonexistent/ca.pem: No such file or directory (os error 2)"
+        )]
+    );
+    assert_eq!(
+        errors(&format!(
+            "      tls: {{caCertificates: {}}}\n",
+            f.path("garbage.pem")
+        )),
+        [format!(
+            "{p}.tls.caCertificates: {} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+            f.path("garbage.pem")
+        )]
+    );
+    assert_eq!(
+        errors(&format!(
+            "      mutual: {{clientCertificate: {}, privateKey: {}}}\n",
+            f.path("broken.pem"),
+            f.path("cert.pem")
+        )),
+        [
+            format!(
+                "{p}.mutual.clientCertificate: {} is not valid PEM: a block has no END line",
+                f.path("broken.pem")
+            ),
+            format!(
+                "{p}.mutual.privateKey: {} holds no PEM private key (PRIVATE KEY, RSA PRIVATE KEY or EC PRIVATE KEY)",
+                f.path("cert.pem")
+            ),
+        ]
+    );
+    assert_eq!(
+        errors(&format!(
+            "      tls: {{}}\n      mutual: {{clientCertificate: {}, privateKey: {}}}\n",
+            f.path("cert.pem"),
+            f.path("key.pem")
+        )),
+        [format!("{p}: give either tls or mutual, not both")]
+    );
+}
+
+#[test]
+fn incomplete_or_unknown_settings_are_errors() {
+    let f = Files::new();
+    let p = "c.yaml: handler r: spec.connection.authentication";
+    let token = f.path("token");
+    let cases: Vec<(String, String)> = vec![
+        ("      {}\n".into(), format!("{p}: expected tls or mutual")),
+        (
+            format!(
+                "      mutual: {{clientCertificate: {}}}\n",
+                f.path("cert.pem")
+            ),
+            format!(
+                "{p}.mutual.privateKey: missing (mutual TLS needs the mixer's certificate and key)"
+            ),
+        ),
+        (
+            format!("      tls: {{tokenPath: {token}}}\n"),
+            format!(
+                "{p}.tls: tokenPath needs authHeader (PLAIN or BEARER) or customHeader to say how the token is sent"
+            ),
+        ),
+        (
+            "      tls: {authHeader: BEARER}\n".into(),
+            format!(
+                "{p}.tls.tokenPath: missing: authHeader and customHeader say how to send a token, and tokenPath is where to read it"
+            ),
+        ),
+        (
+            format!("      tls: {{tokenPath: {token}, authHeader: BASIC}}\n"),
+            format!("{p}.tls.authHeader: unknown value \"BASIC\" (expected one of PLAIN, BEARER)"),
+        ),
+        (
+            format!("      tls: {{tokenPath: {token}, authHeader: PLAIN, customHeader: x-key}}\n"),
+            format!("{p}.tls.customHeader: give either authHeader or customHeader, not both"),
+        ),
+        (
+            format!("      tls: {{tokenPath: {token}, customHeader: x-token-bin}}\n"),
+            format!(
+                "{p}.tls.customHeader: \"x-token-bin\" is a binary header (-bin); the token is text"
+            ),
+        ),
+        (
+            format!(
+                "      tls: {{tokenPath: {}, authHeader: BEARER}}\n",
+                f.path("empty")
+            ),
+            format!("{p}.tls.tokenPath: {} is empty", f.path("empty")),
+        ),
+        (
+            "      tls: {serverName: 'not a name'}\n".into(),
+            format!("{p}.tls.serverName: \"not a name\" is neither a DNS name nor an IP address"),
+        ),
+        (
+            "      tls: {oauth: {clientId: mixer}}\n".into(),
+            format!(
+                "{p}.tls.oauth: OAuth token sources are not supported: write the token to a file and give tokenPath"
+            ),
+        ),
+        (
+            "      tls: {ca_certificates: /x}\n".into(),
+            format!("{p}.tls.ca_certificates: unknown field (did you mean caCertificates?)"),
+        ),
+    ];
+    for (yaml, expected) in cases {
+        let got = errors(&yaml);
+        assert!(
+            got.len() == 1 && got[0] == expected,
+            "for\n{yaml}expected\n  {expected}\ngot\n  {got:#?}"
+        );
+    }
+    // mutual without either file names both.
+    assert_eq!(errors("      mutual: {}\n").len(), 2);
+}
+
+#[test]
+fn a_changed_certificate_changes_the_handler_build() {
+    let f = Files::new();
+    let yaml = format!("      tls: {{caCertificates: {}}}\n", f.path("ca.pem"));
+    let before = run(&yaml).expect("valid").config.handlers[0].clone();
+    std::fs::write(f.0.path().join("ca.pem"), format!("{CERT}{CERT}")).expect("rewrite");
+    let after = run(&yaml).expect("valid").config.handlers[0].clone();
+    assert!(
+        !before.same_build(&after),
+        "a reload after a certificate rotation must rebuild the handler"
+    );
+}
+
+#[test]
+fn an_http_address_cannot_use_tls() {
+    let yaml = "kind: handler\nmetadata: {name: r}\nspec:\n  adapter: mygrpc\n  connection:\n    address: 'http://localhost:9000'\n    authentication: {tls: {}}\n";
+    let errors: Vec<String> = validate(
+        &[SourceFile::new("c.yaml", yaml)],
+        &AdapterRegistry::new(),
+        &ConfigOptions::default(),
+    )
+    .expect_err("errors")
+    .iter()
+    .map(ToString::to_string)
+    .collect();
+    assert_eq!(
+        errors,
+        [
+            "c.yaml: handler r: spec.connection.address: an http:// address cannot use TLS: write host:port or https://"
+        ]
+    );
+}

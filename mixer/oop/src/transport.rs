@@ -1,0 +1,250 @@
+//! How a remote handler reaches its adapter: the endpoint (address, connect timeout, TLS
+//! from `connection.authentication`) and the credentials each call carries.
+
+use std::time::Duration;
+
+use mixer_adapter_api::{AdapterError, Authentication, ErrorKind, PemFile, RemoteConnection};
+use rustls::RootCertStore;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, TrustAnchor};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint, Identity};
+
+use crate::handler::map_status;
+use crate::token::Credentials;
+
+/// The channel every call goes through: HTTP/2 (over TLS when configured), plus the token.
+pub(crate) type AdapterChannel = InterceptedService<Channel, Credentials>;
+
+/// Where system CA bundles live (Debian/Ubuntu, Fedora/RHEL, Alpine/macOS); `SSL_CERT_FILE`
+/// comes first. Istio 1.4 trusted the system's CAs as well as `caCertificates`.
+const SYSTEM_BUNDLES: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/cert.pem",
+];
+
+/// An endpoint and the credentials to use on it.
+#[derive(Clone, Debug)]
+pub(crate) struct Transport {
+    endpoint: Endpoint,
+    credentials: Credentials,
+}
+
+impl Transport {
+    /// Everything about reaching the adapter that can be checked without it: the address,
+    /// the certificates (parsed into rustls's types) and the token file. The error names
+    /// the field at fault.
+    pub(crate) fn new(
+        connection: &RemoteConnection,
+        timeout: Duration,
+    ) -> Result<Transport, (String, String)> {
+        let address = &connection.address;
+        let tls = connection.authentication.is_some();
+        let uri = match address.split_once("://") {
+            None if tls => format!("https://{address}"),
+            None => format!("http://{address}"),
+            Some(("http", _)) if tls => {
+                // tonic would silently speak plaintext to an http:// endpoint.
+                return Err((
+                    "connection.address".into(),
+                    format!(
+                        "{address:?} is http:// but connection.authentication asks for TLS; write host:port or https://"
+                    ),
+                ));
+            }
+            Some(_) => address.clone(),
+        };
+        let endpoint = Endpoint::from_shared(uri)
+            .map(|e| e.connect_timeout(timeout).tcp_nodelay(true))
+            .map_err(|e| {
+                (
+                    "connection.address".to_string(),
+                    format!("bad adapter address {address:?}: {e}"),
+                )
+            })?;
+        let Some(auth) = &connection.authentication else {
+            return Ok(Transport {
+                endpoint,
+                credentials: Credentials::none(),
+            });
+        };
+        let (field, config, credentials) = tls_config(auth, timeout)?;
+        let endpoint = endpoint
+            .tls_config(config)
+            .map_err(|e| (field.to_string(), describe(&e)))?;
+        Ok(Transport {
+            endpoint,
+            credentials,
+        })
+    }
+
+    /// A channel that connects on first use (and reconnects by itself).
+    pub(crate) fn connect_lazy(&self) -> AdapterChannel {
+        InterceptedService::new(self.endpoint.connect_lazy(), self.credentials.clone())
+    }
+
+    /// A channel connected now.
+    pub(crate) async fn connect(&self) -> Result<AdapterChannel, String> {
+        let channel = self.endpoint.connect().await.map_err(|e| describe(&e))?;
+        Ok(InterceptedService::new(channel, self.credentials.clone()))
+    }
+
+    /// The adapter's URI, for logs.
+    pub(crate) fn uri(&self) -> &tonic::codegen::http::Uri {
+        self.endpoint.uri()
+    }
+}
+
+/// The TLS settings of `auth`, the field to blame if tonic refuses them, and the token.
+fn tls_config(
+    auth: &Authentication,
+    timeout: Duration,
+) -> Result<(&'static str, ClientTlsConfig, Credentials), (String, String)> {
+    let (ca, server_name, identity, field, credentials) = match auth {
+        Authentication::Tls(t) => {
+            let credentials = match &t.token {
+                None => Credentials::none(),
+                Some(token) => Credentials::from_token(token)
+                    .map_err(|m| ("connection.authentication.tls.tokenPath".to_string(), m))?,
+            };
+            let ca = (
+                t.ca_certificates.as_ref(),
+                "connection.authentication.tls.caCertificates",
+            );
+            (
+                ca,
+                &t.server_name,
+                None,
+                "connection.authentication.tls",
+                credentials,
+            )
+        }
+        Authentication::Mutual(m) => {
+            let identity = Identity::from_pem(&*m.client_certificate.pem, &*m.private_key.pem);
+            let ca = (
+                m.ca_certificates.as_ref(),
+                "connection.authentication.mutual.caCertificates",
+            );
+            (
+                ca,
+                &m.server_name,
+                Some(identity),
+                // rustls refuses a key that does not match the certificate here.
+                "connection.authentication.mutual.privateKey",
+                Credentials::none(),
+            )
+        }
+    };
+    let mut config = ClientTlsConfig::new()
+        .trust_anchors(trust_anchors(ca.0).map_err(|m| (ca.1.to_string(), m))?)
+        .timeout(timeout);
+    if let Some(name) = server_name {
+        config = config.domain_name(name.clone());
+    }
+    if let Some(identity) = identity {
+        config = config.identity(identity);
+    }
+    Ok((field, config, credentials))
+}
+
+/// The system's CAs (unparsable ones skipped, as the system may hold odd ones) and every
+/// certificate of `ca` (each must parse: a typo in the mixer's own config is an error).
+fn trust_anchors(ca: Option<&PemFile>) -> Result<Vec<TrustAnchor<'static>>, String> {
+    let mut roots = RootCertStore::empty();
+    if let Some(bundle) = system_bundle() {
+        let certs = CertificateDer::pem_slice_iter(&bundle).filter_map(Result::ok);
+        roots.add_parsable_certificates(certs);
+    }
+    if let Some(ca) = ca {
+        for (i, cert) in CertificateDer::pem_slice_iter(&ca.pem).enumerate() {
+            let cert = cert.map_err(|e| format!("{}: {e}", ca.path.display()))?;
+            roots.add(cert).map_err(|e| {
+                format!(
+                    "{}: certificate {} is not a usable CA certificate: {e}",
+                    ca.path.display(),
+                    i + 1
+                )
+            })?;
+        }
+    }
+    Ok(roots.roots)
+}
+
+fn system_bundle() -> Option<Vec<u8>> {
+    let from_env = std::env::var_os("SSL_CERT_FILE").map(std::path::PathBuf::from);
+    from_env
+        .into_iter()
+        .chain(SYSTEM_BUNDLES.iter().map(std::path::PathBuf::from))
+        .find_map(|p| std::fs::read(p).ok())
+}
+
+/// A tonic transport error with its causes: the outermost one alone says only "transport
+/// error", while the cause says what went wrong (an unknown issuer, a refused certificate).
+pub(crate) fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = s.source();
+    }
+    parts.join(": ")
+}
+
+/// The error of a failed call, naming the handler. A status that tonic made from a
+/// transport failure (refused connection, TLS handshake, dropped HTTP/2 connection) is
+/// `Unavailable` whatever its code, because that is what the fail policy should see; its
+/// causes are spelled out, since the status message alone often says only "transport error".
+pub(crate) fn call_error(handler: &str, status: &tonic::Status) -> AdapterError {
+    let mapped = map_status(status);
+    let causes = causes(status);
+    if mapped.kind != ErrorKind::Timeout && from_transport(status) {
+        let hint = hint(&causes);
+        return AdapterError::transient(
+            ErrorKind::Unavailable,
+            format!("cannot reach the adapter of handler {handler}: {causes}{hint}"),
+        );
+    }
+    let message = if causes.is_empty() || mapped.message.contains(&causes) {
+        mapped.message
+    } else {
+        format!("{}: {causes}", mapped.message)
+    };
+    AdapterError {
+        message: format!("adapter of handler {handler}: {message}"),
+        ..mapped
+    }
+}
+
+/// The status's source chain, joined (tonic keeps transport details there).
+pub(crate) fn causes(status: &tonic::Status) -> String {
+    match std::error::Error::source(status) {
+        Some(s) => describe(s),
+        None => String::new(),
+    }
+}
+
+fn from_transport(status: &tonic::Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(s) = source {
+        if s.is::<tonic::transport::Error>() || s.is::<std::io::Error>() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
+/// What to check, for the TLS failures whose rustls names are terse.
+fn hint(causes: &str) -> &'static str {
+    if causes.contains("UnknownIssuer") {
+        " (the adapter's certificate is signed by none of caCertificates nor a system CA)"
+    } else if causes.contains("CertificateRequired") {
+        " (the adapter wants a client certificate: use authentication.mutual)"
+    } else {
+        ""
+    }
+}
