@@ -13,16 +13,16 @@
 //! `report` measures the report path: records/s and the mixer's CPU seconds per 1000 requests,
 //! beside a mixer with no report rules.
 //!
-//! `overload` checks that reports cannot slow checks down. mixer-bench serves a slow
-//! out-of-process `metric` adapter itself (1 s per batch by default) and starts the mixer with
-//! the check rules of `configs/checks-10-rules.yaml` (or `--config`), a rule sending every
-//! report record to that adapter, and a small report queue (1000 records, batches of 100).
-//! Phase A drives ext_authz checks alone at a fixed rate (`--rate`, or half of the measured
-//! saturation); phase B drives the same checks while Mixer v1 reporters send records as fast
-//! as the mixer answers, far more than 10x the queue's capacity. It prints the percentiles of
-//! both phases and their ratio B/A, the mixer's peak RSS (VmHWM) in each phase, and, once the
-//! queue has drained, whether records sent − records the adapter received − records still
-//! queued equals the mixer's `mixer_report_dropped_total`.
+//! `overload` checks that reports cannot slow checks down. mixer-bench serves a slow out-of-process
+//! `metric` adapter itself (1 s per batch by default) and starts the mixer with the check rules of
+//! `configs/checks-10-rules.yaml` (or `--config`), a rule sending every report record to that
+//! adapter, and a small report queue (1000 records, batches of 100). Phase A drives ext_authz
+//! checks alone at a fixed rate (`--rate`, or half of the measured saturation); phase B drives the
+//! same checks while Mixer v1 reporters send records as fast as the mixer answers (or at
+//! `--report-rate`), far more than 10x the queue's capacity. It prints the percentiles of both
+//! phases and their ratio B/A, the mixer's peak RSS (VmHWM) in each phase, and, once the queue has
+//! drained, whether records sent − records the adapter received − records still queued equals the
+//! mixer's `mixer_report_dropped_total`.
 
 mod bags;
 mod load;

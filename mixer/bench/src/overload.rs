@@ -54,9 +54,14 @@ pub struct Args {
     /// Records per Report request.
     #[arg(long, default_value_t = 3)]
     records: usize,
-    /// Concurrent reporters in phase B (closed loop: each sends as soon as the last answer came).
+    /// Concurrent reporters in phase B.
     #[arg(long, default_value_t = 4)]
     reporters: usize,
+    /// Report requests per second in phase B, in total; default: full speed (each reporter
+    /// sends as soon as its last answer came). A rate separates the effect of an overflowing
+    /// queue from that of a CPU shared with as many reports as the mixer can take.
+    #[arg(long)]
+    report_rate: Option<f64>,
     /// Turn the mixer's check cache off.
     #[arg(long)]
     no_cache: bool,
@@ -181,7 +186,8 @@ fn spawn_reporters(
 ) -> std::thread::JoinHandle<anyhow::Result<Report>> {
     let requests = bags::requests(args.load.requests.max(1), args.load.distinct);
     let prepared = report::report_requests(&requests, args.records);
-    let (channels, concurrency) = (args.load.channels, args.reporters.max(1));
+    let (channels, concurrency, rate) =
+        (args.load.channels, args.reporters.max(1), args.report_rate);
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -192,7 +198,7 @@ fn spawn_reporters(
                 concurrency,
                 duration: window,
                 warmup: Duration::ZERO,
-                rate: None,
+                rate,
             };
             Ok(load::run(spec, |w| {
                 report::Reporter::new(chans[w % chans.len()].clone(), prepared.clone())
@@ -222,6 +228,9 @@ async fn wait_drained(admin: SocketAddr, adapter: &slow::Slow, limit: Duration) 
 
 /// Runs the overload benchmark and prints its results.
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    if args.report_rate.is_some_and(|r| r.is_nan() || r <= 0.0) {
+        bail!("--report-rate must be positive");
+    }
     if [
         args.queue_records,
         args.queue_megabytes,
@@ -335,7 +344,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ratio(99.9)
     );
     println!(
-        "reports: {} requests ok, {} failed; {records_sent} records sent ({:.1}x the queue's {} records), {:.0} records/s; {} records per request, {} reporters",
+        "reports: {} requests ok, {} failed; {records_sent} records sent ({:.1}x the queue's {} records), {:.0} records/s; {} records per request, {} reporters at {}",
         sent.allowed,
         sent.errors,
         records_sent as f64 / args.queue_records as f64,
@@ -343,6 +352,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         records_sent as f64 / sent.elapsed.as_secs_f64().max(1e-9),
         args.records,
         args.reporters.max(1),
+        args.report_rate
+            .map_or_else(|| "full speed".into(), |r| format!("{r:.0} requests/s")),
     );
     println!(
         "slow adapter ({:?} per batch of at most {}): {arrived} records arrived in {} batches ({arrived_before_b} during phase A); mixer: delivered {:.0}, dropped {dropped:.0}, queued {:.0} when load stopped",
