@@ -6,12 +6,30 @@
 //! mixer-bench compare --mixer-bin target/release/mixer --target ext-authz --no-cache
 //! mixer-bench run --target forward-auth --addr 127.0.0.1:9092 --rate 5000
 //! mixer-bench noop-server --addr 127.0.0.1:9191
+//! mixer-bench report --mixer-bin target/release/mixer --config policies/telemetry/config
+//! mixer-bench overload --mixer-bin target/release/mixer
 //! ```
+//!
+//! `report` measures the report path: records/s and the mixer's CPU seconds per 1000 requests,
+//! beside a mixer with no report rules.
+//!
+//! `overload` checks that reports cannot slow checks down. mixer-bench serves a slow out-of-process
+//! `metric` adapter itself (1 s per batch by default) and starts the mixer with the check rules of
+//! `configs/checks-10-rules.yaml` (or `--config`), a rule sending every report record to that
+//! adapter, and a small report queue (1000 records, batches of 100). Phase A drives ext_authz
+//! checks alone at a fixed rate (`--rate`, or half of the measured saturation); phase B drives the
+//! same checks while Mixer v1 reporters send records as fast as the mixer answers (or at
+//! `--report-rate`), far more than 10x the queue's capacity. It prints the percentiles of both
+//! phases and their ratio B/A, the mixer's peak RSS (VmHWM) in each phase, and, once the queue has
+//! drained, whether records sent − records the adapter received − records still queued equals the
+//! mixer's `mixer_report_dropped_total`.
 
 mod bags;
 mod load;
 mod noop;
+mod overload;
 mod report;
+mod slow;
 mod targets;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -106,6 +124,10 @@ enum Cmd {
         #[command(flatten)]
         load: LoadArgs,
     },
+    /// Overload mode: check latency alone (phase A) and while Mixer v1 reports overflow the
+    /// report queue of a slow out-of-process adapter that mixer-bench serves (phase B); the
+    /// mixer's peak RSS in each phase; sent − arrived − queued against the drop counter.
+    Overload(overload::Args),
     /// Print a `ratelimitconfig` with `--limits` descriptors, for `compare --target rate-limit`.
     RatelimitConfig {
         /// Number of limits.
@@ -168,6 +190,7 @@ fn main() -> anyhow::Result<()> {
             records,
             load,
         } => rt.block_on(report_mode(&mixer_bin, &config, records, &load)),
+        Cmd::Overload(args) => rt.block_on(overload::run(args)),
         Cmd::Compare {
             mixer_bin,
             config,

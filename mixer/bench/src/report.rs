@@ -135,8 +135,13 @@ fn clock_ticks() -> f64 {
 
 /// A counter's value from a Prometheus text page.
 pub fn scrape(admin: SocketAddr, series: &str) -> f64 {
+    sum(&metrics_page(admin), series, "")
+}
+
+/// The admin `/metrics` page, empty when the mixer does not answer.
+pub fn metrics_page(admin: SocketAddr) -> String {
     let Ok(mut stream) = std::net::TcpStream::connect(admin) else {
-        return 0.0;
+        return String::new();
     };
     use std::io::{Read, Write};
     let _ = write!(
@@ -145,9 +150,19 @@ pub fn scrape(admin: SocketAddr, series: &str) -> f64 {
     );
     let mut body = String::new();
     let _ = stream.read_to_string(&mut body);
-    // Sample lines are `name{labels} value`; add up every series of the family.
-    body.lines()
-        .filter(|l| l.starts_with(series))
+    body
+}
+
+/// The sum of every sample of `series` on `page` whose line contains `filter` (a label such
+/// as `handler="x"`; empty for all of them).
+pub fn sum(page: &str, series: &str, filter: &str) -> f64 {
+    // Sample lines are `name{labels} value`; a longer name sharing the prefix is another family.
+    page.lines()
+        .filter(|l| {
+            l.strip_prefix(series)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter(|l| l.contains(filter))
         .filter_map(|l| l.rsplit(' ').next())
         .filter_map(|v| v.trim().parse::<f64>().ok())
         .fold(0.0, |a, b| a + b)
