@@ -167,3 +167,112 @@ fn invalid_config_at_start_is_not_ready() {
     assert_eq!(status, 503);
     assert!(mixer.terminate().success());
 }
+
+/// Every report a proxy sent before SIGTERM reaches the handler: the queues are delivered
+/// on the way out, not dropped with the process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_delivers_the_queued_reports() {
+    use mixer_proto::istio::mixer::v1 as pb;
+    use mixer_proto::istio::mixer::v1::mixer_client::MixerClient;
+
+    const REQUESTS: usize = 40;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("access.log");
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+kind: handler
+metadata: {{name: file, namespace: istio-system}}
+spec:
+  compiledAdapter: stdio
+  params: {{logStream: FILE, outputPath: "{}", outputAsJson: true}}
+---
+kind: instance
+metadata: {{name: access, namespace: istio-system}}
+spec:
+  compiledTemplate: logentry
+  params:
+    severity: '"Info"'
+    variables: {{path: request.path | ""}}
+---
+kind: rule
+metadata: {{name: log-all, namespace: istio-system}}
+spec:
+  actions: [{{handler: file, instances: [access]}}]
+"#,
+            log.display()
+        ),
+    )
+    .expect("write config");
+    // Batches that would wait a minute to fill: only shutdown delivers them in time.
+    let mixer = Mixer::start(
+        binary(),
+        &[
+            "--config",
+            config.to_str().expect("utf-8"),
+            "--report-batch-timeout",
+            "60s",
+            "--report-batch-size",
+            "10000",
+        ],
+    );
+    let admin = mixer.admin;
+    tokio::task::spawn_blocking(move || {
+        let start = Instant::now();
+        while !matches!(http_request(admin, "GET", "/readyz", &[]), Ok((200, _, _))) {
+            assert!(start.elapsed() < Duration::from_secs(10), "not ready");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+    .await
+    .expect("join");
+
+    let mut client = MixerClient::connect(format!("http://{}", mixer.grpc))
+        .await
+        .expect("connect");
+    let words = mixer_frontends::mixer_v1::GLOBAL_WORD_COUNT;
+    for i in 0..REQUESTS {
+        let path = mixer_model::Value::from(format!("/r/{i}"));
+        let record = mixer_frontends::mixer_v1::encode([("request.path", &path)], words);
+        client
+            .report(pb::ReportRequest {
+                attributes: vec![record.clone(), record],
+                global_word_count: words as u32,
+                ..Default::default()
+            })
+            .await
+            .expect("report");
+    }
+    let (_, _, metrics) = http_request(admin, "GET", "/metrics", &[]).expect("metrics");
+    assert!(
+        !metrics.contains("mixer_report_delivered_total{handler=\"file.istio-system\"}"),
+        "delivered before shutdown: the batch timeout did not hold them\n{metrics}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .count(),
+        0
+    );
+
+    let exit = tokio::task::spawn_blocking(move || mixer.terminate())
+        .await
+        .expect("join");
+    assert!(exit.success(), "exit status {exit:?}");
+    let text = std::fs::read_to_string(&log).expect("the log was written");
+    let paths: Vec<String> = text
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("one JSON object per line");
+            v["path"].as_str().expect("path").to_string()
+        })
+        .collect();
+    assert_eq!(paths.len(), 2 * REQUESTS, "{text}");
+    for i in 0..REQUESTS {
+        let n = paths.iter().filter(|p| **p == format!("/r/{i}")).count();
+        assert_eq!(n, 2, "/r/{i} in {text}");
+    }
+}

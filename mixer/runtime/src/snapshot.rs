@@ -473,10 +473,11 @@ impl Snapshot {
     /// Delivers what the report queues of this snapshot's handlers hold and stops them,
     /// waiting at most `deadline` per handler. For shutdown.
     pub async fn close_report_queues(&self, deadline: std::time::Duration) {
-        for h in &self.handlers {
-            if let Some(q) = &h.queue {
-                q.close(deadline).await;
-            }
+        // All at once, so that `deadline` bounds the whole shutdown, not each handler's.
+        let mut closing = tokio::task::JoinSet::new();
+        for q in self.handlers.iter().filter_map(|h| h.queue.clone()) {
+            closing.spawn(async move { q.close(deadline).await });
         }
+        while closing.join_next().await.is_some() {}
     }
 }

@@ -101,6 +101,27 @@ impl Runtime {
         self.snapshot().close_report_queues(deadline).await;
     }
 
+    /// Shuts down within `deadline`: delivers the active snapshot's queued reports (what is
+    /// still queued at the deadline is counted in `mixer_report_dropped_total` with reason
+    /// `shutdown_deadline`), then closes its handlers so exporters flush what they batch and
+    /// out-of-process sessions close. Handlers that do not close in time are left as they are.
+    pub async fn shutdown(&self, deadline: Duration) {
+        let end = tokio::time::Instant::now() + deadline;
+        let snapshot = self.snapshot();
+        snapshot.close_report_queues(deadline).await;
+        let mut closing = tokio::task::JoinSet::new();
+        for built in &snapshot.handlers {
+            let handler = built.handler.clone();
+            closing.spawn(async move { handler.close().await });
+        }
+        if tokio::time::timeout_at(end, async { while closing.join_next().await.is_some() {} })
+            .await
+            .is_err()
+        {
+            tracing::warn!("shutdown deadline passed with handlers still closing");
+        }
+    }
+
     /// Reads, validates and builds the config, then swaps it in. Returns the new snapshot id.
     pub fn reload(&self) -> Result<u64, ReloadError> {
         let _one_at_a_time = self.reloading.lock().unwrap_or_else(|e| e.into_inner());

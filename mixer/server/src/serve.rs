@@ -145,6 +145,10 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     {
         tracing::warn!("drain timeout passed; exiting with requests still in flight");
     }
+    // No more requests: deliver the reports still queued and let exporters flush, within
+    // the same budget again.
+    tracing::info!("delivering queued reports and closing handlers");
+    runtime.shutdown(settings.drain_timeout).await;
     tracing::info!("stopped");
     Ok(())
 }
