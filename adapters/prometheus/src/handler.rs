@@ -208,7 +208,14 @@ impl PrometheusHandler {
             .spec
             .labels
             .iter()
-            .map(|label| {
+            .enumerate()
+            .map(|(i, label)| {
+                // Dimensions usually come in the order the labels are configured.
+                if let Some((k, v)) = dims.get(i)
+                    && **k == *label.configured
+                {
+                    return Some(v);
+                }
                 dims.iter()
                     .find(|(k, _)| **k == *label.configured)
                     .or_else(|| dims.iter().find(|(k, _)| **k == *label.exposed))

@@ -67,19 +67,27 @@ pub fn go_duration(d: Duration) -> String {
 /// Appends `s` as a JSON string.
 pub fn json_string(out: &mut String, s: &str) {
     out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 || c == '\u{2028}' || c == '\u{2029}' => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
+    // Runs of characters that need no escape are copied whole: most values have none.
+    let mut plain = 0;
+    for (i, c) in s.char_indices() {
+        let escape = match c {
+            '"' => "\\\"",
+            '\\' => "\\\\",
+            '\n' => "\\n",
+            '\r' => "\\r",
+            '\t' => "\\t",
+            c if (c as u32) < 0x20 || c == '\u{2028}' || c == '\u{2029}' => "",
+            _ => continue,
+        };
+        out.push_str(&s[plain..i]);
+        if escape.is_empty() {
+            let _ = write!(out, "\\u{:04x}", c as u32);
+        } else {
+            out.push_str(escape);
         }
+        plain = i + c.len_utf8();
     }
+    out.push_str(&s[plain..]);
     out.push('"');
 }
 
@@ -302,5 +310,27 @@ mod tests {
         assert_eq!(c(Value::from("a=b")), "\"a=b\"");
         assert_eq!(c(Value::Duration(Duration(19_000_000))), "19ms");
         assert_eq!(c(Value::Int64(200)), "200");
+    }
+
+    #[test]
+    fn json_strings_read_back_as_written() {
+        for text in [
+            "",
+            "plain",
+            "say \"hi\"",
+            "back\\slash",
+            "tab\tnew\nline\r",
+            "\u{1}\u{1f}",
+            "line\u{2028}para\u{2029}end",
+            "ünïcødé and 😀",
+            "\"",
+            "trailing\\",
+        ] {
+            let mut out = String::new();
+            json_string(&mut out, text);
+            let back: String = serde_json::from_str(&out).expect("valid JSON");
+            assert_eq!(back, text, "{out}");
+            assert!(!out.contains('\u{2028}') && !out.chars().any(|c| (c as u32) < 0x20));
+        }
     }
 }
