@@ -224,7 +224,9 @@ impl PrometheusHandler {
             .collect()
     }
 
-    fn record(&self, metric: &Metric, instance: &Instance) -> Result<(), String> {
+    /// Records one instance; `now` is the batch's time (expiry is counted in minutes, so one
+    /// clock read per batch is close enough).
+    fn record(&self, metric: &Metric, instance: &Instance, now: Instant) -> Result<(), String> {
         let value = match instance.value("value") {
             Some(v) => numeric_value(v)?,
             None => return Err("the instance has no value".into()),
@@ -244,7 +246,6 @@ impl PrometheusHandler {
             // The sweep removes series under this lock too, so a series cannot be removed from
             // the vector between finding it here and updating it.
             let mut series = lock(&metric.series);
-            let now = Instant::now();
             let live = match series.get_mut(key.as_str()) {
                 Some(live) => live,
                 None => {
@@ -335,6 +336,7 @@ impl Handler for PrometheusHandler {
 #[async_trait]
 impl ReportHandler for PrometheusHandler {
     async fn report(&self, instances: &[Instance]) -> Result<(), AdapterError> {
+        let now = Instant::now();
         let mut errors = Vec::new();
         for instance in instances {
             if instance.template != Template::Metric {
@@ -350,7 +352,7 @@ impl ReportHandler for PrometheusHandler {
                 continue;
             };
             let metric = &self.metrics[index];
-            if let Err(e) = self.record(metric, instance) {
+            if let Err(e) = self.record(metric, instance, now) {
                 errors.push(format!(
                     "could not record {} for metric {}: {e}",
                     instance.name, metric.spec.full_name
