@@ -288,6 +288,32 @@ fn classify(raw: &RawDoc, registry: &AdapterRegistry, diags: &mut Diagnostics) -
             );
             return None;
         }
+        // Istio 1.4 shipped a `template` document (the template's descriptor) beside every
+        // out-of-process adapter's config. The mixer's templates are built in.
+        "template" => {
+            let builtin = Template::from_name(&raw.name)
+                .or_else(|| Template::from_name(raw.name.split('.').next().unwrap_or_default()));
+            match builtin {
+                Some(t) => diags.warn(
+                    &raw.doc,
+                    "kind",
+                    format!(
+                        "template {} is built into the mixer; its descriptor is not needed and is ignored",
+                        t.name()
+                    ),
+                ),
+                None => diags.error(
+                    &raw.doc,
+                    "metadata.name",
+                    format!(
+                        "template {:?} is not one of the mixer's templates ({}); custom templates are not supported",
+                        raw.name,
+                        Template::ALL.iter().map(|t| t.name()).collect::<Vec<_>>().join(", ")
+                    ),
+                ),
+            }
+            return None;
+        }
         _ if registry.get(kind).is_some() => Kind::LegacyHandler,
         _ => match Template::from_name(kind) {
             Some(t) => Kind::LegacyInstance(t),
