@@ -201,6 +201,9 @@ pub struct RemoteHandlerSpec<'a> {
     /// The message `params` are encoded into, when an `adapter` resource gives one; `None`
     /// sends them as a `google.protobuf.Struct`.
     pub params_descriptor: Option<&'a ParamsDescriptor>,
+    /// Whether the adapter keeps sessions, when an `adapter` resource says
+    /// (`spec.session_based`); `None`: unknown, so a client may try and fall back.
+    pub session_based: Option<bool>,
     /// How to reach it.
     pub connection: &'a RemoteConnection,
     /// The instances rules send it (every rule of the config).

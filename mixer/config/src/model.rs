@@ -100,8 +100,8 @@ pub struct AdapterResource {
     pub name: Arc<str>,
     /// `spec.description`.
     pub description: String,
-    /// `spec.session_based`, as written (the mixer asks every adapter for a session and
-    /// falls back to params on each call when it has none).
+    /// `spec.session_based`: false makes the mixer send the params with every call instead
+    /// of opening a session.
     pub session_based: bool,
     /// `spec.templates`: the templates its handlers may be sent.
     pub templates: Vec<Template>,

@@ -54,12 +54,18 @@ impl RemoteAdapterFactory {
     ) -> Result<Arc<RemoteHandler>, AdapterError> {
         let params = typed::adapter_config(spec.params, spec.params_descriptor)
             .map_err(|e| AdapterError::permanent(ErrorKind::Internal, format!("params: {e}")))?;
+        let mut options = self.options;
+        // An adapter resource that says the adapter keeps no sessions saves the CreateSession
+        // attempt; without one, the handler tries and falls back to params on each call.
+        if spec.session_based == Some(false) {
+            options.sessions = false;
+        }
         RemoteHandler::new(
             spec.handler_name.clone(),
             spec.connection,
             params,
             spec.instances,
-            self.options,
+            options,
             self.metrics.clone(),
         )
         .map(Arc::new)

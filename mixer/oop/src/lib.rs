@@ -18,7 +18,8 @@
 //! 4. **Session**: the first call asks `CreateSession`; if the adapter has one, later calls
 //!    send only the session id (`adapter_config.type_url` = [`SESSION_TYPE_URL`], `value` =
 //!    the id in UTF-8); otherwise (`Unimplemented`) every call carries the params (see
-//!    below). `Handler::close` closes the session.
+//!    below). `Handler::close` closes the session. When the handler's `adapter` document
+//!    says `session_based: false`, no session is asked for.
 //! 5. **Retries**: report batches only, on retryable errors, 3 attempts with backoff
 //!    (100 ms, 200 ms) under one `dedup_id`. Checks and quota are never retried: the
 //!    handler's fail policy decides (closed for checks, open for quota by default).
@@ -108,7 +109,7 @@
 //! let connection = RemoteConnection { address: "127.0.0.1:1".into(), timeout: None, authentication: None };
 //! let params = serde_json::json!({"list": ["a"]});
 //! let spec = RemoteHandlerSpec {
-//!     handler_name: "h.istio-system".into(), adapter: "myadapter", params: &params, params_descriptor: None,
+//!     handler_name: "h.istio-system".into(), adapter: "myadapter", params: &params, params_descriptor: None, session_based: None,
 //!     connection: &connection, instances: &[],
 //! };
 //! assert!(factory.validate(&spec).is_ok());

@@ -221,6 +221,7 @@ fn build(options: OopOptions, addr: SocketAddr, params: serde_json::Value) -> Ar
             adapter: "myadapter",
             params: &params,
             params_descriptor: None,
+            session_based: None,
             connection: &connection,
             instances: &[],
         })
@@ -502,6 +503,7 @@ fn spec_validate(
         adapter: "myadapter",
         params: &params,
         params_descriptor: None,
+        session_based: None,
         connection: &connection,
         instances: &[],
     })

@@ -271,6 +271,7 @@ async fn validate_goes_over_tls_and_rustls_refusals_are_config_errors() {
         adapter: "allow",
         params: &params,
         params_descriptor: None,
+        session_based: None,
         connection: &connection,
         instances: &[],
     };

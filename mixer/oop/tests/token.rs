@@ -103,6 +103,7 @@ fn handler(port: u16, tls_yaml: &str) -> Arc<RemoteHandler> {
             adapter: "recorder",
             params: &serde_json::Value::Null,
             params_descriptor: None,
+            session_based: None,
             connection: &connection,
             instances: &[],
         })

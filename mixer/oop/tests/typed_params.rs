@@ -144,11 +144,20 @@ async fn serve(adapter: Adapter) -> (SocketAddr, tokio::task::JoinHandle<()>) {
     (addr, task)
 }
 
-/// The config a user writes: the adapter document and a handler of it at `addr`.
+/// The config a user writes: the adapter document (saying the adapter keeps sessions) and a
+/// handler of it at `addr`.
 fn config(addr: SocketAddr, params: &str) -> Result<HandlerConfig, Vec<String>> {
+    config_with(addr, params, true)
+}
+
+fn config_with(
+    addr: SocketAddr,
+    params: &str,
+    session_based: bool,
+) -> Result<HandlerConfig, Vec<String>> {
     let descriptor = STANDARD.encode(mixer_proto::testdata::FILE_DESCRIPTOR_SET);
     let yaml = format!(
-        "apiVersion: config.istio.io/v1alpha2\nkind: adapter\nmetadata: {{name: testadapter}}\nspec:\n  templates: [listentry]\n  config: {descriptor}\n---\nkind: handler\nmetadata: {{name: h, namespace: team}}\nspec:\n  adapter: testadapter\n  connection: {{address: '{addr}', timeout: 2s}}\n  params: {params}\n"
+        "apiVersion: config.istio.io/v1alpha2\nkind: adapter\nmetadata: {{name: testadapter}}\nspec:\n  session_based: {session_based}\n  templates: [listentry]\n  config: {descriptor}\n---\nkind: handler\nmetadata: {{name: h, namespace: team}}\nspec:\n  adapter: testadapter\n  connection: {{address: '{addr}', timeout: 2s}}\n  params: {params}\n"
     );
     mixer_config::validate(
         &[SourceFile::new("typed.yaml", yaml)],
@@ -202,6 +211,7 @@ fn with_spec<T>(hc: &HandlerConfig, f: impl FnOnce(&RemoteHandlerSpec<'_>) -> T)
         adapter: &hc.adapter,
         params: &hc.params,
         params_descriptor: hc.adapter_resource.as_ref().and_then(|a| a.params.as_ref()),
+        session_based: hc.adapter_resource.as_ref().map(|a| a.session_based),
         connection: &connection,
         instances: &instances,
     })
@@ -253,6 +263,32 @@ async fn validate_and_create_session_get_the_adapters_own_message() {
     // Within the session only its id travels.
     assert_eq!(seen[2].1.type_url, mixer_oop::SESSION_TYPE_URL);
     assert_eq!(seen[2].1.value, b"s-1");
+}
+
+#[tokio::test]
+async fn an_adapter_document_without_sessions_is_not_asked_for_one() {
+    // The adapter could open a session, but its document says it keeps none (Istio's
+    // `session_based: false`): the mixer sends the params with every call.
+    let adapter = Adapter {
+        sessions: true,
+        ..Adapter::default()
+    };
+    let (addr, _server) = serve(adapter.clone()).await;
+    let hc = config_with(addr, PARAMS, false).expect("valid config");
+    let handler = with_spec(&hc, |spec| factory().build_handler(spec)).expect("built");
+    let check = handler.as_check().expect("check");
+    assert!(
+        check
+            .check(&user("alice"))
+            .await
+            .expect("answer")
+            .status
+            .is_ok()
+    );
+    let seen = adapter.seen();
+    let calls: Vec<&str> = seen.iter().map(|(c, _)| *c).collect();
+    assert_eq!(calls, ["check"]);
+    assert_eq!(decode(&seen[0].1).expect("typed"), expected());
 }
 
 #[tokio::test]

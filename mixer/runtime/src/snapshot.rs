@@ -415,6 +415,7 @@ fn build_remote(
         adapter: &hc.adapter,
         params: &hc.params,
         params_descriptor: hc.adapter_resource.as_ref().and_then(|a| a.params.as_ref()),
+        session_based: hc.adapter_resource.as_ref().map(|a| a.session_based),
         connection: &connection,
         instances: &instances,
     };
