@@ -50,6 +50,15 @@ fn default_config_decides_and_sigterm_exits_cleanly() {
         body.contains(r#"mixer_rule_matches_total{rule="deny-on-header.istio-system"} 1"#),
         "{body}"
     );
+    // Every decision is timed, whichever protocol asked.
+    assert!(
+        body.contains("mixer_check_duration_seconds_count 3"),
+        "{body}"
+    );
+    assert!(
+        body.contains(r#"mixer_check_duration_seconds_bucket{le="1"} 3"#),
+        "{body}"
+    );
 
     let (status, _, body) = http_request(mixer.admin, "GET", "/config_dump", &[]).expect("dump");
     assert_eq!(status, 200);

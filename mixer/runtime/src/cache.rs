@@ -169,8 +169,18 @@ impl CheckCache {
 }
 
 impl Snapshot {
-    /// Decides a check through the snapshot's check cache. Front ends call this.
+    /// Decides a check through the snapshot's check cache, and observes how long that took
+    /// in `mixer_check_duration_seconds`. Front ends call this.
     pub async fn check_cached(&self, bag: &dyn Bag) -> Result<Checked, CheckError> {
+        let started = std::time::Instant::now();
+        let checked = self.check_through_cache(bag).await;
+        self.metrics
+            .check_duration
+            .observe(started.elapsed().as_secs_f64());
+        checked
+    }
+
+    async fn check_through_cache(&self, bag: &dyn Bag) -> Result<Checked, CheckError> {
         let Some(cache) = &self.cache else {
             let (verdict, _) = self.check_uncached(bag).await?;
             return Ok(Checked {

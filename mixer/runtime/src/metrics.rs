@@ -1,6 +1,8 @@
 //! The mixer's own metrics, all prefixed `mixer_`.
 
-use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
 
 /// Counters the runtime keeps; registered once in a [`Registry`] the admin endpoint serves.
 #[derive(Clone, Debug)]
@@ -39,7 +41,17 @@ pub struct RuntimeMetrics {
     pub report_dropped: IntCounterVec,
     /// `mixer_report_queued{handler}`: records waiting in a handler's queue.
     pub report_queued: IntGaugeVec,
+    /// `mixer_check_duration_seconds`: time to decide a check inside the mixer (cache,
+    /// rules and handler calls), from 10 µs up.
+    pub check_duration: Histogram,
 }
+
+/// Bucket bounds of `mixer_check_duration_seconds`: fine below a millisecond, where checks
+/// are meant to be decided, coarse above for handlers that call out.
+const CHECK_DURATION_BUCKETS: [f64; 14] = [
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1,
+    0.25, 1.0,
+];
 
 impl RuntimeMetrics {
     /// Creates the metrics and registers them in `registry`.
@@ -65,7 +77,16 @@ impl RuntimeMetrics {
             "Config loads rejected (the previous snapshot stayed active)",
         )?;
         registry.register(Box::new(reload_failures.clone()))?;
+        let check_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "mixer_check_duration_seconds",
+                "Time the mixer took to decide a check: cache, rules and handler calls (not the protocol's decoding and encoding)",
+            )
+            .buckets(CHECK_DURATION_BUCKETS.to_vec()),
+        )?;
+        registry.register(Box::new(check_duration.clone()))?;
         Ok(RuntimeMetrics {
+            check_duration,
             reloads: counter_vec(
                 "mixer_config_reloads_total",
                 "Config loads by result",
