@@ -27,8 +27,6 @@ pub const DEFAULT_VALID_USE_COUNT: i32 = 10_000;
 pub struct Dispatch {
     /// Index of the handler in [`Snapshot::handlers`].
     pub handler: usize,
-    /// The rule that produced it.
-    pub rule: Arc<str>,
     /// The built instance.
     pub instance: Instance,
 }
@@ -85,6 +83,12 @@ impl Snapshot {
     /// Evaluates the rules for `variety` against `bag`: which match, which instances they
     /// produce, what was read.
     pub fn evaluate(&self, bag: &dyn Bag, variety: Variety) -> Evaluation {
+        self.evaluate_with(bag, variety, true)
+    }
+
+    /// [`Snapshot::evaluate`]; `name_rules: false` leaves `matched_rules` empty (reports do
+    /// not answer with them, and every name kept is a shared reference count to bump).
+    fn evaluate_with(&self, bag: &dyn Bag, variety: Variety, name_rules: bool) -> Evaluation {
         let mut eval = Evaluation::default();
         if variety == Variety::Report {
             // Nothing caches or answers with a report's reads.
@@ -95,6 +99,7 @@ impl Snapshot {
             self.default_rules.get(variety),
             bag,
             variety,
+            name_rules,
             &mut eval,
             &mut candidates,
         );
@@ -102,7 +107,14 @@ impl Snapshot {
             && let Some(ns) = self.identity_namespace(bag, &mut eval.referenced)
             && let Some(set) = self.namespaced.get(ns.as_ref())
         {
-            self.evaluate_set(set.get(variety), bag, variety, &mut eval, &mut candidates);
+            self.evaluate_set(
+                set.get(variety),
+                bag,
+                variety,
+                name_rules,
+                &mut eval,
+                &mut candidates,
+            );
         }
         eval.referenced.normalize();
         eval
@@ -148,6 +160,7 @@ impl Snapshot {
         set: &RuleSet,
         bag: &dyn Bag,
         variety: Variety,
+        name_rules: bool,
         eval: &mut Evaluation,
         candidates: &mut Vec<u32>,
     ) {
@@ -191,7 +204,9 @@ impl Snapshot {
             if let Some(counter) = self.rule_matches.get(index) {
                 counter.inc();
             }
-            eval.matched_rules.push(rule.name.clone());
+            if name_rules {
+                eval.matched_rules.push(rule.name.clone());
+            }
             for action in &rule.actions {
                 for &i in &action.instances {
                     let Some(ic) = self.config.instances.get(i) else {
@@ -203,7 +218,6 @@ impl Snapshot {
                     let instance = self.build_instance(ic, bag, &mut eval.referenced);
                     eval.dispatches.push(Dispatch {
                         handler: action.handler,
-                        rule: rule.name.clone(),
                         instance,
                     });
                 }
@@ -358,7 +372,7 @@ impl Snapshot {
     /// Puts the report instances of matched rules on their handlers' queues; each queue's
     /// task delivers them in batches.
     pub async fn report(&self, bag: &dyn Bag) -> ReportOutcome {
-        let eval = self.evaluate(bag, Variety::Report);
+        let eval = self.evaluate_with(bag, Variety::Report, false);
         let mut outcome = ReportOutcome::default();
         for d in eval.dispatches {
             let Some(queue) = self.handlers.get(d.handler).and_then(|h| h.queue.as_ref()) else {
