@@ -5,13 +5,15 @@
 //! Golden files: `tests/golden/access_log/*.txt` hold the attribute bag of each sample entry.
 //! Run with `UPDATE_GOLDEN=1` to rewrite them after an intended mapping change.
 
+mod common;
+
+use common::{RawCodec, Recorder};
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use envoy_types::pb::envoy::config::core::v3::address::Address as AddressKind;
 use envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier;
 use envoy_types::pb::envoy::config::core::v3::{Address, Node, RequestMethod, SocketAddress};
@@ -32,13 +34,10 @@ use envoy_types::pb::envoy::service::accesslog::v3::StreamAccessLogsMessage;
 use envoy_types::pb::google::protobuf::{
     Duration as PbDuration, Timestamp as PbTimestamp, UInt32Value,
 };
-use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, AdapterRegistry, BuildContext, Handler, ParamError,
-    Params, ReportHandler, Stability,
-};
+use mixer_adapter_api::AdapterRegistry;
 use mixer_config::{ConfigOptions, SourceFile};
 use mixer_frontends::access_log::{self, ConnectionTotals};
-use mixer_model::{AttributeBag, Instance, Template, Timestamp, Vocabulary};
+use mixer_model::{AttributeBag, Instance, Timestamp, Vocabulary};
 use mixer_runtime::{ConfigOrigin, Runtime, RuntimeMetrics, RuntimeOptions};
 use prost::Message;
 use tonic::Code;
@@ -91,47 +90,6 @@ spec:
 
 // ---- recording adapter ---------------------------------------------------------------------
 
-struct Recorder(Arc<Mutex<Vec<Instance>>>);
-
-static RECORDER: AdapterInfo = AdapterInfo {
-    name: "recorder",
-    description: "records report instances",
-    templates: &[Template::LogEntry],
-    cacheable: false,
-    stability: Stability::Alpha,
-};
-
-impl Adapter for Recorder {
-    fn info(&self) -> &AdapterInfo {
-        &RECORDER
-    }
-    fn validate(&self, _: &Params) -> Result<(), Vec<ParamError>> {
-        Ok(())
-    }
-    fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
-        Ok(Arc::new(RecorderHandler(self.0.clone())))
-    }
-}
-
-struct RecorderHandler(Arc<Mutex<Vec<Instance>>>);
-
-impl Handler for RecorderHandler {
-    fn as_report(&self) -> Option<&dyn ReportHandler> {
-        Some(self)
-    }
-}
-
-#[async_trait]
-impl ReportHandler for RecorderHandler {
-    async fn report(&self, instances: &[Instance]) -> Result<(), AdapterError> {
-        self.0
-            .lock()
-            .expect("not poisoned")
-            .extend(instances.iter().cloned());
-        Ok(())
-    }
-}
-
 // ---- harness -------------------------------------------------------------------------------
 
 struct Harness {
@@ -143,7 +101,7 @@ struct Harness {
 async fn start_with(ready: bool) -> Harness {
     let records = Arc::new(Mutex::new(Vec::new()));
     let mut registry = AdapterRegistry::new();
-    registry.register(Arc::new(Recorder(records.clone())));
+    registry.register(Arc::new(Recorder::new(records.clone())));
     let runtime = Runtime::new(
         ConfigOrigin::Embedded(vec![SourceFile {
             name: "test.yaml".into(),
@@ -541,54 +499,6 @@ async fn without_a_valid_config_the_stream_is_unavailable() {
 }
 
 // ---- bad input -----------------------------------------------------------------------------
-
-/// Sends raw bytes as gRPC messages (no protobuf encoding on our side).
-#[derive(Clone, Copy)]
-struct RawCodec;
-
-struct RawEncoder;
-struct RawDecoder;
-
-impl tonic::codec::Codec for RawCodec {
-    type Encode = Vec<u8>;
-    type Decode = Vec<u8>;
-    type Encoder = RawEncoder;
-    type Decoder = RawDecoder;
-    fn encoder(&mut self) -> RawEncoder {
-        RawEncoder
-    }
-    fn decoder(&mut self) -> RawDecoder {
-        RawDecoder
-    }
-}
-
-impl tonic::codec::Encoder for RawEncoder {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-    fn encode(
-        &mut self,
-        item: Vec<u8>,
-        dst: &mut tonic::codec::EncodeBuf<'_>,
-    ) -> Result<(), tonic::Status> {
-        use prost::bytes::BufMut;
-        dst.put_slice(&item);
-        Ok(())
-    }
-}
-
-impl tonic::codec::Decoder for RawDecoder {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-    fn decode(
-        &mut self,
-        src: &mut tonic::codec::DecodeBuf<'_>,
-    ) -> Result<Option<Vec<u8>>, tonic::Status> {
-        use prost::bytes::Buf;
-        let mut out = vec![0; src.remaining()];
-        src.copy_to_slice(&mut out);
-        Ok(Some(out))
-    }
-}
 
 async fn raw_stream(addr: SocketAddr, messages: Vec<Vec<u8>>) -> Result<(), tonic::Status> {
     let channel = Channel::from_shared(format!("http://{addr}"))

@@ -2,6 +2,9 @@
 //! allowed and denied checks, referenced attributes, header operations, bad input, size
 //! limits, both report encodings and quota allocation in Check.
 
+mod common;
+
+use common::{RawCodec, Recorder};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -9,7 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use mixer_adapter_api::{
     Adapter, AdapterError, AdapterInfo, AdapterRegistry, BuildContext, CheckHandler, ErrorKind,
-    Handler, ParamError, Params, QuotaArgs, QuotaHandler, ReportHandler, Stability,
+    Handler, ParamError, Params, QuotaArgs, QuotaHandler, Stability,
 };
 use mixer_config::{ConfigOptions, SourceFile};
 use mixer_frontends::mixer_v1::{self, GLOBAL_WORD_COUNT, decode_into, dictionary, encode};
@@ -92,48 +95,6 @@ spec:
 
 // ---- test adapters -------------------------------------------------------------------------
 
-/// Records every report instance it is given.
-struct Recorder(Arc<Mutex<Vec<Instance>>>);
-
-static RECORDER: AdapterInfo = AdapterInfo {
-    name: "recorder",
-    description: "records report instances",
-    templates: &[Template::LogEntry],
-    cacheable: false,
-    stability: Stability::Alpha,
-};
-
-impl Adapter for Recorder {
-    fn info(&self) -> &AdapterInfo {
-        &RECORDER
-    }
-    fn validate(&self, _: &Params) -> Result<(), Vec<ParamError>> {
-        Ok(())
-    }
-    fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
-        Ok(Arc::new(RecorderHandler(self.0.clone())))
-    }
-}
-
-struct RecorderHandler(Arc<Mutex<Vec<Instance>>>);
-
-impl Handler for RecorderHandler {
-    fn as_report(&self) -> Option<&dyn ReportHandler> {
-        Some(self)
-    }
-}
-
-#[async_trait]
-impl ReportHandler for RecorderHandler {
-    async fn report(&self, instances: &[Instance]) -> Result<(), AdapterError> {
-        self.0
-            .lock()
-            .expect("not poisoned")
-            .extend(instances.iter().cloned());
-        Ok(())
-    }
-}
-
 /// Never decides.
 struct Broken;
 
@@ -188,7 +149,7 @@ fn runtime(records: Arc<Mutex<Vec<Instance>>>) -> Runtime {
     registry.register(Arc::new(mixer_adapter_denier::Denier));
     registry.register(Arc::new(mixer_adapter_noop::Noop));
     registry.register(Arc::new(Broken));
-    registry.register(Arc::new(Recorder(records)));
+    registry.register(Arc::new(Recorder::new(records)));
     Runtime::new(
         ConfigOrigin::Embedded(vec![SourceFile {
             name: "test.yaml".into(),
@@ -638,54 +599,6 @@ async fn bad_indices_and_values_are_invalid_argument() {
             .code,
         0
     );
-}
-
-/// Sends raw bytes as a gRPC message (no protobuf encoding on our side).
-#[derive(Clone, Copy)]
-struct RawCodec;
-
-struct RawEncoder;
-struct RawDecoder;
-
-impl tonic::codec::Codec for RawCodec {
-    type Encode = Vec<u8>;
-    type Decode = Vec<u8>;
-    type Encoder = RawEncoder;
-    type Decoder = RawDecoder;
-    fn encoder(&mut self) -> RawEncoder {
-        RawEncoder
-    }
-    fn decoder(&mut self) -> RawDecoder {
-        RawDecoder
-    }
-}
-
-impl tonic::codec::Encoder for RawEncoder {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-    fn encode(
-        &mut self,
-        item: Vec<u8>,
-        dst: &mut tonic::codec::EncodeBuf<'_>,
-    ) -> Result<(), tonic::Status> {
-        use prost::bytes::BufMut;
-        dst.put_slice(&item);
-        Ok(())
-    }
-}
-
-impl tonic::codec::Decoder for RawDecoder {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-    fn decode(
-        &mut self,
-        src: &mut tonic::codec::DecodeBuf<'_>,
-    ) -> Result<Option<Vec<u8>>, tonic::Status> {
-        use prost::bytes::Buf;
-        let mut out = vec![0; src.remaining()];
-        src.copy_to_slice(&mut out);
-        Ok(Some(out))
-    }
 }
 
 #[tokio::test]

@@ -5,20 +5,19 @@
 //! Golden files: `tests/golden/otlp/*.txt` hold the attribute bag of each sample record.
 //! Run with `UPDATE_GOLDEN=1` to rewrite them after an intended mapping change.
 
+mod common;
+
+use common::{RawCodec, Recorder};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
-use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, AdapterRegistry, BuildContext, Handler, ParamError, Params,
-    ReportHandler, Stability,
-};
+use mixer_adapter_api::AdapterRegistry;
 use mixer_config::{ConfigOptions, SourceFile};
 use mixer_frontends::otlp::{self, Origin};
-use mixer_model::{AttributeBag, Instance, Template, Timestamp, Vocabulary};
+use mixer_model::{AttributeBag, Instance, Timestamp, Vocabulary};
 use mixer_runtime::{ConfigOrigin, QueueOptions, Runtime, RuntimeMetrics, RuntimeOptions};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
@@ -74,60 +73,6 @@ spec:
 
 // ---- recording adapter ---------------------------------------------------------------------
 
-/// Records every report instance it is given, after `delay` (a slow backend).
-struct Recorder {
-    records: Arc<Mutex<Vec<Instance>>>,
-    delay: Duration,
-}
-
-static RECORDER: AdapterInfo = AdapterInfo {
-    name: "recorder",
-    description: "records report instances",
-    templates: &[Template::LogEntry],
-    cacheable: false,
-    stability: Stability::Alpha,
-};
-
-impl Adapter for Recorder {
-    fn info(&self) -> &AdapterInfo {
-        &RECORDER
-    }
-    fn validate(&self, _: &Params) -> Result<(), Vec<ParamError>> {
-        Ok(())
-    }
-    fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
-        Ok(Arc::new(RecorderHandler {
-            records: self.records.clone(),
-            delay: self.delay,
-        }))
-    }
-}
-
-struct RecorderHandler {
-    records: Arc<Mutex<Vec<Instance>>>,
-    delay: Duration,
-}
-
-impl Handler for RecorderHandler {
-    fn as_report(&self) -> Option<&dyn ReportHandler> {
-        Some(self)
-    }
-}
-
-#[async_trait]
-impl ReportHandler for RecorderHandler {
-    async fn report(&self, instances: &[Instance]) -> Result<(), AdapterError> {
-        if !self.delay.is_zero() {
-            tokio::time::sleep(self.delay).await;
-        }
-        self.records
-            .lock()
-            .expect("not poisoned")
-            .extend(instances.iter().cloned());
-        Ok(())
-    }
-}
-
 // ---- harness -------------------------------------------------------------------------------
 
 struct Harness {
@@ -156,10 +101,7 @@ impl Default for Setup {
 async fn start_with(setup: Setup) -> Harness {
     let records = Arc::new(Mutex::new(Vec::new()));
     let mut registry = AdapterRegistry::new();
-    registry.register(Arc::new(Recorder {
-        records: records.clone(),
-        delay: setup.delay,
-    }));
+    registry.register(Arc::new(Recorder::slow(records.clone(), setup.delay)));
     let runtime = Runtime::new(
         ConfigOrigin::Embedded(vec![SourceFile {
             name: "test.yaml".into(),
@@ -604,54 +546,6 @@ async fn without_a_valid_config_exports_are_unavailable() {
 }
 
 // ---- bad input -----------------------------------------------------------------------------
-
-/// Sends raw bytes as a gRPC message (no protobuf encoding on our side).
-#[derive(Clone, Copy)]
-struct RawCodec;
-
-struct RawEncoder;
-struct RawDecoder;
-
-impl tonic::codec::Codec for RawCodec {
-    type Encode = Vec<u8>;
-    type Decode = Vec<u8>;
-    type Encoder = RawEncoder;
-    type Decoder = RawDecoder;
-    fn encoder(&mut self) -> RawEncoder {
-        RawEncoder
-    }
-    fn decoder(&mut self) -> RawDecoder {
-        RawDecoder
-    }
-}
-
-impl tonic::codec::Encoder for RawEncoder {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-    fn encode(
-        &mut self,
-        item: Vec<u8>,
-        dst: &mut tonic::codec::EncodeBuf<'_>,
-    ) -> Result<(), tonic::Status> {
-        use prost::bytes::BufMut;
-        dst.put_slice(&item);
-        Ok(())
-    }
-}
-
-impl tonic::codec::Decoder for RawDecoder {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-    fn decode(
-        &mut self,
-        src: &mut tonic::codec::DecodeBuf<'_>,
-    ) -> Result<Option<Vec<u8>>, tonic::Status> {
-        use prost::bytes::Buf;
-        let mut out = vec![0; src.remaining()];
-        src.copy_to_slice(&mut out);
-        Ok(Some(out))
-    }
-}
 
 #[tokio::test]
 async fn garbage_and_oversized_exports_are_refused_and_the_server_keeps_serving() {

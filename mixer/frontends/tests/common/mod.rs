@@ -1,0 +1,129 @@
+//! Helpers the front-end tests share: an adapter that records report instances, and a gRPC
+//! codec that sends raw bytes (to put malformed messages on the wire).
+#![allow(dead_code)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use mixer_adapter_api::{
+    Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError, Params, ReportHandler,
+    Stability,
+};
+use mixer_model::{Instance, Template};
+
+/// Records every report instance it is given, after `delay` (a slow backend when not zero).
+pub struct Recorder {
+    records: Arc<Mutex<Vec<Instance>>>,
+    delay: Duration,
+}
+
+impl Recorder {
+    /// Records into `records` at once.
+    pub fn new(records: Arc<Mutex<Vec<Instance>>>) -> Recorder {
+        Recorder::slow(records, Duration::ZERO)
+    }
+
+    /// Records into `records`, taking `delay` per batch.
+    pub fn slow(records: Arc<Mutex<Vec<Instance>>>, delay: Duration) -> Recorder {
+        Recorder { records, delay }
+    }
+}
+
+static RECORDER: AdapterInfo = AdapterInfo {
+    name: "recorder",
+    description: "records report instances",
+    templates: &[Template::LogEntry],
+    cacheable: false,
+    stability: Stability::Alpha,
+};
+
+impl Adapter for Recorder {
+    fn info(&self) -> &AdapterInfo {
+        &RECORDER
+    }
+    fn validate(&self, _: &Params) -> Result<(), Vec<ParamError>> {
+        Ok(())
+    }
+    fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+        Ok(Arc::new(RecorderHandler {
+            records: self.records.clone(),
+            delay: self.delay,
+        }))
+    }
+}
+
+struct RecorderHandler {
+    records: Arc<Mutex<Vec<Instance>>>,
+    delay: Duration,
+}
+
+impl Handler for RecorderHandler {
+    fn as_report(&self) -> Option<&dyn ReportHandler> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl ReportHandler for RecorderHandler {
+    async fn report(&self, instances: &[Instance]) -> Result<(), AdapterError> {
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
+        self.records
+            .lock()
+            .expect("not poisoned")
+            .extend(instances.iter().cloned());
+        Ok(())
+    }
+}
+
+/// Sends raw bytes as gRPC messages (no protobuf encoding on our side).
+#[derive(Clone, Copy)]
+pub struct RawCodec;
+
+/// [`RawCodec`]'s encoder.
+pub struct RawEncoder;
+/// [`RawCodec`]'s decoder.
+pub struct RawDecoder;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawEncoder;
+    type Decoder = RawDecoder;
+    fn encoder(&mut self) -> RawEncoder {
+        RawEncoder
+    }
+    fn decoder(&mut self) -> RawDecoder {
+        RawDecoder
+    }
+}
+
+impl tonic::codec::Encoder for RawEncoder {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        use prost::bytes::BufMut;
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawDecoder {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<Vec<u8>>, tonic::Status> {
+        use prost::bytes::Buf;
+        let mut out = vec![0; src.remaining()];
+        src.copy_to_slice(&mut out);
+        Ok(Some(out))
+    }
+}
