@@ -155,94 +155,57 @@ impl<A: Quota> HandleQuotaService for Svc<A> {
     }
 }
 
-#[tonic::async_trait]
-impl<A: Metric> HandleMetricService for Svc<A> {
-    async fn handle_metric(
-        &self,
-        request: Request<metric::HandleMetricRequest>,
-    ) -> Result<Response<model::ReportResult>, Status> {
-        let request = request.into_inner();
-        let Some(config) = self
-            .0
-            .report_config(&request.dedup_id, request.adapter_config.as_ref())?
-        else {
-            return Ok(reported());
-        };
-        let instances: Vec<_> = request.instances.into_iter().map(convert::metric).collect();
-        Metric::report(&*self.0.adapter, &instances, &config).await?;
-        self.0.handled.done(request.dedup_id);
-        Ok(reported())
-    }
+/// One report service: the shared dedup/config step, the template's conversion, the
+/// adapter's trait method. The four report templates differ only in those names.
+macro_rules! report_service {
+    ($template:ident, $service:ident, $method:ident, $request:ty, $convert:path) => {
+        #[tonic::async_trait]
+        impl<A: $template> $service for Svc<A> {
+            async fn $method(
+                &self,
+                request: Request<$request>,
+            ) -> Result<Response<model::ReportResult>, Status> {
+                let request = request.into_inner();
+                let Some(config) = self
+                    .0
+                    .report_config(&request.dedup_id, request.adapter_config.as_ref())?
+                else {
+                    return Ok(reported());
+                };
+                let instances: Vec<_> = request.instances.into_iter().map($convert).collect();
+                $template::report(&*self.0.adapter, &instances, &config).await?;
+                self.0.handled.done(request.dedup_id);
+                Ok(reported())
+            }
+        }
+    };
 }
 
-#[tonic::async_trait]
-impl<A: LogEntry> HandleLogEntryService for Svc<A> {
-    async fn handle_log_entry(
-        &self,
-        request: Request<logentry::HandleLogEntryRequest>,
-    ) -> Result<Response<model::ReportResult>, Status> {
-        let request = request.into_inner();
-        let Some(config) = self
-            .0
-            .report_config(&request.dedup_id, request.adapter_config.as_ref())?
-        else {
-            return Ok(reported());
-        };
-        let instances: Vec<_> = request
-            .instances
-            .into_iter()
-            .map(convert::log_entry)
-            .collect();
-        LogEntry::report(&*self.0.adapter, &instances, &config).await?;
-        self.0.handled.done(request.dedup_id);
-        Ok(reported())
-    }
-}
-
-#[tonic::async_trait]
-impl<A: TraceSpan> HandleTraceSpanService for Svc<A> {
-    async fn handle_trace_span(
-        &self,
-        request: Request<tracespan::HandleTraceSpanRequest>,
-    ) -> Result<Response<model::ReportResult>, Status> {
-        let request = request.into_inner();
-        let Some(config) = self
-            .0
-            .report_config(&request.dedup_id, request.adapter_config.as_ref())?
-        else {
-            return Ok(reported());
-        };
-        let instances: Vec<_> = request
-            .instances
-            .into_iter()
-            .map(convert::trace_span)
-            .collect();
-        TraceSpan::report(&*self.0.adapter, &instances, &config).await?;
-        self.0.handled.done(request.dedup_id);
-        Ok(reported())
-    }
-}
-
-#[tonic::async_trait]
-impl<A: ReportNothing> HandleReportNothingService for Svc<A> {
-    async fn handle_report_nothing(
-        &self,
-        request: Request<reportnothing::HandleReportNothingRequest>,
-    ) -> Result<Response<model::ReportResult>, Status> {
-        let request = request.into_inner();
-        let Some(config) = self
-            .0
-            .report_config(&request.dedup_id, request.adapter_config.as_ref())?
-        else {
-            return Ok(reported());
-        };
-        let instances: Vec<_> = request
-            .instances
-            .into_iter()
-            .map(convert::report_nothing)
-            .collect();
-        ReportNothing::report(&*self.0.adapter, &instances, &config).await?;
-        self.0.handled.done(request.dedup_id);
-        Ok(reported())
-    }
-}
+report_service!(
+    Metric,
+    HandleMetricService,
+    handle_metric,
+    metric::HandleMetricRequest,
+    convert::metric
+);
+report_service!(
+    LogEntry,
+    HandleLogEntryService,
+    handle_log_entry,
+    logentry::HandleLogEntryRequest,
+    convert::log_entry
+);
+report_service!(
+    TraceSpan,
+    HandleTraceSpanService,
+    handle_trace_span,
+    tracespan::HandleTraceSpanRequest,
+    convert::trace_span
+);
+report_service!(
+    ReportNothing,
+    HandleReportNothingService,
+    handle_report_nothing,
+    reportnothing::HandleReportNothingRequest,
+    convert::report_nothing
+);
