@@ -96,11 +96,6 @@ impl Runtime {
         &self.metrics
     }
 
-    /// For shutdown: delivers what the report queues hold, within `deadline` per handler.
-    pub async fn flush_reports(&self, deadline: Duration) {
-        self.snapshot().close_report_queues(deadline).await;
-    }
-
     /// Shuts down within `deadline`: delivers the active snapshot's queued reports (what is
     /// still queued at the deadline is counted in `mixer_report_dropped_total` with reason
     /// `shutdown_deadline`), then closes its handlers so exporters flush what they batch and
