@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{RawCodec, Recorder};
+use common::{QuotaDown, RawCodec, Recorder};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -1147,53 +1147,12 @@ impl QuotaHandler for QuotaRecorderHandler {
     }
 }
 
-/// A quota adapter whose storage is down.
-struct QuotaBroken;
-
-static QUOTA_BROKEN: AdapterInfo = AdapterInfo {
-    name: "quotabroken",
-    description: "always fails",
-    templates: &[Template::Quota],
-    cacheable: false,
-    stability: Stability::Alpha,
-};
-
-impl Adapter for QuotaBroken {
-    fn info(&self) -> &AdapterInfo {
-        &QUOTA_BROKEN
-    }
-    fn validate(&self, _: &Params) -> Result<(), Vec<ParamError>> {
-        Ok(())
-    }
-    fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
-        Ok(Arc::new(QuotaBrokenHandler))
-    }
-}
-
-struct QuotaBrokenHandler;
-
-impl Handler for QuotaBrokenHandler {
-    fn as_quota(&self) -> Option<&dyn QuotaHandler> {
-        Some(self)
-    }
-}
-
-#[async_trait]
-impl QuotaHandler for QuotaBrokenHandler {
-    async fn allocate(&self, _: &Instance, _: &QuotaArgs) -> Result<QuotaResult, AdapterError> {
-        Err(AdapterError::transient(
-            ErrorKind::Unavailable,
-            "quota store down",
-        ))
-    }
-}
-
 async fn start_quota() -> (Harness, Allocations) {
     let allocations: Allocations = Arc::default();
     let mut registry = AdapterRegistry::new();
     registry.register(Arc::new(mixer_adapter_denier::Denier));
     registry.register(Arc::new(QuotaRecorder(allocations.clone())));
-    registry.register(Arc::new(QuotaBroken));
+    registry.register(Arc::new(QuotaDown::new("quotabroken", "quota store down")));
     let rt = Runtime::new(
         ConfigOrigin::Embedded(vec![SourceFile::new("quota.yaml", QUOTA_CONFIG)]),
         registry,

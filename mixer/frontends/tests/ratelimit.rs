@@ -2,6 +2,9 @@
 //! (`RateLimitServiceClient` from `envoy-types`), a runtime built from an embedded config with a
 //! small counting quota adapter defined here.
 
+mod common;
+
+use common::QuotaDown;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -153,47 +156,6 @@ impl QuotaHandler for CountingHandler {
     }
 }
 
-/// A quota adapter whose storage is always down.
-struct Failing;
-
-static FAILING: AdapterInfo = AdapterInfo {
-    name: "failing",
-    description: "storage down",
-    templates: &[Template::Quota],
-    cacheable: false,
-    stability: Stability::Alpha,
-};
-
-impl Adapter for Failing {
-    fn info(&self) -> &AdapterInfo {
-        &FAILING
-    }
-    fn validate(&self, _: &Params) -> Result<(), Vec<ParamError>> {
-        Ok(())
-    }
-    fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
-        Ok(Arc::new(FailingHandler))
-    }
-}
-
-struct FailingHandler;
-
-impl Handler for FailingHandler {
-    fn as_quota(&self) -> Option<&dyn QuotaHandler> {
-        Some(self)
-    }
-}
-
-#[async_trait]
-impl QuotaHandler for FailingHandler {
-    async fn allocate(&self, _: &Instance, _: &QuotaArgs) -> Result<QuotaResult, AdapterError> {
-        Err(AdapterError::transient(
-            ErrorKind::Unavailable,
-            "redis is down",
-        ))
-    }
-}
-
 // ---- config --------------------------------------------------------------------------------
 
 const CONFIG: &str = r#"
@@ -294,7 +256,7 @@ fn runtime_with(calls: Calls, config: &str) -> Runtime {
     registry.register(Arc::new(mixer_adapter_denier::Denier));
     registry.register(Arc::new(mixer_adapter_noop::Noop));
     registry.register(Arc::new(Counting(calls)));
-    registry.register(Arc::new(Failing));
+    registry.register(Arc::new(QuotaDown::new("failing", "redis is down")));
     Runtime::new(
         ConfigOrigin::Embedded(vec![SourceFile::new("test.yaml", config)]),
         registry,

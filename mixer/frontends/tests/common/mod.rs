@@ -1,5 +1,6 @@
-//! Helpers the front-end tests share: an adapter that records report instances, and a gRPC
-//! codec that sends raw bytes (to put malformed messages on the wire).
+//! Helpers the front-end tests share: an adapter that records report instances, a quota
+//! adapter whose storage is down, and a gRPC codec that sends raw bytes (to put malformed
+//! messages on the wire).
 #![allow(dead_code)]
 
 use std::sync::{Arc, Mutex};
@@ -7,10 +8,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError, Params, ReportHandler,
-    Stability,
+    Adapter, AdapterError, AdapterInfo, BuildContext, ErrorKind, Handler, ParamError, Params,
+    QuotaArgs, QuotaHandler, ReportHandler, Stability,
 };
-use mixer_model::{Instance, Template};
+use mixer_model::{Instance, QuotaResult, Template};
 
 /// Records every report instance it is given, after `delay` (a slow backend when not zero).
 pub struct Recorder {
@@ -125,5 +126,55 @@ impl tonic::codec::Decoder for RawDecoder {
         let mut out = vec![0; src.remaining()];
         src.copy_to_slice(&mut out);
         Ok(Some(out))
+    }
+}
+
+/// A quota adapter whose storage is always down: every allocation fails UNAVAILABLE with
+/// `message`.
+pub struct QuotaDown {
+    info: AdapterInfo,
+    message: &'static str,
+}
+
+impl QuotaDown {
+    /// Registered as adapter `name`.
+    pub fn new(name: &'static str, message: &'static str) -> QuotaDown {
+        QuotaDown {
+            info: AdapterInfo {
+                name,
+                description: "quota storage down",
+                templates: &[Template::Quota],
+                cacheable: false,
+                stability: Stability::Alpha,
+            },
+            message,
+        }
+    }
+}
+
+impl Adapter for QuotaDown {
+    fn info(&self) -> &AdapterInfo {
+        &self.info
+    }
+    fn validate(&self, _: &Params) -> Result<(), Vec<ParamError>> {
+        Ok(())
+    }
+    fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+        Ok(Arc::new(QuotaDownHandler(self.message)))
+    }
+}
+
+struct QuotaDownHandler(&'static str);
+
+impl Handler for QuotaDownHandler {
+    fn as_quota(&self) -> Option<&dyn QuotaHandler> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl QuotaHandler for QuotaDownHandler {
+    async fn allocate(&self, _: &Instance, _: &QuotaArgs) -> Result<QuotaResult, AdapterError> {
+        Err(AdapterError::transient(ErrorKind::Unavailable, self.0))
     }
 }
