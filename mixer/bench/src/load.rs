@@ -2,10 +2,13 @@
 //! (fixed rate; latency measured from when each request was due, so a slow server cannot
 //! hide its queueing).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
+use crate::pacer::Pacer;
 use crate::targets::{Client, Outcome};
 
 /// How to drive.
@@ -77,48 +80,61 @@ fn unreachable_histogram() -> Histogram<u64> {
 }
 
 /// Runs `spec` with one client per caller from `make`.
+///
+/// Open loop: request `k` is due at `k / rate` after the start, and the first free caller
+/// takes the next one due, so a slow answer delays no later request more than the server
+/// does. Closed loop: each caller sends again as soon as it has its answer.
 pub async fn run<C: Client>(spec: Spec, mut make: impl FnMut(usize) -> C) -> Report {
     let start = Instant::now();
     let measure_from = start + spec.warmup;
     let end = measure_from + spec.duration;
+    let interval = spec
+        .rate
+        .map(|r| Duration::from_secs_f64(1.0 / r.max(1e-9)));
+    let next = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::with_capacity(spec.concurrency);
     for worker in 0..spec.concurrency {
         let mut client = make(worker);
-        let interval = spec
-            .rate
-            .map(|r| Duration::from_secs_f64(spec.concurrency as f64 / r.max(1e-9)));
+        let next = next.clone();
         tasks.push(tokio::spawn(async move {
             let mut hist = histogram();
+            let mut pacer = Pacer::new();
             let (mut allowed, mut denied, mut errors) = (0u64, 0u64, 0u64);
-            let mut i = worker;
-            // Spread open-loop callers evenly over one interval.
-            let mut due = start
-                + interval.map_or(Duration::ZERO, |iv| {
-                    iv.mul_f64(worker as f64 / spec.concurrency as f64)
-                });
+            let mut closed_count = worker as u64;
             loop {
-                // Latency counts from when the request was due (so a server that falls behind
-                // cannot hide its queueing), except for the timer's own lateness (tokio's timer
-                // has millisecond granularity) when the caller was ahead of schedule and slept.
-                let mut start = due;
-                if interval.is_some() {
-                    let now = Instant::now();
-                    if due > now {
-                        tokio::time::sleep(due - now).await;
-                        start = Instant::now();
+                let (k, due, sent) = match interval {
+                    Some(iv) => {
+                        let k = next.fetch_add(1, Ordering::Relaxed);
+                        let due = start + iv.mul_f64(k as f64);
+                        if due >= end {
+                            break;
+                        }
+                        // Latency counts from when the request was due (so a server that
+                        // falls behind cannot hide its queueing), except for the timer's own
+                        // lateness when the caller was ahead of schedule and slept.
+                        let sent = if due > Instant::now() {
+                            pacer.sleep_until(due).await;
+                            Instant::now()
+                        } else {
+                            due
+                        };
+                        (k, due, sent)
                     }
-                } else {
-                    due = Instant::now();
-                    start = due;
-                }
-                if due >= end {
-                    break;
-                }
-                let outcome = client.call(i).await;
+                    None => {
+                        let now = Instant::now();
+                        if now >= end {
+                            break;
+                        }
+                        let k = closed_count;
+                        closed_count += spec.concurrency as u64;
+                        (k, now, now)
+                    }
+                };
+                let outcome = client.call(usize::try_from(k).unwrap_or(0)).await;
                 let done = Instant::now();
                 if due >= measure_from {
                     let _ = hist.record(
-                        u64::try_from((done - start).as_nanos())
+                        u64::try_from((done - sent).as_nanos())
                             .unwrap_or(u64::MAX)
                             .max(1_000),
                     );
@@ -127,10 +143,6 @@ pub async fn run<C: Client>(spec: Spec, mut make: impl FnMut(usize) -> C) -> Rep
                         Outcome::Denied => denied += 1,
                         Outcome::Error => errors += 1,
                     }
-                }
-                i += spec.concurrency;
-                if let Some(iv) = interval {
-                    due += iv;
                 }
             }
             (hist, allowed, denied, errors)

@@ -28,6 +28,7 @@ mod bags;
 mod load;
 mod noop;
 mod overload;
+mod pacer;
 mod report;
 mod slow;
 mod targets;
@@ -47,6 +48,11 @@ use crate::targets::{ExtAuthz, ForwardAuth, MixerV1};
 #[derive(Parser)]
 #[command(name = "mixer-bench", about = "Load generator for the mixer")]
 struct Cli {
+    /// This process's runtime threads (default: one per core). On a machine shared with the
+    /// server, splitting the cores (`--threads 1` here, `--server-threads 1` for the server)
+    /// keeps the two from preempting each other, which otherwise dominates tail latency.
+    #[arg(long, global = true, value_parser = clap::value_parser!(u16).range(1..))]
+    threads: Option<u16>,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -151,6 +157,9 @@ enum Cmd {
         /// Turn the mixer's check cache off.
         #[arg(long)]
         no_cache: bool,
+        /// Worker threads of the mixer and of the no-op server (default: one per core).
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+        server_threads: Option<u16>,
         #[command(flatten)]
         load: LoadArgs,
     },
@@ -165,9 +174,11 @@ fn duration(text: &str) -> Result<Duration, String> {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = cli.threads {
+        builder.worker_threads(usize::from(n));
+    }
+    let rt = builder.enable_all().build()?;
     match cli.command {
         Cmd::NoopServer { addr } => rt.block_on(noop::serve(addr)),
         Cmd::Run {
@@ -196,8 +207,16 @@ fn main() -> anyhow::Result<()> {
             config,
             target,
             no_cache,
+            server_threads,
             load,
-        } => rt.block_on(compare(&mixer_bin, config, target, no_cache, &load)),
+        } => rt.block_on(compare(
+            &mixer_bin,
+            config,
+            target,
+            no_cache,
+            server_threads,
+            &load,
+        )),
     }
 }
 
@@ -293,26 +312,36 @@ fn wait_port(addr: SocketAddr) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Drives the no-op ext_authz server (the baseline) in its own process.
+async fn noop_run(
+    load: &LoadArgs,
+    rate: Option<f64>,
+    threads: Option<u16>,
+) -> anyhow::Result<Report> {
+    let addr = free_addr()?;
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.args(["noop-server", "--addr", &addr.to_string()]);
+    if let Some(n) = threads {
+        cmd.args(["--threads", &n.to_string()]);
+    }
+    let _server = Killed(
+        cmd.stdout(Stdio::null())
+            .spawn()
+            .context("starting the no-op server")?,
+    );
+    wait_port(addr)?;
+    drive(Target::ExtAuthz, addr, load, rate).await
+}
+
 async fn compare(
     mixer_bin: &std::path::Path,
     config: Option<PathBuf>,
     target: Target,
     no_cache: bool,
+    server_threads: Option<u16>,
     load: &LoadArgs,
 ) -> anyhow::Result<()> {
-    let baseline_addr = free_addr()?;
-    let baseline = {
-        let exe = std::env::current_exe()?;
-        let _server = Killed(
-            Command::new(exe)
-                .args(["noop-server", "--addr", &baseline_addr.to_string()])
-                .stdout(Stdio::null())
-                .spawn()
-                .context("starting the no-op server")?,
-        );
-        wait_port(baseline_addr)?;
-        drive(Target::ExtAuthz, baseline_addr, load, None).await?
-    };
+    let baseline = noop_run(load, None, server_threads).await?;
     let (grpc, http, admin) = (free_addr()?, free_addr()?, free_addr()?);
     let mut cmd = Command::new(mixer_bin);
     cmd.arg("serve")
@@ -325,12 +354,17 @@ async fn compare(
             &admin.to_string(),
         ])
         .args(["--check-cache-size", if no_cache { "0" } else { "10000" }])
+        .args(
+            server_threads
+                .map(|n| vec!["--worker-threads".to_string(), n.to_string()])
+                .unwrap_or_default(),
+        )
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     if let Some(c) = &config {
         cmd.arg("--config").arg(c);
     }
-    let _mixer = Killed(cmd.spawn().context("starting the mixer")?);
+    let mixer = Killed(cmd.spawn().context("starting the mixer")?);
     wait_port(admin)?;
     wait_port(grpc)?;
     let addr = match target {
@@ -340,9 +374,17 @@ async fn compare(
     let saturated = drive(target, addr, load, None).await?;
     let half_rate = saturated.throughput() / 2.0;
     let half = drive(target, addr, load, Some(half_rate)).await?;
+    drop(mixer);
+    // The same rate against the baseline, so the mixer's tail latency can be read against
+    // what this machine and load generator give a server that does nothing.
+    let baseline_half = noop_run(load, Some(half_rate), server_threads).await?;
     println!("{}", baseline.line("no-op ext_authz (baseline)"));
     println!("{}", saturated.line(&format!("mixer {target:?} saturated")));
     println!("{}", half.line(&format!("mixer at {half_rate:.0} req/s")));
+    println!(
+        "{}",
+        baseline_half.line(&format!("no-op at {half_rate:.0} req/s"))
+    );
     println!(
         "ratio: mixer / baseline throughput = {:.2}  (cache {}, concurrency {}, {} distinct of {} requests)",
         saturated.throughput() / baseline.throughput().max(1e-9),
@@ -350,6 +392,10 @@ async fn compare(
         load.concurrency,
         load.distinct,
         load.requests
+    );
+    println!(
+        "ratio: mixer / baseline p99 at {half_rate:.0} req/s = {:.2}",
+        half.micros(99.0) / baseline_half.micros(99.0).max(1e-9)
     );
     Ok(())
 }

@@ -93,6 +93,10 @@ enum Command {
         /// How long to wait, after SIGTERM, for requests in flight.
         #[arg(long, default_value = "10s", value_parser = parse_duration)]
         drain_timeout: std::time::Duration,
+        /// Threads that serve requests (as Envoy's `--concurrency`); default: one per core.
+        /// Fewer leave cores to processes sharing the machine, such as a load generator.
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+        worker_threads: Option<u16>,
         #[command(flatten)]
         config_args: ConfigArgs,
     },
@@ -130,6 +134,7 @@ pub fn main() -> ExitCode {
             admin_addr,
             no_watch,
             drain_timeout,
+            worker_threads,
             config_args,
         } => {
             init_logging();
@@ -140,6 +145,7 @@ pub fn main() -> ExitCode {
                 admin_addr,
                 watch: !no_watch,
                 drain_timeout,
+                worker_threads: worker_threads.map(usize::from),
                 config_args,
             };
             match serve::run(settings) {

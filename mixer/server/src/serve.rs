@@ -26,13 +26,19 @@ pub struct Settings {
     pub watch: bool,
     /// How long requests in flight get after SIGTERM.
     pub drain_timeout: Duration,
+    /// Runtime worker threads; `None` = one per core.
+    pub worker_threads: Option<usize>,
     /// Config options.
     pub config_args: ConfigArgs,
 }
 
 /// Runs the server until SIGTERM or Ctrl-C.
 pub fn run(settings: Settings) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = settings.worker_threads {
+        builder.worker_threads(n);
+    }
+    let rt = builder
         .enable_all()
         .build()
         .context("starting the async runtime")?;
