@@ -173,6 +173,7 @@ impl Snapshot {
     /// in `mixer_check_duration_seconds`. Front ends call this.
     pub async fn check_cached(&self, bag: &dyn Bag) -> Result<Checked, CheckError> {
         let started = std::time::Instant::now();
+        self.metrics.check_activity.mark(started);
         let checked = self.check_through_cache(bag).await;
         self.metrics
             .check_duration

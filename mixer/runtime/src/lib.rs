@@ -14,6 +14,7 @@ mod dispatch;
 mod index;
 mod metrics;
 mod quota;
+mod report_executor;
 mod report_queue;
 mod snapshot;
 mod store;
@@ -27,6 +28,9 @@ pub use dispatch::{
 pub use index::RuleIndex;
 pub use metrics::RuntimeMetrics;
 pub use quota::{QuotaOutcome, quota_name_matches};
+pub use report_executor::{
+    CHECKS_RECENT, CheckActivity, ExecutorStopped, REPORT_NICE, ReportExecutor,
+};
 pub use report_queue::{Overflow, QueueOptions};
 pub use snapshot::{BuildError, Built, BuiltHandler, RuntimeOptions, Snapshot};
 pub use store::{ConfigOrigin, ReloadError, Runtime};

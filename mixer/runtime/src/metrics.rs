@@ -1,8 +1,12 @@
 //! The mixer's own metrics, all prefixed `mixer_`.
 
+use std::sync::Arc;
+
 use prometheus::{
     Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
+
+use crate::report_executor::CheckActivity;
 
 /// Counters the runtime keeps; registered once in a [`Registry`] the admin endpoint serves.
 #[derive(Clone, Debug)]
@@ -44,6 +48,9 @@ pub struct RuntimeMetrics {
     /// `mixer_check_duration_seconds`: time to decide a check inside the mixer (cache,
     /// rules and handler calls), from 10 µs up.
     pub check_duration: Histogram,
+    /// When checks were last served (not exported): reports yield to checks while there are
+    /// any, see [`crate::ReportExecutor`].
+    pub check_activity: Arc<CheckActivity>,
 }
 
 /// Bucket bounds of `mixer_check_duration_seconds`: fine below a millisecond, where checks
@@ -87,6 +94,7 @@ impl RuntimeMetrics {
         registry.register(Box::new(check_duration.clone()))?;
         Ok(RuntimeMetrics {
             check_duration,
+            check_activity: Arc::new(CheckActivity::new()),
             reloads: counter_vec(
                 "mixer_config_reloads_total",
                 "Config loads by result",

@@ -64,6 +64,7 @@ impl Snapshot {
         quota: Option<&str>,
         args: &QuotaArgs,
     ) -> Result<QuotaOutcome, CheckError> {
+        self.metrics.check_activity.mark(std::time::Instant::now());
         let eval = self.evaluate(bag, Variety::Quota);
         let mut outcome = QuotaOutcome {
             result: QuotaResult {

@@ -28,6 +28,9 @@ pub struct RuntimeOptions {
     pub cache: CacheOptions,
     /// Report queues and batching.
     pub reports: QueueOptions,
+    /// Low-priority threads that turn report records into instances
+    /// ([`crate::ReportExecutor`]); 0 does that work on the calling task.
+    pub report_threads: usize,
 }
 
 impl Default for RuntimeOptions {
@@ -36,6 +39,7 @@ impl Default for RuntimeOptions {
             match_error_policy: MatchErrorPolicy::NoMatch,
             cache: CacheOptions::default(),
             reports: QueueOptions::default(),
+            report_threads: 0,
         }
     }
 }

@@ -5,6 +5,7 @@
 //! snapshot in place and is reported: in the log, in [`Runtime::last_error`] (shown by the
 //! admin endpoints) and in `mixer_config_reload_failures_total`.
 
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,6 +16,7 @@ use mixer_adapter_api::AdapterRegistry;
 use mixer_config::{ConfigError, ConfigOptions, SourceFile};
 
 use crate::metrics::RuntimeMetrics;
+use crate::report_executor::{ExecutorStopped, ReportExecutor};
 use crate::snapshot::{BuiltHandler, RuntimeOptions, Snapshot};
 
 /// Where config comes from.
@@ -46,6 +48,7 @@ pub struct Runtime {
     metrics: RuntimeMetrics,
     last_error: Mutex<Option<ReloadError>>,
     reloading: Mutex<()>,
+    report_executor: Option<ReportExecutor>,
 }
 
 impl Runtime {
@@ -57,6 +60,14 @@ impl Runtime {
         options: RuntimeOptions,
         metrics: RuntimeMetrics,
     ) -> Runtime {
+        let report_executor = match options.report_threads {
+            0 => None,
+            n => ReportExecutor::start(n)
+                .inspect_err(|e| {
+                    tracing::warn!("reports run on the serving threads: no report threads: {e}");
+                })
+                .ok(),
+        };
         Runtime {
             current: ArcSwap::from_pointee(Snapshot::empty(&metrics)),
             ready: AtomicBool::new(false),
@@ -68,6 +79,21 @@ impl Runtime {
             metrics,
             last_error: Mutex::new(None),
             reloading: Mutex::new(()),
+            report_executor,
+        }
+    }
+
+    /// Runs report work (decoding records, [`Snapshot::report`]) on the low-priority report
+    /// threads when there are any and checks were served within [`crate::CHECKS_RECENT`];
+    /// otherwise here.
+    pub async fn run_report<F>(&self, work: F) -> Result<F::Output, ExecutorStopped>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match &self.report_executor {
+            Some(executor) if self.metrics.check_activity.recent() => executor.run(work).await,
+            _ => Ok(work.await),
         }
     }
 

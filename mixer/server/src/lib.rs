@@ -97,6 +97,11 @@ enum Command {
         /// Fewer leave cores to processes sharing the machine, such as a load generator.
         #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
         worker_threads: Option<u16>,
+        /// Threads that turn report records into instances, at a lower priority than the
+        /// threads serving checks, so reports cannot slow checks down; 0 does that work on
+        /// the serving threads. Default: half the cores, at least one.
+        #[arg(long)]
+        report_threads: Option<usize>,
         #[command(flatten)]
         config_args: ConfigArgs,
     },
@@ -135,6 +140,7 @@ pub fn main() -> ExitCode {
             no_watch,
             drain_timeout,
             worker_threads,
+            report_threads,
             config_args,
         } => {
             init_logging();
@@ -146,6 +152,9 @@ pub fn main() -> ExitCode {
                 watch: !no_watch,
                 drain_timeout,
                 worker_threads: worker_threads.map(usize::from),
+                report_threads: report_threads.unwrap_or_else(|| {
+                    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+                }),
                 config_args,
             };
             match serve::run(settings) {

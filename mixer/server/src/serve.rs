@@ -28,6 +28,8 @@ pub struct Settings {
     pub drain_timeout: Duration,
     /// Runtime worker threads; `None` = one per core.
     pub worker_threads: Option<usize>,
+    /// Low-priority report threads; 0 = none.
+    pub report_threads: usize,
     /// Config options.
     pub config_args: ConfigArgs,
 }
@@ -56,7 +58,10 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         origin,
         crate::adapters::builtin(),
         crate::validate::config_options(&settings.config_args),
-        crate::validate::runtime_options(&settings.config_args),
+        mixer_runtime::RuntimeOptions {
+            report_threads: settings.report_threads,
+            ..crate::validate::runtime_options(&settings.config_args)
+        },
         metrics,
     ));
 

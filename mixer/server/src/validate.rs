@@ -71,5 +71,7 @@ pub fn runtime_options(args: &ConfigArgs) -> mixer_runtime::RuntimeOptions {
             },
             ..mixer_runtime::QueueOptions::default()
         },
+        // `mixer validate` and `mixer test` have no reports to run; `serve` sets its own.
+        report_threads: 0,
     }
 }

@@ -100,7 +100,7 @@ use envoy_types::pb::envoy::service::accesslog::v3::{
     StreamAccessLogsMessage, StreamAccessLogsResponse,
 };
 use mixer_model::{AttributeBag, Timestamp};
-use mixer_runtime::Runtime;
+use mixer_runtime::{Runtime, Snapshot};
 use tonic::{Code, Request, Response, Status, Streaming};
 
 #[doc(no_inline)]
@@ -156,46 +156,65 @@ impl AccessLog {
         AccessLog { runtime }
     }
 
-    /// Reports the entries of one message. The snapshot is taken per message, so a long-lived
-    /// stream follows config reloads.
-    async fn handle(&self, state: &mut StreamState, message: StreamAccessLogsMessage) {
-        state.summary.messages += 1;
-        if let Some(identifier) = message.identifier {
-            // Envoy sends it on the first message only; a later one replaces it.
-            state.identifier = Some(identifier);
-        }
-        let Some(entries) = message.log_entries else {
-            return;
-        };
+    /// Reports the entries of one message on the report threads. The snapshot is taken per
+    /// message, so a long-lived stream follows config reloads.
+    async fn handle(
+        &self,
+        mut state: StreamState,
+        message: StreamAccessLogsMessage,
+    ) -> Result<StreamState, Status> {
         let snapshot = self.runtime.snapshot();
-        let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
-        let identifier = state.identifier.as_ref();
-        match entries {
-            LogEntries::HttpLogs(logs) => {
-                for entry in &logs.log_entry {
-                    bag.clear();
-                    fill_http(&mut bag, identifier, entry, Timestamp::now());
-                    let outcome = snapshot.report(&bag).await;
-                    state.summary.entries += 1;
-                    state.summary.queued += outcome.queued;
-                    state.summary.dropped += outcome.dropped;
-                }
+        self.runtime
+            .run_report(async move {
+                report_message(&snapshot, &mut state, message).await;
+                state
+            })
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))
+    }
+}
+
+/// Puts the instances of one message's entries on the report queues.
+async fn report_message(
+    snapshot: &Snapshot,
+    state: &mut StreamState,
+    message: StreamAccessLogsMessage,
+) {
+    state.summary.messages += 1;
+    if let Some(identifier) = message.identifier {
+        // Envoy sends it on the first message only; a later one replaces it.
+        state.identifier = Some(identifier);
+    }
+    let Some(entries) = message.log_entries else {
+        return;
+    };
+    let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
+    let identifier = state.identifier.as_ref();
+    match entries {
+        LogEntries::HttpLogs(logs) => {
+            for entry in &logs.log_entry {
+                bag.clear();
+                fill_http(&mut bag, identifier, entry, Timestamp::now());
+                let outcome = snapshot.report(&bag).await;
+                state.summary.entries += 1;
+                state.summary.queued += outcome.queued;
+                state.summary.dropped += outcome.dropped;
             }
-            LogEntries::TcpLogs(logs) => {
-                for entry in &logs.log_entry {
-                    bag.clear();
-                    fill_tcp(
-                        &mut bag,
-                        identifier,
-                        entry,
-                        &mut state.totals,
-                        Timestamp::now(),
-                    );
-                    let outcome = snapshot.report(&bag).await;
-                    state.summary.entries += 1;
-                    state.summary.queued += outcome.queued;
-                    state.summary.dropped += outcome.dropped;
-                }
+        }
+        LogEntries::TcpLogs(logs) => {
+            for entry in &logs.log_entry {
+                bag.clear();
+                fill_tcp(
+                    &mut bag,
+                    identifier,
+                    entry,
+                    &mut state.totals,
+                    Timestamp::now(),
+                );
+                let outcome = snapshot.report(&bag).await;
+                state.summary.entries += 1;
+                state.summary.queued += outcome.queued;
+                state.summary.dropped += outcome.dropped;
             }
         }
     }
@@ -233,7 +252,7 @@ impl AccessLogService for AccessLog {
         };
         loop {
             match stream.message().await {
-                Ok(Some(message)) => self.handle(&mut state, message).await,
+                Ok(Some(message)) => state = self.handle(state, message).await?,
                 Ok(None) => break,
                 Err(status) => {
                     let status = stream_error(status);

@@ -79,7 +79,7 @@ use std::sync::Arc;
 use mixer_adapter_api::QuotaArgs;
 use mixer_model::AttributeBag;
 use mixer_proto::istio::mixer::v1 as pb;
-use mixer_runtime::Runtime;
+use mixer_runtime::{Runtime, Snapshot};
 use pb::mixer_server::{Mixer, MixerServer};
 use pb::report_request::RepeatedAttributesSemantics;
 use tonic::{Request, Response, Status};
@@ -212,23 +212,36 @@ impl Mixer for MixerV1 {
                 }
             };
         let snapshot = self.runtime.snapshot();
-        let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
-        for (i, record) in request.attributes.iter().enumerate() {
-            if !delta {
-                bag.clear();
-            }
-            // A record without its own dictionary uses the request's default words.
-            let words = if record.words.is_empty() {
-                &request.default_words
-            } else {
-                &record.words
-            };
-            decode_into(record, words, &mut bag)
-                .map_err(|e| Status::invalid_argument(format!("record {i}: {e}")))?;
-            // Instances go onto their handlers' bounded queues; a record that does not fit is
-            // counted in mixer_report_dropped_total, and the proxy is not made to wait.
-            snapshot.report(&bag).await;
-        }
+        self.runtime
+            .run_report(async move { report_records(&snapshot, &request, delta).await })
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))??;
         Ok(Response::new(pb::ReportResponse {}))
     }
+}
+
+/// Decodes the records of a Report and puts their instances on the report queues.
+async fn report_records(
+    snapshot: &Snapshot,
+    request: &pb::ReportRequest,
+    delta: bool,
+) -> Result<(), Status> {
+    let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
+    for (i, record) in request.attributes.iter().enumerate() {
+        if !delta {
+            bag.clear();
+        }
+        // A record without its own dictionary uses the request's default words.
+        let words = if record.words.is_empty() {
+            &request.default_words
+        } else {
+            &record.words
+        };
+        decode_into(record, words, &mut bag)
+            .map_err(|e| Status::invalid_argument(format!("record {i}: {e}")))?;
+        // Instances go onto their handlers' bounded queues; a record that does not fit is
+        // counted in mixer_report_dropped_total, and the proxy is not made to wait.
+        snapshot.report(&bag).await;
+    }
+    Ok(())
 }

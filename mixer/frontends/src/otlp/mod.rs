@@ -183,49 +183,61 @@ impl Otlp {
         }
     }
 
-    /// Reports every log record of `request`, without the transport.
+    /// Reports every log record of `request` (on the report threads), without the transport.
     pub async fn export_logs(
         &self,
-        request: &ExportLogsServiceRequest,
+        request: ExportLogsServiceRequest,
     ) -> Result<ExportOutcome, Status> {
         let snapshot = self.snapshot()?;
-        let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
-        let mut outcome = ExportOutcome::default();
-        for resource_logs in &request.resource_logs {
-            for scope_logs in &resource_logs.scope_logs {
-                let origin =
-                    Origin::new(resource_logs.resource.as_ref(), scope_logs.scope.as_ref());
-                for record in &scope_logs.log_records {
-                    bag.clear();
-                    fill_log(&mut bag, &origin, record, Timestamp::now());
-                    outcome.add(&snapshot.report(&bag).await);
-                }
-            }
-        }
-        Ok(outcome)
+        self.runtime
+            .run_report(async move { report_logs(&snapshot, &request).await })
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))
     }
 
-    /// Reports every span of `request`, without the transport.
+    /// Reports every span of `request` (on the report threads), without the transport.
     pub async fn export_spans(
         &self,
-        request: &ExportTraceServiceRequest,
+        request: ExportTraceServiceRequest,
     ) -> Result<ExportOutcome, Status> {
         let snapshot = self.snapshot()?;
-        let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
-        let mut outcome = ExportOutcome::default();
-        for resource_spans in &request.resource_spans {
-            for scope_spans in &resource_spans.scope_spans {
-                let origin =
-                    Origin::new(resource_spans.resource.as_ref(), scope_spans.scope.as_ref());
-                for span in &scope_spans.spans {
-                    bag.clear();
-                    fill_span(&mut bag, &origin, span, Timestamp::now());
-                    outcome.add(&snapshot.report(&bag).await);
-                }
+        self.runtime
+            .run_report(async move { report_spans(&snapshot, &request).await })
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))
+    }
+}
+
+async fn report_logs(snapshot: &Snapshot, request: &ExportLogsServiceRequest) -> ExportOutcome {
+    let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
+    let mut outcome = ExportOutcome::default();
+    for resource_logs in &request.resource_logs {
+        for scope_logs in &resource_logs.scope_logs {
+            let origin = Origin::new(resource_logs.resource.as_ref(), scope_logs.scope.as_ref());
+            for record in &scope_logs.log_records {
+                bag.clear();
+                fill_log(&mut bag, &origin, record, Timestamp::now());
+                outcome.add(&snapshot.report(&bag).await);
             }
         }
-        Ok(outcome)
     }
+    outcome
+}
+
+async fn report_spans(snapshot: &Snapshot, request: &ExportTraceServiceRequest) -> ExportOutcome {
+    let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
+    let mut outcome = ExportOutcome::default();
+    for resource_spans in &request.resource_spans {
+        for scope_spans in &resource_spans.scope_spans {
+            let origin = Origin::new(resource_spans.resource.as_ref(), scope_spans.scope.as_ref());
+            for span in &scope_spans.spans {
+                bag.clear();
+                fill_span(&mut bag, &origin, span, Timestamp::now());
+                outcome.add(&snapshot.report(&bag).await);
+            }
+        }
+    }
+    outcome
 }
 
 fn to_i64(n: usize) -> i64 {
@@ -238,7 +250,7 @@ impl LogsService for Otlp {
         &self,
         request: Request<ExportLogsServiceRequest>,
     ) -> Result<Response<ExportLogsServiceResponse>, Status> {
-        let outcome = self.export_logs(request.get_ref()).await?;
+        let outcome = self.export_logs(request.into_inner()).await?;
         let partial_success = (outcome.rejected > 0).then(|| {
             tracing::debug!(?outcome, "otlp logs: records dropped");
             ExportLogsPartialSuccess {
@@ -256,7 +268,7 @@ impl TraceService for Otlp {
         &self,
         request: Request<ExportTraceServiceRequest>,
     ) -> Result<Response<ExportTraceServiceResponse>, Status> {
-        let outcome = self.export_spans(request.get_ref()).await?;
+        let outcome = self.export_spans(request.into_inner()).await?;
         let partial_success = (outcome.rejected > 0).then(|| {
             tracing::debug!(?outcome, "otlp traces: spans dropped");
             ExportTracePartialSuccess {
