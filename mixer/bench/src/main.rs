@@ -25,20 +25,21 @@
 //! mixer's `mixer_report_dropped_total`.
 
 mod bags;
+mod compare;
 mod load;
 mod noop;
+mod oop;
 mod overload;
 mod pacer;
+mod process;
 mod report;
 mod slow;
 mod targets;
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use tonic::transport::{Channel, Endpoint};
 
@@ -134,6 +135,16 @@ enum Cmd {
     /// report queue of a slow out-of-process adapter that mixer-bench serves (phase B); the
     /// mixer's peak RSS in each phase; sent − arrived − queued against the drop counter.
     Overload(overload::Args),
+    /// Out-of-process hop: check latency and throughput through an out-of-process adapter
+    /// against the built-in listchecker, beside one no-op gRPC round trip; report records/s
+    /// delivered to a remote metric handler against the built-in no-op.
+    Oop(oop::Args),
+    /// Serve the out-of-process adapter of `oop` (listentry and metric).
+    #[command(hide = true)]
+    OopAdapter {
+        #[arg(long)]
+        addr: SocketAddr,
+    },
     /// Print a `ratelimitconfig` with `--limits` descriptors, for `compare --target rate-limit`.
     RatelimitConfig {
         /// Number of limits.
@@ -200,8 +211,10 @@ fn main() -> anyhow::Result<()> {
             config,
             records,
             load,
-        } => rt.block_on(report_mode(&mixer_bin, &config, records, &load)),
+        } => rt.block_on(report::report_mode(&mixer_bin, &config, records, &load)),
         Cmd::Overload(args) => rt.block_on(overload::run(args)),
+        Cmd::Oop(args) => rt.block_on(oop::run(args)),
+        Cmd::OopAdapter { addr } => rt.block_on(oop::serve_adapter(addr)),
         Cmd::Compare {
             mixer_bin,
             config,
@@ -209,7 +222,7 @@ fn main() -> anyhow::Result<()> {
             no_cache,
             server_threads,
             load,
-        } => rt.block_on(compare(
+        } => rt.block_on(compare::compare(
             &mixer_bin,
             config,
             target,
@@ -276,210 +289,4 @@ async fn drive(
             .await
         }
     })
-}
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_addr() -> anyhow::Result<SocketAddr> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
-}
-
-fn wait_port(addr: SocketAddr) -> anyhow::Result<()> {
-    let start = Instant::now();
-    while TcpStream::connect(addr).is_err() {
-        if start.elapsed() > Duration::from_secs(20) {
-            bail!("{addr} did not start listening");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(())
-}
-
-/// Drives the no-op ext_authz server (the baseline) in its own process.
-async fn noop_run(
-    load: &LoadArgs,
-    rate: Option<f64>,
-    threads: Option<u16>,
-) -> anyhow::Result<Report> {
-    let addr = free_addr()?;
-    let mut cmd = Command::new(std::env::current_exe()?);
-    cmd.args(["noop-server", "--addr", &addr.to_string()]);
-    if let Some(n) = threads {
-        cmd.args(["--threads", &n.to_string()]);
-    }
-    let _server = Killed(
-        cmd.stdout(Stdio::null())
-            .spawn()
-            .context("starting the no-op server")?,
-    );
-    wait_port(addr)?;
-    drive(Target::ExtAuthz, addr, load, rate).await
-}
-
-async fn compare(
-    mixer_bin: &std::path::Path,
-    config: Option<PathBuf>,
-    target: Target,
-    no_cache: bool,
-    server_threads: Option<u16>,
-    load: &LoadArgs,
-) -> anyhow::Result<()> {
-    let baseline = noop_run(load, None, server_threads).await?;
-    let (grpc, http, admin) = (free_addr()?, free_addr()?, free_addr()?);
-    let mut cmd = Command::new(mixer_bin);
-    cmd.arg("serve")
-        .args([
-            "--grpc-addr",
-            &grpc.to_string(),
-            "--http-addr",
-            &http.to_string(),
-            "--admin-addr",
-            &admin.to_string(),
-        ])
-        .args(["--check-cache-size", if no_cache { "0" } else { "10000" }])
-        .args(
-            server_threads
-                .map(|n| vec!["--worker-threads".to_string(), n.to_string()])
-                .unwrap_or_default(),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    if let Some(c) = &config {
-        cmd.arg("--config").arg(c);
-    }
-    let mixer = Killed(cmd.spawn().context("starting the mixer")?);
-    wait_port(admin)?;
-    wait_port(grpc)?;
-    let addr = match target {
-        Target::ExtAuthz | Target::MixerV1 | Target::RateLimit => grpc,
-        Target::ForwardAuth => http,
-    };
-    let saturated = drive(target, addr, load, None).await?;
-    let half_rate = saturated.throughput() / 2.0;
-    let half = drive(target, addr, load, Some(half_rate)).await?;
-    drop(mixer);
-    // The same rate against the baseline, so the mixer's tail latency can be read against
-    // what this machine and load generator give a server that does nothing.
-    let baseline_half = noop_run(load, Some(half_rate), server_threads).await?;
-    println!("{}", baseline.line("no-op ext_authz (baseline)"));
-    println!("{}", saturated.line(&format!("mixer {target:?} saturated")));
-    println!("{}", half.line(&format!("mixer at {half_rate:.0} req/s")));
-    println!(
-        "{}",
-        baseline_half.line(&format!("no-op at {half_rate:.0} req/s"))
-    );
-    println!(
-        "ratio: mixer / baseline throughput = {:.2}  (cache {}, concurrency {}, {} distinct of {} requests)",
-        saturated.throughput() / baseline.throughput().max(1e-9),
-        if no_cache { "off" } else { "on" },
-        load.concurrency,
-        load.distinct,
-        load.requests
-    );
-    println!(
-        "ratio: mixer / baseline p99 at {half_rate:.0} req/s = {:.2}",
-        half.micros(99.0) / baseline_half.micros(99.0).max(1e-9)
-    );
-    Ok(())
-}
-
-async fn report_run(
-    mixer_bin: &std::path::Path,
-    config: &std::path::Path,
-    records: usize,
-    load: &LoadArgs,
-) -> anyhow::Result<(Report, f64, f64, f64)> {
-    let (grpc, http, admin) = (free_addr()?, free_addr()?, free_addr()?);
-    let child = Command::new(mixer_bin)
-        .arg("serve")
-        .args([
-            "--grpc-addr",
-            &grpc.to_string(),
-            "--http-addr",
-            &http.to_string(),
-            "--admin-addr",
-            &admin.to_string(),
-        ])
-        .arg("--config")
-        .arg(config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting the mixer")?;
-    let pid = child.id();
-    let _mixer = Killed(child);
-    report::wait_ready(admin)?;
-    let requests = bags::requests(load.requests.max(1), load.distinct);
-    let prepared = report::report_requests(&requests, records);
-    let chans = channels(grpc, load.channels).await?;
-    let spec = Spec {
-        concurrency: load.concurrency.max(1),
-        duration: load.duration,
-        warmup: Duration::ZERO,
-        rate: None,
-    };
-    let before = report::cpu_seconds(pid).unwrap_or(0.0);
-    let result = load::run(spec, |w| {
-        report::Reporter::new(chans[w % chans.len()].clone(), prepared.clone())
-    })
-    .await;
-    // Let the queues drain before reading CPU and drops.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let cpu = report::cpu_seconds(pid).unwrap_or(0.0) - before;
-    let delivered = report::scrape(admin, "mixer_report_delivered_total");
-    let dropped = report::scrape(admin, "mixer_report_dropped_total");
-    Ok((result, cpu, delivered, dropped))
-}
-
-async fn report_mode(
-    mixer_bin: &std::path::Path,
-    config: &std::path::Path,
-    records: usize,
-    load: &LoadArgs,
-) -> anyhow::Result<()> {
-    if !report::exists(config) {
-        bail!("{} does not exist", config.display());
-    }
-    let empty = std::env::temp_dir().join(format!("mixer-bench-empty-{}", std::process::id()));
-    std::fs::create_dir_all(&empty)?;
-    let (base, base_cpu, _, _) = report_run(mixer_bin, &empty, records, load).await?;
-    let (run, cpu, delivered, dropped) = report_run(mixer_bin, config, records, load).await?;
-    let _ = std::fs::remove_dir_all(&empty);
-    let per_1000 = |cpu: f64, r: &Report| cpu / (r.calls.max(1) as f64 / 1000.0);
-    println!(
-        "{}  cpu {:.2}s = {:.4} cpu-s per 1000 requests",
-        base.line("no report rules (baseline)"),
-        base_cpu,
-        per_1000(base_cpu, &base)
-    );
-    println!(
-        "{}  cpu {:.2}s = {:.4} cpu-s per 1000 requests",
-        run.line("telemetry config"),
-        cpu,
-        per_1000(cpu, &run)
-    );
-    println!(
-        "records: {:.0}/s ingested ({} per request); instances delivered {delivered:.0}, dropped {dropped:.0}; cpu ratio telemetry/baseline per request {:.2}",
-        run.throughput() * records as f64,
-        records,
-        per_1000(cpu, &run) / per_1000(base_cpu, &base).max(1e-9)
-    );
-    Ok(())
 }

@@ -10,13 +10,13 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
 use crate::load::{self, Report, Spec};
-use crate::{Killed, LoadArgs, Target, bags, report, slow};
+use crate::process::Mixer;
+use crate::{LoadArgs, Target, bags, report, slow};
 
 /// The check rules used unless `--config` names others.
 const CHECK_RULES: &str = include_str!("../configs/checks-10-rules.yaml");
@@ -257,37 +257,21 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         args.config.as_deref(),
         &report_config(adapter.addr, call_timeout),
     )?;
-    let (grpc, http, admin) = (
-        crate::free_addr()?,
-        crate::free_addr()?,
-        crate::free_addr()?,
-    );
-    let child = Command::new(&args.mixer_bin)
-        .arg("serve")
-        .arg("--config")
-        .arg(&dir.0)
-        .args(["--grpc-addr", &grpc.to_string()])
-        .args(["--http-addr", &http.to_string()])
-        .args(["--admin-addr", &admin.to_string()])
-        .args([
-            "--check-cache-size",
-            if args.no_cache { "0" } else { "10000" },
-        ])
-        .args(["--report-queue-records", &args.queue_records.to_string()])
-        .args([
-            "--report-queue-megabytes",
-            &args.queue_megabytes.to_string(),
-        ])
-        .args(["--report-batch-size", &args.batch_size.to_string()])
-        .arg("--no-watch")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .with_context(|| format!("starting {}", args.mixer_bin.display()))?;
-    let pid = child.id();
-    let mixer = Killed(child);
-    report::wait_ready(admin).context("the mixer did not accept the overload config")?;
-    crate::wait_port(grpc)?;
+    let flags: Vec<String> = [
+        "--check-cache-size",
+        if args.no_cache { "0" } else { "10000" },
+        "--report-queue-records",
+        &args.queue_records.to_string(),
+        "--report-queue-megabytes",
+        &args.queue_megabytes.to_string(),
+        "--report-batch-size",
+        &args.batch_size.to_string(),
+    ]
+    .map(String::from)
+    .to_vec();
+    let mixer = Mixer::start(&args.mixer_bin, Some(&dir.0), &flags)
+        .context("the mixer did not accept the overload config")?;
+    let (grpc, admin, pid) = (mixer.grpc, mixer.admin, mixer.pid());
 
     let rate = match args.rate {
         Some(r) if r > 0.0 => r,

@@ -7,13 +7,17 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anyhow::bail;
 use mixer_model::{StringMap, Timestamp, Value};
 use mixer_proto::istio::mixer::v1 as pb;
 use mixer_proto::istio::mixer::v1::mixer_client::MixerClient;
 use tonic::transport::Channel;
 
-use crate::bags::Request;
+use crate::bags::{self, Request};
+use crate::load::{self, Report, Spec};
+use crate::process::Mixer;
 use crate::targets::{Client, Outcome};
+use crate::{LoadArgs, channels};
 
 /// One `ReportRequest` per simulated request, with `records` records (a proxy reports each
 /// request from both sides, and batches).
@@ -194,4 +198,69 @@ pub fn wait_ready(admin: SocketAddr) -> anyhow::Result<()> {
 /// Whether `path` exists, for a clear error.
 pub fn exists(path: &Path) -> bool {
     path.exists()
+}
+async fn report_run(
+    mixer_bin: &Path,
+    config: &Path,
+    records: usize,
+    load: &LoadArgs,
+) -> anyhow::Result<(Report, f64, f64, f64)> {
+    let mixer = Mixer::start(mixer_bin, Some(config), &[])?;
+    let (grpc, admin, pid) = (mixer.grpc, mixer.admin, mixer.pid());
+    let requests = bags::requests(load.requests.max(1), load.distinct);
+    let prepared = report_requests(&requests, records);
+    let chans = channels(grpc, load.channels).await?;
+    let spec = Spec {
+        concurrency: load.concurrency.max(1),
+        duration: load.duration,
+        warmup: Duration::ZERO,
+        rate: None,
+    };
+    let before = cpu_seconds(pid).unwrap_or(0.0);
+    let result = load::run(spec, |w| {
+        Reporter::new(chans[w % chans.len()].clone(), prepared.clone())
+    })
+    .await;
+    // Let the queues drain before reading CPU and drops.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let cpu = cpu_seconds(pid).unwrap_or(0.0) - before;
+    let delivered = scrape(admin, "mixer_report_delivered_total");
+    let dropped = scrape(admin, "mixer_report_dropped_total");
+    Ok((result, cpu, delivered, dropped))
+}
+
+pub async fn report_mode(
+    mixer_bin: &Path,
+    config: &Path,
+    records: usize,
+    load: &LoadArgs,
+) -> anyhow::Result<()> {
+    if !exists(config) {
+        bail!("{} does not exist", config.display());
+    }
+    let empty = std::env::temp_dir().join(format!("mixer-bench-empty-{}", std::process::id()));
+    std::fs::create_dir_all(&empty)?;
+    let (base, base_cpu, _, _) = report_run(mixer_bin, &empty, records, load).await?;
+    let (run, cpu, delivered, dropped) = report_run(mixer_bin, config, records, load).await?;
+    let _ = std::fs::remove_dir_all(&empty);
+    let per_1000 = |cpu: f64, r: &Report| cpu / (r.calls.max(1) as f64 / 1000.0);
+    println!(
+        "{}  cpu {:.2}s = {:.4} cpu-s per 1000 requests",
+        base.line("no report rules (baseline)"),
+        base_cpu,
+        per_1000(base_cpu, &base)
+    );
+    println!(
+        "{}  cpu {:.2}s = {:.4} cpu-s per 1000 requests",
+        run.line("telemetry config"),
+        cpu,
+        per_1000(cpu, &run)
+    );
+    println!(
+        "records: {:.0}/s ingested ({} per request); instances delivered {delivered:.0}, dropped {dropped:.0}; cpu ratio telemetry/baseline per request {:.2}",
+        run.throughput() * records as f64,
+        records,
+        per_1000(cpu, &run) / per_1000(base_cpu, &base).max(1e-9)
+    );
+    Ok(())
 }

@@ -63,7 +63,11 @@ async fn reports_yield_to_checks_only_while_checks_are_served() {
     let own_nice = rustix::process::getpriority_process(None).expect("priority");
 
     let (thread, nice) = where_it_ran(&runtime).await;
-    assert_eq!((thread, nice), (here.clone(), own_nice), "no checks yet: inline");
+    assert_eq!(
+        (thread, nice),
+        (here.clone(), own_nice),
+        "no checks yet: inline"
+    );
 
     let snapshot = runtime.snapshot();
     let checked = snapshot

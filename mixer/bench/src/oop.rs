@@ -1,0 +1,299 @@
+//! `oop`: what the out-of-process hop costs. The same `listentry` check rule is decided once by
+//! the built-in listchecker and once by an out-of-process adapter (mixer-bench's own
+//! `oop-adapter`, in a process of its own, built on the adapter SDK), with the mixer's check
+//! cache off so that every check reaches the handler. One caller gives the latency the hop
+//! adds; many callers give the throughput. A no-op ext_authz server at one caller shows what
+//! a single loopback gRPC round trip costs on this machine, the floor of any remote hop.
+//! Last, report records go to a `metric` handler, remote and then the built-in no-op, and the
+//! records per second delivered are compared.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use mixer_adapter_sdk::{
+    Adapter, CheckResult, Config, Error, ListEntry, ListEntryInstance, Metric, MetricInstance,
+    Server,
+};
+
+use crate::load::{self, Report, Spec};
+use crate::process::{Mixer, bench_server};
+use crate::{LoadArgs, Target, bags, drive, report};
+
+/// The `oop` subcommand's flags.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The mixer binary.
+    #[arg(long)]
+    mixer_bin: PathBuf,
+    /// Callers for the latency runs: with one, each check waits for no other.
+    #[arg(long, default_value_t = 1)]
+    latency_callers: usize,
+    /// Concurrent Mixer v1 reporters in the report run.
+    #[arg(long, default_value_t = 4)]
+    reporters: usize,
+    /// Records per Report request.
+    #[arg(long, default_value_t = 3)]
+    records: usize,
+    #[command(flatten)]
+    load: LoadArgs,
+}
+
+/// The adapter: a `listentry` handler denying the values in `params.denied`, and a `metric`
+/// handler that accepts every batch.
+#[derive(Default)]
+pub struct Lists;
+
+impl Adapter for Lists {}
+
+impl ListEntry for Lists {
+    async fn check(
+        &self,
+        instance: &ListEntryInstance,
+        config: &Config,
+    ) -> Result<CheckResult, Error> {
+        let denied = config["denied"]
+            .as_array()
+            .is_some_and(|list| list.iter().any(|v| v.as_str() == Some(&instance.value)));
+        Ok(if denied {
+            CheckResult::deny(format!("{} is blocked", instance.value))
+        } else {
+            CheckResult::ok()
+        })
+    }
+}
+
+impl Metric for Lists {
+    async fn report(&self, _instances: &[MetricInstance], _config: &Config) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+/// Serves [`Lists`] until the process ends.
+pub async fn serve_adapter(addr: SocketAddr) -> anyhow::Result<()> {
+    Server::new(Lists)
+        .list_entry()
+        .metric()
+        .serve(addr)
+        .await
+        .context("serving the adapter")
+}
+
+const BLOCKED: &str = "[sqlmap, nikto, masscan]";
+
+/// The check rule and the report rule, with the handlers built in or out of process.
+fn config(adapter: Option<SocketAddr>) -> String {
+    let (check_handler, metric_handler) = match adapter {
+        None => (
+            format!(
+                "compiledAdapter: listchecker\n  params: {{overrides: {BLOCKED}, blacklist: true}}"
+            ),
+            "compiledAdapter: noop".to_string(),
+        ),
+        Some(addr) => (
+            format!(
+                "adapter: bench-lists\n  connection: {{address: \"{addr}\", timeout: 1s}}\n  params: {{denied: {BLOCKED}}}"
+            ),
+            format!("adapter: bench-lists\n  connection: {{address: \"{addr}\", timeout: 5s}}"),
+        ),
+    };
+    format!(
+        r#"# Written by mixer-bench oop.
+kind: handler
+metadata: {{name: agents, namespace: istio-system}}
+spec:
+  {check_handler}
+---
+kind: handler
+metadata: {{name: metrics, namespace: istio-system}}
+spec:
+  {metric_handler}
+---
+kind: instance
+metadata: {{name: agent, namespace: istio-system}}
+spec:
+  compiledTemplate: listentry
+  params: {{value: request.useragent | ""}}
+---
+kind: instance
+metadata: {{name: requestcount, namespace: istio-system}}
+spec:
+  compiledTemplate: metric
+  params:
+    value: "1"
+    dimensions: {{method: request.method | "unknown", response_code: response.code | 200}}
+---
+kind: rule
+metadata: {{name: agents, namespace: istio-system}}
+spec:
+  actions: [{{handler: agents, instances: [agent]}}]
+---
+kind: rule
+metadata: {{name: count, namespace: istio-system}}
+spec:
+  actions: [{{handler: metrics, instances: [requestcount]}}]
+"#
+    )
+}
+
+/// What one kind of handler measured.
+struct Measured {
+    alone: Report,
+    loaded: Report,
+    reports: Report,
+    delivered_per_second: f64,
+}
+
+async fn measure(args: &Args, config_file: &Path) -> anyhow::Result<Measured> {
+    let mixer = Mixer::start(
+        &args.mixer_bin,
+        Some(config_file),
+        &["--check-cache-size".into(), "0".into()],
+    )?;
+    let alone = LoadArgs {
+        concurrency: args.latency_callers.max(1),
+        channels: 1,
+        ..args.load.clone()
+    };
+    let alone = drive(Target::ExtAuthz, mixer.grpc, &alone, None).await?;
+    let loaded = drive(Target::ExtAuthz, mixer.grpc, &args.load, None).await?;
+
+    let requests = bags::requests(args.load.requests.max(1), args.load.distinct);
+    let prepared = report::report_requests(&requests, args.records);
+    let chans = crate::channels(mixer.grpc, args.load.channels).await?;
+    let series = "mixer_report_delivered_total";
+    let before = report::scrape(mixer.admin, series);
+    let spec = Spec {
+        concurrency: args.reporters.max(1),
+        duration: args.load.duration,
+        warmup: Duration::ZERO,
+        rate: None,
+    };
+    let reports = load::run(spec, |w| {
+        report::Reporter::new(chans[w % chans.len()].clone(), prepared.clone())
+    })
+    .await;
+    // Delivered while the reporters ran: what the handler kept up with, not what the queue
+    // held afterwards.
+    let delivered = report::scrape(mixer.admin, series) - before;
+    Ok(Measured {
+        alone,
+        loaded,
+        reports,
+        delivered_per_second: delivered / args.load.duration.as_secs_f64(),
+    })
+}
+
+/// Runs the comparison and prints it.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let (_adapter, adapter_addr) = bench_server(&["oop-adapter"], &[])?;
+    let dir = std::env::temp_dir().join(format!("mixer-bench-oop-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let (builtin_file, remote_file) = (dir.join("builtin.yaml"), dir.join("remote.yaml"));
+    std::fs::write(&builtin_file, config(None))?;
+    std::fs::write(&remote_file, config(Some(adapter_addr)))?;
+    let measured = async {
+        let builtin = measure(&args, &builtin_file).await?;
+        let remote = measure(&args, &remote_file).await?;
+        anyhow::Ok((builtin, remote))
+    }
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+    let (builtin, remote) = measured?;
+    let round_trip = crate::compare::noop_run(
+        &LoadArgs {
+            concurrency: args.latency_callers.max(1),
+            channels: 1,
+            ..args.load.clone()
+        },
+        None,
+        None,
+    )
+    .await?;
+
+    let callers = args.latency_callers.max(1);
+    let loaded = args.load.concurrency;
+    println!(
+        "{}",
+        builtin
+            .alone
+            .line(&format!("built-in, {callers} caller(s)"))
+    );
+    println!(
+        "{}",
+        remote.alone.line(&format!("remote, {callers} caller(s)"))
+    );
+    println!(
+        "{}",
+        round_trip.line(&format!("no-op gRPC, {callers} caller(s)"))
+    );
+    println!(
+        "{}",
+        builtin.loaded.line(&format!("built-in, {loaded} callers"))
+    );
+    println!(
+        "{}",
+        remote.loaded.line(&format!("remote, {loaded} callers"))
+    );
+    let added = |p: f64| remote.alone.micros(p) - builtin.alone.micros(p);
+    println!(
+        "remote hop adds {:.0} us at p50 and {:.0} us at p99; one loopback gRPC round trip to the no-op server takes {:.0} us at p50 here (hop / round trip = {:.2})",
+        added(50.0),
+        added(99.0),
+        round_trip.micros(50.0),
+        added(50.0) / round_trip.micros(50.0).max(1e-9)
+    );
+    println!(
+        "check throughput through the remote adapter: {:.2}x the built-in",
+        remote.loaded.throughput() / builtin.loaded.throughput().max(1e-9)
+    );
+    println!(
+        "reports ({} records per request, {} reporters): remote metric handler {:.0} records/s delivered ({:.0} req/s taken), built-in no-op {:.0} records/s ({:.0} req/s); ratio {:.2}",
+        args.records,
+        args.reporters,
+        remote.delivered_per_second,
+        remote.reports.throughput(),
+        builtin.delivered_per_second,
+        builtin.reports.throughput(),
+        remote.delivered_per_second / builtin.delivered_per_second.max(1e-9)
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_configs_name_the_same_rules_and_differ_only_in_their_handlers() {
+        let builtin = config(None);
+        let remote = config(Some("127.0.0.1:7001".parse().expect("address")));
+        assert!(builtin.contains("compiledAdapter: listchecker"));
+        assert!(builtin.contains("compiledAdapter: noop"));
+        assert!(!builtin.contains("connection"));
+        assert_eq!(remote.matches("address: \"127.0.0.1:7001\"").count(), 2);
+        assert!(remote.contains("params: {denied: [sqlmap, nikto, masscan]}"));
+        let rules = |c: &str| c.matches("kind: rule").count();
+        assert_eq!((rules(&builtin), rules(&remote)), (2, 2));
+    }
+
+    #[tokio::test]
+    async fn the_adapter_denies_exactly_the_listed_values() {
+        let config = Config::from_json(serde_json::json!({"denied": ["nikto"]}));
+        let instance = |v: &str| ListEntryInstance {
+            name: "agent".into(),
+            value: v.into(),
+        };
+        let nikto = Lists
+            .check(&instance("nikto"), &config)
+            .await
+            .expect("answer");
+        let curl = Lists
+            .check(&instance("curl"), &config)
+            .await
+            .expect("answer");
+        assert!(!nikto.is_ok());
+        assert!(curl.is_ok());
+    }
+}

@@ -1,0 +1,120 @@
+//! The processes a benchmark starts: a mixer on free loopback ports, and mixer-bench's own
+//! servers (the no-op baseline, the out-of-process adapter). Each stops when dropped.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+use crate::report;
+
+/// A child process, sent SIGTERM (then SIGKILL after 10 s) when dropped.
+pub struct Killed(pub Child);
+
+impl Killed {
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A loopback address nothing listens on (yet).
+pub fn free_addr() -> anyhow::Result<SocketAddr> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+/// Waits until something accepts connections at `addr`.
+pub fn wait_port(addr: SocketAddr) -> anyhow::Result<()> {
+    let start = Instant::now();
+    while TcpStream::connect(addr).is_err() {
+        if start.elapsed() > Duration::from_secs(20) {
+            bail!("{addr} did not start listening");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// A running mixer and its addresses.
+pub struct Mixer {
+    /// Every gRPC service.
+    pub grpc: SocketAddr,
+    /// Forward-auth.
+    pub http: SocketAddr,
+    /// Metrics and readiness.
+    pub admin: SocketAddr,
+    process: Killed,
+}
+
+impl Mixer {
+    /// Starts `bin serve` with `config` (or its embedded one) and `extra` flags, and waits
+    /// until it is ready.
+    pub fn start(bin: &Path, config: Option<&Path>, extra: &[String]) -> anyhow::Result<Mixer> {
+        let (grpc, http, admin) = (free_addr()?, free_addr()?, free_addr()?);
+        let mut cmd = Command::new(bin);
+        cmd.arg("serve")
+            .args(["--grpc-addr", &grpc.to_string()])
+            .args(["--http-addr", &http.to_string()])
+            .args(["--admin-addr", &admin.to_string()])
+            .arg("--no-watch")
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(c) = config {
+            cmd.arg("--config").arg(c);
+        }
+        let process = Killed(
+            cmd.spawn()
+                .with_context(|| format!("starting {}", bin.display()))?,
+        );
+        report::wait_ready(admin).context("the mixer did not become ready with its config")?;
+        wait_port(grpc)?;
+        wait_port(http)?;
+        Ok(Mixer {
+            grpc,
+            http,
+            admin,
+            process,
+        })
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+}
+
+/// Starts `mixer-bench ARGS... --addr ADDR` (a server subcommand) on a free port and waits
+/// until it listens.
+pub fn bench_server(args: &[&str], extra: &[String]) -> anyhow::Result<(Killed, SocketAddr)> {
+    let addr = free_addr()?;
+    let child = Command::new(std::env::current_exe()?)
+        .args(args)
+        .args(["--addr", &addr.to_string()])
+        .args(extra)
+        .stdout(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting mixer-bench {}", args.join(" ")))?;
+    let server = Killed(child);
+    wait_port(addr)?;
+    Ok((server, addr))
+}
