@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use mixer_adapter_api::{AdapterError, Authentication, ErrorKind, PemFile, RemoteConnection};
+use mixer_adapter_api::{
+    AdapterError, Authentication, ErrorKind, PemFile, RemoteConnection, TokenSource,
+};
 use rustls::RootCertStore;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, TrustAnchor};
@@ -105,8 +107,14 @@ fn tls_config(
         Authentication::Tls(t) => {
             let credentials = match &t.token {
                 None => Credentials::none(),
-                Some(token) => Credentials::from_token(token)
+                Some(TokenSource::File(token)) => Credentials::from_token(token)
                     .map_err(|m| ("connection.authentication.tls.tokenPath".to_string(), m))?,
+                Some(TokenSource::OAuth(_)) => {
+                    return Err((
+                        "connection.authentication.tls.oauth".to_string(),
+                        "OAuth token sources are not supported yet".to_string(),
+                    ));
+                }
             };
             let ca = (
                 t.ca_certificates.as_ref(),
