@@ -91,8 +91,8 @@
 //!   error that names the handler and rustls's reason; the handler's fail policy applies.
 //! - Unlike Istio 1.4: `mutual` checks the adapter's certificate against `serverName` (or
 //!   the address's host) like `tls` does, where Istio ignored the name and wanted a SPIFFE
-//!   URI equal to the mixer's own; `tls` without a token is allowed; `oauth` token sources
-//!   are refused at load; `mutual` has no default mixer certificate to fall back to.
+//!   URI equal to the mixer's own; `tls` without a token is allowed; `mutual` has no
+//!   default mixer certificate to fall back to.
 //!
 //! Metrics (`mixer_oop_*`, see [`metrics`]) are served through `Handler::as_exposition`.
 //!
@@ -122,8 +122,10 @@ mod convert;
 mod factory;
 mod handler;
 pub mod metrics;
+mod oauth;
 mod options;
 mod token;
+mod token_request;
 mod transport;
 mod typed;
 
