@@ -68,8 +68,9 @@ pub use handler::{
 };
 pub use registry::AdapterRegistry;
 pub use remote::{
-    AccessToken, Authentication, InferredField, MutualTls, ParamsDescriptor, PemFile,
+    AccessToken, Authentication, InferredField, MutualTls, OAuthClient, ParamsDescriptor, PemFile,
     RemoteAdapters, RemoteConnection, RemoteHandlerSpec, RemoteInstance, Tls, TokenHeader,
+    TokenSource,
 };
 
 /// What the mixer does for a request when a handler cannot decide (down, slow, garbage).

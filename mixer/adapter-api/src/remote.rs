@@ -4,6 +4,7 @@
 //! [`AdapterRegistry::set_remote`](crate::AdapterRegistry::set_remote). The runtime never
 //! depends on that implementation: it sees this trait and the handler traits only.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,10 +40,12 @@ pub enum Authentication {
 /// Istio's `Tls`: server-authenticated TLS, plus an optional access token in each call.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Tls {
-    /// `caCertificates`: CAs trusted for the adapter's certificate, on top of the system's.
+    /// `caCertificates`: CAs trusted for the adapter's certificate, on top of the system's
+    /// (and for an `https` OAuth token endpoint's).
     pub ca_certificates: Option<PemFile>,
-    /// `tokenPath` with `authHeader` or `customHeader`.
-    pub token: Option<AccessToken>,
+    /// Where the token sent with each call comes from (Istio's `token_source`); `None`: no
+    /// token.
+    pub token: Option<TokenSource>,
     /// `serverName`: the name the adapter's certificate must carry (and the SNI sent);
     /// `None` = the host of `connection.address`.
     pub server_name: Option<String>,
@@ -61,6 +64,26 @@ pub struct MutualTls {
     pub server_name: Option<String>,
 }
 
+/// Istio's `token_source`: a token read from a file, or fetched from an OAuth 2.0 token
+/// endpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TokenSource {
+    /// `tokenPath`.
+    File(AccessToken),
+    /// `oauth`: the client-credentials grant (RFC 6749 section 4.4).
+    OAuth(OAuthClient),
+}
+
+impl TokenSource {
+    /// Where the token goes, whatever its source.
+    pub fn header(&self) -> &TokenHeader {
+        match self {
+            TokenSource::File(t) => &t.header,
+            TokenSource::OAuth(o) => &o.header,
+        }
+    }
+}
+
 /// A token read from a file and sent with every call (Istio's `tokenPath` + token type).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AccessToken {
@@ -69,6 +92,41 @@ pub struct AccessToken {
     pub path: PathBuf,
     /// Where the token goes.
     pub header: TokenHeader,
+}
+
+/// Istio's `oauth`: the mixer asks `token_url` for an access token with its client id and
+/// secret (the client-credentials grant) and sends the token with every call, asking for a
+/// new one before it expires.
+#[derive(Clone, PartialEq, Eq)]
+pub struct OAuthClient {
+    /// `clientId`: who the mixer is to the token endpoint.
+    pub client_id: String,
+    /// `clientSecret`: the file holding the client secret. Like `tokenPath`, it is read by
+    /// the client (at each token request), not kept in the config: secrets rotate.
+    pub client_secret: PathBuf,
+    /// `tokenUrl`: the token endpoint, `http://` or `https://`.
+    pub token_url: String,
+    /// `scopes`: sent space-separated as the request's `scope`; empty: no `scope`.
+    pub scopes: Vec<String>,
+    /// `endpointParams`: further form fields of the token request (`audience`, `resource`).
+    pub endpoint_params: BTreeMap<String, String>,
+    /// Where the token goes: `authHeader`/`customHeader`, `authorization: Bearer` when
+    /// neither is given.
+    pub header: TokenHeader,
+}
+
+impl std::fmt::Debug for OAuthClient {
+    // Endpoint parameters may carry credentials (a client assertion): names only.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OAuthClient")
+            .field("client_id", &self.client_id)
+            .field("client_secret", &self.client_secret)
+            .field("token_url", &self.token_url)
+            .field("scopes", &self.scopes)
+            .field("endpoint_params", &self.endpoint_params.keys())
+            .field("header", &self.header)
+            .finish()
+    }
 }
 
 /// Istio's `authHeader` / `customHeader`.
@@ -113,9 +171,17 @@ impl Authentication {
                 if let Some(ca) = &t.ca_certificates {
                     out.insert("caCertificates".into(), path(ca));
                 }
+                match &t.token {
+                    Some(TokenSource::File(file)) => {
+                        out.insert("tokenPath".into(), file.path.display().to_string().into());
+                    }
+                    Some(TokenSource::OAuth(oauth)) => {
+                        out.insert("oauth".into(), oauth.describe());
+                    }
+                    None => {}
+                }
                 if let Some(token) = &t.token {
-                    out.insert("tokenPath".into(), token.path.display().to_string().into());
-                    match &token.header {
+                    match token.header() {
                         TokenHeader::Plain => out.insert("authHeader".into(), "PLAIN".into()),
                         TokenHeader::Bearer => out.insert("authHeader".into(), "BEARER".into()),
                         TokenHeader::Custom(h) => {
@@ -140,6 +206,32 @@ impl Authentication {
                 serde_json::json!({ "mutual": out })
             }
         }
+    }
+}
+
+impl OAuthClient {
+    /// The `oauth` block as written, with the secret's path and the names of the endpoint
+    /// parameters only.
+    fn describe(&self) -> serde_json::Value {
+        let mut out = serde_json::Map::new();
+        out.insert("clientId".into(), self.client_id.clone().into());
+        out.insert(
+            "clientSecret".into(),
+            self.client_secret.display().to_string().into(),
+        );
+        out.insert("tokenUrl".into(), self.token_url.clone().into());
+        if !self.scopes.is_empty() {
+            out.insert("scopes".into(), self.scopes.clone().into());
+        }
+        if !self.endpoint_params.is_empty() {
+            let names: serde_json::Map<_, _> = self
+                .endpoint_params
+                .keys()
+                .map(|k| (k.clone(), "(set)".into()))
+                .collect();
+            out.insert("endpointParams".into(), names.into());
+        }
+        out.into()
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use mixer_adapter_api::{AdapterRegistry, Authentication, TokenHeader};
+use mixer_adapter_api::{AdapterRegistry, Authentication, TokenHeader, TokenSource};
 use mixer_config::{ConfigOptions, SourceFile, Validated, validate};
 
 // Only the PEM framing is checked at load (the DER inside is rustls's business at connect
@@ -43,6 +43,7 @@ impl Files {
             ("cert.pem", CERT),
             ("key.pem", KEY),
             ("token", "s3cret\n"),
+            ("client-secret", "client-s3cret\n"),
             ("empty", ""),
             ("garbage.pem", "not a certificate"),
             ("broken.pem", "-----BEGIN CERTIFICATE-----\nMIIB\n"),
@@ -71,7 +72,10 @@ fn tls_with_ca_token_and_server_name() {
     let ca = tls.ca_certificates.as_ref().expect("ca");
     assert_eq!(ca.path, Path::new(&f.path("ca.pem")));
     assert_eq!(&*ca.pem, CERT.as_bytes());
-    let token = tls.token.as_ref().expect("token");
+    let Some(TokenSource::File(token)) = &tls.token else {
+        panic!("{tls:?}")
+    };
+    assert_eq!(token.path, Path::new(&f.path("token")));
     assert_eq!(token.header, TokenHeader::Bearer);
     assert_eq!(tls.server_name.as_deref(), Some("adapter.local"));
     // The dump names files, never their contents.
@@ -87,8 +91,8 @@ fn tls_with_ca_token_and_server_name() {
         panic!()
     };
     assert_eq!(
-        tls.token.expect("token").header,
-        TokenHeader::Custom("x-api-key".into())
+        tls.token.expect("token").header(),
+        &TokenHeader::Custom("x-api-key".into())
     );
     assert!(matches!(auth("      tls: {}\n"), Authentication::Tls(t) if t.token.is_none()));
 }
@@ -182,7 +186,7 @@ fn incomplete_or_unknown_settings_are_errors() {
         (
             "      tls: {authHeader: BEARER}\n".into(),
             format!(
-                "{p}.tls.tokenPath: missing: authHeader and customHeader say how to send a token, and tokenPath is where to read it"
+                "{p}.tls.tokenPath: missing: authHeader and customHeader say how to send a token, and tokenPath or oauth where it comes from"
             ),
         ),
         (
@@ -211,12 +215,6 @@ fn incomplete_or_unknown_settings_are_errors() {
             format!("{p}.tls.serverName: \"not a name\" is neither a DNS name nor an IP address"),
         ),
         (
-            "      tls: {oauth: {clientId: mixer}}\n".into(),
-            format!(
-                "{p}.tls.oauth: OAuth token sources are not supported: write the token to a file and give tokenPath"
-            ),
-        ),
-        (
             "      tls: {ca_certificates: /x}\n".into(),
             format!("{p}.tls.ca_certificates: unknown field (did you mean caCertificates?)"),
         ),
@@ -230,6 +228,206 @@ fn incomplete_or_unknown_settings_are_errors() {
     }
     // mutual without either file names both.
     assert_eq!(errors("      mutual: {}\n").len(), 2);
+}
+
+#[test]
+fn oauth_reads_the_client_credentials_grant_and_defaults_to_a_bearer_header() {
+    let f = Files::new();
+    let secret = f.path("client-secret");
+    let a = auth(&format!(
+        "      tls:\n        caCertificates: {}\n        oauth:\n          clientId: mixer\n          clientSecret: {secret}\n          tokenUrl: https://idp.example/oauth2/token\n          scopes: [adapter.check, adapter.report]\n          endpointParams: {{audience: adapters, resource: 'urn:adapter'}}\n",
+        f.path("ca.pem")
+    ));
+    let Authentication::Tls(tls) = &a else {
+        panic!("{a:?}")
+    };
+    let Some(TokenSource::OAuth(oauth)) = &tls.token else {
+        panic!("{tls:?}")
+    };
+    assert_eq!(oauth.client_id, "mixer");
+    assert_eq!(oauth.client_secret, Path::new(&secret));
+    assert_eq!(oauth.token_url, "https://idp.example/oauth2/token");
+    assert_eq!(oauth.scopes, ["adapter.check", "adapter.report"]);
+    assert_eq!(
+        oauth.endpoint_params.iter().collect::<Vec<_>>(),
+        [
+            (&"audience".to_string(), &"adapters".to_string()),
+            (&"resource".to_string(), &"urn:adapter".to_string())
+        ]
+    );
+    // Istio sent OAuth tokens as bearer tokens, and so does a block without authHeader.
+    assert_eq!(oauth.header, TokenHeader::Bearer);
+    // Neither the secret nor endpoint parameter values reach a dump or a log.
+    let described = a.describe().to_string();
+    assert!(
+        described.contains("\"clientId\":\"mixer\"")
+            && described.contains("client-secret")
+            && described.contains("idp.example")
+            && described.contains("audience"),
+        "{described}"
+    );
+    let debug = format!("{a:?}");
+    for text in [&described, &debug] {
+        assert!(
+            !text.contains("client-s3cret") && !text.contains("urn:adapter"),
+            "{text}"
+        );
+    }
+
+    // authHeader and customHeader, when given, say where the token goes.
+    let tls = |extra: &str| {
+        let a = auth(&format!(
+            "      tls: {{oauth: {{clientId: m, clientSecret: {secret}, tokenUrl: 'http://127.0.0.1:8080/t'}}{extra}}}\n"
+        ));
+        match a {
+            Authentication::Tls(t) => t.token.expect("token").header().clone(),
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(tls(", authHeader: PLAIN"), TokenHeader::Plain);
+    assert_eq!(
+        tls(", customHeader: X-Token"),
+        TokenHeader::Custom("x-token".into())
+    );
+    assert_eq!(tls(""), TokenHeader::Bearer);
+}
+
+#[test]
+fn oauth_over_plain_http_to_another_host_loads_with_a_warning() {
+    let f = Files::new();
+    let yaml = format!(
+        "      tls: {{oauth: {{clientId: m, clientSecret: {}, tokenUrl: 'http://idp.example/t'}}}}\n",
+        f.path("client-secret")
+    );
+    let warnings: Vec<String> = run(&yaml)
+        .expect("valid")
+        .warnings
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        warnings,
+        [
+            "c.yaml: handler r: spec.connection.authentication.tls.oauth.tokenUrl: the client secret is sent to idp.example unencrypted: use https://"
+        ]
+    );
+    // Loopback is not the network.
+    let yaml = yaml.replace("idp.example", "localhost:9000");
+    assert!(run(&yaml).expect("valid").warnings.is_empty());
+}
+
+#[test]
+fn oauth_problems_are_errors_at_their_field() {
+    let f = Files::new();
+    let p = "c.yaml: handler r: spec.connection.authentication.tls";
+    let secret = f.path("client-secret");
+    let url = "https://idp.example/token";
+    let oauth = |fields: &str| format!("      tls: {{oauth: {{{fields}}}}}\n");
+    let cases: Vec<(String, String)> = vec![
+        (
+            oauth(&format!("clientSecret: {secret}, tokenUrl: {url}")),
+            format!("{p}.oauth.clientId: missing (the id the token endpoint knows the mixer by)"),
+        ),
+        (
+            oauth(&format!(
+                "clientId: '', clientSecret: {secret}, tokenUrl: {url}"
+            )),
+            format!("{p}.oauth.clientId: empty (the id the token endpoint knows the mixer by)"),
+        ),
+        (
+            oauth(&format!("clientId: m, tokenUrl: {url}")),
+            format!(
+                "{p}.oauth.clientSecret: missing (the path of the file holding the client secret)"
+            ),
+        ),
+        (
+            oauth(&format!("clientId: m, clientSecret: {secret}")),
+            format!("{p}.oauth.tokenUrl: missing (the token endpoint's URL)"),
+        ),
+        (
+            oauth(&format!(
+                "clientId: m, clientSecret: /nonexistent/secret, tokenUrl: {url}"
+            )),
+            format!(
+                "{p}.oauth.clientSecret: cannot read /nonexistent/secret: No such file or directory (os error 2)"
+            ),
+        ),
+        (
+            oauth(&format!(
+                "clientId: m, clientSecret: {}, tokenUrl: {url}",
+                f.path("empty")
+            )),
+            format!("{p}.oauth.clientSecret: {} is empty", f.path("empty")),
+        ),
+        (
+            oauth(&format!(
+                "clientId: m, clientSecret: {secret}, tokenUrl: 'ftp://idp.example/token'"
+            )),
+            format!(
+                "{p}.oauth.tokenUrl: \"ftp://idp.example/token\" is not an http:// or https:// URL"
+            ),
+        ),
+        (
+            oauth(&format!(
+                "clientId: m, clientSecret: {secret}, tokenUrl: 'idp.example:443'"
+            )),
+            format!("{p}.oauth.tokenUrl: \"idp.example:443\" is not an http:// or https:// URL"),
+        ),
+        (
+            oauth(&format!(
+                "clientId: m, clientSecret: {secret}, tokenUrl: {url}, scope: [a]"
+            )),
+            format!("{p}.oauth.scope: unknown field (did you mean scopes?)"),
+        ),
+        (
+            oauth(&format!(
+                "clientId: m, clientSecret: {secret}, tokenUrl: {url}, scopes: [a, 'b c']"
+            )),
+            format!(
+                "{p}.oauth.scopes[1]: \"b c\" is not a scope (printable ASCII without spaces, quotes or backslashes)"
+            ),
+        ),
+        (
+            oauth(&format!(
+                "clientId: m, clientSecret: {secret}, tokenUrl: {url}, endpointParams: {{grant_type: password}}"
+            )),
+            format!(
+                "{p}.oauth.endpointParams.grant_type: set by the mixer (the mixer asks for client_credentials)"
+            ),
+        ),
+        (
+            oauth(&format!(
+                "clientId: m, clientSecret: {secret}, tokenUrl: {url}, endpointParams: {{audience: 5}}"
+            )),
+            format!("{p}.oauth.endpointParams.audience: expected a string, found a number"),
+        ),
+        (
+            "      tls: {oauth: https://idp.example/token}\n".into(),
+            format!("{p}.oauth: expected a mapping, found a string"),
+        ),
+        (
+            format!(
+                "      tls: {{tokenPath: {}, authHeader: BEARER, oauth: {{clientId: m, clientSecret: {secret}, tokenUrl: {url}}}}}\n",
+                f.path("token")
+            ),
+            format!("{p}: give either tokenPath or oauth, not both"),
+        ),
+        (
+            format!(
+                "      tls: {{oauth: {{clientId: m, clientSecret: {secret}, tokenUrl: {url}}}, authHeader: BASIC}}\n"
+            ),
+            format!("{p}.authHeader: unknown value \"BASIC\" (expected one of PLAIN, BEARER)"),
+        ),
+    ];
+    for (yaml, expected) in cases {
+        let got = errors(&yaml);
+        assert!(
+            got.len() == 1 && got[0] == expected,
+            "for\n{yaml}expected\n  {expected}\ngot\n  {got:#?}"
+        );
+    }
+    // All three required fields missing: three errors, one per field.
+    assert_eq!(errors("      tls: {oauth: {}}\n").len(), 3);
 }
 
 #[test]

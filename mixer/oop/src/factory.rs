@@ -93,6 +93,7 @@ impl RemoteAdapterFactory {
             adapter_config: Some(adapter_config),
             inferred_types: convert::inferred_types(spec.instances),
         };
+        let handler = spec.handler_name.clone();
         let thread = std::thread::Builder::new()
             .name("oop-validate".into())
             .spawn(move || {
@@ -101,6 +102,11 @@ impl RemoteAdapterFactory {
                     .build()
                     .map_err(|e| format!("no runtime for Validate: {e}"))?;
                 rt.block_on(async move {
+                    let deadline = tokio::time::Instant::now() + timeout;
+                    transport
+                        .ready(&handler, deadline)
+                        .await
+                        .map_err(|e| e.message)?;
                     let call = async {
                         let channel = transport.connect().await.map_err(|e| {
                             tonic::Status::unavailable(format!("cannot connect: {e}"))
@@ -113,7 +119,7 @@ impl RemoteAdapterFactory {
                         req.set_timeout(timeout);
                         client.validate(req).await.map(tonic::Response::into_inner)
                     };
-                    tokio::time::timeout(timeout, call)
+                    tokio::time::timeout_at(deadline, call)
                         .await
                         .map_err(|_| format!("Validate did not answer within {timeout:?}"))
                 })

@@ -234,6 +234,12 @@ impl RemoteHandler {
         self.metrics.in_flight.fetch_add(1, Ordering::Relaxed);
         let _in_flight = InFlight(&self.metrics);
         let deadline = started + self.timeout;
+        if let Err(e) = self.transport.ready(&self.name, deadline).await {
+            // The adapter was not asked: dropping the admission tells its breaker nothing.
+            drop(admission);
+            self.metrics.record(call, e.kind.label(), started.elapsed());
+            return Err(e);
+        }
         let attempt = async {
             let config = self.adapter_config(self.timeout).await?;
             let remaining = deadline.saturating_duration_since(Instant::now());
@@ -430,6 +436,9 @@ impl Handler for RemoteHandler {
         let Session::Id(session_id) = old else {
             return;
         };
+        // Without a token the call below fails at once, and says so in the metrics.
+        let deadline = Instant::now() + self.timeout;
+        let _ = self.transport.ready(&self.name, deadline).await;
         let mut client =
             model::infrastructure_backend_client::InfrastructureBackendClient::new(self.channel());
         let mut req = Request::new(model::CloseSessionRequest {

@@ -80,6 +80,21 @@
 //!   # or mutual: {clientCertificate: ..., privateKey: ..., caCertificates: ..., serverName: ...}
 //! ```
 //!
+//! Instead of `tokenPath`, the token may come from an OAuth 2.0 token endpoint, with the
+//! client-credentials grant (RFC 6749 section 4.4):
+//!
+//! ```yaml
+//!     tls:
+//!       caCertificates: /etc/certs/root-cert.pem   # also trusted for an https tokenUrl
+//!       oauth:
+//!         clientId: mixer
+//!         clientSecret: /var/run/secrets/oauth-client-secret   # a file, read per request
+//!         tokenUrl: https://idp.example/oauth2/token
+//!         scopes: [adapter.check]             # optional, sent as `scope=adapter.check`
+//!         endpointParams: {audience: adapter} # optional, more form fields
+//!       # authHeader / customHeader as above; without either: `authorization: Bearer`
+//! ```
+//!
 //! - Certificate and key files are read and PEM-checked when the config loads (errors carry
 //!   their field path) and rustls's own refusals, such as a key that does not match its
 //!   certificate, reject the config too. Their contents are part of the handler's config:
@@ -87,12 +102,26 @@
 //! - The token file is read again when the last read is older than [`TOKEN_REFRESH`]
 //!   (1 s), so a rotated token needs no reload; it is trimmed, and if the file becomes
 //!   unreadable the last good token is kept (with a warning).
+//! - OAuth: the token request is a form-encoded POST (`grant_type=client_credentials`,
+//!   `scope`, the endpoint parameters) with the client id and secret in an
+//!   `authorization: Basic` header (section 2.3.1); the answer must be a Bearer token. The
+//!   secret file is read for every request, so a rotated secret needs no reload. The token
+//!   is kept until `expires_in` (5 minutes when the answer does not say) and replaced in the
+//!   background from 10% of its lifetime (10 s at most) before that; a call that finds no
+//!   token waits for one, but not past its deadline. After a failed request, calls that find
+//!   no token fail at once until a backoff (250 ms, doubling up to 30 s) lets one try again.
+//!   The error is `Unavailable`, names the handler and says what the endpoint answered, so
+//!   the handler's fail policy applies. An `http://` URL to another host loads with a
+//!   warning (the secret would cross the network readable); redirects are not followed and
+//!   proxies are not used.
 //! - A failed handshake (unknown CA, wrong name, no client certificate) is an `Unavailable`
 //!   error that names the handler and rustls's reason; the handler's fail policy applies.
 //! - Unlike Istio 1.4: `mutual` checks the adapter's certificate against `serverName` (or
 //!   the address's host) like `tls` does, where Istio ignored the name and wanted a SPIFFE
-//!   URI equal to the mixer's own; `tls` without a token is allowed; `oauth` token sources
-//!   are refused at load; `mutual` has no default mixer certificate to fall back to.
+//!   URI equal to the mixer's own; `tls` without a token is allowed; with `oauth`,
+//!   `authHeader: PLAIN` and `customHeader` are honoured (Istio always sent a bearer token),
+//!   `endpointParams` are sent (Istio dropped them) and the secret is re-read (Istio read it
+//!   once, untrimmed); `mutual` has no default mixer certificate to fall back to.
 //!
 //! Metrics (`mixer_oop_*`, see [`metrics`]) are served through `Handler::as_exposition`.
 //!
@@ -122,8 +151,10 @@ mod convert;
 mod factory;
 mod handler;
 pub mod metrics;
+mod oauth;
 mod options;
 mod token;
+mod token_request;
 mod transport;
 mod typed;
 

@@ -1,5 +1,6 @@
-//! The access token of a `tls` connection (Istio's `tokenPath` with `authHeader` or
-//! `customHeader`), added to the metadata of every call.
+//! The access token of a `tls` connection, added to the metadata of every call in the header
+//! Istio's `authHeader` or `customHeader` names: read from a file (`tokenPath`, here), or
+//! fetched from an OAuth token endpoint (`oauth`, see [`crate::oauth`]).
 //!
 //! Istio 1.4 read the file once, when the handler was built. Tokens rotate (Kubernetes
 //! service-account tokens every hour), so here the file is read again when the last read is
@@ -10,24 +11,33 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mixer_adapter_api::{AccessToken, TokenHeader};
+use mixer_adapter_api::{AccessToken, OAuthClient, PemFile, TokenHeader};
 use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue};
 use tonic::service::Interceptor;
 use tonic::{Request, Status};
+
+use crate::oauth::OAuthSource;
 
 /// How old a token read may be before the next call reads the file again.
 pub const REFRESH: Duration = Duration::from_secs(1);
 
 /// What each call carries: nothing, or a token header.
 #[derive(Clone, Default)]
-pub(crate) struct Credentials(Option<Arc<TokenFile>>);
+pub(crate) struct Credentials(Option<Source>);
+
+#[derive(Clone)]
+enum Source {
+    File(Arc<TokenFile>),
+    OAuth(Arc<OAuthSource>),
+}
 
 impl std::fmt::Debug for Credentials {
     // The token itself never reaches a log.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.0 {
             None => f.write_str("Credentials(none)"),
-            Some(t) => write!(f, "Credentials({} from {})", t.key, t.path.display()),
+            Some(Source::File(t)) => write!(f, "Credentials({} from {})", t.key, t.path.display()),
+            Some(Source::OAuth(o)) => write!(f, "Credentials(OAuth token from {})", o.url()),
         }
     }
 }
@@ -55,17 +65,9 @@ impl Credentials {
     /// Reads the token now; an unreadable or unusable file is an error (config validation
     /// already checked it, so this only fails when the file changed in between).
     pub(crate) fn from_token(token: &AccessToken) -> Result<Credentials, String> {
-        let (key, bearer) = match &token.header {
-            TokenHeader::Plain => (AsciiMetadataKey::from_static("authorization"), false),
-            TokenHeader::Bearer => (AsciiMetadataKey::from_static("authorization"), true),
-            TokenHeader::Custom(name) => (
-                AsciiMetadataKey::from_bytes(name.as_bytes())
-                    .map_err(|_| format!("customHeader {name:?} is not a metadata key"))?,
-                false,
-            ),
-        };
+        let (key, bearer) = header_key(&token.header)?;
         let value = read(&token.path, bearer)?;
-        Ok(Credentials(Some(Arc::new(TokenFile {
+        Ok(Credentials(Some(Source::File(Arc::new(TokenFile {
             path: token.path.clone(),
             key,
             bearer,
@@ -74,8 +76,42 @@ impl Credentials {
                 read_at: Instant::now(),
                 failing: false,
             }),
-        }))))
+        })))))
     }
+
+    /// Tokens from an OAuth token endpoint; none is fetched until a call needs one. `ca` is
+    /// the connection's `caCertificates`, trusted for an `https` endpoint too; `timeout` the
+    /// connection's, which bounds a token request when it is longer than the default.
+    pub(crate) fn from_oauth(
+        client: &OAuthClient,
+        ca: Option<&PemFile>,
+        timeout: std::time::Duration,
+    ) -> Result<Credentials, String> {
+        let source = OAuthSource::new(client, ca, timeout)?;
+        Ok(Credentials(Some(Source::OAuth(Arc::new(source)))))
+    }
+
+    /// Waits (until `deadline` at most) for what a call needs: only an OAuth token may be
+    /// missing, when none has been fetched yet or the last one expired.
+    pub(crate) async fn ready(&self, deadline: tokio::time::Instant) -> Result<(), String> {
+        match &self.0 {
+            Some(Source::OAuth(source)) => source.ready(deadline).await,
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The metadata key of a token, and whether its value is prefixed by `Bearer `.
+pub(crate) fn header_key(header: &TokenHeader) -> Result<(AsciiMetadataKey, bool), String> {
+    Ok(match header {
+        TokenHeader::Plain => (AsciiMetadataKey::from_static("authorization"), false),
+        TokenHeader::Bearer => (AsciiMetadataKey::from_static("authorization"), true),
+        TokenHeader::Custom(name) => (
+            AsciiMetadataKey::from_bytes(name.as_bytes())
+                .map_err(|_| format!("customHeader {name:?} is not a metadata key"))?,
+            false,
+        ),
+    })
 }
 
 impl TokenFile {
@@ -122,10 +158,21 @@ fn read(path: &std::path::Path, bearer: bool) -> Result<AsciiMetadataValue, Stri
 
 impl Interceptor for Credentials {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        if let Some(token) = &self.0 {
-            request
-                .metadata_mut()
-                .insert(token.key.clone(), token.current());
+        match &self.0 {
+            None => {}
+            Some(Source::File(token)) => {
+                request
+                    .metadata_mut()
+                    .insert(token.key.clone(), token.current());
+            }
+            // The handler waited for a token before the call ([`Credentials::ready`]); if it
+            // expired since, the call fails rather than go without one.
+            Some(Source::OAuth(source)) => {
+                let (key, value) = source
+                    .header()
+                    .map_err(|why| Status::unavailable(format!("no OAuth token: {why}")))?;
+                request.metadata_mut().insert(key, value);
+            }
         }
         Ok(request)
     }

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use mixer_adapter_api::{AdapterError, Authentication, ErrorKind, PemFile, RemoteConnection};
+use mixer_adapter_api::{
+    AdapterError, Authentication, ErrorKind, PemFile, RemoteConnection, TokenSource,
+};
 use rustls::RootCertStore;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, TrustAnchor};
@@ -90,6 +92,22 @@ impl Transport {
         Ok(InterceptedService::new(channel, self.credentials.clone()))
     }
 
+    /// Waits, until `deadline` at most, for what calls need before they can go: an OAuth
+    /// token when the connection uses one. The error is `Unavailable` (the handler's fail
+    /// policy applies) and says why no token is there.
+    pub(crate) async fn ready(
+        &self,
+        handler: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), AdapterError> {
+        self.credentials.ready(deadline).await.map_err(|why| {
+            AdapterError::transient(
+                ErrorKind::Unavailable,
+                format!("adapter of handler {handler}: no OAuth token: {why}"),
+            )
+        })
+    }
+
     /// The adapter's URI, for logs.
     pub(crate) fn uri(&self) -> &tonic::codegen::http::Uri {
         self.endpoint.uri()
@@ -105,8 +123,12 @@ fn tls_config(
         Authentication::Tls(t) => {
             let credentials = match &t.token {
                 None => Credentials::none(),
-                Some(token) => Credentials::from_token(token)
+                Some(TokenSource::File(token)) => Credentials::from_token(token)
                     .map_err(|m| ("connection.authentication.tls.tokenPath".to_string(), m))?,
+                Some(TokenSource::OAuth(oauth)) => {
+                    Credentials::from_oauth(oauth, t.ca_certificates.as_ref(), timeout)
+                        .map_err(|m| ("connection.authentication.tls.oauth".to_string(), m))?
+                }
             };
             let ca = (
                 t.ca_certificates.as_ref(),
@@ -150,7 +172,7 @@ fn tls_config(
 
 /// The system's CAs (unparsable ones skipped, as the system may hold odd ones) and every
 /// certificate of `ca` (each must parse: a typo in the mixer's own config is an error).
-fn trust_anchors(ca: Option<&PemFile>) -> Result<Vec<TrustAnchor<'static>>, String> {
+pub(crate) fn trust_anchors(ca: Option<&PemFile>) -> Result<Vec<TrustAnchor<'static>>, String> {
     let mut roots = RootCertStore::empty();
     if let Some(bundle) = system_bundle() {
         let certs = CertificateDer::pem_slice_iter(&bundle).filter_map(Result::ok);

@@ -17,6 +17,7 @@ use mixer_model::{AttributeBag, StringMap, Value};
 use mixer_oop::{OopOptions, RemoteAdapterFactory, ValidateOutcome};
 use mixer_runtime::{RuntimeMetrics, RuntimeOptions, Snapshot};
 use support::Pki;
+use support::token_endpoint::TokenEndpoint;
 
 /// Lets `good` through.
 struct Allow;
@@ -246,6 +247,48 @@ async fn a_wrong_ca_fails_with_an_error_naming_the_handler_and_the_cause() {
     assert!(message.contains("h.istio-system"), "{message}");
     assert!(message.contains("UnknownIssuer"), "{message}");
     assert_eq!(errors_counted(&metrics, "unavailable"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_oauth_token_the_fail_policy_decides() {
+    let pki = Pki::new();
+    pki.write("client-secret", "s3cret");
+    let idp = TokenEndpoint::start("mixer", "another-secret", 60, None).await;
+    let port = serve(server_tls(&pki)).await;
+    let address = format!("127.0.0.1:{port}");
+    let metrics = Arc::new(RuntimeMetrics::unregistered());
+    let auth = format!(
+        "{{tls: {{caCertificates: {}, oauth: {{clientId: mixer, clientSecret: {}, tokenUrl: '{}'}}}}}}",
+        pki.path("ca.pem"),
+        pki.path("client-secret"),
+        idp.url()
+    );
+    // The endpoint refuses the secret: a closed handler fails the check (Validate could not
+    // be called either, which only warns), and the failure is counted as unavailable.
+    let snap = snapshot(yaml(&address, &auth, "CLOSED"), metrics.clone()).await;
+    let err = snap.check(&bag(&snap, "good")).await.expect_err("no token");
+    assert_eq!(err.error.kind, mixer_adapter_api::ErrorKind::Unavailable);
+    assert!(
+        err.error.message.contains("invalid_client"),
+        "{}",
+        err.error.message
+    );
+    assert_eq!(errors_counted(&metrics, "unavailable"), 1);
+    // An open one lets the request through.
+    let snap = snapshot(yaml(&address, &auth, "OPEN"), metrics.clone()).await;
+    assert!(
+        snap.check(&bag(&snap, "good"))
+            .await
+            .expect("fails open")
+            .is_allowed()
+    );
+    assert_eq!(errors_counted(&metrics, "unavailable"), 2);
+    // Once the endpoint takes the secret, the adapter decides.
+    idp.set_secret("s3cret");
+    let snap = snapshot(yaml(&address, &auth, "CLOSED"), metrics.clone()).await;
+    let denied = snap.check(&bag(&snap, "eve")).await.expect("decided");
+    assert_eq!(denied.status.message, "eve is not listed");
+    assert!(idp.issued() >= 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

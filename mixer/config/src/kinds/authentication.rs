@@ -1,6 +1,7 @@
 //! A remote handler's `connection.authentication` (Istio's `istio.policy.v1beta1.Authentication`):
-//! `tls` (the adapter proves itself; the mixer may send a token from a file) or `mutual`
-//! (both sides present certificates). Every file is read here, so a missing file or a
+//! `tls` (the adapter proves itself; the mixer may send a token, read from a file or fetched
+//! from an OAuth token endpoint, see [`super::oauth`]) or `mutual` (both sides present
+//! certificates). Every file is read here, so a missing file or a
 //! block that is not PEM is a config error with its field path, not a failure at the first
 //! call. Paths are used as written: relative ones are relative to the mixer's working
 //! directory, as in Istio.
@@ -8,12 +9,14 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use mixer_adapter_api::{AccessToken, Authentication, MutualTls, PemFile, Tls, TokenHeader};
+use mixer_adapter_api::{
+    AccessToken, Authentication, MutualTls, PemFile, Tls, TokenHeader, TokenSource,
+};
 use rustls_pki_types::pem::{self, PemObject};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::{Map, Value};
 
-use super::{Doc, parse_enum};
+use super::{Doc, oauth, parse_enum};
 use crate::document::{check_keys, opt_string, type_name};
 use crate::error::{Diagnostics, join};
 
@@ -62,7 +65,8 @@ pub(crate) fn authentication(
     }
 }
 
-fn mapping<'v>(
+/// The block at `path` as a mapping; reports anything else.
+pub(super) fn mapping<'v>(
     doc: &Doc<'_>,
     value: &'v Value,
     path: &str,
@@ -86,26 +90,34 @@ fn tls_block(doc: &Doc<'_>, value: &Value, path: &str, diags: &mut Diagnostics) 
     let map = mapping(doc, value, path, diags)?;
     let before = diags.errors.len();
     check_keys(map, TLS_KEYS, path, d, diags);
-    if map.get("oauth").is_some_and(|v| !v.is_null()) {
-        diags.error(
-            d,
-            join(path, "oauth"),
-            "OAuth token sources are not supported: write the token to a file and give tokenPath",
-        );
-    }
     let ca_certificates = optional_certificates(doc, map, "caCertificates", path, diags);
     let server_name = server_name(doc, map, path, diags);
     let header = token_header(doc, map, path, diags);
     let token_path = opt_string(map, "tokenPath", path, d, diags);
-    let token = match (token_path, header) {
-        (Some(p), Some(header)) => {
+    let oauth_block = map.get("oauth").filter(|v| !v.is_null());
+    let token = match (token_path, oauth_block, header) {
+        (Some(_), Some(_), _) => {
+            diags.error(d, path, "give either tokenPath or oauth, not both");
+            None
+        }
+        // Istio 1.4 ignored authHeader and customHeader with oauth and always sent
+        // `authorization: Bearer <token>`: that is the default; given ones are honoured.
+        (None, Some(o), header) => oauth::oauth(
+            doc,
+            o,
+            &join(path, "oauth"),
+            header.unwrap_or(TokenHeader::Bearer),
+            diags,
+        )
+        .map(TokenSource::OAuth),
+        (Some(p), None, Some(header)) => {
             check_token(doc, &p, &join(path, "tokenPath"), diags);
-            Some(AccessToken {
+            Some(TokenSource::File(AccessToken {
                 path: PathBuf::from(p),
                 header,
-            })
+            }))
         }
-        (Some(_), None) => {
+        (Some(_), None, None) => {
             if !map.contains_key("authHeader") && !map.contains_key("customHeader") {
                 diags.error(
                     d,
@@ -115,15 +127,15 @@ fn tls_block(doc: &Doc<'_>, value: &Value, path: &str, diags: &mut Diagnostics) 
             }
             None
         }
-        (None, Some(_)) => {
+        (None, None, Some(_)) => {
             diags.error(
                 d,
                 join(path, "tokenPath"),
-                "missing: authHeader and customHeader say how to send a token, and tokenPath is where to read it",
+                "missing: authHeader and customHeader say how to send a token, and tokenPath or oauth where it comes from",
             );
             None
         }
-        (None, None) => None,
+        (None, None, None) => None,
     };
     (diags.errors.len() == before).then_some(Tls {
         ca_certificates,

@@ -7,6 +7,7 @@ pub(crate) mod handler;
 pub(crate) mod headers;
 pub(crate) mod instance;
 pub(crate) mod manifest;
+pub(crate) mod oauth;
 pub(crate) mod ratelimit;
 pub(crate) mod rule;
 pub(crate) mod typed_params;

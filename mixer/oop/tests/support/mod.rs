@@ -3,6 +3,9 @@
 //! into a temporary directory (the config names files, as in production).
 #![allow(dead_code)]
 
+pub mod recorder;
+pub mod token_endpoint;
+
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose,
