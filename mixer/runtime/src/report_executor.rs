@@ -50,7 +50,7 @@ impl ReportExecutor {
                     .worker_threads(threads.max(1))
                     .thread_name("mixer-report")
                     .on_thread_start(lower_priority)
-                    .enable_time()
+                    .enable_all()
                     .build();
                 match runtime {
                     Ok(runtime) => {

@@ -74,6 +74,10 @@ pub(crate) struct ReportQueue {
     state: Mutex<State>,
     notify: Notify,
     worker: Mutex<Option<JoinHandle<()>>>,
+    /// The runtime the snapshot was built on, where the worker runs. Records may be pushed
+    /// from the low-priority report threads; the delivery task, and whatever connections a
+    /// handler opens from it, must not end up there.
+    home: Option<tokio::runtime::Handle>,
     /// Records of the batch being delivered right now.
     in_flight: std::sync::atomic::AtomicUsize,
 }
@@ -94,6 +98,7 @@ impl ReportQueue {
             state: Mutex::new(State::default()),
             notify: Notify::new(),
             worker: Mutex::new(None),
+            home: tokio::runtime::Handle::try_current().ok(),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
         })
     }
@@ -165,7 +170,11 @@ impl ReportQueue {
         if worker.is_some() {
             return;
         }
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        if let Some(rt) = self
+            .home
+            .clone()
+            .or_else(|| tokio::runtime::Handle::try_current().ok())
+        {
             *worker = Some(rt.spawn(self.clone().run()));
         }
     }
