@@ -1,6 +1,9 @@
 //! The otlp handler: an OTLP/gRPC span exporter, log exporter and meter provider over one
 //! tonic channel, fed by tracespan, logentry and metric instances.
 
+mod metrics;
+mod report;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -8,70 +11,23 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use mixer_adapter_api::{AdapterError, ErrorKind, Handler, ReportHandler};
-use mixer_model::{Instance, Template, Value};
 use opentelemetry::InstrumentationScope;
 use opentelemetry::KeyValue;
 use opentelemetry::logs::LoggerProvider as _;
-use opentelemetry::metrics::{Counter, Gauge, Histogram, MeterProvider as _};
+use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
-use opentelemetry_sdk::logs::{
-    LogBatch, LogExporter as _, SdkLogRecord, SdkLogger, SdkLoggerProvider,
-};
-use opentelemetry_sdk::metrics::data::ResourceMetrics;
-use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::error::OTelSdkError;
+use opentelemetry_sdk::logs::{LogExporter as _, SdkLogger, SdkLoggerProvider};
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
-use opentelemetry_sdk::trace::{SpanData, SpanExporter as _};
+use opentelemetry_sdk::trace::SpanExporter as _;
 use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue, MetadataMap};
 
-use crate::config::{Kind, MetricSpec, OtlpConfig, ResourceValue, Temporality, instance_key};
+use crate::config::{Kind, OtlpConfig, ResourceValue, Temporality, instance_key};
 use crate::convert;
-
-enum Instrument {
-    Counter(Counter<f64>),
-    Gauge(Gauge<f64>),
-    Histogram(Histogram<f64>),
-}
-
-struct Metric {
-    spec: MetricSpec,
-    instrument: Instrument,
-}
-
-/// The metric exporter inside the meter provider's periodic reader: exports run on the
-/// reader's own thread, so their failures cannot reach a `report` call; they are logged with
-/// the handler's name and counted instead.
-struct CountingMetricExporter {
-    inner: opentelemetry_otlp::MetricExporter,
-    handler: Arc<str>,
-    failures: Arc<AtomicU64>,
-    last_error: Arc<Mutex<Option<OTelSdkError>>>,
-}
-
-impl PushMetricExporter for CountingMetricExporter {
-    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
-        let result = self.inner.export(metrics).await;
-        if let Err(e) = &result {
-            *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(clone_error(e));
-            self.failures.fetch_add(1, Ordering::SeqCst);
-            tracing::warn!(handler = %self.handler, error = %e, "otlp metric export failed");
-        }
-        result
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        self.inner.force_flush()
-    }
-
-    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        self.inner.shutdown_with_timeout(timeout)
-    }
-
-    fn temporality(&self) -> opentelemetry_sdk::metrics::Temporality {
-        self.inner.temporality()
-    }
-}
+pub use metrics::numeric_value;
+use metrics::{CountingMetricExporter, Instrument, Metric};
+pub use report::export_error;
 
 /// A built otlp handler.
 ///
@@ -273,210 +229,6 @@ impl OtlpHandler {
             scopes: Mutex::new(HashMap::new()),
         })
     }
-
-    /// How many periodic metric exports have failed (each is also logged).
-    pub fn metric_export_failures(&self) -> u64 {
-        self.metric_export_failures.load(Ordering::SeqCst)
-    }
-
-    /// Exports the metrics recorded so far now, instead of at the next interval; returns the
-    /// export's error.
-    pub async fn flush_metrics(&self) -> Result<(), AdapterError> {
-        let Some(provider) = self.meter_provider.clone() else {
-            return Ok(());
-        };
-        let failures_before = self.metric_export_failures();
-        // The SDK's flush blocks until its reader thread has exported.
-        let flushed = tokio::time::timeout(
-            self.budget,
-            tokio::task::spawn_blocking(move || provider.force_flush()),
-        )
-        .await;
-        match flushed {
-            Ok(Ok(result)) => result.map_err(|e| {
-                // The SDK reports a generic "failed to flush"; the exporter's own error
-                // names the gRPC code.
-                let exported = (self.metric_export_failures() > failures_before)
-                    .then(|| {
-                        self.last_metric_error
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .as_ref()
-                            .map(clone_error)
-                    })
-                    .flatten();
-                export_error("metric", exported.unwrap_or(e))
-            }),
-            Ok(Err(join)) => Err(AdapterError::permanent(
-                ErrorKind::Internal,
-                format!("metric flush panicked: {join}"),
-            )),
-            Err(_) => Err(AdapterError::transient(
-                ErrorKind::Timeout,
-                format!("metric flush took longer than {:?}", self.budget),
-            )),
-        }
-    }
-
-    fn scope(&self, name: &Arc<str>) -> InstrumentationScope {
-        let mut scopes = self.scopes.lock().unwrap_or_else(|e| e.into_inner());
-        if scopes.len() > 10_000 {
-            // Instance names come from config; this only guards against surprises.
-            scopes.clear();
-        }
-        scopes
-            .entry(name.clone())
-            .or_insert_with(|| convert::scope(name))
-            .clone()
-    }
-
-    fn record_metric(&self, metric: &Metric, instance: &Instance) -> Result<(), String> {
-        let value = match instance.value("value") {
-            Some(v) => numeric_value(v)?,
-            None => return Err("the instance has no value".into()),
-        };
-        let attributes = convert::attributes(instance.map("dimensions").unwrap_or(&[]));
-        match &metric.instrument {
-            Instrument::Counter(c) => {
-                if !(value >= 0.0 && value.is_finite()) {
-                    return Err(format!("a counter cannot be incremented by {value}"));
-                }
-                c.add(value, &attributes);
-            }
-            Instrument::Gauge(g) => {
-                if !value.is_finite() {
-                    return Err(format!("a gauge cannot be set to {value}"));
-                }
-                g.record(value, &attributes);
-            }
-            Instrument::Histogram(h) => {
-                if !value.is_finite() {
-                    return Err(format!("a histogram cannot record {value}"));
-                }
-                h.record(value, &attributes);
-            }
-        }
-        Ok(())
-    }
-
-    async fn bounded(
-        &self,
-        what: &str,
-        export: impl Future<Output = OTelSdkResult>,
-    ) -> Result<(), AdapterError> {
-        match tokio::time::timeout(self.budget, export).await {
-            Ok(result) => result.map_err(|e| export_error(what, e)),
-            Err(_) => Err(AdapterError::transient(
-                ErrorKind::Timeout,
-                format!("{what} export took longer than {:?}", self.budget),
-            )),
-        }
-    }
-
-    async fn export_spans(&self, spans: Vec<SpanData>) -> Result<(), AdapterError> {
-        let total = spans.len();
-        let mut sent = 0;
-        for chunk in spans.chunks(self.max_export_batch_size) {
-            if let Err(mut e) = self
-                .bounded("span", self.spans.export(chunk.to_vec()))
-                .await
-            {
-                e.message = format!(
-                    "{} ({} of {total} spans not exported)",
-                    e.message,
-                    total - sent
-                );
-                return Err(e);
-            }
-            sent += chunk.len();
-        }
-        Ok(())
-    }
-
-    async fn export_logs(
-        &self,
-        records: Vec<(SdkLogRecord, InstrumentationScope)>,
-    ) -> Result<(), AdapterError> {
-        let total = records.len();
-        let mut sent = 0;
-        for chunk in records.chunks(self.max_export_batch_size) {
-            let pairs: Vec<(&SdkLogRecord, &InstrumentationScope)> =
-                chunk.iter().map(|(r, s)| (r, s)).collect();
-            let result = self
-                .bounded("log", self.logs.export(LogBatch::new(&pairs)))
-                .await;
-            if let Err(mut e) = result {
-                e.message = format!(
-                    "{} ({} of {total} log records not exported)",
-                    e.message,
-                    total - sent
-                );
-                return Err(e);
-            }
-            sent += chunk.len();
-        }
-        Ok(())
-    }
-}
-
-fn clone_error(e: &OTelSdkError) -> OTelSdkError {
-    match e {
-        OTelSdkError::AlreadyShutdown => OTelSdkError::AlreadyShutdown,
-        OTelSdkError::Timeout(d) => OTelSdkError::Timeout(*d),
-        OTelSdkError::InternalFailure(m) => OTelSdkError::InternalFailure(m.clone()),
-    }
-}
-
-/// The export error as an adapter error. The OTLP exporter reports a failed export (after its
-/// retries) as text naming the gRPC code; the code decides the kind and whether the failure
-/// is transient.
-pub fn export_error(what: &str, e: OTelSdkError) -> AdapterError {
-    let message = format!("OTLP {what} export failed: {e}");
-    match &e {
-        OTelSdkError::AlreadyShutdown => AdapterError::permanent(ErrorKind::Internal, message),
-        OTelSdkError::Timeout(_) => AdapterError::transient(ErrorKind::Timeout, message),
-        OTelSdkError::InternalFailure(text) => {
-            let code = text.split_once("gRPC code: ").map(|(_, rest)| {
-                rest.split(|c: char| !c.is_ascii_alphabetic())
-                    .next()
-                    .unwrap_or("")
-            });
-            match code {
-                Some("Unavailable" | "Aborted") => {
-                    AdapterError::transient(ErrorKind::Unavailable, message)
-                }
-                Some("DeadlineExceeded" | "Cancelled") => {
-                    AdapterError::transient(ErrorKind::Timeout, message)
-                }
-                Some("ResourceExhausted") => {
-                    AdapterError::transient(ErrorKind::Overloaded, message)
-                }
-                Some(
-                    "InvalidArgument" | "Unimplemented" | "Unknown" | "DataLoss" | "OutOfRange",
-                ) => AdapterError::permanent(ErrorKind::InvalidResponse, message),
-                _ => AdapterError::permanent(ErrorKind::Internal, message),
-            }
-        }
-    }
-}
-
-/// The instance's value as a number: INT64 and DOUBLE as they are, DURATION in seconds (as
-/// Istio), BOOL as 1 or 0, STRING parsed as a number; anything else is an error.
-pub fn numeric_value(v: &Value) -> Result<f64, String> {
-    match v {
-        Value::Int64(i) => Ok(*i as f64),
-        Value::Double(d) => Ok(*d),
-        Value::Duration(d) => Ok(d.0 as f64 / 1e9),
-        Value::Bool(b) => Ok(if *b { 1.0 } else { 0.0 }),
-        Value::String(s) => s
-            .trim()
-            .parse::<f64>()
-            .map_err(|_| format!("{s:?} is not a number")),
-        other => Err(format!(
-            "a {} value cannot be a metric value",
-            other.value_type()
-        )),
-    }
 }
 
 #[async_trait]
@@ -523,70 +275,6 @@ impl Drop for OtlpHandler {
             let _ = std::thread::Builder::new()
                 .name("otlp-metrics-shutdown".into())
                 .spawn(move || drop(provider));
-        }
-    }
-}
-
-#[async_trait]
-impl ReportHandler for OtlpHandler {
-    async fn report(&self, instances: &[Instance]) -> Result<(), AdapterError> {
-        if self.closed.load(Ordering::SeqCst) {
-            return Err(AdapterError::permanent(
-                ErrorKind::Internal,
-                format!("handler {} is closed", self.name),
-            ));
-        }
-        let mut invalid = Vec::new();
-        let mut spans = Vec::new();
-        let mut logs = Vec::new();
-        for instance in instances {
-            match instance.template {
-                Template::TraceSpan => match convert::span(instance, self.scope(&instance.name)) {
-                    Ok(span) => spans.push(span),
-                    Err(e) => invalid.push(format!("{}: {e}", instance.name)),
-                },
-                Template::LogEntry => match convert::log_record(instance, &self.logger) {
-                    Ok(record) => logs.push((record, self.scope(&instance.name))),
-                    Err(e) => invalid.push(format!("{}: {e}", instance.name)),
-                },
-                Template::Metric => {
-                    // Instances meant for metrics this handler does not define are ignored.
-                    let Some(&index) = self.by_instance.get(instance_key(&instance.name).as_str())
-                    else {
-                        continue;
-                    };
-                    let metric = &self.metrics[index];
-                    if let Err(e) = self.record_metric(metric, instance) {
-                        invalid.push(format!(
-                            "{} (metric {}): {e}",
-                            instance.name, metric.spec.name
-                        ));
-                    }
-                }
-                _ => {}
-            }
-        }
-        let (spans, logs) = tokio::join!(self.export_spans(spans), self.export_logs(logs));
-        let mut failure = match (spans, logs) {
-            (Err(mut s), Err(l)) => {
-                s.message = format!("{}; {}", s.message, l.message);
-                Some(s)
-            }
-            (Err(e), Ok(())) | (Ok(()), Err(e)) => Some(e),
-            (Ok(()), Ok(())) => None,
-        };
-        if let Some(e) = &mut failure
-            && !invalid.is_empty()
-        {
-            e.message = format!("{}; also invalid: {}", e.message, invalid.join("; "));
-        }
-        match failure {
-            Some(e) => Err(e),
-            None if invalid.is_empty() => Ok(()),
-            None => Err(AdapterError::permanent(
-                ErrorKind::InvalidInstance,
-                invalid.join("; "),
-            )),
         }
     }
 }

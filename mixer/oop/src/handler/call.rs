@@ -1,0 +1,105 @@
+//! The guard every adapter call goes through: circuit breaker, concurrency limit, deadline,
+//! and the metrics of each outcome.
+
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use mixer_adapter_api::{AdapterError, ErrorKind};
+use prost_types::Any;
+use tokio::time::Instant;
+
+use super::RemoteHandler;
+use crate::metrics::HandlerMetrics;
+use crate::transport::{self, AdapterChannel};
+
+impl RemoteHandler {
+    /// One call through the breaker, the concurrency limit and the deadline.
+    pub(super) async fn call<T, F, Fut>(&self, call: &'static str, f: F) -> Result<T, AdapterError>
+    where
+        F: FnOnce(AdapterChannel, Any, Duration) -> Fut,
+        Fut: Future<Output = Result<T, tonic::Status>>,
+    {
+        let started = Instant::now();
+        let Some(admission) = self.breaker.admit() else {
+            self.metrics.record(call, "circuit_open", started.elapsed());
+            return Err(AdapterError::transient(
+                ErrorKind::Overloaded,
+                format!("adapter of handler {}: circuit open", self.name),
+            ));
+        };
+        let Ok(_permit) = self.limit.try_acquire() else {
+            drop(admission);
+            self.metrics.record(call, "overloaded", started.elapsed());
+            return Err(AdapterError::transient(
+                ErrorKind::Overloaded,
+                format!(
+                    "adapter of handler {}: more than {} calls in flight",
+                    self.name, self.options.max_concurrency
+                ),
+            ));
+        };
+        self.metrics.in_flight.fetch_add(1, Ordering::Relaxed);
+        let _in_flight = InFlight(&self.metrics);
+        let deadline = started + self.timeout;
+        if let Err(e) = self.transport.ready(&self.name, deadline).await {
+            // The adapter was not asked: dropping the admission tells its breaker nothing.
+            drop(admission);
+            self.metrics.record(call, e.kind.label(), started.elapsed());
+            return Err(e);
+        }
+        let attempt = async {
+            let config = self.adapter_config(self.timeout).await?;
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            f(self.channel(), config, remaining).await
+        };
+        let result = match tokio::time::timeout_at(deadline, attempt).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(status)) => {
+                self.maybe_forget_session(&status).await;
+                Err(transport::call_error(&self.name, &status))
+            }
+            Err(_) => Err(AdapterError::transient(
+                ErrorKind::Timeout,
+                format!(
+                    "adapter of handler {} did not answer within {:?}",
+                    self.name, self.timeout
+                ),
+            )),
+        };
+        match &result {
+            Ok(_) => admission.success(),
+            Err(e) if counts_against_breaker(e.kind) => admission.failure(),
+            Err(_) => admission.success(),
+        }
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(e) => e.kind.label(),
+        };
+        self.metrics.record(call, outcome, started.elapsed());
+        if let Err(e) = &result {
+            tracing::debug!(handler = %self.name, call, error = %e, "adapter call failed");
+        }
+        result
+    }
+}
+
+struct InFlight<'a>(&'a HandlerMetrics);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Whether an error says the adapter is unhealthy (as opposed to "alive, but refuses this").
+fn counts_against_breaker(kind: ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::Unavailable
+            | ErrorKind::Timeout
+            | ErrorKind::InvalidResponse
+            | ErrorKind::Internal
+            | ErrorKind::Overloaded
+    )
+}
