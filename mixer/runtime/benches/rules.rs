@@ -43,11 +43,15 @@ fn config(rules: usize, indexable: bool) -> String {
 }
 
 fn snapshot(rules: usize, indexable: bool) -> Snapshot {
+    snapshot_of(config(rules, indexable))
+}
+
+fn snapshot_of(text: String) -> Snapshot {
     let mut registry = AdapterRegistry::new();
     registry.register(Arc::new(mixer_adapter_noop::Noop));
     let sources = vec![SourceFile {
         name: "bench.yaml".into(),
-        text: config(rules, indexable),
+        text,
     }];
     let validated = match mixer_config::validate(&sources, &registry, &ConfigOptions::default()) {
         Ok(v) => v,
@@ -173,5 +177,47 @@ fn bag_building(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, evaluation, cache_hit, bag_building);
+/// The instances and rules of `policies/telemetry/config` (Istio's four standard metrics and
+/// an access log), with no-op handlers in place of prometheus and stdio.
+fn telemetry_config() -> String {
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../policies/telemetry/config"
+    );
+    let mut docs = vec![
+        "kind: handler\nmetadata: {name: prometheus, namespace: istio-system}\nspec: {compiledAdapter: noop}".to_string(),
+        "kind: handler\nmetadata: {name: accesslog, namespace: istio-system}\nspec: {compiledAdapter: noop}".to_string(),
+    ];
+    for file in ["metrics.yaml", "accesslog.yaml"] {
+        let text = std::fs::read_to_string(format!("{dir}/{file}"))
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        docs.extend(
+            text.split("\n---")
+                .filter(|d| !d.contains("kind: handler"))
+                .map(str::to_string),
+        );
+    }
+    docs.join("\n---\n")
+}
+
+fn report_instances(c: &mut Criterion) {
+    let snap = snapshot_of(telemetry_config());
+    let bag = bag(&snap);
+    assert_eq!(snap.evaluate(&bag, Variety::Report).dispatches.len(), 5);
+    c.bench_function("report_standard_telemetry_5_instances", |b| {
+        b.iter(|| {
+            snap.evaluate(std::hint::black_box(&bag), Variety::Report)
+                .dispatches
+                .len()
+        })
+    });
+}
+
+criterion_group!(
+    benches,
+    evaluation,
+    cache_hit,
+    bag_building,
+    report_instances
+);
 criterion_main!(benches);

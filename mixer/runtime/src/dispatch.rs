@@ -15,6 +15,7 @@ use mixer_model::{
     Value, Variety, Verdict,
 };
 
+use crate::shared_exprs::Memo;
 use crate::snapshot::{RuleSet, Snapshot};
 
 /// Validity of a verdict no handler limited (Istio's default: one minute, 10000 uses).
@@ -59,6 +60,13 @@ pub struct Evaluation {
     pub match_failures: Vec<MatchFailure>,
 }
 
+/// What one evaluation reuses across rule sets: the index's candidate list and, for reports,
+/// the values of shared expressions.
+struct Scratch {
+    candidates: Vec<u32>,
+    memo: Option<Memo>,
+}
+
 /// The mixer could not decide a check: a handler failed and its policy is to fail closed.
 /// Front ends answer this with an error (gRPC UNAVAILABLE, HTTP 503), not a denial.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -94,14 +102,19 @@ impl Snapshot {
             // Nothing caches or answers with a report's reads.
             eval.referenced = ReferencedAttributes::ignoring();
         }
-        let mut candidates = Vec::new();
+        let mut scratch = Scratch {
+            candidates: Vec::new(),
+            // Reports build many instances from the same record; checks few, and they record
+            // what each expression read, which a shared value would hide.
+            memo: (variety == Variety::Report).then(|| self.shared_exprs.memo()),
+        };
         self.evaluate_set(
             self.default_rules.get(variety),
             bag,
             variety,
             name_rules,
             &mut eval,
-            &mut candidates,
+            &mut scratch,
         );
         if !self.namespaced.is_empty()
             && let Some(ns) = self.identity_namespace(bag, &mut eval.referenced)
@@ -113,7 +126,7 @@ impl Snapshot {
                 variety,
                 name_rules,
                 &mut eval,
-                &mut candidates,
+                &mut scratch,
             );
         }
         eval.referenced.normalize();
@@ -162,10 +175,11 @@ impl Snapshot {
         variety: Variety,
         name_rules: bool,
         eval: &mut Evaluation,
-        candidates: &mut Vec<u32>,
+        scratch: &mut Scratch,
     ) {
-        set.index.candidates(bag, &mut eval.referenced, candidates);
-        for &pos in candidates.iter() {
+        set.index
+            .candidates(bag, &mut eval.referenced, &mut scratch.candidates);
+        for &pos in scratch.candidates.iter() {
             let Some(&index) = set.rules.get(pos as usize) else {
                 continue;
             };
@@ -215,7 +229,13 @@ impl Snapshot {
                     if ic.template.variety() != variety {
                         continue;
                     }
-                    let instance = self.build_instance(ic, bag, &mut eval.referenced);
+                    let instance = self.build_instance(
+                        ic,
+                        i,
+                        bag,
+                        &mut eval.referenced,
+                        scratch.memo.as_mut(),
+                    );
                     eval.dispatches.push(Dispatch {
                         handler: action.handler,
                         instance,
@@ -239,25 +259,43 @@ impl Snapshot {
         }
     }
 
+    /// Builds instance `index` (configured as `ic`). With a `memo` (reports), an expression
+    /// text shared by several instances is evaluated once per record ([`crate::shared_exprs`]).
     fn build_instance(
         &self,
         ic: &InstanceConfig,
+        index: usize,
         bag: &dyn Bag,
         refs: &mut ReferencedAttributes,
+        mut memo: Option<&mut Memo>,
     ) -> Instance {
+        let mut slots = self.shared_exprs.of_instance(index).iter();
+        let mut value = |expr: &mixer_policy::Expression, refs: &mut ReferencedAttributes| {
+            let slot = slots.next();
+            let entry = memo
+                .as_deref_mut()
+                .zip(slot)
+                .and_then(|(memo, &s)| memo.get_mut(s as usize));
+            match entry {
+                Some(entry) => entry
+                    .get_or_insert_with(|| expr.eval(bag, refs).ok())
+                    .clone(),
+                None => expr.eval(bag, refs).ok(),
+            }
+        };
         let mut fields = Vec::with_capacity(ic.fields.len());
         for field in &ic.fields {
             match &field.value {
-                FieldExprValue::Value(expr) => match expr.eval(bag, refs) {
-                    Ok(v) => fields.push((field.name, FieldValue::Value(v))),
-                    Err(_) => self.field_error(ic),
+                FieldExprValue::Value(expr) => match value(expr, refs) {
+                    Some(v) => fields.push((field.name, FieldValue::Value(v))),
+                    None => self.field_error(ic),
                 },
                 FieldExprValue::Map(entries) => {
                     let mut map = Vec::with_capacity(entries.len());
                     for (key, expr) in entries {
-                        match expr.eval(bag, refs) {
-                            Ok(v) => map.push((key.clone(), v)),
-                            Err(_) => self.field_error(ic),
+                        match value(expr, refs) {
+                            Some(v) => map.push((key.clone(), v)),
+                            None => self.field_error(ic),
                         }
                     }
                     fields.push((field.name, FieldValue::Map(map)));

@@ -16,6 +16,7 @@ mod metrics;
 mod quota;
 mod report_executor;
 mod report_queue;
+mod shared_exprs;
 mod snapshot;
 mod store;
 mod watch;

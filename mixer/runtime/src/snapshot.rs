@@ -17,6 +17,7 @@ use crate::cache::{CacheOptions, CheckCache};
 use crate::index::RuleIndex;
 use crate::metrics::RuntimeMetrics;
 use crate::report_queue::{QueueOptions, ReportQueue};
+use crate::shared_exprs::SharedExprs;
 
 /// Settings that apply to every snapshot.
 #[derive(Clone, Debug)]
@@ -182,6 +183,8 @@ pub struct Snapshot {
     /// `mixer_rule_matches_total` of each rule, aligned with `config.rules`, resolved once
     /// rather than by label on every match.
     pub(crate) rule_matches: Vec<prometheus::IntCounter>,
+    /// Instance field expressions by distinct text, for report evaluations.
+    pub(crate) shared_exprs: SharedExprs,
     pub(crate) cache: Option<CheckCache>,
 }
 
@@ -341,6 +344,7 @@ impl Snapshot {
         Ok(Built {
             snapshot: Snapshot {
                 rule_matches,
+                shared_exprs: SharedExprs::new(&config),
                 id,
                 config: Arc::new(config),
                 handlers,
@@ -373,6 +377,7 @@ impl Snapshot {
             options: RuntimeOptions::default(),
             metrics: metrics.clone(),
             rule_matches: Vec::new(),
+            shared_exprs: SharedExprs::default(),
             cache: None,
         }
     }
