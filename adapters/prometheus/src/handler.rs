@@ -276,8 +276,10 @@ fn series_key(dims: &[Option<&Value>], key: &mut String) {
     key.clear();
     for d in dims {
         let start = key.len();
+        // Every record builds one key per metric: the common values skip `fmt`.
         match d {
             Some(Value::String(s)) => key.push_str(s),
+            Some(Value::Int64(i)) => key.push_str(itoa::Buffer::new().format(*i)),
             Some(v @ Value::IpAddress(_)) => key.push_str(&label_value(v)),
             Some(v) => {
                 let _ = write!(key, "{v}");
@@ -285,7 +287,9 @@ fn series_key(dims: &[Option<&Value>], key: &mut String) {
             None => key.push_str(MISSING_LABEL_VALUE),
         }
         let len = key.len() - start;
-        let _ = write!(key, "\u{0}{len};");
+        key.push('\u{0}');
+        key.push_str(itoa::Buffer::new().format(len));
+        key.push(';');
     }
 }
 
