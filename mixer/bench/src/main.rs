@@ -128,6 +128,9 @@ enum Cmd {
         /// Records per request.
         #[arg(long, default_value_t = 3)]
         records: usize,
+        /// Baseline/telemetry pairs, alternating; the medians are printed last.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
         #[command(flatten)]
         load: LoadArgs,
     },
@@ -210,8 +213,11 @@ fn main() -> anyhow::Result<()> {
             mixer_bin,
             config,
             records,
+            rounds,
             load,
-        } => rt.block_on(report::report_mode(&mixer_bin, &config, records, &load)),
+        } => rt.block_on(report::report_mode(
+            &mixer_bin, &config, records, rounds, &load,
+        )),
         Cmd::Overload(args) => rt.block_on(overload::run(args)),
         Cmd::Oop(args) => rt.block_on(oop::run(args)),
         Cmd::OopAdapter { addr } => rt.block_on(oop::serve_adapter(addr)),

@@ -18,7 +18,7 @@ use mixer_adapter_sdk::{
 };
 
 use crate::load::{self, Report, Spec};
-use crate::process::{Mixer, bench_server};
+use crate::process::{Mixer, TempDir, bench_server};
 use crate::{LoadArgs, Target, bags, drive, report};
 
 /// The `oop` subcommand's flags.
@@ -197,19 +197,12 @@ async fn measure(args: &Args, config_file: &Path) -> anyhow::Result<Measured> {
 /// Runs the comparison and prints it.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let (_adapter, adapter_addr) = bench_server(&["oop-adapter"], &[])?;
-    let dir = std::env::temp_dir().join(format!("mixer-bench-oop-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let (builtin_file, remote_file) = (dir.join("builtin.yaml"), dir.join("remote.yaml"));
+    let dir = TempDir::new("mixer-bench-oop")?;
+    let (builtin_file, remote_file) = (dir.0.join("builtin.yaml"), dir.0.join("remote.yaml"));
     std::fs::write(&builtin_file, config(None))?;
     std::fs::write(&remote_file, config(Some(adapter_addr)))?;
-    let measured = async {
-        let builtin = measure(&args, &builtin_file).await?;
-        let remote = measure(&args, &remote_file).await?;
-        anyhow::Ok((builtin, remote))
-    }
-    .await;
-    let _ = std::fs::remove_dir_all(&dir);
-    let (builtin, remote) = measured?;
+    let builtin = measure(&args, &builtin_file).await?;
+    let remote = measure(&args, &remote_file).await?;
     let round_trip = crate::compare::noop_run(
         &LoadArgs {
             concurrency: args.latency_callers.max(1),

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 use crate::load::{self, Report, Spec};
-use crate::process::Mixer;
+use crate::process::{Mixer, TempDir};
 use crate::{LoadArgs, Target, bags, report, slow};
 
 /// The check rules used unless `--config` names others.
@@ -67,15 +67,6 @@ pub struct Args {
     no_cache: bool,
     #[command(flatten)]
     load: LoadArgs,
-}
-
-/// Removes the temporary config folder when the run ends, however it ends.
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// The handler, instance and rule sending every report record to the adapter at `adapter`.

@@ -2,7 +2,7 @@
 //! servers (the no-op baseline, the out-of-process adapter). Each stops when dropped.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -34,6 +34,25 @@ impl Drop for Killed {
         }
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// A folder under the system's temporary directory, removed when dropped, however the run
+/// ends.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    /// Creates `<tmp>/<prefix>-<pid>`.
+    pub fn new(prefix: &str) -> anyhow::Result<TempDir> {
+        let dir = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        Ok(TempDir(dir))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

@@ -15,7 +15,7 @@ use tonic::transport::Channel;
 
 use crate::bags::{self, Request};
 use crate::load::{self, Report, Spec};
-use crate::process::Mixer;
+use crate::process::{Mixer, TempDir};
 use crate::targets::{Client, Outcome};
 use crate::{LoadArgs, channels};
 
@@ -233,34 +233,66 @@ pub async fn report_mode(
     mixer_bin: &Path,
     config: &Path,
     records: usize,
+    rounds: usize,
     load: &LoadArgs,
 ) -> anyhow::Result<()> {
     if !exists(config) {
         bail!("{} does not exist", config.display());
     }
-    let empty = std::env::temp_dir().join(format!("mixer-bench-empty-{}", std::process::id()));
-    std::fs::create_dir_all(&empty)?;
-    let (base, base_cpu, _, _) = report_run(mixer_bin, &empty, records, load).await?;
-    let (run, cpu, delivered, dropped) = report_run(mixer_bin, config, records, load).await?;
-    let _ = std::fs::remove_dir_all(&empty);
+    let empty = TempDir::new("mixer-bench-empty")?;
     let per_1000 = |cpu: f64, r: &Report| cpu / (r.calls.max(1) as f64 / 1000.0);
+    // Baseline and telemetry alternate, so a slow minute on a shared machine lands on both;
+    // the medians are the figures.
+    let (mut base_costs, mut costs, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 1..=rounds.max(1) {
+        let (base, base_cpu, _, _) = report_run(mixer_bin, &empty.0, records, load).await?;
+        let (run, cpu, delivered, dropped) = report_run(mixer_bin, config, records, load).await?;
+        let (base_cost, cost) = (per_1000(base_cpu, &base), per_1000(cpu, &run));
+        println!("round {round}");
+        println!(
+            "{}  cpu {base_cpu:.2}s = {base_cost:.4} cpu-s per 1000 requests",
+            base.line("no report rules (baseline)")
+        );
+        println!(
+            "{}  cpu {cpu:.2}s = {cost:.4} cpu-s per 1000 requests",
+            run.line("telemetry config")
+        );
+        println!(
+            "records: {:.0}/s ingested ({records} per request); instances delivered {delivered:.0}, dropped {dropped:.0}; cpu ratio telemetry/baseline per request {:.2}",
+            run.throughput() * records as f64,
+            cost / base_cost.max(1e-9)
+        );
+        base_costs.push(base_cost);
+        costs.push(cost);
+        ratios.push(cost / base_cost.max(1e-9));
+    }
     println!(
-        "{}  cpu {:.2}s = {:.4} cpu-s per 1000 requests",
-        base.line("no report rules (baseline)"),
-        base_cpu,
-        per_1000(base_cpu, &base)
-    );
-    println!(
-        "{}  cpu {:.2}s = {:.4} cpu-s per 1000 requests",
-        run.line("telemetry config"),
-        cpu,
-        per_1000(cpu, &run)
-    );
-    println!(
-        "records: {:.0}/s ingested ({} per request); instances delivered {delivered:.0}, dropped {dropped:.0}; cpu ratio telemetry/baseline per request {:.2}",
-        run.throughput() * records as f64,
-        records,
-        per_1000(cpu, &run) / per_1000(base_cpu, &base).max(1e-9)
+        "median of {} rounds: telemetry {:.4} cpu-s per 1000 requests, baseline {:.4}, ratio {:.2}",
+        costs.len(),
+        median(&mut costs),
+        median(&mut base_costs),
+        median(&mut ratios)
     );
     Ok(())
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+#[cfg(test)]
+mod median_tests {
+    use super::median;
+
+    #[test]
+    fn the_middle_value_or_the_mean_of_the_two_middle_ones() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(&mut []), 0.0);
+    }
 }
