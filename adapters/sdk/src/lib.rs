@@ -67,6 +67,7 @@ mod convert;
 mod server;
 mod services;
 mod tls;
+mod token;
 mod traits;
 mod types;
 
@@ -74,6 +75,7 @@ pub use config::Config;
 pub use convert::params_to_any;
 pub use server::{Server, listen_addr};
 pub use tls::ServerTls;
+pub use token::RequiredToken;
 pub use traits::{
     Adapter, Authorization, CheckNothing, ListEntry, LogEntry, Metric, Quota, ReportNothing,
     TraceSpan,

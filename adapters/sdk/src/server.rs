@@ -20,6 +20,7 @@ use crate::config::Config;
 use crate::convert::{self, AdapterConfig};
 use crate::services::Svc;
 use crate::tls::ServerTls;
+use crate::token::{RequiredToken, TokenLayer};
 use crate::traits::{
     Adapter, Authorization, CheckNothing, ListEntry, LogEntry, Metric, Quota, ReportNothing,
     TraceSpan,
@@ -207,6 +208,7 @@ pub struct Server<A> {
     routes: RoutesBuilder,
     services: Vec<&'static str>,
     tls: Option<ServerTls>,
+    token: TokenLayer,
 }
 
 impl<A: Adapter> Server<A> {
@@ -229,6 +231,7 @@ impl<A: Adapter> Server<A> {
             routes: RoutesBuilder::default(),
             services: vec![],
             tls: None,
+            token: TokenLayer::default(),
         };
         add!(server, InfrastructureBackendServer::new(Svc(shared)));
         server
@@ -310,6 +313,13 @@ impl<A: Adapter> Server<A> {
         self
     }
 
+    /// Accepts only calls that carry `token` (the one the mixer's handler sends); others get
+    /// UNAUTHENTICATED. The health service stays open to probes.
+    pub fn require_token(mut self, token: RequiredToken) -> Self {
+        self.token = TokenLayer(Some(Arc::new(token)));
+        self
+    }
+
     /// Serves over TLS (mutual TLS when `tls` has a client CA) instead of plaintext.
     pub fn tls(mut self, tls: ServerTls) -> Self {
         self.tls = Some(tls);
@@ -368,6 +378,7 @@ impl<A: Adapter> Server<A> {
             self.services.join(", ")
         );
         builder
+            .layer(self.token)
             .add_routes(self.routes.routes())
             .add_service(health_service)
             .serve_with_incoming_shutdown(
