@@ -79,7 +79,7 @@ struct LoadArgs {
     #[arg(long, default_value = "5s", value_parser = duration)]
     duration: Duration,
     /// Unmeasured warm-up per run.
-    #[arg(long, default_value = "1s", value_parser = duration)]
+    #[arg(long, default_value = "1s", value_parser = duration_or_zero)]
     warmup: Duration,
     /// Prepared requests, cycled through.
     #[arg(long, default_value_t = 1000)]
@@ -177,6 +177,14 @@ enum Cmd {
         #[command(flatten)]
         load: LoadArgs,
     },
+}
+
+/// A duration that may be zero (`0s`), such as no warm-up.
+fn duration_or_zero(text: &str) -> Result<Duration, String> {
+    mixer_model::Duration::parse(text)
+        .filter(|d| d.0 >= 0)
+        .map(|d| d.to_std())
+        .ok_or_else(|| format!("{text:?} is not a duration such as 1s or 0s"))
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
