@@ -14,7 +14,7 @@
 //!
 //! Spans and log records are exported during the `report` call that brings them, one export
 //! per signal, retried with backoff on transient gRPC errors; a failure after the retries fails
-//! the batch with a transient [`AdapterError`](mixer_adapter_api::AdapterError), so the
+//! the batch with a transient [`AdapterError`], so the
 //! runtime counts its records as dropped. Each instance's telemetry carries an instrumentation
 //! scope named after the instance. See README.md beside this crate for the table of params.
 //!
