@@ -1,0 +1,157 @@
+//! The Envoy access log front end over a real loopback socket, driven by the generated tonic
+//! client: HTTP and TCP entries become report instances, the identifier of the first message
+//! applies to the whole stream, bad input ends the stream cleanly.
+//!
+//! Golden files: `tests/golden/access_log/*.txt` hold the attribute bag of each sample entry.
+//! Run with `UPDATE_GOLDEN=1` to rewrite them after an intended mapping change.
+
+mod bad_input;
+#[path = "../common/mod.rs"]
+mod common;
+mod golden;
+mod samples;
+mod stream;
+
+use common::Recorder;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::accesslog::v3::access_log_service_client::AccessLogServiceClient;
+use mixer_adapter_api::AdapterRegistry;
+use mixer_config::{ConfigOptions, SourceFile};
+use mixer_frontends::access_log;
+use mixer_model::Instance;
+use mixer_runtime::{ConfigOrigin, Runtime, RuntimeMetrics, RuntimeOptions};
+use tonic::transport::Channel;
+
+const CONFIG: &str = r#"
+kind: attributemanifest
+metadata: {name: envoy, namespace: istio-system}
+spec:
+  attributes:
+    envoy.log_name: {valueType: STRING}
+    envoy.upstream_cluster: {valueType: STRING}
+---
+kind: handler
+metadata: {name: recorder, namespace: istio-system}
+spec: {compiledAdapter: recorder}
+---
+kind: instance
+metadata: {name: entry, namespace: istio-system}
+spec:
+  compiledTemplate: logentry
+  params:
+    timestamp: request.time
+    variables:
+      method: request.method
+      path: request.path
+      code: response.code
+      duration: response.duration
+      flags: response.flags
+      protocol: context.protocol
+      reporter: context.reporter.uid
+      kind: context.reporter.kind
+      log: envoy.log_name
+      cluster: envoy.upstream_cluster
+      source: source.ip
+      destination: destination.ip
+      user: request.headers["x-user"]
+      event: connection.event
+      received: connection.received.bytes
+      received_total: connection.received.bytes_total
+      sent: connection.sent.bytes
+      mtls: connection.mtls
+---
+kind: rule
+metadata: {name: record-all, namespace: istio-system}
+spec:
+  actions: [{handler: recorder, instances: [entry]}]
+"#;
+
+// ---- recording adapter ---------------------------------------------------------------------
+
+// ---- harness -------------------------------------------------------------------------------
+
+struct Harness {
+    client: AccessLogServiceClient<Channel>,
+    addr: SocketAddr,
+    records: Arc<Mutex<Vec<Instance>>>,
+}
+
+async fn start_with(ready: bool) -> Harness {
+    let records = Arc::new(Mutex::new(Vec::new()));
+    let mut registry = AdapterRegistry::new();
+    registry.register(Arc::new(Recorder::new(records.clone())));
+    let runtime = Runtime::new(
+        ConfigOrigin::Embedded(vec![SourceFile {
+            name: "test.yaml".into(),
+            text: CONFIG.into(),
+        }]),
+        registry,
+        ConfigOptions::default(),
+        RuntimeOptions::default(),
+        RuntimeMetrics::unregistered(),
+    );
+    if ready {
+        runtime.reload().expect("test config loads");
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let addr = listener.local_addr().expect("bound");
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(access_log::service(Arc::new(runtime)))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect");
+    Harness {
+        client: AccessLogServiceClient::new(channel),
+        addr,
+        records,
+    }
+}
+
+async fn start() -> Harness {
+    start_with(true).await
+}
+
+type Vars = BTreeMap<String, String>;
+
+/// The variables of each recorded instance, as text.
+fn recorded(records: &Mutex<Vec<Instance>>) -> Vec<Vars> {
+    records
+        .lock()
+        .expect("not poisoned")
+        .iter()
+        .map(|i| {
+            i.map("variables")
+                .expect("variables")
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        })
+        .collect()
+}
+
+/// Instances arrive from the handler's queue after the entries were reported: wait (a bounded
+/// time) until `n` have arrived, then a little longer to catch any extra one.
+async fn wait_recorded(records: &Mutex<Vec<Instance>>, n: usize) -> Vec<Vars> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while records.lock().expect("not poisoned").len() < n && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    recorded(records)
+}
+
+fn var<'a>(vars: &'a Vars, name: &str) -> Option<&'a str> {
+    vars.get(name).map(String::as_str)
+}
