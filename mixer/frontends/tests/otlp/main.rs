@@ -1,0 +1,172 @@
+//! The OTLP front end over a real loopback socket, driven by the generated tonic clients: log
+//! records and spans become report instances, a full queue is answered with
+//! `partial_success`, bad input is refused cleanly.
+//!
+//! Golden files: `tests/golden/otlp/*.txt` hold the attribute bag of each sample record.
+//! Run with `UPDATE_GOLDEN=1` to rewrite them after an intended mapping change.
+
+mod bad_input;
+#[path = "../common/mod.rs"]
+mod common;
+mod exports;
+mod golden;
+mod samples;
+
+use common::Recorder;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mixer_adapter_api::AdapterRegistry;
+use mixer_config::{ConfigOptions, SourceFile};
+use mixer_frontends::otlp;
+use mixer_model::Instance;
+use mixer_runtime::{ConfigOrigin, QueueOptions, Runtime, RuntimeMetrics, RuntimeOptions};
+use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+use tonic::transport::Channel;
+
+const CONFIG: &str = r#"
+kind: handler
+metadata: {name: recorder, namespace: istio-system}
+spec: {compiledAdapter: recorder}
+---
+kind: instance
+metadata: {name: entry, namespace: istio-system}
+spec:
+  compiledTemplate: logentry
+  params:
+    variables:
+      method: request.method
+      path: request.path
+      code: response.code
+      host: request.host
+      source: source.ip
+      time: request.time
+      duration: response.duration
+      service: otel.resource["service.name"]
+      route: otel.attributes["http.route"]
+      env: otel.attributes["deployment.environment"]
+      severity: otel.severity
+      body: otel.body
+      trace: otel.trace_id
+      span: otel.span_id
+      parent: otel.parent_span_id
+      name: otel.span_name
+      kind: otel.span_kind
+      reporter: context.reporter.kind
+---
+kind: rule
+metadata: {name: record-all, namespace: istio-system}
+spec:
+  actions: [{handler: recorder, instances: [entry]}]
+"#;
+
+// ---- recording adapter ---------------------------------------------------------------------
+
+// ---- harness -------------------------------------------------------------------------------
+
+struct Harness {
+    logs: LogsServiceClient<Channel>,
+    traces: TraceServiceClient<Channel>,
+    addr: SocketAddr,
+    records: Arc<Mutex<Vec<Instance>>>,
+}
+
+struct Setup {
+    ready: bool,
+    delay: Duration,
+    queue: QueueOptions,
+}
+
+impl Default for Setup {
+    fn default() -> Setup {
+        Setup {
+            ready: true,
+            delay: Duration::ZERO,
+            queue: QueueOptions::default(),
+        }
+    }
+}
+
+async fn start_with(setup: Setup) -> Harness {
+    let records = Arc::new(Mutex::new(Vec::new()));
+    let mut registry = AdapterRegistry::new();
+    registry.register(Arc::new(Recorder::slow(records.clone(), setup.delay)));
+    let runtime = Runtime::new(
+        ConfigOrigin::Embedded(vec![SourceFile {
+            name: "test.yaml".into(),
+            text: CONFIG.into(),
+        }]),
+        registry,
+        ConfigOptions::default(),
+        RuntimeOptions {
+            reports: setup.queue,
+            ..RuntimeOptions::default()
+        },
+        RuntimeMetrics::unregistered(),
+    );
+    if setup.ready {
+        runtime.reload().expect("test config loads");
+    }
+    let runtime = Arc::new(runtime);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let addr = listener.local_addr().expect("bound");
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(otlp::logs_service(runtime.clone()))
+            .add_service(otlp::trace_service(runtime))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect");
+    Harness {
+        logs: LogsServiceClient::new(channel.clone()),
+        traces: TraceServiceClient::new(channel),
+        addr,
+        records,
+    }
+}
+
+async fn start() -> Harness {
+    start_with(Setup::default()).await
+}
+
+type Vars = BTreeMap<String, String>;
+
+fn recorded(records: &Mutex<Vec<Instance>>) -> Vec<Vars> {
+    records
+        .lock()
+        .expect("not poisoned")
+        .iter()
+        .map(|i| {
+            i.map("variables")
+                .expect("variables")
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        })
+        .collect()
+}
+
+/// Instances arrive from the handler's queue after the export was answered: wait (a bounded
+/// time) until `n` have arrived, then a little longer to catch any extra one.
+async fn wait_recorded(records: &Mutex<Vec<Instance>>, n: usize) -> Vec<Vars> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while records.lock().expect("not poisoned").len() < n && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    recorded(records)
+}
+
+fn var<'a>(vars: &'a Vars, name: &str) -> Option<&'a str> {
+    vars.get(name).map(String::as_str)
+}
