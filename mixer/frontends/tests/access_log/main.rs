@@ -12,11 +12,9 @@ mod golden;
 mod samples;
 mod stream;
 
-use common::Recorder;
-use std::collections::BTreeMap;
+use common::{Recorder, recorded, var, wait_recorded};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use envoy_types::pb::envoy::service::accesslog::v3::access_log_service_client::AccessLogServiceClient;
 use mixer_adapter_api::AdapterRegistry;
@@ -118,38 +116,4 @@ async fn start_with(ready: bool) -> Harness {
 
 async fn start() -> Harness {
     start_with(true).await
-}
-
-type Vars = BTreeMap<String, String>;
-
-/// The variables of each recorded instance, as text.
-fn recorded(records: &Mutex<Vec<Instance>>) -> Vec<Vars> {
-    records
-        .lock()
-        .expect("not poisoned")
-        .iter()
-        .map(|i| {
-            i.map("variables")
-                .expect("variables")
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect()
-        })
-        .collect()
-}
-
-/// Instances arrive from the handler's queue after the entries were reported: wait (a bounded
-/// time) until `n` have arrived, then a little longer to catch any extra one.
-async fn wait_recorded(records: &Mutex<Vec<Instance>>, n: usize) -> Vec<Vars> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while records.lock().expect("not poisoned").len() < n && tokio::time::Instant::now() < deadline
-    {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    recorded(records)
-}
-
-fn var<'a>(vars: &'a Vars, name: &str) -> Option<&'a str> {
-    vars.get(name).map(String::as_str)
 }

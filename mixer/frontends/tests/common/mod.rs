@@ -1,8 +1,9 @@
-//! Helpers the front-end tests share: an adapter that records report instances, a quota
-//! adapter whose storage is down, and a gRPC codec that sends raw bytes (to put malformed
+//! Helpers the front-end tests share: an adapter that records report instances (and reads
+//! their variables back), a quota adapter whose storage is down, and a gRPC codec that sends raw bytes (to put malformed
 //! messages on the wire).
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -177,4 +178,40 @@ impl QuotaHandler for QuotaDownHandler {
     async fn allocate(&self, _: &Instance, _: &QuotaArgs) -> Result<QuotaResult, AdapterError> {
         Err(AdapterError::transient(ErrorKind::Unavailable, self.0))
     }
+}
+
+/// A recorded instance's variables, as text.
+pub type Vars = BTreeMap<String, String>;
+
+/// The variables of each recorded instance.
+pub fn recorded(records: &Mutex<Vec<Instance>>) -> Vec<Vars> {
+    records
+        .lock()
+        .expect("not poisoned")
+        .iter()
+        .map(|i| {
+            i.map("variables")
+                .expect("variables")
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        })
+        .collect()
+}
+
+/// Instances arrive from the handler's queue after the request was answered: wait (a bounded
+/// time) until `n` have arrived, then a little longer to catch any extra one.
+pub async fn wait_recorded(records: &Mutex<Vec<Instance>>, n: usize) -> Vec<Vars> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while records.lock().expect("not poisoned").len() < n && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    recorded(records)
+}
+
+/// One variable of a recorded instance.
+pub fn var<'a>(vars: &'a Vars, name: &str) -> Option<&'a str> {
+    vars.get(name).map(String::as_str)
 }

@@ -12,8 +12,7 @@ mod exports;
 mod golden;
 mod samples;
 
-use common::Recorder;
-use std::collections::BTreeMap;
+use common::{Recorder, recorded, var, wait_recorded};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -134,37 +133,4 @@ async fn start_with(setup: Setup) -> Harness {
 
 async fn start() -> Harness {
     start_with(Setup::default()).await
-}
-
-type Vars = BTreeMap<String, String>;
-
-fn recorded(records: &Mutex<Vec<Instance>>) -> Vec<Vars> {
-    records
-        .lock()
-        .expect("not poisoned")
-        .iter()
-        .map(|i| {
-            i.map("variables")
-                .expect("variables")
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect()
-        })
-        .collect()
-}
-
-/// Instances arrive from the handler's queue after the export was answered: wait (a bounded
-/// time) until `n` have arrived, then a little longer to catch any extra one.
-async fn wait_recorded(records: &Mutex<Vec<Instance>>, n: usize) -> Vec<Vars> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while records.lock().expect("not poisoned").len() < n && tokio::time::Instant::now() < deadline
-    {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    recorded(records)
-}
-
-fn var<'a>(vars: &'a Vars, name: &str) -> Option<&'a str> {
-    vars.get(name).map(String::as_str)
 }
