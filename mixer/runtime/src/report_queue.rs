@@ -74,6 +74,8 @@ pub(crate) struct ReportQueue {
     state: Mutex<State>,
     notify: Notify,
     worker: Mutex<Option<JoinHandle<()>>>,
+    /// Set once the worker is spawned, so a push does not take the worker lock every time.
+    worker_started: std::sync::atomic::AtomicBool,
     /// The runtime the snapshot was built on, where the worker runs. Records may be pushed
     /// from the low-priority report threads; the delivery task, and whatever connections a
     /// handler opens from it, must not end up there.
@@ -98,6 +100,7 @@ impl ReportQueue {
             state: Mutex::new(State::default()),
             notify: Notify::new(),
             worker: Mutex::new(None),
+            worker_started: std::sync::atomic::AtomicBool::new(false),
             home: tokio::runtime::Handle::try_current().ok(),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
         })
@@ -166,6 +169,12 @@ impl ReportQueue {
     }
 
     fn ensure_worker(self: &Arc<Self>) {
+        if self
+            .worker_started
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return;
+        }
         let mut worker = self.worker.lock().unwrap_or_else(|e| e.into_inner());
         if worker.is_some() {
             return;
@@ -176,6 +185,8 @@ impl ReportQueue {
             .or_else(|| tokio::runtime::Handle::try_current().ok())
         {
             *worker = Some(rt.spawn(self.clone().run()));
+            self.worker_started
+                .store(true, std::sync::atomic::Ordering::Release);
         }
     }
 
