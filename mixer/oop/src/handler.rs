@@ -52,7 +52,7 @@ impl std::fmt::Debug for RemoteHandler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RemoteHandler")
             .field("name", &self.name)
-            .field("endpoint", self.transport.uri())
+            .field("endpoint", self.transport.endpoint())
             .field("timeout", &self.timeout)
             .finish()
     }

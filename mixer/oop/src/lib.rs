@@ -147,6 +147,7 @@
 //! ```
 
 mod breaker;
+mod connection;
 mod convert;
 mod factory;
 mod handler;

@@ -6,17 +6,20 @@ use std::time::Duration;
 use mixer_adapter_api::{
     AdapterError, Authentication, ErrorKind, PemFile, RemoteConnection, TokenSource,
 };
+use std::sync::Arc;
+
 use rustls::RootCertStore;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, TrustAnchor};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, TrustAnchor};
+use tokio_rustls::TlsConnector;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, ClientTlsConfig, Endpoint, Identity};
 
+use crate::connection::{AdapterConnection, Connector, TransportError};
 use crate::handler::map_status;
 use crate::token::Credentials;
 
 /// The channel every call goes through: HTTP/2 (over TLS when configured), plus the token.
-pub(crate) type AdapterChannel = InterceptedService<Channel, Credentials>;
+pub(crate) type AdapterChannel = InterceptedService<AdapterConnection, Credentials>;
 
 /// Where system CA bundles live (Debian/Ubuntu, Fedora/RHEL, Alpine/macOS); `SSL_CERT_FILE`
 /// comes first. Istio 1.4 trusted the system's CAs as well as `caCertificates`.
@@ -29,7 +32,7 @@ const SYSTEM_BUNDLES: &[&str] = &[
 /// An endpoint and the credentials to use on it.
 #[derive(Clone, Debug)]
 pub(crate) struct Transport {
-    endpoint: Endpoint,
+    connector: Connector,
     credentials: Credentials,
 }
 
@@ -57,39 +60,80 @@ impl Transport {
             }
             Some(_) => address.clone(),
         };
-        let endpoint = Endpoint::from_shared(uri)
-            .map(|e| e.connect_timeout(timeout).tcp_nodelay(true))
-            .map_err(|e| {
-                (
-                    "connection.address".to_string(),
-                    format!("bad adapter address {address:?}: {e}"),
-                )
-            })?;
+        let bad = |why: String| {
+            (
+                "connection.address".to_string(),
+                format!("bad adapter address {address:?}: {why}"),
+            )
+        };
+        let uri: http::Uri = uri
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| bad(e.to_string()))?;
+        let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
+            return Err(bad("no host".into()));
+        };
+        let https = match scheme.as_str() {
+            "http" => false,
+            "https" => true,
+            other => return Err(bad(format!("scheme {other:?} is neither http nor https"))),
+        };
+        // An IPv6 host comes bracketed in the URI, but not in a socket address or a name.
+        let host = authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let mut connector = Connector {
+            scheme: scheme.clone(),
+            authority: authority.clone(),
+            host: host.to_string(),
+            port,
+            connect_timeout: timeout,
+            tls: None,
+        };
         let Some(auth) = &connection.authentication else {
+            if https {
+                return Err(bad(
+                    "https:// needs connection.authentication (tls or mutual)".into(),
+                ));
+            }
             return Ok(Transport {
-                endpoint,
+                connector,
                 credentials: Credentials::none(),
             });
         };
-        let (field, config, credentials) = tls_config(auth, timeout)?;
-        let endpoint = endpoint
-            .tls_config(config)
-            .map_err(|e| (field.to_string(), describe(&e)))?;
+        let (tls, server_name, credentials) = tls_config(auth, timeout)?;
+        let name = server_name.unwrap_or_else(|| host.to_string());
+        let name = ServerName::try_from(name.clone()).map_err(|e| {
+            (
+                "connection.authentication".to_string(),
+                format!("{name:?} is not a valid TLS server name: {e}"),
+            )
+        })?;
+        connector.tls = Some((tls, name));
         Ok(Transport {
-            endpoint,
+            connector,
             credentials,
         })
     }
 
     /// A channel that connects on first use (and reconnects by itself).
     pub(crate) fn connect_lazy(&self) -> AdapterChannel {
-        InterceptedService::new(self.endpoint.connect_lazy(), self.credentials.clone())
+        InterceptedService::new(
+            AdapterConnection::lazy(self.connector.clone()),
+            self.credentials.clone(),
+        )
     }
 
     /// A channel connected now.
     pub(crate) async fn connect(&self) -> Result<AdapterChannel, String> {
-        let channel = self.endpoint.connect().await.map_err(|e| describe(&e))?;
-        Ok(InterceptedService::new(channel, self.credentials.clone()))
+        let connection = AdapterConnection::open(self.connector.clone())
+            .await
+            .map_err(|e| describe(&e))?;
+        Ok(InterceptedService::new(
+            connection,
+            self.credentials.clone(),
+        ))
     }
 
     /// Waits, until `deadline` at most, for what calls need before they can go: an OAuth
@@ -108,18 +152,19 @@ impl Transport {
         })
     }
 
-    /// The adapter's URI, for logs.
-    pub(crate) fn uri(&self) -> &tonic::codegen::http::Uri {
-        self.endpoint.uri()
+    /// Where the adapter is (scheme and authority), for logs.
+    pub(crate) fn endpoint(&self) -> &Connector {
+        &self.connector
     }
 }
 
-/// The TLS settings of `auth`, the field to blame if tonic refuses them, and the token.
+/// The TLS connector for `auth`, the server name it asks to check, and the token. The
+/// error names the field at fault.
 fn tls_config(
     auth: &Authentication,
     timeout: Duration,
-) -> Result<(&'static str, ClientTlsConfig, Credentials), (String, String)> {
-    let (ca, server_name, identity, field, credentials) = match auth {
+) -> Result<(TlsConnector, Option<String>, Credentials), (String, String)> {
+    let (ca, server_name, identity, credentials) = match auth {
         Authentication::Tls(t) => {
             let credentials = match &t.token {
                 None => Credentials::none(),
@@ -134,40 +179,65 @@ fn tls_config(
                 t.ca_certificates.as_ref(),
                 "connection.authentication.tls.caCertificates",
             );
-            (
-                ca,
-                &t.server_name,
-                None,
-                "connection.authentication.tls",
-                credentials,
-            )
+            (ca, &t.server_name, None, credentials)
         }
         Authentication::Mutual(m) => {
-            let identity = Identity::from_pem(&*m.client_certificate.pem, &*m.private_key.pem);
             let ca = (
                 m.ca_certificates.as_ref(),
                 "connection.authentication.mutual.caCertificates",
             );
-            (
-                ca,
-                &m.server_name,
-                Some(identity),
-                // rustls refuses a key that does not match the certificate here.
-                "connection.authentication.mutual.privateKey",
-                Credentials::none(),
-            )
+            (ca, &m.server_name, Some(m), Credentials::none())
         }
     };
-    let mut config = ClientTlsConfig::new()
-        .trust_anchors(trust_anchors(ca.0).map_err(|m| (ca.1.to_string(), m))?)
-        .timeout(timeout);
-    if let Some(name) = server_name {
-        config = config.domain_name(name.clone());
-    }
-    if let Some(identity) = identity {
-        config = config.identity(identity);
-    }
-    Ok((field, config, credentials))
+    let mut roots = RootCertStore::empty();
+    roots.extend(trust_anchors(ca.0).map_err(|m| (ca.1.to_string(), m))?);
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ("connection.authentication".to_string(), e.to_string()))?
+        .with_root_certificates(roots);
+    let mut config = match identity {
+        None => builder.with_no_client_auth(),
+        Some(m) => {
+            let field = |f: &str| format!("connection.authentication.mutual.{f}");
+            let certs = CertificateDer::pem_slice_iter(&m.client_certificate.pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| {
+                    (
+                        field("clientCertificate"),
+                        format!("{}: {e}", m.client_certificate.path.display()),
+                    )
+                })?;
+            if certs.is_empty() {
+                return Err((
+                    field("clientCertificate"),
+                    format!(
+                        "{}: no certificate in the file",
+                        m.client_certificate.path.display()
+                    ),
+                ));
+            }
+            let key = PrivateKeyDer::from_pem_slice(&m.private_key.pem).map_err(|e| {
+                (
+                    field("privateKey"),
+                    format!("{}: {e}", m.private_key.path.display()),
+                )
+            })?;
+            // rustls refuses a key that does not match the certificate here.
+            builder.with_client_auth_cert(certs, key).map_err(|e| {
+                (
+                    field("privateKey"),
+                    format!("the key does not fit the client certificate: {e}"),
+                )
+            })?
+        }
+    };
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok((
+        TlsConnector::from(Arc::new(config)),
+        server_name.clone(),
+        credentials,
+    ))
 }
 
 /// The system's CAs (unparsable ones skipped, as the system may hold odd ones) and every
@@ -252,7 +322,7 @@ pub(crate) fn causes(status: &tonic::Status) -> String {
 fn from_transport(status: &tonic::Status) -> bool {
     let mut source = std::error::Error::source(status);
     while let Some(s) = source {
-        if s.is::<tonic::transport::Error>() || s.is::<std::io::Error>() {
+        if s.is::<TransportError>() || s.is::<std::io::Error>() {
             return true;
         }
         source = s.source();

@@ -1,0 +1,309 @@
+//! The HTTP/2 connection to an adapter, as the service tonic's generated clients call.
+//!
+//! tonic's own `Channel` is not used because of what it does to a unary call: the call goes
+//! through a buffer task, and hyper then sends it in three writes (the HEADERS frame; the
+//! message, once the body pipe that hyper spawned as a task of its own has been given send
+//! capacity; an empty end-of-stream DATA frame). The adapter may wake up for each write.
+//! Here the headers and the whole message are queued on the stream before the connection
+//! task runs, so they leave in one write; `mixer-bench oop` measured the remote hop about
+//! 40 µs shorter on loopback.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::Bytes;
+use h2::client::SendRequest;
+use http::uri::{Authority, Scheme};
+use http_body::{Body, Frame};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+/// HTTP/2 windows as hyper's client sets them: a large report batch is not held back by
+/// window updates.
+const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
+const CONNECTION_WINDOW: u32 = 5 * 1024 * 1024;
+
+/// How to open a connection: where to, within how long, and with which TLS settings.
+#[derive(Clone)]
+pub(crate) struct Connector {
+    pub(crate) scheme: Scheme,
+    pub(crate) authority: Authority,
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) tls: Option<(TlsConnector, ServerName<'static>)>,
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}://{}", self.scheme, self.authority)
+    }
+}
+
+/// Why a call did not get an answer from the adapter: it could not connect, or the
+/// connection or stream broke. Callers treat it as the adapter being unavailable.
+#[derive(Debug)]
+pub(crate) struct TransportError {
+    what: &'static str,
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl TransportError {
+    fn new(
+        what: &'static str,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        TransportError {
+            what,
+            source: Some(source.into()),
+        }
+    }
+}
+
+impl std::fmt::Display for TransportError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.what)
+    }
+}
+
+impl std::error::Error for TransportError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// One connection, opened on the first call and again after it breaks. Clones share it.
+#[derive(Clone)]
+pub(crate) struct AdapterConnection {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    connector: Connector,
+    /// Held while connecting, so that concurrent first calls open one connection.
+    live: tokio::sync::Mutex<Option<Live>>,
+}
+
+#[derive(Clone)]
+struct Live {
+    send: SendRequest<Bytes>,
+    /// Set by the connection's task when the connection ends.
+    closed: Arc<AtomicBool>,
+}
+
+impl AdapterConnection {
+    /// A connection that opens on first use.
+    pub(crate) fn lazy(connector: Connector) -> AdapterConnection {
+        AdapterConnection {
+            shared: Arc::new(Shared {
+                connector,
+                live: tokio::sync::Mutex::new(None),
+            }),
+        }
+    }
+
+    /// A connection opened now.
+    pub(crate) async fn open(connector: Connector) -> Result<AdapterConnection, TransportError> {
+        let connection = AdapterConnection::lazy(connector);
+        connection.live().await?;
+        Ok(connection)
+    }
+
+    /// A live connection, opened if there is none.
+    async fn live(&self) -> Result<Live, TransportError> {
+        let mut live = self.shared.live.lock().await;
+        if let Some(l) = live.as_ref().filter(|l| !l.closed.load(Ordering::Acquire)) {
+            return Ok(l.clone());
+        }
+        *live = None;
+        let opened = self.shared.connector.open().await?;
+        *live = Some(opened.clone());
+        Ok(opened)
+    }
+
+    async fn call<B>(
+        self,
+        request: http::Request<B>,
+    ) -> Result<http::Response<ResponseBody>, TransportError>
+    where
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let live = self.live().await?;
+        // A connection found broken is not used again: the next call opens another.
+        let broke = |e| {
+            live.closed.store(true, Ordering::Release);
+            TransportError::new("the adapter connection broke", e)
+        };
+        let mut send = live.send.clone().ready().await.map_err(broke)?;
+        let (mut head, body) = request.into_parts();
+        // tonic's clients give the path alone; HTTP/2 wants the scheme and authority too.
+        let mut uri = http::uri::Parts::default();
+        uri.scheme = Some(self.shared.connector.scheme.clone());
+        uri.authority = Some(self.shared.connector.authority.clone());
+        uri.path_and_query = head.uri.path_and_query().cloned();
+        head.uri =
+            http::Uri::from_parts(uri).map_err(|e| TransportError::new("bad request path", e))?;
+        let (response, mut stream) = send
+            .send_request(http::Request::from_parts(head, ()), false)
+            .map_err(broke)?;
+        // A unary call's body is ready at once: everything is queued before the connection
+        // task writes. h2 buffers data that has no send capacity yet.
+        let mut body = std::pin::pin!(body);
+        loop {
+            let frame = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await;
+            let (sent, done) = match frame {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => {
+                        let end = body.is_end_stream();
+                        (stream.send_data(data, end), end)
+                    }
+                    Err(frame) => match frame.into_trailers() {
+                        Ok(trailers) => (stream.send_trailers(trailers), true),
+                        Err(_) => continue,
+                    },
+                },
+                Some(Err(e)) => {
+                    stream.send_reset(h2::Reason::CANCEL);
+                    return Err(TransportError::new("the request body failed", e));
+                }
+                None => (stream.send_data(Bytes::new(), true), true),
+            };
+            sent.map_err(broke)?;
+            if done {
+                break;
+            }
+        }
+        let response = response
+            .await
+            .map_err(|e| TransportError::new("the adapter did not answer", e))?;
+        Ok(response.map(|recv| ResponseBody {
+            recv,
+            data_done: false,
+        }))
+    }
+}
+
+impl Connector {
+    async fn open(&self) -> Result<Live, TransportError> {
+        let connect = TcpStream::connect((self.host.as_str(), self.port));
+        let tcp = tokio::time::timeout(self.connect_timeout, connect)
+            .await
+            .map_err(|_| TransportError::new("connecting to the adapter timed out", Elapsed))?
+            .map_err(|e| TransportError::new("cannot connect to the adapter", e))?;
+        // Calls are small and latency bound: no Nagle delay.
+        tcp.set_nodelay(true)
+            .map_err(|e| TransportError::new("cannot connect to the adapter", e))?;
+        match &self.tls {
+            None => handshake(tcp).await,
+            Some((tls, name)) => {
+                let tls =
+                    tokio::time::timeout(self.connect_timeout, tls.connect(name.clone(), tcp))
+                        .await
+                        .map_err(|_| TransportError::new("the TLS handshake timed out", Elapsed))?
+                        .map_err(|e| TransportError::new("the TLS handshake failed", e))?;
+                handshake(tls).await
+            }
+        }
+    }
+}
+
+async fn handshake<T>(io: T) -> Result<Live, TransportError>
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (send, connection) = h2::client::Builder::new()
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .handshake::<_, Bytes>(io)
+        .await
+        .map_err(|e| TransportError::new("the HTTP/2 handshake failed", e))?;
+    let closed = Arc::new(AtomicBool::new(false));
+    let flag = closed.clone();
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "adapter connection ended");
+        }
+        flag.store(true, Ordering::Release);
+    });
+    Ok(Live { send, closed })
+}
+
+#[derive(Debug)]
+struct Elapsed;
+
+impl std::fmt::Display for Elapsed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("deadline elapsed")
+    }
+}
+
+impl std::error::Error for Elapsed {}
+
+/// The response's body: its data frames (flow-control capacity given back as they are read),
+/// then its trailers, where gRPC puts the call's status.
+pub(crate) struct ResponseBody {
+    recv: h2::RecvStream,
+    data_done: bool,
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = TransportError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, TransportError>>> {
+        let broke = |e| TransportError::new("the adapter's answer broke off", e);
+        if !self.data_done {
+            match ready!(self.recv.poll_data(cx)) {
+                Some(Ok(data)) => {
+                    // Released at once: the decoder holds the bytes, not the window.
+                    let _ = self.recv.flow_control().release_capacity(data.len());
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Some(Err(e)) => return Poll::Ready(Some(Err(broke(e)))),
+                None => self.data_done = true,
+            }
+        }
+        match ready!(self.recv.poll_trailers(cx)) {
+            Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
+            Ok(None) => Poll::Ready(None),
+            Err(e) => Poll::Ready(Some(Err(broke(e)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.data_done && self.recv.is_end_stream()
+    }
+}
+
+impl<B> tower_service::Service<http::Request<B>> for AdapterConnection
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Response = http::Response<ResponseBody>;
+    type Error = TransportError;
+    type Future =
+        Pin<Box<dyn Future<Output = Result<http::Response<ResponseBody>, TransportError>> + Send>>;
+
+    /// Always ready: a call waits for its connection (and a free stream) inside its future,
+    /// under its deadline.
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), TransportError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        Box::pin(self.clone().call(request))
+    }
+}
