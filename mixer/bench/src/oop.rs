@@ -30,6 +30,10 @@ pub struct Args {
     /// Callers for the latency runs: with one, each check waits for no other.
     #[arg(long, default_value_t = 1)]
     latency_callers: usize,
+    /// Latency runs per handler, built-in and remote alternating, so that a slow moment of a
+    /// shared machine lands on both; the hop is the median of the rounds.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
     /// Concurrent Mixer v1 reporters in the report run.
     #[arg(long, default_value_t = 4)]
     reporters: usize,
@@ -137,9 +141,8 @@ spec:
     )
 }
 
-/// What one kind of handler measured.
+/// What one kind of handler measured under load.
 struct Measured {
-    alone: Report,
     loaded: Report,
     /// The mixer's CPU time per check of the many-callers run, in microseconds.
     mixer_cpu_us: f64,
@@ -147,18 +150,24 @@ struct Measured {
     delivered_per_second: f64,
 }
 
-async fn measure(args: &Args, config_file: &Path) -> anyhow::Result<Measured> {
-    let mixer = Mixer::start(
+fn start(args: &Args, config_file: &Path) -> anyhow::Result<Mixer> {
+    Mixer::start(
         &args.mixer_bin,
         Some(config_file),
         &["--check-cache-size".into(), "0".into()],
-    )?;
-    let alone = LoadArgs {
+    )
+}
+
+/// The latency run settings: the latency callers on one connection.
+fn alone(args: &Args) -> LoadArgs {
+    LoadArgs {
         concurrency: args.latency_callers.max(1),
         channels: 1,
         ..args.load.clone()
-    };
-    let alone = drive(Target::ExtAuthz, mixer.grpc, &alone, None).await?;
+    }
+}
+
+async fn measure(args: &Args, mixer: &Mixer) -> anyhow::Result<Measured> {
     let cpu_before = report::cpu_seconds(mixer.pid()).unwrap_or(0.0);
     let loaded = drive(Target::ExtAuthz, mixer.grpc, &args.load, None).await?;
     // The run's warm-up is in the CPU time but not in the count; scale by the whole run.
@@ -186,7 +195,6 @@ async fn measure(args: &Args, config_file: &Path) -> anyhow::Result<Measured> {
     // held afterwards.
     let delivered = report::scrape(mixer.admin, series) - before;
     Ok(Measured {
-        alone,
         loaded,
         mixer_cpu_us,
         reports,
@@ -201,35 +209,45 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let (builtin_file, remote_file) = (dir.0.join("builtin.yaml"), dir.0.join("remote.yaml"));
     std::fs::write(&builtin_file, config(None))?;
     std::fs::write(&remote_file, config(Some(adapter_addr)))?;
-    let builtin = measure(&args, &builtin_file).await?;
-    let remote = measure(&args, &remote_file).await?;
-    let round_trip = crate::compare::noop_run(
-        &LoadArgs {
-            concurrency: args.latency_callers.max(1),
-            channels: 1,
-            ..args.load.clone()
-        },
-        None,
-        None,
-    )
-    .await?;
-
+    // Both mixers run side by side; the one not driven is idle.
+    let builtin_mixer = start(&args, &builtin_file)?;
+    let remote_mixer = start(&args, &remote_file)?;
     let callers = args.latency_callers.max(1);
-    let loaded = args.load.concurrency;
-    println!(
-        "{}",
-        builtin
-            .alone
-            .line(&format!("built-in, {callers} caller(s)"))
-    );
-    println!(
-        "{}",
-        remote.alone.line(&format!("remote, {callers} caller(s)"))
-    );
+    let alone = alone(&args);
+    let (mut added_p50, mut added_p99) = (Vec::new(), Vec::new());
+    for round in 1..=args.rounds.max(1) {
+        let builtin = drive(Target::ExtAuthz, builtin_mixer.grpc, &alone, None).await?;
+        let remote = drive(Target::ExtAuthz, remote_mixer.grpc, &alone, None).await?;
+        println!(
+            "{}",
+            builtin.line(&format!("{round}: built-in, {callers} caller(s)"))
+        );
+        println!(
+            "{}",
+            remote.line(&format!("{round}: remote, {callers} caller(s)"))
+        );
+        added_p50.push(remote.micros(50.0) - builtin.micros(50.0));
+        added_p99.push(remote.micros(99.0) - builtin.micros(99.0));
+    }
+    let round_trip = crate::compare::noop_run(&alone, None, None).await?;
     println!(
         "{}",
         round_trip.line(&format!("no-op gRPC, {callers} caller(s)"))
     );
+    let (p50, p99) = (
+        report::median(&mut added_p50),
+        report::median(&mut added_p99),
+    );
+    println!(
+        "remote hop adds {p50:.0} us at p50 and {p99:.0} us at p99 (medians of {} rounds); one loopback gRPC round trip to the no-op server takes {:.0} us at p50 here (hop / round trip = {:.2})",
+        added_p50.len(),
+        round_trip.micros(50.0),
+        p50 / round_trip.micros(50.0).max(1e-9)
+    );
+
+    let builtin = measure(&args, &builtin_mixer).await?;
+    let remote = measure(&args, &remote_mixer).await?;
+    let loaded = args.load.concurrency;
     println!(
         "{}",
         builtin.loaded.line(&format!("built-in, {loaded} callers"))
@@ -237,14 +255,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     println!(
         "{}",
         remote.loaded.line(&format!("remote, {loaded} callers"))
-    );
-    let added = |p: f64| remote.alone.micros(p) - builtin.alone.micros(p);
-    println!(
-        "remote hop adds {:.0} us at p50 and {:.0} us at p99; one loopback gRPC round trip to the no-op server takes {:.0} us at p50 here (hop / round trip = {:.2})",
-        added(50.0),
-        added(99.0),
-        round_trip.micros(50.0),
-        added(50.0) / round_trip.micros(50.0).max(1e-9)
     );
     println!(
         "check throughput through the remote adapter: {:.2}x the built-in; mixer CPU per check {:.1} us remote, {:.1} us built-in",

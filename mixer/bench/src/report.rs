@@ -276,7 +276,8 @@ pub async fn report_mode(
     Ok(())
 }
 
-fn median(values: &mut [f64]) -> f64 {
+/// The median of `values` (sorted in place); 0 for none.
+pub(crate) fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     match values.len() {
         0 => 0.0,
