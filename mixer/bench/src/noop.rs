@@ -23,11 +23,16 @@ impl Authorization for AlwaysOk {
     }
 }
 
-/// Serves the always-OK ext_authz service until the process ends.
+/// Serves the always-OK ext_authz service until the process ends, with Nagle's algorithm off
+/// as the mixer serves (otherwise an answer can wait for the client's ACK of the previous one,
+/// and the baseline's tail is the TCP stack's, not the server's).
 pub async fn serve(addr: SocketAddr) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
     tonic::transport::Server::builder()
         .add_service(AuthorizationServer::new(AlwaysOk))
-        .serve(addr)
+        .serve_with_incoming(
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+        )
         .await?;
     Ok(())
 }

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use mixer_model::{StringMap, Timestamp, Value};
+use mixer_oop::AdapterConnection as Channel;
 use mixer_proto::istio::mixer::v1 as pb;
 use mixer_proto::istio::mixer::v1::mixer_client::MixerClient;
-use tonic::transport::Channel;
 
 use crate::bags::{self, Request};
 use crate::load::{self, Report, Spec};

@@ -12,9 +12,9 @@ use envoy_types::pb::envoy::service::auth::v3::attribute_context::{
     HttpRequest, Peer, Request as AttrRequest,
 };
 use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
+use mixer_oop::AdapterConnection as Channel;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
-use tonic::transport::Channel;
 
 use mixer_model::{StringMap, Value};
 use mixer_proto::istio::mixer::v1 as mixer_pb;

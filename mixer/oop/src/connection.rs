@@ -9,6 +9,7 @@
 //! 40 µs shorter on loopback.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,7 +50,7 @@ impl std::fmt::Debug for Connector {
 /// Why a call did not get an answer from the adapter: it could not connect, or the
 /// connection or stream broke. Callers treat it as the adapter being unavailable.
 #[derive(Debug)]
-pub(crate) struct TransportError {
+pub struct TransportError {
     what: &'static str,
     source: Option<Box<dyn std::error::Error + Send + Sync>>,
 }
@@ -80,9 +81,10 @@ impl std::error::Error for TransportError {
     }
 }
 
-/// One connection, opened on the first call and again after it breaks. Clones share it.
+/// One HTTP/2 connection for tonic's generated clients, opened on the first call and again
+/// after it breaks. Clones share it.
 #[derive(Clone)]
-pub(crate) struct AdapterConnection {
+pub struct AdapterConnection {
     shared: Arc<Shared>,
 }
 
@@ -108,6 +110,21 @@ impl AdapterConnection {
                 live: tokio::sync::Mutex::new(None),
             }),
         }
+    }
+
+    /// A plaintext connection to `addr`, opened on the first call within `connect_timeout`.
+    /// The load generator calls through it too, so that its own client costs no more than
+    /// the mixer's.
+    pub fn plaintext(addr: SocketAddr, connect_timeout: Duration) -> AdapterConnection {
+        AdapterConnection::lazy(Connector::plaintext(addr, connect_timeout))
+    }
+
+    /// [`AdapterConnection::plaintext`], opened now.
+    pub async fn open_plaintext(
+        addr: SocketAddr,
+        connect_timeout: Duration,
+    ) -> Result<AdapterConnection, TransportError> {
+        AdapterConnection::open(Connector::plaintext(addr, connect_timeout)).await
     }
 
     /// A connection opened now.
@@ -193,6 +210,20 @@ impl AdapterConnection {
 }
 
 impl Connector {
+    fn plaintext(addr: SocketAddr, connect_timeout: Duration) -> Connector {
+        // A socket address's text is always a valid authority.
+        let authority = Authority::try_from(addr.to_string())
+            .unwrap_or_else(|_| Authority::from_static("localhost"));
+        Connector {
+            scheme: Scheme::HTTP,
+            authority,
+            host: addr.ip().to_string(),
+            port: addr.port(),
+            connect_timeout,
+            tls: None,
+        }
+    }
+
     async fn open(&self) -> Result<Live, TransportError> {
         let connect = TcpStream::connect((self.host.as_str(), self.port));
         let tcp = tokio::time::timeout(self.connect_timeout, connect)
@@ -250,7 +281,7 @@ impl std::error::Error for Elapsed {}
 
 /// The response's body: its data frames (flow-control capacity given back as they are read),
 /// then its trailers, where gRPC puts the call's status.
-pub(crate) struct ResponseBody {
+pub struct ResponseBody {
     recv: h2::RecvStream,
     data_done: bool,
 }

@@ -160,6 +160,7 @@ mod transport;
 mod typed;
 
 pub use breaker::{Admission, BreakerOptions, CircuitBreaker, CircuitState};
+pub use connection::{AdapterConnection, ResponseBody, TransportError};
 pub use convert::{
     SESSION_TYPE_URL, STRUCT_TYPE_URL, check_result, inferred_types, params_any, quota_result,
     session_any, value, value_type,
