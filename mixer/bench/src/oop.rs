@@ -40,6 +40,11 @@ pub struct Args {
     /// Records per Report request.
     #[arg(long, default_value_t = 3)]
     records: usize,
+    /// Worker threads of the mixers, the adapter and the no-op server (default: one per
+    /// core). Generator, mixer and adapter share the machine; on 2 cores, one thread each
+    /// (with `mixer-bench --threads 1`) keeps them from waking idle siblings on a busy core.
+    #[arg(long)]
+    server_threads: Option<u16>,
     #[command(flatten)]
     load: LoadArgs,
 }
@@ -151,11 +156,11 @@ struct Measured {
 }
 
 fn start(args: &Args, config_file: &Path) -> anyhow::Result<Mixer> {
-    Mixer::start(
-        &args.mixer_bin,
-        Some(config_file),
-        &["--check-cache-size".into(), "0".into()],
-    )
+    let mut flags = vec!["--check-cache-size".to_string(), "0".to_string()];
+    if let Some(n) = args.server_threads {
+        flags.extend(["--worker-threads".to_string(), n.to_string()]);
+    }
+    Mixer::start(&args.mixer_bin, Some(config_file), &flags)
 }
 
 /// The latency run settings: the latency callers on one connection.
@@ -204,7 +209,11 @@ async fn measure(args: &Args, mixer: &Mixer) -> anyhow::Result<Measured> {
 
 /// Runs the comparison and prints it.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let (_adapter, adapter_addr) = bench_server(&["oop-adapter"], &[])?;
+    let threads: Vec<String> = args
+        .server_threads
+        .map(|n| vec!["--threads".to_string(), n.to_string()])
+        .unwrap_or_default();
+    let (_adapter, adapter_addr) = bench_server(&["oop-adapter"], &threads)?;
     let dir = TempDir::new("mixer-bench-oop")?;
     let (builtin_file, remote_file) = (dir.0.join("builtin.yaml"), dir.0.join("remote.yaml"));
     std::fs::write(&builtin_file, config(None))?;
@@ -229,7 +238,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         added_p50.push(remote.micros(50.0) - builtin.micros(50.0));
         added_p99.push(remote.micros(99.0) - builtin.micros(99.0));
     }
-    let round_trip = crate::compare::noop_run(&alone, None, None).await?;
+    let round_trip = crate::compare::noop_run(&alone, None, args.server_threads).await?;
     println!(
         "{}",
         round_trip.line(&format!("no-op gRPC, {callers} caller(s)"))
