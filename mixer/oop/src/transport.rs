@@ -340,3 +340,53 @@ fn hint(causes: &str) -> &'static str {
         ""
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn transport(address: &str) -> Result<Transport, (String, String)> {
+        let connection = RemoteConnection {
+            address: address.into(),
+            timeout: None,
+            authentication: None,
+        };
+        Transport::new(&connection, Duration::from_secs(1))
+    }
+
+    fn target(address: &str) -> (String, u16, String) {
+        let c = transport(address).expect("valid address").connector;
+        (c.host, c.port, format!("{}://{}", c.scheme, c.authority))
+    }
+
+    #[test]
+    fn host_and_port_come_from_the_address_with_or_without_a_scheme() {
+        assert_eq!(
+            target("127.0.0.1:9070"),
+            ("127.0.0.1".into(), 9070, "http://127.0.0.1:9070".into())
+        );
+        assert_eq!(
+            target("adapter.istio-system:8080"),
+            (
+                "adapter.istio-system".into(),
+                8080,
+                "http://adapter.istio-system:8080".into()
+            )
+        );
+        // The socket address and the TLS name of an IPv6 host have no brackets.
+        assert_eq!(
+            target("[::1]:9070"),
+            ("::1".into(), 9070, "http://[::1]:9070".into())
+        );
+        assert_eq!(target("http://adapter").1, 80);
+    }
+
+    #[test]
+    fn addresses_that_cannot_work_are_refused_with_the_field() {
+        for bad in ["https://adapter:443", "ftp://adapter:21", "not an address"] {
+            let (field, message) = transport(bad).expect_err(bad);
+            assert_eq!(field, "connection.address", "{bad}");
+            assert!(message.contains(bad), "{bad}: {message}");
+        }
+    }
+}
