@@ -88,6 +88,14 @@ pub struct AdapterConnection {
     shared: Arc<Shared>,
 }
 
+impl std::fmt::Debug for AdapterConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("AdapterConnection")
+            .field(&self.shared.connector)
+            .finish()
+    }
+}
+
 struct Shared {
     connector: Connector,
     /// Held while connecting, so that concurrent first calls open one connection.
@@ -132,6 +140,17 @@ impl AdapterConnection {
         let connection = AdapterConnection::lazy(connector);
         connection.live().await?;
         Ok(connection)
+    }
+
+    /// Stops handing out the current connection: the next call opens another, while calls
+    /// already on this one finish there (h2 closes it once they have). Skipped while another
+    /// call is connecting, which gives a fresh connection anyway.
+    pub(crate) fn reset(&self) {
+        if let Ok(live) = self.shared.live.try_lock()
+            && let Some(l) = live.as_ref()
+        {
+            l.closed.store(true, Ordering::Release);
+        }
     }
 
     /// A live connection, opened if there is none.
@@ -336,5 +355,83 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         Box::pin(self.clone().call(request))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use http_body_util::Full;
+    use tower_service::Service;
+
+    use super::*;
+
+    /// A peer that accepts connections and never answers nor closes: an adapter whose host
+    /// vanished. Counts the connections opened to it.
+    async fn black_hole() -> (SocketAddr, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                held.push(socket);
+            }
+        });
+        (addr, accepted)
+    }
+
+    async fn call_times_out(connection: &mut AdapterConnection) {
+        let request = http::Request::post("/pkg.Service/Method")
+            .body(Full::new(Bytes::from_static(b"\0\0\0\0\0")))
+            .expect("request");
+        let answer =
+            tokio::time::timeout(Duration::from_millis(100), connection.call(request)).await;
+        assert!(answer.is_err(), "a black hole never answers");
+    }
+
+    async fn accepted_soon(accepted: &AtomicUsize, n: usize) {
+        for _ in 0..100 {
+            if accepted.load(Ordering::SeqCst) >= n {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), n);
+    }
+
+    #[tokio::test]
+    async fn calls_share_one_connection_until_it_is_reset() {
+        let (addr, accepted) = black_hole().await;
+        let mut connection = AdapterConnection::plaintext(addr, Duration::from_secs(1));
+        call_times_out(&mut connection).await;
+        call_times_out(&mut connection).await;
+        accepted_soon(&accepted, 1).await;
+
+        connection.reset();
+        call_times_out(&mut connection).await;
+        accepted_soon(&accepted, 2).await;
+    }
+
+    #[tokio::test]
+    async fn an_address_nothing_listens_on_is_a_transport_error() {
+        let (addr, _) = black_hole().await;
+        // A port just freed: nothing listens there now.
+        let free = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            l.local_addr().expect("address")
+        };
+        assert_ne!(free, addr);
+        let error = AdapterConnection::open_plaintext(free, Duration::from_secs(1))
+            .await
+            .expect_err("refused");
+        assert_eq!(error.to_string(), "cannot connect to the adapter");
+        let cause = std::error::Error::source(&error).expect("the cause");
+        assert!(cause.to_string().contains("refused"), "{cause}");
     }
 }

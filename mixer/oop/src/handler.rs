@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use tonic::{Code, Request};
 
 use crate::breaker::CircuitBreaker;
+use crate::connection::AdapterConnection;
 use crate::convert;
 use crate::metrics::{HandlerMetrics, MetricsSet};
 use crate::options::OopOptions;
@@ -34,7 +35,7 @@ use session::Session;
 pub struct RemoteHandler {
     name: Arc<str>,
     transport: Transport,
-    channel: OnceLock<AdapterChannel>,
+    connection: OnceLock<AdapterConnection>,
     timeout: Duration,
     options: OopOptions,
     params: Any,
@@ -85,7 +86,7 @@ impl RemoteHandler {
             dedup_prefix: format!("{name}-{start:x}-{seq}"),
             name,
             transport,
-            channel: OnceLock::new(),
+            connection: OnceLock::new(),
             timeout,
             params,
             inferred_types: convert::inferred_types(instances),
@@ -113,10 +114,13 @@ impl RemoteHandler {
         self.timeout
     }
 
-    fn channel(&self) -> AdapterChannel {
-        self.channel
+    fn connection(&self) -> &AdapterConnection {
+        self.connection
             .get_or_init(|| self.transport.connect_lazy())
-            .clone()
+    }
+
+    fn channel(&self) -> AdapterChannel {
+        self.transport.channel(self.connection())
     }
 
     fn next_dedup_id(&self) -> String {

@@ -117,12 +117,14 @@ impl Transport {
         })
     }
 
-    /// A channel that connects on first use (and reconnects by itself).
-    pub(crate) fn connect_lazy(&self) -> AdapterChannel {
-        InterceptedService::new(
-            AdapterConnection::lazy(self.connector.clone()),
-            self.credentials.clone(),
-        )
+    /// A connection that opens on first use (and again after it breaks).
+    pub(crate) fn connect_lazy(&self) -> AdapterConnection {
+        AdapterConnection::lazy(self.connector.clone())
+    }
+
+    /// `connection`, with the credentials every call carries.
+    pub(crate) fn channel(&self, connection: &AdapterConnection) -> AdapterChannel {
+        InterceptedService::new(connection.clone(), self.credentials.clone())
     }
 
     /// A channel connected now.

@@ -59,13 +59,19 @@ impl RemoteHandler {
                 self.maybe_forget_session(&status).await;
                 Err(transport::call_error(&self.name, &status))
             }
-            Err(_) => Err(AdapterError::transient(
-                ErrorKind::Timeout,
-                format!(
-                    "adapter of handler {} did not answer within {:?}",
-                    self.name, self.timeout
-                ),
-            )),
+            Err(_) => {
+                // The next call gets a new connection: if the adapter's host vanished
+                // without closing this one, every later call would wait on it in vain
+                // until TCP gives up, minutes later. Calls already on it finish there.
+                self.connection().reset();
+                Err(AdapterError::transient(
+                    ErrorKind::Timeout,
+                    format!(
+                        "adapter of handler {} did not answer within {:?}",
+                        self.name, self.timeout
+                    ),
+                ))
+            }
         };
         match &result {
             Ok(_) => admission.success(),
