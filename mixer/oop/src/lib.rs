@@ -14,7 +14,9 @@
 //!    once (`Overloaded`) for 500 ms, then one probe goes through.
 //! 2. **Concurrency limit** ([`OopOptions::max_concurrency`], 256): over it, `Overloaded`.
 //! 3. **Deadline**: `connection.timeout`, or 1 s; it covers session creation and the call,
-//!    is sent to the adapter as `grpc-timeout`, and past it the call is `Timeout`.
+//!    is sent to the adapter as `grpc-timeout`, and past it the call is `Timeout` and the
+//!    next call goes over a new HTTP/2 connection (the adapter's host may have vanished
+//!    without closing the old one).
 //! 4. **Session**: the first call asks `CreateSession`; if the adapter has one, later calls
 //!    send only the session id (`adapter_config.type_url` = [`SESSION_TYPE_URL`], `value` =
 //!    the id in UTF-8); otherwise (`Unimplemented`) every call carries the params (see
