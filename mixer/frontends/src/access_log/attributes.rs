@@ -2,20 +2,19 @@
 //! two in step.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 
-use envoy_types::pb::envoy::config::core::v3::RequestMethod;
-use envoy_types::pb::envoy::config::core::v3::address::Address as AddressKind;
-use envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier;
-use envoy_types::pb::envoy::config::core::v3::{Address, Node};
-use envoy_types::pb::envoy::data::accesslog::v3::tls_properties::CertificateProperties;
-use envoy_types::pb::envoy::data::accesslog::v3::tls_properties::certificate_properties::subject_alt_name::San;
+use envoy_types::pb::envoy::config::core::v3::{Node, RequestMethod};
 use envoy_types::pb::envoy::data::accesslog::v3::{
-    AccessLogCommon, AccessLogType, HttpAccessLogEntry, ResponseFlags, TcpAccessLogEntry,
+    AccessLogType, HttpAccessLogEntry, TcpAccessLogEntry,
 };
 use envoy_types::pb::envoy::service::accesslog::v3::stream_access_logs_message::Identifier;
-use envoy_types::pb::google::protobuf::{Duration as PbDuration, Timestamp as PbTimestamp};
-use mixer_model::{AttributeBag, Duration, StringMap, Timestamp, Value};
+use mixer_model::{AttributeBag, StringMap, Timestamp, Value};
+
+mod common;
+mod flags;
+
+use common::common_attributes;
+pub use flags::response_flags;
 
 /// Undeclared attribute: the Envoy cluster the request went to (`upstream_cluster`).
 pub const UPSTREAM_CLUSTER_ATTRIBUTE: &str = "envoy.upstream_cluster";
@@ -32,58 +31,6 @@ pub const CUSTOM_TAGS_ATTRIBUTE: &str = "envoy.custom_tags";
 
 /// Connections whose running byte counts a stream remembers, at most (periodic TCP entries).
 const MAX_TRACKED_CONNECTIONS: usize = 10_000;
-
-/// Envoy's short response flag names, in the order Envoy prints them (`%RESPONSE_FLAGS%`).
-fn flag_names(f: &ResponseFlags) -> [(bool, &'static str); 28] {
-    [
-        (f.failed_local_healthcheck, "LH"),
-        (f.no_healthy_upstream, "UH"),
-        (f.upstream_request_timeout, "UT"),
-        (f.local_reset, "LR"),
-        (f.upstream_remote_reset, "UR"),
-        (f.upstream_connection_failure, "UF"),
-        (f.upstream_connection_termination, "UC"),
-        (f.upstream_overflow, "UO"),
-        (f.no_route_found, "NR"),
-        (f.delay_injected, "DI"),
-        (f.fault_injected, "FI"),
-        (f.rate_limited, "RL"),
-        (f.unauthorized_details.is_some(), "UAEX"),
-        (f.rate_limit_service_error, "RLSE"),
-        (f.downstream_connection_termination, "DC"),
-        (f.upstream_retry_limit_exceeded, "URX"),
-        (f.stream_idle_timeout, "SI"),
-        (f.invalid_envoy_request_headers, "IH"),
-        (f.downstream_protocol_error, "DPE"),
-        (f.upstream_max_stream_duration_reached, "UMSDR"),
-        (f.response_from_cache_filter, "RFCF"),
-        (f.no_filter_config_found, "NFCF"),
-        (f.duration_timeout, "DT"),
-        (f.upstream_protocol_error, "UPE"),
-        (f.no_cluster_found, "NC"),
-        (f.overload_manager, "OM"),
-        (f.dns_resolution_failure, "DF"),
-        (f.downstream_remote_reset, "DR"),
-    ]
-}
-
-/// Envoy's short form of the response flags: `"UH,UF"`, or `"-"` when none is set (also
-/// what Istio's proxies reported as `response.flags`).
-pub fn response_flags(flags: Option<&ResponseFlags>) -> String {
-    let Some(flags) = flags else {
-        return "-".to_string();
-    };
-    let set: Vec<&str> = flag_names(flags)
-        .into_iter()
-        .filter(|(on, _)| *on)
-        .map(|(_, name)| name)
-        .collect();
-    if set.is_empty() {
-        "-".to_string()
-    } else {
-        set.join(",")
-    }
-}
 
 /// Byte counts of the TCP connections seen on one stream, so that `connection.*.bytes` can be
 /// what Istio defines: the bytes since the previous entry of the same connection.
@@ -305,147 +252,6 @@ fn node_attributes(set: &mut impl FnMut(&str, Value), node: &Node) {
     }
 }
 
-/// What HTTP and TCP entries share. `kind` names where the duration goes:
-/// `response` (HTTP: `response.duration`, `response.time`) or `connection`.
-fn common_attributes(set: &mut impl FnMut(&str, Value), common: &AccessLogCommon, kind: &str) {
-    if let Some((ip, port)) = common
-        .downstream_remote_address
-        .as_ref()
-        .and_then(socket_address)
-    {
-        set("source.ip", Value::IpAddress(ip));
-        if let Some(port) = port {
-            set("source.port", Value::Int64(i64::from(port)));
-        }
-    }
-    let destination = common
-        .upstream_remote_address
-        .as_ref()
-        .and_then(socket_address)
-        .or_else(|| {
-            common
-                .downstream_local_address
-                .as_ref()
-                .and_then(socket_address)
-        });
-    if let Some((ip, port)) = destination {
-        set("destination.ip", Value::IpAddress(ip));
-        if let Some(port) = port {
-            set("destination.port", Value::Int64(i64::from(port)));
-        }
-    }
-
-    // Downstream TLS: the peer is the client (source), the local certificate is ours, the
-    // destination's. A peer certificate means mutual TLS.
-    let tls = common.tls_properties.as_ref();
-    let peer = tls.and_then(|t| t.peer_certificate_properties.as_ref());
-    set("connection.mtls", Value::Bool(peer.is_some()));
-    if let Some(tls) = tls {
-        set_text(
-            set,
-            "connection.requested_server_name",
-            &tls.tls_sni_hostname,
-        );
-    }
-    if let Some(principal) = peer.and_then(uri_san) {
-        set("source.principal", Value::from(principal));
-        if let Some(ns) = spiffe_namespace(principal) {
-            set("source.namespace", Value::from(ns));
-        }
-    }
-    if let Some(principal) = tls
-        .and_then(|t| t.local_certificate_properties.as_ref())
-        .and_then(uri_san)
-    {
-        set("destination.principal", Value::from(principal));
-        if let Some(ns) = spiffe_namespace(principal) {
-            set("destination.namespace", Value::from(ns));
-        }
-    }
-
-    let start = common.start_time.as_ref().and_then(timestamp);
-    if let Some(start) = start {
-        set("request.time", Value::Timestamp(start));
-    }
-    let duration = if kind == "response" {
-        // Last byte out to the client: what Istio measured as the response duration.
-        common
-            .time_to_last_downstream_tx_byte
-            .as_ref()
-            .or(common.duration.as_ref())
-    } else {
-        common
-            .duration
-            .as_ref()
-            .or(common.time_to_last_downstream_tx_byte.as_ref())
-    }
-    .and_then(duration);
-    if let Some(d) = duration {
-        set(&format!("{kind}.duration"), Value::Duration(d));
-        if kind == "response"
-            && let Some(start) = start
-        {
-            set(
-                "response.time",
-                Value::Timestamp(Timestamp(start.0.saturating_add(d.0))),
-            );
-        }
-    }
-
-    let flags = response_flags(common.response_flags.as_ref());
-    set("context.proxy_error_code", Value::from(flags.as_str()));
-    set("response.flags", Value::from(flags));
-    set_text(set, "connection.id", &common.stream_id);
-
-    set_text(set, UPSTREAM_CLUSTER_ATTRIBUTE, &common.upstream_cluster);
-    if let Some((direction, host)) = istio_cluster(&common.upstream_cluster) {
-        set("context.reporter.kind", Value::from(direction));
-        if !host.is_empty() {
-            set("destination.service.host", Value::from(host));
-        }
-    }
-    set_text(set, ROUTE_NAME_ATTRIBUTE, &common.route_name);
-    if !common.custom_tags.is_empty() {
-        let tags = StringMap::from_pairs(
-            common
-                .custom_tags
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str())),
-        );
-        set(CUSTOM_TAGS_ATTRIBUTE, tags.into());
-    }
-}
-
-/// Istio's cluster names: `inbound|<port>|<subset>|<host>` and
-/// `outbound|<port>|<subset>|<host>` give the direction and the destination service host.
-fn istio_cluster(cluster: &str) -> Option<(&'static str, &str)> {
-    let mut parts = cluster.split('|');
-    let direction = match parts.next()? {
-        "inbound" => "inbound",
-        "outbound" => "outbound",
-        _ => return None,
-    };
-    let host = parts.nth(2).unwrap_or("");
-    Some((direction, host))
-}
-
-fn uri_san(cert: &CertificateProperties) -> Option<&str> {
-    cert.subject_alt_name.iter().find_map(|s| match &s.san {
-        Some(San::Uri(uri)) if !uri.is_empty() => Some(uri.as_str()),
-        _ => None,
-    })
-}
-
-/// The namespace of an Istio SPIFFE identity `spiffe://<trust domain>/ns/<ns>/sa/<account>`.
-fn spiffe_namespace(principal: &str) -> Option<&str> {
-    let path = principal.strip_prefix("spiffe://")?;
-    let mut segments = path.split('/').skip(1);
-    match (segments.next(), segments.next()) {
-        (Some("ns"), Some(ns)) if !ns.is_empty() => Some(ns),
-        _ => None,
-    }
-}
-
 /// `request.path` as sent, and its path and query parts.
 fn path_attributes(set: &mut impl FnMut(&str, Value), path: &str) {
     set("request.path", Value::from(path));
@@ -472,29 +278,6 @@ fn lower_map(map: &HashMap<String, String>) -> StringMap {
         map.iter()
             .map(|(k, v)| (k.to_ascii_lowercase(), v.as_str())),
     )
-}
-
-fn socket_address(address: &Address) -> Option<(IpAddr, Option<u32>)> {
-    let Some(AddressKind::SocketAddress(socket)) = address.address.as_ref() else {
-        return None;
-    };
-    let ip = socket.address.trim().parse::<IpAddr>().ok()?;
-    let port = match socket.port_specifier {
-        Some(PortSpecifier::PortValue(p)) => Some(p),
-        _ => None,
-    };
-    Some((ip, port))
-}
-
-fn timestamp(t: &PbTimestamp) -> Option<Timestamp> {
-    Timestamp::from_parts(t.seconds, t.nanos)
-}
-
-fn duration(d: &PbDuration) -> Option<Duration> {
-    d.seconds
-        .checked_mul(1_000_000_000)
-        .and_then(|s| s.checked_add(i64::from(d.nanos)))
-        .map(Duration)
 }
 
 fn to_i64(n: u64) -> i64 {

@@ -1,3 +1,8 @@
+//! Response flags, connection byte deltas and Istio cluster names.
+
+use envoy_types::pb::envoy::data::accesslog::v3::ResponseFlags;
+
+use super::common::istio_cluster;
 use super::*;
 
 #[test]

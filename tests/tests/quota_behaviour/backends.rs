@@ -1,0 +1,114 @@
+//! The adapters under test: memquota in process, redisquota against a `redis-server` of the
+//! test's own.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mixer_adapter_api::{Adapter, Handler};
+use mixer_adapter_memquota::MemQuota;
+use mixer_adapter_redisquota::RedisQuota;
+use serde_json::{Value as Json, json};
+
+use crate::support::ctx;
+
+/// Builds handlers of one adapter from the `quotas`-level params of a test.
+pub trait Backend {
+    /// The handler for `params` (the backend adds what it needs, e.g. `redisServerUrl`).
+    fn build(&self, params: Json) -> Arc<dyn Handler>;
+    /// Metric name prefix.
+    fn prefix(&self) -> &'static str;
+}
+
+pub struct Mem;
+
+impl Backend for Mem {
+    fn build(&self, params: Json) -> Arc<dyn Handler> {
+        MemQuota.validate(&params).expect("valid memquota params");
+        MemQuota.build(&params, &ctx()).expect("memquota handler")
+    }
+    fn prefix(&self) -> &'static str {
+        "mixer_memquota"
+    }
+}
+
+/// A `redis-server` of our own, killed when dropped.
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        let mut server = RedisServer {
+            child: None,
+            port: free_port(),
+            dir: tempfile::tempdir().expect("temp dir"),
+        };
+        server.spawn();
+        server
+    }
+
+    pub fn spawn(&mut self) {
+        let dir: PathBuf = self.dir.path().into();
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--dir", dir.to_str().expect("utf-8 temp dir")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH (apt-get install redis-server)");
+        self.child = Some(child);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "redis-server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Backend for RedisServer {
+    fn build(&self, mut params: Json) -> Arc<dyn Handler> {
+        params["redisServerUrl"] = json!(self.url());
+        RedisQuota
+            .validate(&params)
+            .expect("valid redisquota params");
+        RedisQuota
+            .build(&params, &ctx())
+            .expect("redisquota handler")
+    }
+    fn prefix(&self) -> &'static str {
+        "mixer_redisquota"
+    }
+}

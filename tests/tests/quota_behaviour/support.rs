@@ -1,0 +1,89 @@
+//! Building instances, allocating, and asserting on what the adapters answer.
+
+use std::sync::Arc;
+
+use mixer_adapter_api::{AdapterError, BuildContext, Handler, QuotaArgs};
+use mixer_model::{Code, FieldValue, Instance, QuotaLimit, QuotaResult, Template, Value};
+use serde_json::{Value as Json, json};
+
+pub fn ctx() -> BuildContext {
+    BuildContext {
+        handler_name: "quotahandler.istio-system".into(),
+    }
+}
+
+pub fn inst(name: &str, dims: &[(&str, &str)]) -> Instance {
+    Instance {
+        name: name.into(),
+        template: Template::Quota,
+        fields: vec![(
+            "dimensions",
+            FieldValue::Map(
+                dims.iter()
+                    .map(|(k, v)| (Arc::from(*k), Value::from(*v)))
+                    .collect(),
+            ),
+        )],
+    }
+}
+
+pub fn user(u: &str) -> Instance {
+    inst("rq.istio-system", &[("user", u)])
+}
+
+pub async fn try_alloc(
+    h: &Arc<dyn Handler>,
+    i: &Instance,
+    amount: i64,
+    best_effort: bool,
+    id: &str,
+) -> Result<QuotaResult, AdapterError> {
+    let args = QuotaArgs {
+        amount,
+        best_effort,
+        deduplication_id: id.into(),
+        limit_override: None,
+    };
+    h.as_quota()
+        .expect("quota handler")
+        .allocate(i, &args)
+        .await
+}
+
+pub async fn alloc(h: &Arc<dyn Handler>, i: &Instance, amount: i64) -> QuotaResult {
+    try_alloc(h, i, amount, false, "").await.expect("decided")
+}
+
+pub async fn best(h: &Arc<dyn Handler>, i: &Instance, amount: i64) -> QuotaResult {
+    try_alloc(h, i, amount, true, "").await.expect("decided")
+}
+
+#[track_caller]
+pub fn granted(r: &QuotaResult, amount: i64) {
+    assert_eq!(r.status.code, Code::Ok, "{r:?}");
+    assert_eq!(r.granted_amount, amount, "{r:?}");
+}
+
+#[track_caller]
+pub fn denied(r: &QuotaResult) {
+    assert_eq!(r.status.code, Code::ResourceExhausted, "{r:?}");
+    assert_eq!(r.granted_amount, 0, "{r:?}");
+    assert!(r.status.message.contains("exhausted"), "{r:?}");
+}
+
+pub fn exposition(h: &Arc<dyn Handler>) -> String {
+    let mut out = String::new();
+    h.as_exposition().expect("exposition").render(&mut out);
+    out
+}
+
+pub fn quota(name: &str, max: i64, valid: &str, algorithm: &str) -> Json {
+    json!({"name": name, "maxAmount": max, "validDuration": valid, "rateLimitAlgorithm": algorithm})
+}
+
+#[track_caller]
+pub fn left(r: &QuotaResult, remaining: i64) -> QuotaLimit {
+    let limit = r.limit.clone().expect("the limit is reported");
+    assert_eq!(limit.remaining, remaining, "{r:?}");
+    limit
+}
