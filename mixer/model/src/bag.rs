@@ -78,6 +78,12 @@ impl AttributeBag {
             }
             return Ok(());
         };
+        self.set_declared(id, name, value)
+    }
+
+    /// [`Self::set`] for a declared attribute whose id the caller looked up (`name` is its
+    /// name, for the error).
+    pub fn set_declared(&mut self, id: AttrId, name: &str, value: Value) -> Result<(), BagError> {
         let declared = self.vocabulary.value_type(id).unwrap_or(ValueType::String);
         let got = value.value_type();
         let value = if got == declared {
@@ -87,14 +93,31 @@ impl AttributeBag {
                 (Value::Int64(i), ValueType::Double) => Some(Value::Double(*i as f64)),
                 _ => value.as_str().and_then(|s| Value::parse_as(declared, s)),
             };
-            converted.ok_or_else(|| BagError::WrongType {
-                name: name.to_string(),
-                declared,
-                got,
-            })?
+            converted.ok_or_else(|| wrong_type(name, declared, got))?
         };
         self.set_id(id, value);
         Ok(())
+    }
+
+    /// Whether [`Self::set_declared`] would take a value of type `got` (with its text, for a
+    /// string-like one) for attribute `id`, without building the value: for attributes a
+    /// caller checks but does not keep.
+    pub fn check_declared(
+        &self,
+        id: AttrId,
+        name: &str,
+        got: ValueType,
+        text: Option<&str>,
+    ) -> Result<(), BagError> {
+        let declared = self.vocabulary.value_type(id).unwrap_or(ValueType::String);
+        let fits = got == declared
+            || (got == ValueType::Int64 && declared == ValueType::Double)
+            || text.is_some_and(|s| Value::parse_as(declared, s).is_some());
+        if fits {
+            Ok(())
+        } else {
+            Err(wrong_type(name, declared, got))
+        }
     }
 
     /// The value of an attribute by name, declared or not.
@@ -138,6 +161,14 @@ impl AttributeBag {
     }
 }
 
+fn wrong_type(name: &str, declared: ValueType, got: ValueType) -> BagError {
+    BagError::WrongType {
+        name: name.to_string(),
+        declared,
+        got,
+    }
+}
+
 impl Bag for AttributeBag {
     fn get(&self, id: AttrId) -> Option<&Value> {
         self.slots.get(id.index()).and_then(Option::as_ref)
@@ -168,6 +199,21 @@ mod tests {
         let names: Vec<&str> = bag.iter().map(|(n, _)| n).collect();
         assert_eq!(names, ["source.ip", "x.custom"]);
         bag.clear();
+        assert!(bag.is_empty());
+        // Checking without setting answers as setting would.
+        let vocabulary = bag.vocabulary().clone();
+        let id = |name: &str| vocabulary.lookup(name).expect("declared");
+        let check = |name: &str, got, text| bag.check_declared(id(name), name, got, text);
+        assert_eq!(
+            check("source.ip", ValueType::String, Some("10.1.2.3")),
+            Ok(())
+        );
+        assert_eq!(
+            check("request.size", ValueType::String, Some("big")),
+            Err(err)
+        );
+        assert!(check("request.size", ValueType::Bool, None).is_err());
+        assert_eq!(check("request.headers", ValueType::StringMap, None), Ok(()));
         assert!(bag.is_empty());
         assert_eq!(bag.get_by_name("source.ip"), None);
     }

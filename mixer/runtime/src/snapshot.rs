@@ -16,6 +16,7 @@ use mixer_model::{AttrId, Variety};
 use crate::cache::{CacheOptions, CheckCache};
 use crate::index::RuleIndex;
 use crate::metrics::RuntimeMetrics;
+use crate::reads::ReadAttrs;
 use crate::report_queue::{QueueOptions, ReportQueue};
 use crate::shared_exprs::SharedExprs;
 
@@ -185,6 +186,8 @@ pub struct Snapshot {
     pub(crate) rule_matches: Vec<prometheus::IntCounter>,
     /// Instance field expressions by distinct text, for report evaluations.
     pub(crate) shared_exprs: SharedExprs,
+    /// The attributes evaluation can read ([`Snapshot::reads_attribute`]).
+    pub(crate) reads: ReadAttrs,
     pub(crate) cache: Option<CheckCache>,
 }
 
@@ -345,6 +348,7 @@ impl Snapshot {
             snapshot: Snapshot {
                 rule_matches,
                 shared_exprs: SharedExprs::new(&config),
+                reads: ReadAttrs::new(&config, &identity),
                 id,
                 config: Arc::new(config),
                 handlers,
@@ -378,6 +382,7 @@ impl Snapshot {
             metrics: metrics.clone(),
             rule_matches: Vec::new(),
             shared_exprs: SharedExprs::default(),
+            reads: ReadAttrs::default(),
             cache: None,
         }
     }

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::net::IpAddr;
 
-use mixer_model::{AttributeBag, Duration, StringMap, Timestamp, Value, ValueType};
+use mixer_model::{AttrId, AttributeBag, Duration, StringMap, Timestamp, Value, ValueType};
 use mixer_proto::istio::mixer::v1 as pb;
 
 use super::dictionary::{WordEncoder, lookup};
@@ -97,6 +97,18 @@ pub fn decode_into(
     message_words: &[String],
     bag: &mut AttributeBag,
 ) -> Result<(), DecodeError> {
+    decode_keeping(attributes, message_words, bag, |_| true)
+}
+
+/// [`decode_into`], keeping in the bag only the attributes `keep` says yes to (by id; `None`
+/// for an undeclared one). The others are checked all the same (indices, duplicates, types), so a message is refused
+/// exactly when [`decode_into`] refuses it; their values are just not built.
+pub fn decode_keeping(
+    attributes: &pb::CompressedAttributes,
+    message_words: &[String],
+    bag: &mut AttributeBag,
+    keep: impl Fn(Option<AttrId>) -> bool,
+) -> Result<(), DecodeError> {
     let mut d = Decoder {
         words: message_words,
         seen: HashSet::with_capacity_and_hasher(
@@ -104,29 +116,38 @@ pub fn decode_into(
             foldhash::fast::RandomState::default(),
         ),
     };
-    let set = |bag: &mut AttributeBag, name: &str, value: Value| {
-        let value = ip_from_bytes(bag, name, value)?;
-        bag.set(name, value).map_err(|e| DecodeError::BadValue {
-            name: name.to_string(),
-            reason: e.to_string(),
-        })
+    // Where an attribute goes: into the bag, or only checked (declared, not wanted), or
+    // nowhere (undeclared, not wanted: no expression can name it).
+    let target = |bag: &AttributeBag, name: &str| {
+        let id = bag.vocabulary().lookup(name);
+        match (id, keep(id)) {
+            (id, true) => Target::Keep(id),
+            (Some(id), false) => Target::Check(id),
+            (None, false) => Target::Skip,
+        }
     };
     for (&k, &v) in &attributes.strings {
         let name = d.name(k)?;
         let value = d.word(v, || format!("value of {name}"))?;
-        set(bag, name, Value::from(value))?;
+        let to = target(bag, name);
+        put(bag, name, to, ValueType::String, Some(value), || {
+            Value::from(value)
+        })?;
     }
     for (&k, &v) in &attributes.int64s {
         let name = d.name(k)?;
-        set(bag, name, Value::Int64(v))?;
+        let to = target(bag, name);
+        put(bag, name, to, ValueType::Int64, None, || Value::Int64(v))?;
     }
     for (&k, &v) in &attributes.doubles {
         let name = d.name(k)?;
-        set(bag, name, Value::Double(v))?;
+        let to = target(bag, name);
+        put(bag, name, to, ValueType::Double, None, || Value::Double(v))?;
     }
     for (&k, &v) in &attributes.bools {
         let name = d.name(k)?;
-        set(bag, name, Value::Bool(v))?;
+        let to = target(bag, name);
+        put(bag, name, to, ValueType::Bool, None, || Value::Bool(v))?;
     }
     for (&k, v) in &attributes.timestamps {
         let name = d.name(k)?;
@@ -134,7 +155,10 @@ pub fn decode_into(
             name: name.to_string(),
             reason: format!("timestamp {}s {}ns is out of range", v.seconds, v.nanos),
         })?;
-        set(bag, name, Value::Timestamp(t))?;
+        let to = target(bag, name);
+        put(bag, name, to, ValueType::Timestamp, None, || {
+            Value::Timestamp(t)
+        })?;
     }
     for (&k, v) in &attributes.durations {
         let name = d.name(k)?;
@@ -146,47 +170,98 @@ pub fn decode_into(
                 name: name.to_string(),
                 reason: format!("duration {}s {}ns is out of range", v.seconds, v.nanos),
             })?;
-        set(bag, name, Value::Duration(Duration(nanos)))?;
+        let to = target(bag, name);
+        put(bag, name, to, ValueType::Duration, None, || {
+            Value::Duration(Duration(nanos))
+        })?;
     }
     for (&k, v) in &attributes.bytes {
         let name = d.name(k)?;
-        set(bag, name, Value::Bytes(v.as_slice().into()))?;
+        let to = target(bag, name);
+        let declared = match to {
+            Target::Keep(Some(id)) | Target::Check(id) => bag.vocabulary().value_type(id),
+            _ => None,
+        };
+        if declared == Some(ValueType::IpAddress) {
+            let ip = ip_from_octets(name, v)?;
+            put(bag, name, to, ValueType::IpAddress, None, || {
+                Value::IpAddress(ip)
+            })?;
+        } else {
+            put(bag, name, to, ValueType::Bytes, None, || {
+                Value::Bytes(v.as_slice().into())
+            })?;
+        }
     }
     for (&k, m) in &attributes.string_maps {
         let name = d.name(k)?;
-        let mut pairs = Vec::with_capacity(m.entries.len());
-        for (&mk, &mv) in &m.entries {
-            let key = d.word(mk, || format!("key in {name}"))?;
-            let value = d.word(mv, || format!("value of {name}[{key:?}]"))?;
-            pairs.push((key, value));
+        let to = target(bag, name);
+        if matches!(to, Target::Keep(_)) {
+            let mut pairs = Vec::with_capacity(m.entries.len());
+            for (&mk, &mv) in &m.entries {
+                let key = d.word(mk, || format!("key in {name}"))?;
+                let value = d.word(mv, || format!("value of {name}[{key:?}]"))?;
+                pairs.push((key, value));
+            }
+            let map = StringMap::from_pairs(pairs);
+            put(bag, name, to, ValueType::StringMap, None, || map.into())?;
+        } else {
+            for (&mk, &mv) in &m.entries {
+                let key = d.word(mk, || format!("key in {name}"))?;
+                d.word(mv, || format!("value of {name}[{key:?}]"))?;
+            }
+            put(bag, name, to, ValueType::StringMap, None, || {
+                StringMap::new().into()
+            })?;
         }
-        set(bag, name, StringMap::from_pairs(pairs).into())?;
     }
     Ok(())
 }
 
-/// Envoy sends addresses as raw octets; a declared `IP_ADDRESS` attribute gets the address.
-fn ip_from_bytes(bag: &AttributeBag, name: &str, value: Value) -> Result<Value, DecodeError> {
-    let Value::Bytes(octets) = &value else {
-        return Ok(value);
-    };
-    let declared = bag
-        .vocabulary()
-        .lookup(name)
-        .and_then(|id| bag.vocabulary().value_type(id));
-    if declared != Some(ValueType::IpAddress) {
-        return Ok(value);
+/// What [`decode_keeping`] does with one attribute.
+#[derive(Clone, Copy)]
+enum Target {
+    /// Into the bag (`None`: undeclared).
+    Keep(Option<AttrId>),
+    /// Declared but not wanted: checked only.
+    Check(AttrId),
+    /// Undeclared and not wanted.
+    Skip,
+}
+
+/// Sets a value built only now, or checks a value of type `got` (`text`: a string's) without
+/// building it.
+fn put(
+    bag: &mut AttributeBag,
+    name: &str,
+    to: Target,
+    got: ValueType,
+    text: Option<&str>,
+    value: impl FnOnce() -> Value,
+) -> Result<(), DecodeError> {
+    match to {
+        Target::Keep(Some(id)) => bag.set_declared(id, name, value()),
+        Target::Keep(None) => bag.set(name, value()),
+        Target::Check(id) => bag.check_declared(id, name, got, text),
+        Target::Skip => Ok(()),
     }
+    .map_err(|e| DecodeError::BadValue {
+        name: name.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+/// Envoy sends addresses as raw octets: 4 or 16 of them.
+fn ip_from_octets(name: &str, octets: &[u8]) -> Result<IpAddr, DecodeError> {
     let ip = match octets.len() {
-        4 => <[u8; 4]>::try_from(&octets[..]).map(IpAddr::from).ok(),
-        16 => <[u8; 16]>::try_from(&octets[..]).map(IpAddr::from).ok(),
+        4 => <[u8; 4]>::try_from(octets).map(IpAddr::from).ok(),
+        16 => <[u8; 16]>::try_from(octets).map(IpAddr::from).ok(),
         _ => None,
     };
-    ip.map(Value::IpAddress)
-        .ok_or_else(|| DecodeError::BadValue {
-            name: name.to_string(),
-            reason: format!("an IP address needs 4 or 16 bytes, got {}", octets.len()),
-        })
+    ip.ok_or_else(|| DecodeError::BadValue {
+        name: name.to_string(),
+        reason: format!("an IP address needs 4 or 16 bytes, got {}", octets.len()),
+    })
 }
 
 /// Encodes attributes the way a proxy does: names and string values by global index when the
