@@ -4,8 +4,11 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 
-use mixer_model::{AttrId, AttributeBag, Duration, StringMap, Timestamp, Value, ValueType};
+use mixer_model::{
+    AttrId, AttributeBag, Duration, StringMap, Timestamp, Value, ValueType, Vocabulary,
+};
 use mixer_proto::istio::mixer::v1 as pb;
 
 use super::dictionary::{WordEncoder, lookup};
@@ -61,11 +64,23 @@ impl std::error::Error for DecodeError {}
 
 struct Decoder<'a> {
     words: &'a [String],
-    /// Names given so far; a fast seeded hash, since names come from the request.
-    seen: HashSet<&'a str, foldhash::fast::RandomState>,
+    vocabulary: Arc<Vocabulary>,
+    /// Declared attributes given so far, a bit per id: every name is checked against it.
+    seen: Vec<u64>,
+    /// Undeclared names given so far; a fast seeded hash, since names come from the request.
+    seen_undeclared: HashSet<&'a str, foldhash::fast::RandomState>,
 }
 
 impl<'a> Decoder<'a> {
+    fn new(words: &'a [String], vocabulary: &Arc<Vocabulary>) -> Decoder<'a> {
+        Decoder {
+            words,
+            vocabulary: vocabulary.clone(),
+            seen: vec![0; vocabulary.len().div_ceil(64)],
+            seen_undeclared: HashSet::default(),
+        }
+    }
+
     fn word(&self, index: i32, role: impl FnOnce() -> String) -> Result<&'a str, DecodeError> {
         lookup(index, self.words).ok_or_else(|| DecodeError::BadIndex {
             index,
@@ -74,12 +89,24 @@ impl<'a> Decoder<'a> {
         })
     }
 
-    fn name(&mut self, index: i32) -> Result<&'a str, DecodeError> {
+    /// The name at `index` and its id when declared; an error when given before.
+    fn name(&mut self, index: i32) -> Result<(&'a str, Option<AttrId>), DecodeError> {
         let name = self.word(index, || "attribute name".to_string())?;
-        if !self.seen.insert(name) {
+        let id = self.vocabulary.lookup(name);
+        let again = match id {
+            Some(id) => {
+                let (word, bit) = (id.index() / 64, 1u64 << (id.index() % 64));
+                match self.seen.get_mut(word) {
+                    Some(w) => std::mem::replace(w, *w | bit) & bit != 0,
+                    None => false,
+                }
+            }
+            None => !self.seen_undeclared.insert(name),
+        };
+        if again {
             return Err(DecodeError::Duplicate(name.to_string()));
         }
-        Ok(name)
+        Ok((name, id))
     }
 }
 
@@ -109,59 +136,50 @@ pub fn decode_keeping(
     bag: &mut AttributeBag,
     keep: impl Fn(Option<AttrId>) -> bool,
 ) -> Result<(), DecodeError> {
-    let mut d = Decoder {
-        words: message_words,
-        seen: HashSet::with_capacity_and_hasher(
-            attributes.strings.len() + attributes.int64s.len() + attributes.string_maps.len() + 8,
-            foldhash::fast::RandomState::default(),
-        ),
-    };
+    let mut d = Decoder::new(message_words, bag.vocabulary());
     // Where an attribute goes: into the bag, or only checked (declared, not wanted), or
     // nowhere (undeclared, not wanted: no expression can name it).
-    let target = |bag: &AttributeBag, name: &str| {
-        let id = bag.vocabulary().lookup(name);
-        match (id, keep(id)) {
-            (id, true) => Target::Keep(id),
-            (Some(id), false) => Target::Check(id),
-            (None, false) => Target::Skip,
-        }
+    let target = |id: Option<AttrId>| match (id, keep(id)) {
+        (id, true) => Target::Keep(id),
+        (Some(id), false) => Target::Check(id),
+        (None, false) => Target::Skip,
     };
     for (&k, &v) in &attributes.strings {
-        let name = d.name(k)?;
+        let (name, id) = d.name(k)?;
         let value = d.word(v, || format!("value of {name}"))?;
-        let to = target(bag, name);
+        let to = target(id);
         put(bag, name, to, ValueType::String, Some(value), || {
             Value::from(value)
         })?;
     }
     for (&k, &v) in &attributes.int64s {
-        let name = d.name(k)?;
-        let to = target(bag, name);
+        let (name, id) = d.name(k)?;
+        let to = target(id);
         put(bag, name, to, ValueType::Int64, None, || Value::Int64(v))?;
     }
     for (&k, &v) in &attributes.doubles {
-        let name = d.name(k)?;
-        let to = target(bag, name);
+        let (name, id) = d.name(k)?;
+        let to = target(id);
         put(bag, name, to, ValueType::Double, None, || Value::Double(v))?;
     }
     for (&k, &v) in &attributes.bools {
-        let name = d.name(k)?;
-        let to = target(bag, name);
+        let (name, id) = d.name(k)?;
+        let to = target(id);
         put(bag, name, to, ValueType::Bool, None, || Value::Bool(v))?;
     }
     for (&k, v) in &attributes.timestamps {
-        let name = d.name(k)?;
+        let (name, id) = d.name(k)?;
         let t = Timestamp::from_parts(v.seconds, v.nanos).ok_or_else(|| DecodeError::BadValue {
             name: name.to_string(),
             reason: format!("timestamp {}s {}ns is out of range", v.seconds, v.nanos),
         })?;
-        let to = target(bag, name);
+        let to = target(id);
         put(bag, name, to, ValueType::Timestamp, None, || {
             Value::Timestamp(t)
         })?;
     }
     for (&k, v) in &attributes.durations {
-        let name = d.name(k)?;
+        let (name, id) = d.name(k)?;
         let nanos = v
             .seconds
             .checked_mul(1_000_000_000)
@@ -170,14 +188,14 @@ pub fn decode_keeping(
                 name: name.to_string(),
                 reason: format!("duration {}s {}ns is out of range", v.seconds, v.nanos),
             })?;
-        let to = target(bag, name);
+        let to = target(id);
         put(bag, name, to, ValueType::Duration, None, || {
             Value::Duration(Duration(nanos))
         })?;
     }
     for (&k, v) in &attributes.bytes {
-        let name = d.name(k)?;
-        let to = target(bag, name);
+        let (name, id) = d.name(k)?;
+        let to = target(id);
         let declared = match to {
             Target::Keep(Some(id)) | Target::Check(id) => bag.vocabulary().value_type(id),
             _ => None,
@@ -194,8 +212,8 @@ pub fn decode_keeping(
         }
     }
     for (&k, m) in &attributes.string_maps {
-        let name = d.name(k)?;
-        let to = target(bag, name);
+        let (name, id) = d.name(k)?;
+        let to = target(id);
         if matches!(to, Target::Keep(_)) {
             let mut pairs = Vec::with_capacity(m.entries.len());
             for (&mk, &mv) in &m.entries {
