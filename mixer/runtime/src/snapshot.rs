@@ -77,6 +77,8 @@ pub(crate) struct RuleSet {
     /// Indices into `Config::rules`, in config order.
     pub rules: Vec<usize>,
     pub index: RuleIndex,
+    /// Instances of all its rules' actions: room for every dispatch an evaluation can make.
+    pub instances: usize,
 }
 
 impl RuleSet {
@@ -100,8 +102,10 @@ impl RuleSet {
                     == MatchErrorPolicy::Deny
             })
             .collect();
+        let actions = rules.iter().flat_map(|&r| &config.rules[r].actions);
         RuleSet {
             index: RuleIndex::build(&constraints, &deny_on_error),
+            instances: actions.map(|a| a.instances.len()).sum(),
             rules,
         }
     }
