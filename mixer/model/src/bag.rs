@@ -30,14 +30,16 @@ pub enum BagError {
 /// The standard bag: one slot per declared attribute (an O(1) lookup), plus a side list for
 /// attributes a protocol sends that the vocabulary does not declare.
 ///
-/// One allocation for the slots, built against the vocabulary of the config snapshot that
-/// will evaluate it. [`AttributeBag::clear`] lets a caller reuse it.
+/// Two allocations (the slots, and which of them are filled), built against the vocabulary of
+/// the config snapshot that will evaluate it. [`AttributeBag::clear`] lets a caller reuse it.
 #[derive(Clone, Debug)]
 pub struct AttributeBag {
     vocabulary: Arc<Vocabulary>,
     slots: Vec<Option<Value>>,
     undeclared: Vec<(Arc<str>, Value)>,
-    present: usize,
+    /// The slots holding a value: [`AttributeBag::clear`] empties only these (a record
+    /// fills a few dozen of a vocabulary's hundreds).
+    present: Vec<AttrId>,
 }
 
 impl AttributeBag {
@@ -48,7 +50,8 @@ impl AttributeBag {
             vocabulary,
             slots,
             undeclared: Vec::new(),
-            present: 0,
+            // Room for a typical request's attributes without growing.
+            present: Vec::with_capacity(32),
         }
     }
 
@@ -61,7 +64,7 @@ impl AttributeBag {
     pub fn set_id(&mut self, id: AttrId, value: Value) {
         if let Some(slot) = self.slots.get_mut(id.index()) {
             if slot.is_none() {
-                self.present += 1;
+                self.present.push(id);
             }
             *slot = Some(value);
         }
@@ -134,7 +137,7 @@ impl AttributeBag {
 
     /// Number of attributes present (declared and undeclared).
     pub fn len(&self) -> usize {
-        self.present + self.undeclared.len()
+        self.present.len() + self.undeclared.len()
     }
 
     /// True when no attribute is present.
@@ -144,11 +147,12 @@ impl AttributeBag {
 
     /// Removes every value, keeping the allocation.
     pub fn clear(&mut self) {
-        for slot in &mut self.slots {
-            *slot = None;
+        for id in self.present.drain(..) {
+            if let Some(slot) = self.slots.get_mut(id.index()) {
+                *slot = None;
+            }
         }
         self.undeclared.clear();
-        self.present = 0;
     }
 
     /// Present attributes as (name, value), declared ones first in vocabulary order.
