@@ -201,15 +201,20 @@ impl PrometheusHandler {
         }
     }
 
-    /// The dimension that fills each label of `metric`, in label order (None: missing).
-    fn dimensions<'i>(metric: &Metric, instance: &'i Instance) -> Vec<Option<&'i Value>> {
+    /// The dimension that fills each label of `metric`, in label order (None: missing). An
+    /// iterator, not a list: every record looks its labels up once per metric, and only a
+    /// new series needs them twice.
+    fn dimensions<'i>(
+        metric: &'i Metric,
+        instance: &'i Instance,
+    ) -> impl Iterator<Item = Option<&'i Value>> + 'i {
         let dims = instance.map("dimensions").unwrap_or(&[]);
         metric
             .spec
             .labels
             .iter()
             .enumerate()
-            .map(|(i, label)| {
+            .map(move |(i, label)| {
                 // Dimensions usually come in the order the labels are configured.
                 if let Some((k, v)) = dims.get(i)
                     && **k == *label.configured
@@ -221,7 +226,6 @@ impl PrometheusHandler {
                     .or_else(|| dims.iter().find(|(k, _)| **k == *label.exposed))
                     .map(|(_, v)| v)
             })
-            .collect()
     }
 
     /// Records one instance; `now` is the batch's time (expiry is counted in minutes, so one
@@ -240,16 +244,16 @@ impl PrometheusHandler {
             }
             _ => {}
         }
-        let dims = Self::dimensions(metric, instance);
         KEY.with_borrow_mut(|key| {
-            series_key(&dims, key);
+            series_key(Self::dimensions(metric, instance), key);
             // The sweep removes series under this lock too, so a series cannot be removed from
             // the vector between finding it here and updating it.
             let mut series = lock(&metric.series);
             let live = match series.get_mut(key.as_str()) {
                 Some(live) => live,
                 None => {
-                    let labels: Vec<String> = dims.iter().map(|d| label_text(*d)).collect();
+                    let labels: Vec<String> =
+                        Self::dimensions(metric, instance).map(label_text).collect();
                     let values: Vec<&str> = labels.iter().map(String::as_str).collect();
                     let handle = metric.collector.series(&values);
                     series.entry(key.as_str().into()).or_insert(Live {
@@ -272,7 +276,7 @@ impl PrometheusHandler {
 
 /// Writes the label values of a record into `key`, each prefixed by its length so that no two
 /// different value lists make the same key.
-fn series_key(dims: &[Option<&Value>], key: &mut String) {
+fn series_key<'v>(dims: impl Iterator<Item = Option<&'v Value>>, key: &mut String) {
     key.clear();
     for d in dims {
         let start = key.len();
@@ -396,7 +400,7 @@ mod key_tests {
     fn key(values: &[Option<Value>]) -> String {
         let dims: Vec<Option<&Value>> = values.iter().map(Option::as_ref).collect();
         let mut key = String::new();
-        series_key(&dims, &mut key);
+        series_key(dims.into_iter(), &mut key);
         key
     }
 

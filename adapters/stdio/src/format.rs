@@ -92,25 +92,41 @@ pub fn go_duration(d: Duration) -> String {
 /// Appends `s` as a JSON string.
 pub fn json_string(out: &mut String, s: &str) {
     out.push('"');
-    // Runs of characters that need no escape are copied whole: most values have none.
+    // Every field of every log line passes here: bytes are scanned rather than chars (no
+    // UTF-8 decoding), and runs that need no escape are copied whole. Only ASCII bytes and
+    // the first byte of U+2028/U+2029 (0xE2) can start an escape; a 0xE2 is always a char
+    // boundary, so slicing at it is safe.
+    let bytes = s.as_bytes();
     let mut plain = 0;
-    for (i, c) in s.char_indices() {
-        let escape = match c {
-            '"' => "\\\"",
-            '\\' => "\\\\",
-            '\n' => "\\n",
-            '\r' => "\\r",
-            '\t' => "\\t",
-            c if (c as u32) < 0x20 || c == '\u{2028}' || c == '\u{2029}' => "",
-            _ => continue,
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        let (escape, len) = match b {
+            b'"' => ("\\\"", 1),
+            b'\\' => ("\\\\", 1),
+            b'\n' => ("\\n", 1),
+            b'\r' => ("\\r", 1),
+            b'\t' => ("\\t", 1),
+            0..0x20 => ("", 1),
+            0xE2 if bytes.get(i + 1) == Some(&0x80)
+                && matches!(bytes.get(i + 2), Some(0xA8 | 0xA9)) =>
+            {
+                ("", 3)
+            }
+            _ => {
+                i += 1;
+                continue;
+            }
         };
         out.push_str(&s[plain..i]);
         if escape.is_empty() {
-            let _ = write!(out, "\\u{:04x}", c as u32);
+            let c = s[i..].chars().next().map_or(0, u32::from);
+            let _ = write!(out, "\\u{c:04x}");
         } else {
             out.push_str(escape);
         }
-        plain = i + c.len_utf8();
+        i += len;
+        plain = i;
     }
     out.push_str(&s[plain..]);
     out.push('"');
@@ -354,6 +370,7 @@ mod tests {
             "ünïcødé and 😀",
             "\"",
             "trailing\\",
+            "\u{2027}\u{20ac}\u{e2}",
         ] {
             let mut out = String::new();
             json_string(&mut out, text);
@@ -361,5 +378,8 @@ mod tests {
             assert_eq!(back, text, "{out}");
             assert!(!out.contains('\u{2028}') && !out.chars().any(|c| (c as u32) < 0x20));
         }
+        let mut out = String::new();
+        json_string(&mut out, "a\u{2028}b\u{1}\u{2027}");
+        assert_eq!(out, "\"a\\u2028b\\u0001\u{2027}\"");
     }
 }

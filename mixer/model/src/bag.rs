@@ -30,14 +30,16 @@ pub enum BagError {
 /// The standard bag: one slot per declared attribute (an O(1) lookup), plus a side list for
 /// attributes a protocol sends that the vocabulary does not declare.
 ///
-/// One allocation for the slots, built against the vocabulary of the config snapshot that
-/// will evaluate it. [`AttributeBag::clear`] lets a caller reuse it.
+/// Two allocations (the slots, and which of them are filled), built against the vocabulary of
+/// the config snapshot that will evaluate it. [`AttributeBag::clear`] lets a caller reuse it.
 #[derive(Clone, Debug)]
 pub struct AttributeBag {
     vocabulary: Arc<Vocabulary>,
     slots: Vec<Option<Value>>,
     undeclared: Vec<(Arc<str>, Value)>,
-    present: usize,
+    /// The slots holding a value: [`AttributeBag::clear`] empties only these (a record
+    /// fills a few dozen of a vocabulary's hundreds).
+    present: Vec<AttrId>,
 }
 
 impl AttributeBag {
@@ -48,7 +50,8 @@ impl AttributeBag {
             vocabulary,
             slots,
             undeclared: Vec::new(),
-            present: 0,
+            // Room for a typical request's attributes without growing.
+            present: Vec::with_capacity(32),
         }
     }
 
@@ -61,7 +64,7 @@ impl AttributeBag {
     pub fn set_id(&mut self, id: AttrId, value: Value) {
         if let Some(slot) = self.slots.get_mut(id.index()) {
             if slot.is_none() {
-                self.present += 1;
+                self.present.push(id);
             }
             *slot = Some(value);
         }
@@ -78,6 +81,12 @@ impl AttributeBag {
             }
             return Ok(());
         };
+        self.set_declared(id, name, value)
+    }
+
+    /// [`Self::set`] for a declared attribute whose id the caller looked up (`name` is its
+    /// name, for the error).
+    pub fn set_declared(&mut self, id: AttrId, name: &str, value: Value) -> Result<(), BagError> {
         let declared = self.vocabulary.value_type(id).unwrap_or(ValueType::String);
         let got = value.value_type();
         let value = if got == declared {
@@ -87,14 +96,31 @@ impl AttributeBag {
                 (Value::Int64(i), ValueType::Double) => Some(Value::Double(*i as f64)),
                 _ => value.as_str().and_then(|s| Value::parse_as(declared, s)),
             };
-            converted.ok_or_else(|| BagError::WrongType {
-                name: name.to_string(),
-                declared,
-                got,
-            })?
+            converted.ok_or_else(|| wrong_type(name, declared, got))?
         };
         self.set_id(id, value);
         Ok(())
+    }
+
+    /// Whether [`Self::set_declared`] would take a value of type `got` (with its text, for a
+    /// string-like one) for attribute `id`, without building the value: for attributes a
+    /// caller checks but does not keep.
+    pub fn check_declared(
+        &self,
+        id: AttrId,
+        name: &str,
+        got: ValueType,
+        text: Option<&str>,
+    ) -> Result<(), BagError> {
+        let declared = self.vocabulary.value_type(id).unwrap_or(ValueType::String);
+        let fits = got == declared
+            || (got == ValueType::Int64 && declared == ValueType::Double)
+            || text.is_some_and(|s| Value::parse_as(declared, s).is_some());
+        if fits {
+            Ok(())
+        } else {
+            Err(wrong_type(name, declared, got))
+        }
     }
 
     /// The value of an attribute by name, declared or not.
@@ -111,7 +137,7 @@ impl AttributeBag {
 
     /// Number of attributes present (declared and undeclared).
     pub fn len(&self) -> usize {
-        self.present + self.undeclared.len()
+        self.present.len() + self.undeclared.len()
     }
 
     /// True when no attribute is present.
@@ -121,11 +147,12 @@ impl AttributeBag {
 
     /// Removes every value, keeping the allocation.
     pub fn clear(&mut self) {
-        for slot in &mut self.slots {
-            *slot = None;
+        for id in self.present.drain(..) {
+            if let Some(slot) = self.slots.get_mut(id.index()) {
+                *slot = None;
+            }
         }
         self.undeclared.clear();
-        self.present = 0;
     }
 
     /// Present attributes as (name, value), declared ones first in vocabulary order.
@@ -135,6 +162,14 @@ impl AttributeBag {
                 .map(|v| (self.vocabulary.name(AttrId(i as u32)), v))
         });
         declared.chain(self.undeclared.iter().map(|(n, v)| (n.as_ref(), v)))
+    }
+}
+
+fn wrong_type(name: &str, declared: ValueType, got: ValueType) -> BagError {
+    BagError::WrongType {
+        name: name.to_string(),
+        declared,
+        got,
     }
 }
 
@@ -168,6 +203,21 @@ mod tests {
         let names: Vec<&str> = bag.iter().map(|(n, _)| n).collect();
         assert_eq!(names, ["source.ip", "x.custom"]);
         bag.clear();
+        assert!(bag.is_empty());
+        // Checking without setting answers as setting would.
+        let vocabulary = bag.vocabulary().clone();
+        let id = |name: &str| vocabulary.lookup(name).expect("declared");
+        let check = |name: &str, got, text| bag.check_declared(id(name), name, got, text);
+        assert_eq!(
+            check("source.ip", ValueType::String, Some("10.1.2.3")),
+            Ok(())
+        );
+        assert_eq!(
+            check("request.size", ValueType::String, Some("big")),
+            Err(err)
+        );
+        assert!(check("request.size", ValueType::Bool, None).is_err());
+        assert_eq!(check("request.headers", ValueType::StringMap, None), Ok(()));
         assert!(bag.is_empty());
         assert_eq!(bag.get_by_name("source.ip"), None);
     }

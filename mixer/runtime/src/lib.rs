@@ -14,6 +14,7 @@ mod dispatch;
 mod index;
 mod metrics;
 mod quota;
+mod reads;
 mod report_executor;
 mod report_queue;
 mod shared_exprs;

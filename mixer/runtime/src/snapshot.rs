@@ -16,6 +16,7 @@ use mixer_model::{AttrId, Variety};
 use crate::cache::{CacheOptions, CheckCache};
 use crate::index::RuleIndex;
 use crate::metrics::RuntimeMetrics;
+use crate::reads::ReadAttrs;
 use crate::report_queue::{QueueOptions, ReportQueue};
 use crate::shared_exprs::SharedExprs;
 
@@ -76,6 +77,8 @@ pub(crate) struct RuleSet {
     /// Indices into `Config::rules`, in config order.
     pub rules: Vec<usize>,
     pub index: RuleIndex,
+    /// Instances of all its rules' actions: room for every dispatch an evaluation can make.
+    pub instances: usize,
 }
 
 impl RuleSet {
@@ -99,8 +102,10 @@ impl RuleSet {
                     == MatchErrorPolicy::Deny
             })
             .collect();
+        let actions = rules.iter().flat_map(|&r| &config.rules[r].actions);
         RuleSet {
             index: RuleIndex::build(&constraints, &deny_on_error),
+            instances: actions.map(|a| a.instances.len()).sum(),
             rules,
         }
     }
@@ -185,6 +190,8 @@ pub struct Snapshot {
     pub(crate) rule_matches: Vec<prometheus::IntCounter>,
     /// Instance field expressions by distinct text, for report evaluations.
     pub(crate) shared_exprs: SharedExprs,
+    /// The attributes evaluation can read ([`Snapshot::reads_attribute`]).
+    pub(crate) reads: ReadAttrs,
     pub(crate) cache: Option<CheckCache>,
 }
 
@@ -345,6 +352,7 @@ impl Snapshot {
             snapshot: Snapshot {
                 rule_matches,
                 shared_exprs: SharedExprs::new(&config),
+                reads: ReadAttrs::new(&config, &identity),
                 id,
                 config: Arc::new(config),
                 handlers,
@@ -378,6 +386,7 @@ impl Snapshot {
             metrics: metrics.clone(),
             rule_matches: Vec::new(),
             shared_exprs: SharedExprs::default(),
+            reads: ReadAttrs::default(),
             cache: None,
         }
     }

@@ -4,8 +4,11 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 
-use mixer_model::{AttributeBag, Duration, StringMap, Timestamp, Value, ValueType};
+use mixer_model::{
+    AttrId, AttributeBag, Duration, StringMap, Timestamp, Value, ValueType, Vocabulary,
+};
 use mixer_proto::istio::mixer::v1 as pb;
 
 use super::dictionary::{WordEncoder, lookup};
@@ -61,11 +64,23 @@ impl std::error::Error for DecodeError {}
 
 struct Decoder<'a> {
     words: &'a [String],
-    /// Names given so far; a fast seeded hash, since names come from the request.
-    seen: HashSet<&'a str, foldhash::fast::RandomState>,
+    vocabulary: Arc<Vocabulary>,
+    /// Declared attributes given so far, a bit per id: every name is checked against it.
+    seen: Vec<u64>,
+    /// Undeclared names given so far; a fast seeded hash, since names come from the request.
+    seen_undeclared: HashSet<&'a str, foldhash::fast::RandomState>,
 }
 
 impl<'a> Decoder<'a> {
+    fn new(words: &'a [String], vocabulary: &Arc<Vocabulary>) -> Decoder<'a> {
+        Decoder {
+            words,
+            vocabulary: vocabulary.clone(),
+            seen: vec![0; vocabulary.len().div_ceil(64)],
+            seen_undeclared: HashSet::default(),
+        }
+    }
+
     fn word(&self, index: i32, role: impl FnOnce() -> String) -> Result<&'a str, DecodeError> {
         lookup(index, self.words).ok_or_else(|| DecodeError::BadIndex {
             index,
@@ -74,12 +89,24 @@ impl<'a> Decoder<'a> {
         })
     }
 
-    fn name(&mut self, index: i32) -> Result<&'a str, DecodeError> {
+    /// The name at `index` and its id when declared; an error when given before.
+    fn name(&mut self, index: i32) -> Result<(&'a str, Option<AttrId>), DecodeError> {
         let name = self.word(index, || "attribute name".to_string())?;
-        if !self.seen.insert(name) {
+        let id = self.vocabulary.lookup(name);
+        let again = match id {
+            Some(id) => {
+                let (word, bit) = (id.index() / 64, 1u64 << (id.index() % 64));
+                match self.seen.get_mut(word) {
+                    Some(w) => std::mem::replace(w, *w | bit) & bit != 0,
+                    None => false,
+                }
+            }
+            None => !self.seen_undeclared.insert(name),
+        };
+        if again {
             return Err(DecodeError::Duplicate(name.to_string()));
         }
-        Ok(name)
+        Ok((name, id))
     }
 }
 
@@ -97,47 +124,62 @@ pub fn decode_into(
     message_words: &[String],
     bag: &mut AttributeBag,
 ) -> Result<(), DecodeError> {
-    let mut d = Decoder {
-        words: message_words,
-        seen: HashSet::with_capacity_and_hasher(
-            attributes.strings.len() + attributes.int64s.len() + attributes.string_maps.len() + 8,
-            foldhash::fast::RandomState::default(),
-        ),
-    };
-    let set = |bag: &mut AttributeBag, name: &str, value: Value| {
-        let value = ip_from_bytes(bag, name, value)?;
-        bag.set(name, value).map_err(|e| DecodeError::BadValue {
-            name: name.to_string(),
-            reason: e.to_string(),
-        })
+    decode_keeping(attributes, message_words, bag, |_| true)
+}
+
+/// [`decode_into`], keeping in the bag only the attributes `keep` says yes to (by id; `None`
+/// for an undeclared one). The others are checked all the same (indices, duplicates, types), so a message is refused
+/// exactly when [`decode_into`] refuses it; their values are just not built.
+pub fn decode_keeping(
+    attributes: &pb::CompressedAttributes,
+    message_words: &[String],
+    bag: &mut AttributeBag,
+    keep: impl Fn(Option<AttrId>) -> bool,
+) -> Result<(), DecodeError> {
+    let mut d = Decoder::new(message_words, bag.vocabulary());
+    // Where an attribute goes: into the bag, or only checked (declared, not wanted), or
+    // nowhere (undeclared, not wanted: no expression can name it).
+    let target = |id: Option<AttrId>| match (id, keep(id)) {
+        (id, true) => Target::Keep(id),
+        (Some(id), false) => Target::Check(id),
+        (None, false) => Target::Skip,
     };
     for (&k, &v) in &attributes.strings {
-        let name = d.name(k)?;
+        let (name, id) = d.name(k)?;
         let value = d.word(v, || format!("value of {name}"))?;
-        set(bag, name, Value::from(value))?;
+        let to = target(id);
+        put(bag, name, to, ValueType::String, Some(value), || {
+            Value::from(value)
+        })?;
     }
     for (&k, &v) in &attributes.int64s {
-        let name = d.name(k)?;
-        set(bag, name, Value::Int64(v))?;
+        let (name, id) = d.name(k)?;
+        let to = target(id);
+        put(bag, name, to, ValueType::Int64, None, || Value::Int64(v))?;
     }
     for (&k, &v) in &attributes.doubles {
-        let name = d.name(k)?;
-        set(bag, name, Value::Double(v))?;
+        let (name, id) = d.name(k)?;
+        let to = target(id);
+        put(bag, name, to, ValueType::Double, None, || Value::Double(v))?;
     }
     for (&k, &v) in &attributes.bools {
-        let name = d.name(k)?;
-        set(bag, name, Value::Bool(v))?;
+        let (name, id) = d.name(k)?;
+        let to = target(id);
+        put(bag, name, to, ValueType::Bool, None, || Value::Bool(v))?;
     }
     for (&k, v) in &attributes.timestamps {
-        let name = d.name(k)?;
+        let (name, id) = d.name(k)?;
         let t = Timestamp::from_parts(v.seconds, v.nanos).ok_or_else(|| DecodeError::BadValue {
             name: name.to_string(),
             reason: format!("timestamp {}s {}ns is out of range", v.seconds, v.nanos),
         })?;
-        set(bag, name, Value::Timestamp(t))?;
+        let to = target(id);
+        put(bag, name, to, ValueType::Timestamp, None, || {
+            Value::Timestamp(t)
+        })?;
     }
     for (&k, v) in &attributes.durations {
-        let name = d.name(k)?;
+        let (name, id) = d.name(k)?;
         let nanos = v
             .seconds
             .checked_mul(1_000_000_000)
@@ -146,47 +188,98 @@ pub fn decode_into(
                 name: name.to_string(),
                 reason: format!("duration {}s {}ns is out of range", v.seconds, v.nanos),
             })?;
-        set(bag, name, Value::Duration(Duration(nanos)))?;
+        let to = target(id);
+        put(bag, name, to, ValueType::Duration, None, || {
+            Value::Duration(Duration(nanos))
+        })?;
     }
     for (&k, v) in &attributes.bytes {
-        let name = d.name(k)?;
-        set(bag, name, Value::Bytes(v.as_slice().into()))?;
+        let (name, id) = d.name(k)?;
+        let to = target(id);
+        let declared = match to {
+            Target::Keep(Some(id)) | Target::Check(id) => bag.vocabulary().value_type(id),
+            _ => None,
+        };
+        if declared == Some(ValueType::IpAddress) {
+            let ip = ip_from_octets(name, v)?;
+            put(bag, name, to, ValueType::IpAddress, None, || {
+                Value::IpAddress(ip)
+            })?;
+        } else {
+            put(bag, name, to, ValueType::Bytes, None, || {
+                Value::Bytes(v.as_slice().into())
+            })?;
+        }
     }
     for (&k, m) in &attributes.string_maps {
-        let name = d.name(k)?;
-        let mut pairs = Vec::with_capacity(m.entries.len());
-        for (&mk, &mv) in &m.entries {
-            let key = d.word(mk, || format!("key in {name}"))?;
-            let value = d.word(mv, || format!("value of {name}[{key:?}]"))?;
-            pairs.push((key, value));
+        let (name, id) = d.name(k)?;
+        let to = target(id);
+        if matches!(to, Target::Keep(_)) {
+            let mut pairs = Vec::with_capacity(m.entries.len());
+            for (&mk, &mv) in &m.entries {
+                let key = d.word(mk, || format!("key in {name}"))?;
+                let value = d.word(mv, || format!("value of {name}[{key:?}]"))?;
+                pairs.push((key, value));
+            }
+            let map = StringMap::from_pairs(pairs);
+            put(bag, name, to, ValueType::StringMap, None, || map.into())?;
+        } else {
+            for (&mk, &mv) in &m.entries {
+                let key = d.word(mk, || format!("key in {name}"))?;
+                d.word(mv, || format!("value of {name}[{key:?}]"))?;
+            }
+            put(bag, name, to, ValueType::StringMap, None, || {
+                StringMap::new().into()
+            })?;
         }
-        set(bag, name, StringMap::from_pairs(pairs).into())?;
     }
     Ok(())
 }
 
-/// Envoy sends addresses as raw octets; a declared `IP_ADDRESS` attribute gets the address.
-fn ip_from_bytes(bag: &AttributeBag, name: &str, value: Value) -> Result<Value, DecodeError> {
-    let Value::Bytes(octets) = &value else {
-        return Ok(value);
-    };
-    let declared = bag
-        .vocabulary()
-        .lookup(name)
-        .and_then(|id| bag.vocabulary().value_type(id));
-    if declared != Some(ValueType::IpAddress) {
-        return Ok(value);
+/// What [`decode_keeping`] does with one attribute.
+#[derive(Clone, Copy)]
+enum Target {
+    /// Into the bag (`None`: undeclared).
+    Keep(Option<AttrId>),
+    /// Declared but not wanted: checked only.
+    Check(AttrId),
+    /// Undeclared and not wanted.
+    Skip,
+}
+
+/// Sets a value built only now, or checks a value of type `got` (`text`: a string's) without
+/// building it.
+fn put(
+    bag: &mut AttributeBag,
+    name: &str,
+    to: Target,
+    got: ValueType,
+    text: Option<&str>,
+    value: impl FnOnce() -> Value,
+) -> Result<(), DecodeError> {
+    match to {
+        Target::Keep(Some(id)) => bag.set_declared(id, name, value()),
+        Target::Keep(None) => bag.set(name, value()),
+        Target::Check(id) => bag.check_declared(id, name, got, text),
+        Target::Skip => Ok(()),
     }
+    .map_err(|e| DecodeError::BadValue {
+        name: name.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+/// Envoy sends addresses as raw octets: 4 or 16 of them.
+fn ip_from_octets(name: &str, octets: &[u8]) -> Result<IpAddr, DecodeError> {
     let ip = match octets.len() {
-        4 => <[u8; 4]>::try_from(&octets[..]).map(IpAddr::from).ok(),
-        16 => <[u8; 16]>::try_from(&octets[..]).map(IpAddr::from).ok(),
+        4 => <[u8; 4]>::try_from(octets).map(IpAddr::from).ok(),
+        16 => <[u8; 16]>::try_from(octets).map(IpAddr::from).ok(),
         _ => None,
     };
-    ip.map(Value::IpAddress)
-        .ok_or_else(|| DecodeError::BadValue {
-            name: name.to_string(),
-            reason: format!("an IP address needs 4 or 16 bytes, got {}", octets.len()),
-        })
+    ip.ok_or_else(|| DecodeError::BadValue {
+        name: name.to_string(),
+        reason: format!("an IP address needs 4 or 16 bytes, got {}", octets.len()),
+    })
 }
 
 /// Encodes attributes the way a proxy does: names and string values by global index when the

@@ -25,7 +25,7 @@
 //! | `global_word_count` | checked against ours; limits which global indices the response uses |
 //! | `quotas` (name -> amount, best effort) | one quota allocation each, through the active snapshot's quota rules, after an allowed precondition (see below) |
 //! | `deduplication_id` | the allocations' deduplication id, followed by the quota's name (as Istio did) |
-//! | `ReportRequest.attributes[i]` | one bag per record, reported through the active snapshot |
+//! | `ReportRequest.attributes[i]` | one bag per record, reported through the active snapshot; attributes no rule or instance reads are checked but left out |
 //! | `ReportRequest.default_words` | the message dictionary of every record without `words` |
 //!
 //! The response's `precondition` carries the verdict's status (code and message), validity
@@ -84,7 +84,7 @@ use pb::mixer_server::{Mixer, MixerServer};
 use pb::report_request::RepeatedAttributesSemantics;
 use tonic::{Request, Response, Status};
 
-pub use decode::{DecodeError, decode_into, encode};
+pub use decode::{DecodeError, decode_into, decode_keeping, encode};
 pub use dictionary::{GLOBAL_WORD_COUNT, GLOBAL_WORDS};
 pub use respond::{check_response, quota_result};
 
@@ -237,8 +237,11 @@ async fn report_records(
         } else {
             &record.words
         };
-        decode_into(record, words, &mut bag)
-            .map_err(|e| Status::invalid_argument(format!("record {i}: {e}")))?;
+        // Only the attributes the rules can read are built; the rest are checked.
+        decode_keeping(record, words, &mut bag, |id| {
+            id.is_some_and(|id| snapshot.reads_attribute(id))
+        })
+        .map_err(|e| Status::invalid_argument(format!("record {i}: {e}")))?;
         // Instances go onto their handlers' bounded queues; a record that does not fit is
         // counted in mixer_report_dropped_total, and the proxy is not made to wait.
         snapshot.report(&bag).await;

@@ -1,7 +1,8 @@
-//! Property tests of the attribute encoding: decoding never panics, strings round-trip.
+//! Property tests of the attribute encoding: decoding never panics, strings round-trip,
+//! leaving attributes out changes nothing else.
 
 use super::*;
-use mixer_frontends::mixer_v1::{GLOBAL_WORD_COUNT, decode_into};
+use mixer_frontends::mixer_v1::{GLOBAL_WORD_COUNT, decode_into, decode_keeping};
 use mixer_model::{AttributeBag, Vocabulary};
 use proptest::collection::{btree_map, vec};
 use proptest::prelude::*;
@@ -55,6 +56,28 @@ proptest! {
         let _ = decode_into(&a, &a.words, &mut bag);
         // Decoding on top of what a previous record left (delta encoding) is fine too.
         let _ = decode_into(&a, &[], &mut bag);
+    }
+
+    #[test]
+    fn leaving_attributes_out_refuses_the_same_messages_and_keeps_the_rest(
+        a in compressed(),
+        parity in 0u32..2,
+    ) {
+        let vocabulary = Arc::new(Vocabulary::istio());
+        let keep = |id: Option<mixer_model::AttrId>| id.is_some_and(|id| id.0 % 2 == parity);
+        let mut full = AttributeBag::new(vocabulary.clone());
+        let mut part = AttributeBag::new(vocabulary);
+        let expected = decode_into(&a, &a.words, &mut full);
+        prop_assert_eq!(decode_keeping(&a, &a.words, &mut part, keep), expected.clone());
+        if expected.is_ok() {
+            let kept: Vec<_> = full
+                .iter()
+                .filter(|(n, _)| keep(part.vocabulary().lookup(n)))
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect();
+            let got: Vec<_> = part.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
+            prop_assert_eq!(got, kept);
+        }
     }
 
     #[test]
