@@ -15,6 +15,7 @@ mod index;
 mod metrics;
 mod quota;
 mod reads;
+mod remote;
 mod report_executor;
 mod report_queue;
 mod shared_exprs;

@@ -6,17 +6,15 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use mixer_adapter_api::{
-    AdapterRegistry, BuildContext, FailPolicy, Handler, InferredField, RemoteConnection,
-    RemoteHandlerSpec, RemoteInstance,
-};
-use mixer_config::{Config, FieldExprValue, HandlerConfig, MatchErrorPolicy};
+use mixer_adapter_api::{AdapterRegistry, BuildContext, FailPolicy, Handler};
+use mixer_config::{Config, MatchErrorPolicy};
 use mixer_model::{AttrId, Variety};
 
 use crate::cache::{CacheOptions, CheckCache};
 use crate::index::RuleIndex;
 use crate::metrics::RuntimeMetrics;
 use crate::reads::ReadAttrs;
+use crate::remote::build_remote;
 use crate::report_queue::{QueueOptions, ReportQueue};
 use crate::shared_exprs::SharedExprs;
 
@@ -405,87 +403,6 @@ impl Snapshot {
                 .map(ByVariety::indexed)
                 .sum::<usize>()
     }
-}
-
-/// Validates (with the adapter) and builds a handler with a `connection` through the
-/// registry's [`mixer_adapter_api::RemoteAdapters`]. Errors are config errors: the adapter
-/// refused the params, or this mixer has no out-of-process support.
-fn build_remote(
-    config: &Config,
-    hc: &HandlerConfig,
-    connection: &mixer_config::Connection,
-    registry: &AdapterRegistry,
-) -> Result<Arc<dyn Handler>, String> {
-    let Some(remote) = registry.remote() else {
-        return Err(format!(
-            "adapter {:?} has a connection but this mixer has no out-of-process adapter support",
-            hc.adapter
-        ));
-    };
-    let connection = RemoteConnection {
-        address: connection.address.clone(),
-        timeout: connection.timeout,
-        authentication: connection.authentication.clone(),
-    };
-    let instances = remote_instances(config, hc);
-    let spec = RemoteHandlerSpec {
-        handler_name: hc.name.clone(),
-        adapter: &hc.adapter,
-        params: &hc.params,
-        params_descriptor: hc.adapter_resource.as_ref().and_then(|a| a.params.as_ref()),
-        session_based: hc.adapter_resource.as_ref().map(|a| a.session_based),
-        connection: &connection,
-        instances: &instances,
-    };
-    remote.validate(&spec).map_err(|errors| {
-        let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
-        format!(
-            "adapter {:?} at {} rejected its params: {}",
-            hc.adapter,
-            connection.address,
-            lines.join("; ")
-        )
-    })?;
-    remote.build(&spec).map_err(|e| e.message)
-}
-
-/// The instances any rule sends to `hc`, with the field types their expressions infer.
-fn remote_instances(config: &Config, hc: &HandlerConfig) -> Vec<RemoteInstance> {
-    let Some(h) = config.handlers.iter().position(|o| o.name == hc.name) else {
-        return Vec::new();
-    };
-    let mut seen = std::collections::BTreeSet::new();
-    for rule in &config.rules {
-        for action in rule.actions.iter().filter(|a| a.handler == h) {
-            seen.extend(action.instances.iter().copied());
-        }
-    }
-    seen.into_iter()
-        .filter_map(|i| config.instances.get(i))
-        .map(|ic| RemoteInstance {
-            name: ic.name.clone(),
-            template: ic.template,
-            fields: ic
-                .fields
-                .iter()
-                .flat_map(|f| match &f.value {
-                    FieldExprValue::Value(e) => vec![InferredField {
-                        field: f.name,
-                        key: None,
-                        value_type: e.result_type(),
-                    }],
-                    FieldExprValue::Map(entries) => entries
-                        .iter()
-                        .map(|(k, e)| InferredField {
-                            field: f.name,
-                            key: Some(k.clone()),
-                            value_type: e.result_type(),
-                        })
-                        .collect(),
-                })
-                .collect(),
-        })
-        .collect()
 }
 
 impl Snapshot {

@@ -1,0 +1,90 @@
+//! Handlers whose adapter runs out of process: validated and built through the registry's
+//! remote adapter support, with the instances rules send them and their inferred types.
+
+use std::sync::Arc;
+
+use mixer_adapter_api::{
+    AdapterRegistry, Handler, InferredField, RemoteConnection, RemoteHandlerSpec, RemoteInstance,
+};
+use mixer_config::{Config, FieldExprValue, HandlerConfig};
+
+/// Validates (with the adapter) and builds a handler with a `connection` through the
+/// registry's [`mixer_adapter_api::RemoteAdapters`]. Errors are config errors: the adapter
+/// refused the params, or this mixer has no out-of-process support.
+pub(crate) fn build_remote(
+    config: &Config,
+    hc: &HandlerConfig,
+    connection: &mixer_config::Connection,
+    registry: &AdapterRegistry,
+) -> Result<Arc<dyn Handler>, String> {
+    let Some(remote) = registry.remote() else {
+        return Err(format!(
+            "adapter {:?} has a connection but this mixer has no out-of-process adapter support",
+            hc.adapter
+        ));
+    };
+    let connection = RemoteConnection {
+        address: connection.address.clone(),
+        timeout: connection.timeout,
+        authentication: connection.authentication.clone(),
+    };
+    let instances = remote_instances(config, hc);
+    let spec = RemoteHandlerSpec {
+        handler_name: hc.name.clone(),
+        adapter: &hc.adapter,
+        params: &hc.params,
+        params_descriptor: hc.adapter_resource.as_ref().and_then(|a| a.params.as_ref()),
+        session_based: hc.adapter_resource.as_ref().map(|a| a.session_based),
+        connection: &connection,
+        instances: &instances,
+    };
+    remote.validate(&spec).map_err(|errors| {
+        let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        format!(
+            "adapter {:?} at {} rejected its params: {}",
+            hc.adapter,
+            connection.address,
+            lines.join("; ")
+        )
+    })?;
+    remote.build(&spec).map_err(|e| e.message)
+}
+
+/// The instances any rule sends to `hc`, with the field types their expressions infer.
+fn remote_instances(config: &Config, hc: &HandlerConfig) -> Vec<RemoteInstance> {
+    let Some(h) = config.handlers.iter().position(|o| o.name == hc.name) else {
+        return Vec::new();
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for rule in &config.rules {
+        for action in rule.actions.iter().filter(|a| a.handler == h) {
+            seen.extend(action.instances.iter().copied());
+        }
+    }
+    seen.into_iter()
+        .filter_map(|i| config.instances.get(i))
+        .map(|ic| RemoteInstance {
+            name: ic.name.clone(),
+            template: ic.template,
+            fields: ic
+                .fields
+                .iter()
+                .flat_map(|f| match &f.value {
+                    FieldExprValue::Value(e) => vec![InferredField {
+                        field: f.name,
+                        key: None,
+                        value_type: e.result_type(),
+                    }],
+                    FieldExprValue::Map(entries) => entries
+                        .iter()
+                        .map(|(k, e)| InferredField {
+                            field: f.name,
+                            key: Some(k.clone()),
+                            value_type: e.result_type(),
+                        })
+                        .collect(),
+                })
+                .collect(),
+        })
+        .collect()
+}
