@@ -3,16 +3,15 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::config::core::v3::address::Address as AddressKind;
-use envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier;
-use envoy_types::pb::envoy::config::core::v3::{Address, Metadata};
+use envoy_types::pb::envoy::config::core::v3::Metadata;
 use envoy_types::pb::envoy::service::auth::v3::CheckRequest;
 use envoy_types::pb::envoy::service::auth::v3::attribute_context::{HttpRequest, Peer};
 use envoy_types::pb::google::protobuf::{Struct, Value as PbValue, value::Kind};
 use mixer_model::{AttributeBag, StringMap, Timestamp, Value, Vocabulary};
+
+use crate::envoy_core::{socket_address, spiffe_namespace};
 
 /// The undeclared attribute that carries `metadata_context.filter_metadata`, flattened.
 pub const METADATA_ATTRIBUTE: &str = "context.metadata";
@@ -126,29 +125,6 @@ fn peer_attributes(set: &mut impl FnMut(&str, Value), side: &str, peer: &Peer) {
         let labels =
             StringMap::from_pairs(peer.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         set(&name("labels"), labels.into());
-    }
-}
-
-/// The IP and port of a socket address; pipes and internal addresses have none.
-fn socket_address(address: &Address) -> Option<(IpAddr, Option<u32>)> {
-    let Some(AddressKind::SocketAddress(socket)) = address.address.as_ref() else {
-        return None;
-    };
-    let ip = socket.address.trim().parse::<IpAddr>().ok()?;
-    let port = match socket.port_specifier {
-        Some(PortSpecifier::PortValue(p)) => Some(p),
-        _ => None,
-    };
-    Some((ip, port))
-}
-
-/// The namespace of an Istio SPIFFE identity `spiffe://<trust domain>/ns/<ns>/sa/<account>`.
-fn spiffe_namespace(principal: &str) -> Option<&str> {
-    let path = principal.strip_prefix("spiffe://")?;
-    let mut segments = path.split('/').skip(1);
-    match (segments.next(), segments.next()) {
-        (Some("ns"), Some(ns)) if !ns.is_empty() => Some(ns),
-        _ => None,
     }
 }
 

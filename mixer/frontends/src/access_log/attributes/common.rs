@@ -1,16 +1,13 @@
 //! What HTTP and TCP entries share: addresses, TLS identities, timing, response flags and
 //! Envoy's cluster and route.
 
-use std::net::IpAddr;
-
-use envoy_types::pb::envoy::config::core::v3::Address;
-use envoy_types::pb::envoy::config::core::v3::address::Address as AddressKind;
-use envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier;
 use envoy_types::pb::envoy::data::accesslog::v3::AccessLogCommon;
 use envoy_types::pb::envoy::data::accesslog::v3::tls_properties::CertificateProperties;
 use envoy_types::pb::envoy::data::accesslog::v3::tls_properties::certificate_properties::subject_alt_name::San;
 use envoy_types::pb::google::protobuf::{Duration as PbDuration, Timestamp as PbTimestamp};
 use mixer_model::{Duration, StringMap, Timestamp, Value};
+
+use crate::envoy_core::{socket_address, spiffe_namespace};
 
 use super::{
     CUSTOM_TAGS_ATTRIBUTE, ROUTE_NAME_ATTRIBUTE, UPSTREAM_CLUSTER_ATTRIBUTE, response_flags,
@@ -150,28 +147,6 @@ fn uri_san(cert: &CertificateProperties) -> Option<&str> {
         Some(San::Uri(uri)) if !uri.is_empty() => Some(uri.as_str()),
         _ => None,
     })
-}
-
-/// The namespace of an Istio SPIFFE identity `spiffe://<trust domain>/ns/<ns>/sa/<account>`.
-fn spiffe_namespace(principal: &str) -> Option<&str> {
-    let path = principal.strip_prefix("spiffe://")?;
-    let mut segments = path.split('/').skip(1);
-    match (segments.next(), segments.next()) {
-        (Some("ns"), Some(ns)) if !ns.is_empty() => Some(ns),
-        _ => None,
-    }
-}
-
-fn socket_address(address: &Address) -> Option<(IpAddr, Option<u32>)> {
-    let Some(AddressKind::SocketAddress(socket)) = address.address.as_ref() else {
-        return None;
-    };
-    let ip = socket.address.trim().parse::<IpAddr>().ok()?;
-    let port = match socket.port_specifier {
-        Some(PortSpecifier::PortValue(p)) => Some(p),
-        _ => None,
-    };
-    Some((ip, port))
 }
 
 fn timestamp(t: &PbTimestamp) -> Option<Timestamp> {
