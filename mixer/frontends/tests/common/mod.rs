@@ -1,9 +1,10 @@
 //! Helpers the front-end tests share: an adapter that records report instances (and reads
 //! their variables back), a quota adapter whose storage is down, and a gRPC codec that sends raw bytes (to put malformed
-//! messages on the wire).
+//! messages on the wire), and the golden-file comparison of attribute bags.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use mixer_adapter_api::{
     Adapter, AdapterError, AdapterInfo, BuildContext, ErrorKind, Handler, ParamError, Params,
     QuotaArgs, QuotaHandler, ReportHandler, Stability,
 };
-use mixer_model::{Instance, QuotaResult, Template};
+use mixer_model::{AttributeBag, Instance, QuotaResult, Template};
 
 /// Records every report instance it is given, after `delay` (a slow backend when not zero).
 pub struct Recorder {
@@ -214,4 +215,39 @@ pub async fn wait_recorded(records: &Mutex<Vec<Instance>>, n: usize) -> Vec<Vars
 /// One variable of a recorded instance.
 pub fn var<'a>(vars: &'a Vars, name: &str) -> Option<&'a str> {
     vars.get(name).map(String::as_str)
+}
+
+/// The bag as `name=value` lines, sorted by name: the golden files' format.
+pub fn render_bag(bag: &AttributeBag) -> String {
+    let mut lines: Vec<String> = bag
+        .iter()
+        .map(|(name, value)| format!("{name}={value}"))
+        .collect();
+    lines.sort();
+    let mut out = lines.join("\n");
+    out.push('\n');
+    out
+}
+
+/// Compares `actual` with the golden file `dir/name.txt`; with `UPDATE_GOLDEN=1` set, writes
+/// it instead.
+pub fn assert_golden(dir: &Path, name: &str, actual: &str) {
+    let path = dir.join(format!("{name}.txt"));
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(dir).expect("golden dir");
+        std::fs::write(&path, actual).expect("write golden file");
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run with UPDATE_GOLDEN=1 to create it)",
+            path.display()
+        )
+    });
+    assert_eq!(
+        actual,
+        expected,
+        "{} differs (UPDATE_GOLDEN=1 rewrites it)",
+        path.display()
+    );
 }

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::common::render_bag as render;
 use crate::samples::*;
 use mixer_frontends::otlp::{self, Origin};
 use mixer_model::{AttributeBag, Timestamp, Vocabulary};
@@ -15,36 +16,8 @@ fn golden_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/otlp")
 }
 
-fn render(bag: &AttributeBag) -> String {
-    let mut lines: Vec<String> = bag
-        .iter()
-        .map(|(name, value)| format!("{name}={value}"))
-        .collect();
-    lines.sort();
-    let mut out = lines.join("\n");
-    out.push('\n');
-    out
-}
-
 fn assert_golden(name: &str, actual: &str) {
-    let path = golden_dir().join(format!("{name}.txt"));
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::create_dir_all(golden_dir()).expect("golden dir");
-        std::fs::write(&path, actual).expect("write golden file");
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (run with UPDATE_GOLDEN=1 to create it)",
-            path.display()
-        )
-    });
-    assert_eq!(
-        actual,
-        expected,
-        "{} differs (UPDATE_GOLDEN=1 rewrites it)",
-        path.display()
-    );
+    crate::common::assert_golden(&golden_dir(), name, actual);
 }
 
 fn log_bag(record: &LogRecord, with_origin: bool) -> String {
