@@ -2,6 +2,7 @@
 //! server's, measured in the same run.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::load::Report;
 use crate::process::{Mixer, bench_server};
@@ -28,6 +29,8 @@ pub async fn compare(
     server_threads: Option<u16>,
     load: &LoadArgs,
 ) -> anyhow::Result<()> {
+    // First, while the machine is idle: how often it stalls a thread that does nothing.
+    let stalls = crate::platform::stalls(Duration::from_secs(3));
     let baseline = noop_run(load, None, server_threads).await?;
     let mut flags = vec![
         "--check-cache-size".to_string(),
@@ -48,6 +51,7 @@ pub async fn compare(
     // The same rate against the baseline, so the mixer's tail latency can be read against
     // what this machine and load generator give a server that does nothing.
     let baseline_half = noop_run(load, Some(half_rate), server_threads).await?;
+    println!("{}", stalls.line());
     println!("{}", baseline.line("no-op ext_authz (baseline)"));
     println!("{}", saturated.line(&format!("mixer {target:?} saturated")));
     println!("{}", half.line(&format!("mixer at {half_rate:.0} req/s")));

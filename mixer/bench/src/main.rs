@@ -31,6 +31,7 @@ mod noop;
 mod oop;
 mod overload;
 mod pacer;
+mod platform;
 mod process;
 mod report;
 mod slow;
@@ -142,6 +143,19 @@ enum Cmd {
     /// against the built-in listchecker, beside one no-op gRPC round trip; report records/s
     /// delivered to a remote metric handler against the built-in no-op.
     Oop(oop::Args),
+    /// What the machine gives any server: how late a sleeping thread wakes (the floor of a
+    /// p99) and a plain TCP round trip between two processes (the floor of a remote hop).
+    Platform {
+        /// How long each measurement runs.
+        #[arg(long, default_value = "3s", value_parser = duration)]
+        duration: Duration,
+    },
+    /// Echo every connection's bytes back (the other end of `platform`'s round trip).
+    #[command(hide = true)]
+    EchoServer {
+        #[arg(long)]
+        addr: SocketAddr,
+    },
     /// Serve the out-of-process adapter of `oop` (listentry and metric).
     #[command(hide = true)]
     OopAdapter {
@@ -229,6 +243,13 @@ fn main() -> anyhow::Result<()> {
         Cmd::Overload(args) => rt.block_on(overload::run(args)),
         Cmd::Oop(args) => rt.block_on(oop::run(args)),
         Cmd::OopAdapter { addr } => rt.block_on(oop::serve_adapter(addr)),
+        Cmd::EchoServer { addr } => platform::echo_server(addr),
+        Cmd::Platform { duration } => {
+            println!("{}", platform::stalls(duration).line());
+            let trips = process::raw_round_trips(duration)?;
+            println!("{}", platform::round_trip_line(&trips));
+            Ok(())
+        }
         Cmd::Compare {
             mixer_bin,
             config,

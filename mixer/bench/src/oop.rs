@@ -18,6 +18,7 @@ use mixer_adapter_sdk::{
 };
 
 use crate::load::{self, Report, Spec};
+use crate::platform;
 use crate::process::{Mixer, TempDir, bench_server};
 use crate::{LoadArgs, Target, bags, drive, report};
 
@@ -243,15 +244,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         "{}",
         round_trip.line(&format!("no-op gRPC, {callers} caller(s)"))
     );
+    let raw = crate::process::raw_round_trips(args.load.duration)?;
+    println!("{}", platform::round_trip_line(&raw));
     let (p50, p99) = (
         report::median(&mut added_p50),
         report::median(&mut added_p99),
     );
     println!(
-        "remote hop adds {p50:.0} us at p50 and {p99:.0} us at p99 (medians of {} rounds); one loopback gRPC round trip to the no-op server takes {:.0} us at p50 here (hop / round trip = {:.2})",
+        "remote hop adds {p50:.0} us at p50 and {p99:.0} us at p99 (medians of {} rounds); one loopback gRPC round trip to the no-op server takes {:.0} us at p50 here (hop / round trip = {:.2}), a plain TCP one {:.0} us (hop / plain = {:.2})",
         added_p50.len(),
         round_trip.micros(50.0),
-        p50 / round_trip.micros(50.0).max(1e-9)
+        p50 / round_trip.micros(50.0).max(1e-9),
+        platform::p50_micros(&raw),
+        p50 / platform::p50_micros(&raw).max(1e-9)
     );
 
     let builtin = measure(&args, &builtin_mixer).await?;

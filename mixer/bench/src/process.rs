@@ -137,3 +137,10 @@ pub fn bench_server(args: &[&str], extra: &[String]) -> anyhow::Result<(Killed, 
     wait_port(addr)?;
     Ok((server, addr))
 }
+
+/// Plain TCP round trips between this process and a child `echo-server` for `duration`,
+/// with a 200-byte message (about an adapter check request).
+pub fn raw_round_trips(duration: Duration) -> anyhow::Result<hdrhistogram::Histogram<u64>> {
+    let (_echo, addr) = bench_server(&["echo-server"], &[])?;
+    crate::platform::round_trips(addr, 200, duration)
+}
