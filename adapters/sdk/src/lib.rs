@@ -64,6 +64,7 @@
 
 mod config;
 mod convert;
+mod h2server;
 mod server;
 mod services;
 mod tls;

@@ -18,6 +18,7 @@ use tonic::service::RoutesBuilder;
 
 use crate::config::Config;
 use crate::convert::{self, AdapterConfig};
+use crate::h2server::{self, Direct};
 use crate::services::Svc;
 use crate::tls::ServerTls;
 use crate::token::{RequiredToken, TokenLayer};
@@ -26,15 +27,27 @@ use crate::traits::{
     TraceSpan,
 };
 
-use authorization::handle_authorization_service_server::HandleAuthorizationServiceServer;
-use checknothing::handle_check_nothing_service_server::HandleCheckNothingServiceServer;
-use listentry::handle_list_entry_service_server::HandleListEntryServiceServer;
-use logentry::handle_log_entry_service_server::HandleLogEntryServiceServer;
-use metric::handle_metric_service_server::HandleMetricServiceServer;
-use model::infrastructure_backend_server::InfrastructureBackendServer;
-use quota::handle_quota_service_server::HandleQuotaServiceServer;
-use reportnothing::handle_report_nothing_service_server::HandleReportNothingServiceServer;
-use tracespan::handle_trace_span_service_server::HandleTraceSpanServiceServer;
+use authorization::handle_authorization_service_server::{
+    HandleAuthorizationService, HandleAuthorizationServiceServer,
+};
+use checknothing::handle_check_nothing_service_server::{
+    HandleCheckNothingService, HandleCheckNothingServiceServer,
+};
+use listentry::handle_list_entry_service_server::{
+    HandleListEntryService, HandleListEntryServiceServer,
+};
+use logentry::handle_log_entry_service_server::{
+    HandleLogEntryService, HandleLogEntryServiceServer,
+};
+use metric::handle_metric_service_server::{HandleMetricService, HandleMetricServiceServer};
+use model::infrastructure_backend_server::{InfrastructureBackend, InfrastructureBackendServer};
+use quota::handle_quota_service_server::{HandleQuotaService, HandleQuotaServiceServer};
+use reportnothing::handle_report_nothing_service_server::{
+    HandleReportNothingService, HandleReportNothingServiceServer,
+};
+use tracespan::handle_trace_span_service_server::{
+    HandleTraceSpanService, HandleTraceSpanServiceServer,
+};
 
 /// Handler configs the mixer stored with `CreateSession`, by session id.
 #[derive(Default)]
@@ -184,12 +197,20 @@ impl<A: Adapter> Shared<A> {
     }
 }
 
-/// Registers a generated service and remembers its name (for health and the start-up line).
+/// Registers a generated service, remembers its name (for health and the start-up line), and
+/// serves its unary methods directly (see [`crate::h2server`]): `Method => trait::method`.
 macro_rules! add {
-    ($server:expr, $service:expr) => {{
+    ($server:expr, $service:expr, $svc:expr, $($method:literal => $call:path),+) => {{
         let service = $service;
-        $server.services.push(named(&service));
+        let name = named(&service);
+        $server.services.push(name);
         $server.routes.add_service(service);
+        $(
+            let unary = h2server::unary($svc, |svc, request| async move {
+                $call(&svc, request).await
+            });
+            $server.direct.methods.insert(format!("/{name}/{}", $method), unary);
+        )+
     }};
 }
 
@@ -209,6 +230,7 @@ pub struct Server<A> {
     services: Vec<&'static str>,
     tls: Option<ServerTls>,
     token: TokenLayer,
+    direct: Direct,
 }
 
 impl<A: Adapter> Server<A> {
@@ -232,8 +254,16 @@ impl<A: Adapter> Server<A> {
             services: vec![],
             tls: None,
             token: TokenLayer::default(),
+            direct: Direct::default(),
         };
-        add!(server, InfrastructureBackendServer::new(Svc(shared)));
+        add!(
+            server,
+            InfrastructureBackendServer::new(Svc(shared.clone())),
+            Svc(shared.clone()),
+            "Validate" => InfrastructureBackend::validate,
+            "CreateSession" => InfrastructureBackend::create_session,
+            "CloseSession" => InfrastructureBackend::close_session
+        );
         server
     }
 
@@ -246,7 +276,12 @@ impl<A: Adapter> Server<A> {
     where
         A: CheckNothing,
     {
-        add!(self, HandleCheckNothingServiceServer::new(self.svc()));
+        add!(
+            self,
+            HandleCheckNothingServiceServer::new(self.svc()),
+            self.svc(),
+            "HandleCheckNothing" => HandleCheckNothingService::handle_check_nothing
+        );
         self
     }
 
@@ -255,7 +290,12 @@ impl<A: Adapter> Server<A> {
     where
         A: ListEntry,
     {
-        add!(self, HandleListEntryServiceServer::new(self.svc()));
+        add!(
+            self,
+            HandleListEntryServiceServer::new(self.svc()),
+            self.svc(),
+            "HandleListEntry" => HandleListEntryService::handle_list_entry
+        );
         self
     }
 
@@ -264,7 +304,12 @@ impl<A: Adapter> Server<A> {
     where
         A: Authorization,
     {
-        add!(self, HandleAuthorizationServiceServer::new(self.svc()));
+        add!(
+            self,
+            HandleAuthorizationServiceServer::new(self.svc()),
+            self.svc(),
+            "HandleAuthorization" => HandleAuthorizationService::handle_authorization
+        );
         self
     }
 
@@ -273,7 +318,12 @@ impl<A: Adapter> Server<A> {
     where
         A: Quota,
     {
-        add!(self, HandleQuotaServiceServer::new(self.svc()));
+        add!(
+            self,
+            HandleQuotaServiceServer::new(self.svc()),
+            self.svc(),
+            "HandleQuota" => HandleQuotaService::handle_quota
+        );
         self
     }
 
@@ -282,7 +332,12 @@ impl<A: Adapter> Server<A> {
     where
         A: Metric,
     {
-        add!(self, HandleMetricServiceServer::new(self.svc()));
+        add!(
+            self,
+            HandleMetricServiceServer::new(self.svc()),
+            self.svc(),
+            "HandleMetric" => HandleMetricService::handle_metric
+        );
         self
     }
 
@@ -291,7 +346,12 @@ impl<A: Adapter> Server<A> {
     where
         A: LogEntry,
     {
-        add!(self, HandleLogEntryServiceServer::new(self.svc()));
+        add!(
+            self,
+            HandleLogEntryServiceServer::new(self.svc()),
+            self.svc(),
+            "HandleLogEntry" => HandleLogEntryService::handle_log_entry
+        );
         self
     }
 
@@ -300,7 +360,12 @@ impl<A: Adapter> Server<A> {
     where
         A: TraceSpan,
     {
-        add!(self, HandleTraceSpanServiceServer::new(self.svc()));
+        add!(
+            self,
+            HandleTraceSpanServiceServer::new(self.svc()),
+            self.svc(),
+            "HandleTraceSpan" => HandleTraceSpanService::handle_trace_span
+        );
         self
     }
 
@@ -309,7 +374,12 @@ impl<A: Adapter> Server<A> {
     where
         A: ReportNothing,
     {
-        add!(self, HandleReportNothingServiceServer::new(self.svc()));
+        add!(
+            self,
+            HandleReportNothingServiceServer::new(self.svc()),
+            self.svc(),
+            "HandleReportNothing" => HandleReportNothingService::handle_report_nothing
+        );
         self
     }
 
@@ -359,36 +429,27 @@ impl<A: Adapter> Server<A> {
                 .set_service_status(*name, tonic_health::ServingStatus::Serving)
                 .await;
         }
-        let mut builder = tonic::transport::Server::builder();
         let security = match &self.tls {
             None => "",
-            Some(tls) => {
-                builder = builder
-                    .tls_config(tls.to_tonic())
-                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-                if tls.is_mutual() {
-                    " (mutual TLS)"
-                } else {
-                    " (TLS)"
-                }
-            }
+            Some(tls) if tls.is_mutual() => " (mutual TLS)",
+            Some(_) => " (TLS)",
+        };
+        let acceptor = match &self.tls {
+            None => None,
+            Some(tls) => Some(tls.acceptor()?),
         };
         eprintln!(
             "mixer adapter listening on {local}{security}: {}",
             self.services.join(", ")
         );
-        builder
-            .layer(self.token)
-            .add_routes(self.routes.routes())
-            .add_service(health_service)
-            .serve_with_incoming_shutdown(
-                // Without TCP_NODELAY an answer split over two writes waits for the mixer's
-                // delayed ACK: a 40 ms stall now and then under load.
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-                shutdown,
-            )
-            .await
-            .map_err(std::io::Error::other)
+        let mut routes = self.routes;
+        routes.add_service(health_service);
+        let calls = tower_layer::Layer::layer(&self.token, routes.routes());
+        let direct = Direct {
+            token: self.token.0.clone(),
+            ..self.direct
+        };
+        h2server::serve(listener, direct, calls, acceptor, shutdown).await
     }
 }
 

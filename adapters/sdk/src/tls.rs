@@ -4,7 +4,13 @@
 
 use std::path::Path;
 
-use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+use std::sync::Arc;
+
+use rustls::RootCertStore;
+use rustls::server::WebPkiClientVerifier;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::TlsAcceptor;
 
 /// TLS settings of an adapter's server, given to [`Server::tls`](crate::Server::tls).
 ///
@@ -82,13 +88,48 @@ impl ServerTls {
         self.client_ca.is_some()
     }
 
-    pub(crate) fn to_tonic(&self) -> ServerTlsConfig {
-        let config =
-            ServerTlsConfig::new().identity(Identity::from_pem(&self.certificate, &self.key));
-        match &self.client_ca {
-            Some(ca) => config.client_ca_root(Certificate::from_pem(ca)),
-            None => config,
+    /// The TLS side of the server: the certificate chain and key, ALPN `h2` (gRPC needs
+    /// HTTP/2), and under mutual TLS a verifier that refuses clients without a certificate
+    /// from the CA. Bad PEM is an error that says which part.
+    pub(crate) fn acceptor(&self) -> std::io::Result<TlsAcceptor> {
+        let invalid = |what: &str, e: &dyn std::fmt::Display| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{what}: {e}"))
+        };
+        let chain = CertificateDer::pem_slice_iter(&self.certificate)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| invalid("the adapter's certificate", &e))?;
+        if chain.is_empty() {
+            return Err(invalid(
+                "the adapter's certificate",
+                &"no PEM certificate found",
+            ));
         }
+        let key = PrivateKeyDer::from_pem_slice(&self.key)
+            .map_err(|e| invalid("the adapter's private key", &e))?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| invalid("TLS", &e))?;
+        let builder = match &self.client_ca {
+            None => builder.with_no_client_auth(),
+            Some(ca) => {
+                let mut roots = RootCertStore::empty();
+                for cert in CertificateDer::pem_slice_iter(ca) {
+                    let cert = cert.map_err(|e| invalid("the client CA", &e))?;
+                    roots.add(cert).map_err(|e| invalid("the client CA", &e))?;
+                }
+                let verifier =
+                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                        .build()
+                        .map_err(|e| invalid("the client CA", &e))?;
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let mut config = builder
+            .with_single_cert(chain, key)
+            .map_err(|e| invalid("the adapter's certificate and key", &e))?;
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(TlsAcceptor::from(Arc::new(config)))
     }
 }
 

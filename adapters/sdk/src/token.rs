@@ -65,7 +65,7 @@ impl RequiredToken {
         current.0.clone()
     }
 
-    fn accepts(&self, headers: &http::HeaderMap) -> bool {
+    pub(crate) fn accepts(&self, headers: &http::HeaderMap) -> bool {
         let Some(sent) = headers.get(&self.header).and_then(|v| v.to_str().ok()) else {
             return false;
         };
@@ -90,6 +90,11 @@ fn read(path: &Path) -> std::io::Result<String> {
         ));
     }
     Ok(token)
+}
+
+/// The answer to a call without the token.
+pub(crate) fn refused() -> Status {
+    Status::unauthenticated("the call carries no token or a wrong one")
 }
 
 /// The layer [`crate::Server`] puts in front of every service.
@@ -133,8 +138,7 @@ where
             && !request.uri().path().starts_with("/grpc.health.v1.Health/")
             && !required.accepts(request.headers())
         {
-            let refused = Status::unauthenticated("the call carries no token or a wrong one");
-            return Box::pin(std::future::ready(Ok(refused.into_http())));
+            return Box::pin(std::future::ready(Ok(refused().into_http())));
         }
         Box::pin(self.inner.call(request))
     }
