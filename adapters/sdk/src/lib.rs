@@ -64,7 +64,6 @@
 
 mod config;
 mod convert;
-mod h2server;
 mod server;
 mod services;
 mod tls;

@@ -18,7 +18,6 @@ use tonic::service::RoutesBuilder;
 
 use crate::config::Config;
 use crate::convert::{self, AdapterConfig};
-use crate::h2server::{self, Direct};
 use crate::services::Svc;
 use crate::tls::ServerTls;
 use crate::token::{RequiredToken, TokenLayer};
@@ -198,7 +197,7 @@ impl<A: Adapter> Shared<A> {
 }
 
 /// Registers a generated service, remembers its name (for health and the start-up line), and
-/// serves its unary methods directly (see [`crate::h2server`]): `Method => trait::method`.
+/// serves its unary methods directly (see [`mixer_grpc`]): `Method => trait::method`.
 macro_rules! add {
     ($server:expr, $service:expr, $svc:expr, $($method:literal => $call:path),+) => {{
         let service = $service;
@@ -206,10 +205,10 @@ macro_rules! add {
         $server.services.push(name);
         $server.routes.add_service(service);
         $(
-            let unary = h2server::unary($svc, |svc, request| async move {
+            let unary = mixer_grpc::unary($svc, |svc, request| async move {
                 $call(&svc, request).await
             });
-            $server.direct.methods.insert(format!("/{name}/{}", $method), unary);
+            $server.methods.add(format!("/{name}/{}", $method), unary);
         )+
     }};
 }
@@ -230,7 +229,7 @@ pub struct Server<A> {
     services: Vec<&'static str>,
     tls: Option<ServerTls>,
     token: TokenLayer,
-    direct: Direct,
+    methods: mixer_grpc::Methods,
 }
 
 impl<A: Adapter> Server<A> {
@@ -254,7 +253,7 @@ impl<A: Adapter> Server<A> {
             services: vec![],
             tls: None,
             token: TokenLayer::default(),
-            direct: Direct::default(),
+            methods: mixer_grpc::Methods::new(),
         };
         add!(
             server,
@@ -445,11 +444,21 @@ impl<A: Adapter> Server<A> {
         let mut routes = self.routes;
         routes.add_service(health_service);
         let calls = tower_layer::Layer::layer(&self.token, routes.routes());
-        let direct = Direct {
-            token: self.token.0.clone(),
-            ..self.direct
-        };
-        h2server::serve(listener, direct, calls, acceptor, shutdown).await
+        let mut methods = self.methods;
+        if let Some(token) = self.token.0.clone() {
+            methods = methods.guard(Arc::new(move |headers: &http::HeaderMap| {
+                if token.accepts(headers) {
+                    Ok(())
+                } else {
+                    Err(crate::token::refused())
+                }
+            }));
+        }
+        let mut server = mixer_grpc::Server::new(methods, calls);
+        if let Some(acceptor) = acceptor {
+            server = server.tls(acceptor);
+        }
+        server.serve(listener, shutdown).await
     }
 }
 
