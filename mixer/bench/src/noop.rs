@@ -1,7 +1,9 @@
-//! The baseline: an ext_authz server on the same tonic stack that answers OK to everything,
-//! so the mixer's throughput can be given as a ratio of it, measured in the same run.
+//! The baseline: an ext_authz server on the mixer's own gRPC stack (`mixer-grpc`: Check
+//! served directly, tonic's routes behind it, TCP_NODELAY) that answers OK to everything, so
+//! the mixer's throughput and latency can be given as ratios of it, measured in the same run.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use envoy_types::ext_authz::v3::CheckResponseExt;
 use envoy_types::ext_authz::v3::pb::{
@@ -9,6 +11,7 @@ use envoy_types::ext_authz::v3::pb::{
 };
 use tonic::{Request, Response, Status};
 
+#[derive(Clone)]
 struct AlwaysOk;
 
 #[tonic::async_trait]
@@ -23,16 +26,19 @@ impl Authorization for AlwaysOk {
     }
 }
 
-/// Serves the always-OK ext_authz service until the process ends, with Nagle's algorithm off
-/// as the mixer serves (otherwise an answer can wait for the client's ACK of the previous one,
-/// and the baseline's tail is the TCP stack's, not the server's).
+/// Serves the always-OK ext_authz service until the process ends, on the same stack as the
+/// mixer's, so that the ratio measures the mixer's work and not a difference of stacks.
 pub async fn serve(addr: SocketAddr) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    tonic::transport::Server::builder()
-        .add_service(AuthorizationServer::new(AlwaysOk))
-        .serve_with_incoming(
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-        )
+    let mut methods = mixer_grpc::Methods::new();
+    methods.add(
+        mixer_frontends::grpc::PATHS[0],
+        mixer_grpc::unary(AlwaysOk, |s, r| async move { s.check(r).await }),
+    );
+    let mut routes = tonic::service::RoutesBuilder::default();
+    routes.add_service(AuthorizationServer::from_arc(Arc::new(AlwaysOk)));
+    mixer_grpc::Server::new(methods, routes.routes())
+        .serve(listener, std::future::pending())
         .await?;
     Ok(())
 }

@@ -15,6 +15,7 @@ pub mod access_log;
 mod envoy_core;
 pub mod ext_authz;
 pub mod forward_auth;
+pub mod grpc;
 pub mod mixer_v1;
 pub mod otlp;
 pub mod ratelimit;

@@ -113,17 +113,23 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
             }
         }
     });
-    let grpc_task = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(health_service)
-            .add_service(mixer_frontends::ext_authz::service(runtime.clone()))
-            .add_service(mixer_frontends::mixer_v1::service(runtime.clone()))
-            .add_service(mixer_frontends::ratelimit::service(runtime.clone()))
-            .add_service(mixer_frontends::access_log::service(runtime.clone()))
-            .add_service(mixer_frontends::otlp::logs_service(runtime.clone()))
-            .add_service(mixer_frontends::otlp::trace_service(runtime.clone()))
-            .serve_with_incoming_shutdown(tokio_stream_listener(grpc), stopped(stop_rx.clone())),
-    );
+    // Unary methods are served straight from the front ends; the streaming access log
+    // service, health and unknown paths by tonic's routes.
+    let mut routes = tonic::service::RoutesBuilder::default();
+    routes
+        .add_service(health_service)
+        .add_service(mixer_frontends::ext_authz::service(runtime.clone()))
+        .add_service(mixer_frontends::mixer_v1::service(runtime.clone()))
+        .add_service(mixer_frontends::ratelimit::service(runtime.clone()))
+        .add_service(mixer_frontends::access_log::service(runtime.clone()))
+        .add_service(mixer_frontends::otlp::logs_service(runtime.clone()))
+        .add_service(mixer_frontends::otlp::trace_service(runtime.clone()));
+    let grpc_server = mixer_grpc::Server::new(
+        mixer_frontends::grpc::unary_methods(&runtime),
+        routes.routes(),
+    )
+    .drain(settings.drain_timeout);
+    let grpc_task = tokio::spawn(grpc_server.serve(grpc, stopped(stop_rx.clone())));
     let http_app = mixer_frontends::forward_auth::router(runtime.clone())
         .into_make_service_with_connect_info::<SocketAddr>();
     let http_task = tokio::spawn(
@@ -162,12 +168,6 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     runtime.shutdown(settings.drain_timeout).await;
     tracing::info!("stopped");
     Ok(())
-}
-
-/// Accepted gRPC connections with Nagle's algorithm off: small answers must not wait for the
-/// peer's delayed ACK (a 40 ms stall at the tail otherwise).
-fn tokio_stream_listener(listener: TcpListener) -> tonic::transport::server::TcpIncoming {
-    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
 async fn shutdown_signal() {

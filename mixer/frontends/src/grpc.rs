@@ -1,0 +1,104 @@
+//! The front ends' unary gRPC methods, served straight from their implementations by
+//! [`mixer_grpc`]; the streaming access log service, health and unknown paths stay with
+//! tonic's routes.
+
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::service::auth::v3::authorization_server::Authorization;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use mixer_grpc::{Methods, unary};
+use mixer_proto::istio::mixer::v1::mixer_server::Mixer;
+use mixer_runtime::Runtime;
+use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::LogsService;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceService;
+
+use crate::ext_authz::ExtAuthz;
+use crate::mixer_v1::MixerV1;
+use crate::otlp::Otlp;
+use crate::ratelimit::RateLimit;
+
+/// The paths served directly.
+pub const PATHS: [&str; 6] = [
+    "/envoy.service.auth.v3.Authorization/Check",
+    "/istio.mixer.v1.Mixer/Check",
+    "/istio.mixer.v1.Mixer/Report",
+    "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+    "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
+    "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+];
+
+/// Envoy's ext_authz Check, Mixer v1 Check and Report, Envoy's ShouldRateLimit and OTLP's
+/// logs and traces Export, each deciding with `runtime`.
+pub fn unary_methods(runtime: &Arc<Runtime>) -> Methods {
+    let [authz, mixer_check, mixer_report, rate_limit, logs, traces] = PATHS;
+    let mut methods = Methods::new();
+    let ext_authz = ExtAuthz::new(runtime.clone());
+    methods.add(
+        authz,
+        unary(ext_authz, |s, r| async move {
+            Authorization::check(&s, r).await
+        }),
+    );
+    let mixer = MixerV1::new(runtime.clone());
+    methods.add(
+        mixer_check,
+        unary(
+            mixer.clone(),
+            |s, r| async move { Mixer::check(&s, r).await },
+        ),
+    );
+    methods.add(
+        mixer_report,
+        unary(mixer, |s, r| async move { Mixer::report(&s, r).await }),
+    );
+    methods.add(
+        rate_limit,
+        unary(RateLimit::new(runtime.clone()), |s, r| async move {
+            RateLimitService::should_rate_limit(&s, r).await
+        }),
+    );
+    let otlp = Otlp::new(runtime.clone());
+    methods.add(
+        logs,
+        unary(otlp.clone(), |s, r| async move {
+            LogsService::export(&s, r).await
+        }),
+    );
+    methods.add(
+        traces,
+        unary(
+            otlp,
+            |s, r| async move { TraceService::export(&s, r).await },
+        ),
+    );
+    methods
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::server::NamedService;
+
+    /// A path that named no real method would only fall back to tonic, slower: each must be
+    /// `/<generated service name>/<method>`.
+    #[test]
+    fn every_path_names_a_generated_service() {
+        use envoy_types::pb::envoy::service::auth::v3::authorization_server::AuthorizationServer;
+        use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+        use mixer_proto::istio::mixer::v1::mixer_server::MixerServer;
+        use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::LogsServiceServer;
+        use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
+        let expected = [
+            format!("/{}/Check", AuthorizationServer::<ExtAuthz>::NAME),
+            format!("/{}/Check", MixerServer::<MixerV1>::NAME),
+            format!("/{}/Report", MixerServer::<MixerV1>::NAME),
+            format!(
+                "/{}/ShouldRateLimit",
+                RateLimitServiceServer::<RateLimit>::NAME
+            ),
+            format!("/{}/Export", LogsServiceServer::<Otlp>::NAME),
+            format!("/{}/Export", TraceServiceServer::<Otlp>::NAME),
+        ];
+        assert_eq!(PATHS.map(String::from), expected);
+    }
+}
