@@ -36,16 +36,17 @@ mod process;
 mod report;
 mod slow;
 mod targets;
+mod wire;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use mixer_oop::AdapterConnection as Channel;
 
 use crate::load::{Report, Spec};
-use crate::targets::{ExtAuthz, ForwardAuth, MixerV1};
+use crate::targets::{ExtAuthz, ForwardAuth, MixerV1, Unary};
+use mixer_frontends::grpc;
 
 #[derive(Parser)]
 #[command(name = "mixer-bench", about = "Load generator for the mixer")]
@@ -268,12 +269,12 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-/// `n` HTTP/2 connections to `addr`. They are the mixer's own lean client (one write per
-/// call), so that the generator's share of a 2-core machine stays small.
-async fn channels(addr: SocketAddr, n: usize) -> anyhow::Result<Vec<Channel>> {
+/// `n` HTTP/2 connections to `addr`, with the generator's lean client (see [`wire`]), so
+/// that its share of a 2-core machine stays small.
+async fn channels(addr: SocketAddr, n: usize) -> anyhow::Result<Vec<wire::Wire>> {
     let mut out = Vec::new();
     for _ in 0..n.max(1) {
-        out.push(Channel::open_plaintext(addr, Duration::from_secs(5)).await?);
+        out.push(wire::Wire::connect(addr).await?);
     }
     Ok(out)
 }
@@ -296,7 +297,8 @@ async fn drive(
             let prepared = targets::ext_authz_requests(&requests);
             let chans = channels(addr, load.channels).await?;
             load::run(spec, |w| {
-                ExtAuthz::new(chans[w % chans.len()].clone(), prepared.clone())
+                let wire = chans[w % chans.len()].clone();
+                ExtAuthz(Unary::new(wire, grpc::EXT_AUTHZ_CHECK, prepared.clone()))
             })
             .await
         }
@@ -308,7 +310,8 @@ async fn drive(
             let prepared = targets::mixer_v1_requests(&requests);
             let chans = channels(addr, load.channels).await?;
             load::run(spec, |w| {
-                MixerV1::new(chans[w % chans.len()].clone(), prepared.clone())
+                let wire = chans[w % chans.len()].clone();
+                MixerV1(Unary::new(wire, grpc::MIXER_CHECK, prepared.clone()))
             })
             .await
         }
@@ -316,7 +319,8 @@ async fn drive(
             let prepared = targets::ratelimit_requests(load.requests.max(1), load.limits);
             let chans = channels(addr, load.channels).await?;
             load::run(spec, |w| {
-                targets::RateLimit::new(chans[w % chans.len()].clone(), prepared.clone())
+                let wire = chans[w % chans.len()].clone();
+                targets::RateLimit(Unary::new(wire, grpc::SHOULD_RATE_LIMIT, prepared.clone()))
             })
             .await
         }

@@ -32,7 +32,7 @@ pub async fn serve(addr: SocketAddr) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let mut methods = mixer_grpc::Methods::new();
     methods.add(
-        mixer_frontends::grpc::PATHS[0],
+        mixer_frontends::grpc::EXT_AUTHZ_CHECK,
         mixer_grpc::unary(AlwaysOk, |s, r| async move { s.check(r).await }),
     );
     let mut routes = tonic::service::RoutesBuilder::default();

@@ -194,7 +194,7 @@ async fn measure(args: &Args, mixer: &Mixer) -> anyhow::Result<Measured> {
         rate: None,
     };
     let reports = load::run(spec, |w| {
-        report::Reporter::new(chans[w % chans.len()].clone(), prepared.clone())
+        report::Reporter::on(chans[w % chans.len()].clone(), prepared.clone())
     })
     .await;
     // Delivered while the reporters ran: what the handler kept up with, not what the queue

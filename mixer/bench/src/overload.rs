@@ -192,7 +192,7 @@ fn spawn_reporters(
                 rate,
             };
             Ok(load::run(spec, |w| {
-                report::Reporter::new(chans[w % chans.len()].clone(), prepared.clone())
+                report::Reporter::on(chans[w % chans.len()].clone(), prepared.clone())
             })
             .await)
         })

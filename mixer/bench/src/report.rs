@@ -9,9 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use mixer_model::{StringMap, Timestamp, Value};
-use mixer_oop::AdapterConnection as Channel;
 use mixer_proto::istio::mixer::v1 as pb;
-use mixer_proto::istio::mixer::v1::mixer_client::MixerClient;
 
 use crate::bags::{self, Request};
 use crate::load::{self, Report, Spec};
@@ -21,7 +19,7 @@ use crate::{LoadArgs, channels};
 
 /// One `ReportRequest` per simulated request, with `records` records (a proxy reports each
 /// request from both sides, and batches).
-pub fn report_requests(requests: &[Request], records: usize) -> Arc<Vec<pb::ReportRequest>> {
+pub fn report_requests(requests: &[Request], records: usize) -> Arc<Vec<bytes::Bytes>> {
     let words = mixer_frontends::mixer_v1::GLOBAL_WORD_COUNT;
     let now = Timestamp::now();
     let built = requests
@@ -86,30 +84,27 @@ pub fn report_requests(requests: &[Request], records: usize) -> Arc<Vec<pb::Repo
                 global_word_count: words as u32,
             }
         })
-        .collect();
-    Arc::new(built)
+        .collect::<Vec<pb::ReportRequest>>();
+    crate::wire::frame_all(&built)
 }
 
 /// A Mixer v1 Report client.
-pub struct Reporter {
-    client: MixerClient<Channel>,
-    requests: Arc<Vec<pb::ReportRequest>>,
-}
+pub struct Reporter(crate::targets::Unary);
 
 impl Reporter {
-    /// A client on `channel`.
-    pub fn new(channel: Channel, requests: Arc<Vec<pb::ReportRequest>>) -> Reporter {
-        Reporter {
-            client: MixerClient::new(channel),
+    /// Reports `requests` (from [`report_requests`]) over `wire`.
+    pub fn on(wire: crate::wire::Wire, requests: Arc<Vec<bytes::Bytes>>) -> Reporter {
+        Reporter(crate::targets::Unary::new(
+            wire,
+            mixer_frontends::grpc::MIXER_REPORT,
             requests,
-        }
+        ))
     }
 }
 
 impl Client for Reporter {
     async fn call(&mut self, i: usize) -> Outcome {
-        let request = self.requests[i % self.requests.len()].clone();
-        match self.client.report(request).await {
+        match self.0.call::<pb::ReportResponse>(i).await {
             Ok(_) => Outcome::Allowed,
             Err(_) => Outcome::Error,
         }
@@ -218,7 +213,7 @@ async fn report_run(
     };
     let before = cpu_seconds(pid).unwrap_or(0.0);
     let result = load::run(spec, |w| {
-        Reporter::new(chans[w % chans.len()].clone(), prepared.clone())
+        Reporter::on(chans[w % chans.len()].clone(), prepared.clone())
     })
     .await;
     // Let the queues drain before reading CPU and drops.

@@ -6,21 +6,48 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use envoy_types::ext_authz::v3::pb::CheckRequest;
+use envoy_types::ext_authz::v3::pb::CheckResponse;
 use envoy_types::pb::envoy::config::core::v3::{Address, SocketAddress, address, socket_address};
 use envoy_types::pb::envoy::service::auth::v3::AttributeContext;
 use envoy_types::pb::envoy::service::auth::v3::attribute_context::{
     HttpRequest, Peer, Request as AttrRequest,
 };
-use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
-use mixer_oop::AdapterConnection as Channel;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
 use mixer_model::{StringMap, Value};
 use mixer_proto::istio::mixer::v1 as mixer_pb;
-use mixer_proto::istio::mixer::v1::mixer_client::MixerClient;
 
 use crate::bags::Request;
+use crate::wire::Wire;
+
+/// A client of one unary method: the connection, the method's URI there, and the framed
+/// requests it cycles through.
+pub struct Unary {
+    wire: Wire,
+    uri: http::Uri,
+    requests: Arc<Vec<bytes::Bytes>>,
+}
+
+impl Unary {
+    /// Calls `path` on `wire` with `requests` (see [`crate::wire::frame_all`]).
+    pub fn new(wire: Wire, path: &str, requests: Arc<Vec<bytes::Bytes>>) -> Unary {
+        Unary {
+            uri: wire.uri(path),
+            wire,
+            requests,
+        }
+    }
+
+    /// Sends request `i` (modulo the number prepared).
+    pub async fn call<Resp: prost::Message + Default>(
+        &self,
+        i: usize,
+    ) -> Result<Resp, crate::wire::Failed> {
+        let request = self.requests[i % self.requests.len()].clone();
+        self.wire.call(&self.uri, request).await
+    }
+}
 
 /// What one call came back with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,8 +81,8 @@ fn peer(ip: &str, port: u32, principal: &str) -> Peer {
 }
 
 /// ext_authz `CheckRequest`s for the given requests.
-pub fn ext_authz_requests(requests: &[Request]) -> Arc<Vec<CheckRequest>> {
-    let built = requests
+pub fn ext_authz_requests(requests: &[Request]) -> Arc<Vec<bytes::Bytes>> {
+    let built: Vec<_> = requests
         .iter()
         .map(|r| {
             let headers: HashMap<String, String> = r.headers.iter().cloned().collect();
@@ -90,30 +117,16 @@ pub fn ext_authz_requests(requests: &[Request]) -> Arc<Vec<CheckRequest>> {
             }
         })
         .collect();
-    Arc::new(built)
+    crate::wire::frame_all(&built)
 }
 
-/// An ext_authz client over one HTTP/2 channel.
-pub struct ExtAuthz {
-    client: AuthorizationClient<Channel>,
-    requests: Arc<Vec<CheckRequest>>,
-}
-
-impl ExtAuthz {
-    /// A client on `channel` sending `requests`.
-    pub fn new(channel: Channel, requests: Arc<Vec<CheckRequest>>) -> ExtAuthz {
-        ExtAuthz {
-            client: AuthorizationClient::new(channel),
-            requests,
-        }
-    }
-}
+/// An ext_authz client over one HTTP/2 connection.
+pub struct ExtAuthz(pub Unary);
 
 impl Client for ExtAuthz {
     async fn call(&mut self, i: usize) -> Outcome {
-        let request = self.requests[i % self.requests.len()].clone();
-        match self.client.check(request).await {
-            Ok(response) => match response.into_inner().status.map(|s| s.code) {
+        match self.0.call::<CheckResponse>(i).await {
+            Ok(response) => match response.status.map(|s| s.code) {
                 None | Some(0) => Outcome::Allowed,
                 Some(_) => Outcome::Denied,
             },
@@ -131,7 +144,7 @@ pub struct ForwardAuth {
 
 /// Raw HTTP/1.1 requests to `/check` for the given requests.
 pub fn forward_auth_requests(requests: &[Request], addr: SocketAddr) -> Arc<Vec<Vec<u8>>> {
-    let built = requests
+    let built: Vec<_> = requests
         .iter()
         .map(|r| {
             let mut text = format!(
@@ -213,9 +226,9 @@ impl Client for ForwardAuth {
 }
 
 /// Mixer v1 `CheckRequest`s, compressed with the global dictionary as an Istio proxy does.
-pub fn mixer_v1_requests(requests: &[Request]) -> Arc<Vec<mixer_pb::CheckRequest>> {
+pub fn mixer_v1_requests(requests: &[Request]) -> Arc<Vec<bytes::Bytes>> {
     let words = mixer_frontends::mixer_v1::GLOBAL_WORD_COUNT;
-    let built = requests
+    let built: Vec<_> = requests
         .iter()
         .enumerate()
         .map(|(i, r)| {
@@ -249,35 +262,16 @@ pub fn mixer_v1_requests(requests: &[Request]) -> Arc<Vec<mixer_pb::CheckRequest
             }
         })
         .collect();
-    Arc::new(built)
+    crate::wire::frame_all(&built)
 }
 
-/// A Mixer v1 client over one HTTP/2 channel.
-pub struct MixerV1 {
-    client: MixerClient<Channel>,
-    requests: Arc<Vec<mixer_pb::CheckRequest>>,
-}
-
-impl MixerV1 {
-    /// A client on `channel` sending `requests`.
-    pub fn new(channel: Channel, requests: Arc<Vec<mixer_pb::CheckRequest>>) -> MixerV1 {
-        MixerV1 {
-            client: MixerClient::new(channel),
-            requests,
-        }
-    }
-}
+/// A Mixer v1 Check client over one HTTP/2 connection.
+pub struct MixerV1(pub Unary);
 
 impl Client for MixerV1 {
     async fn call(&mut self, i: usize) -> Outcome {
-        let request = self.requests[i % self.requests.len()].clone();
-        match self.client.check(request).await {
-            Ok(response) => match response
-                .into_inner()
-                .precondition
-                .and_then(|p| p.status)
-                .map(|s| s.code)
-            {
+        match self.0.call::<mixer_pb::CheckResponse>(i).await {
+            Ok(response) => match response.precondition.and_then(|p| p.status).map(|s| s.code) {
                 None | Some(0) => Outcome::Allowed,
                 Some(_) => Outcome::Denied,
             },
@@ -287,13 +281,10 @@ impl Client for MixerV1 {
 }
 
 /// Envoy rate limit requests: one descriptor `tenant=<tenant-i>` each, over `limits` tenants.
-pub fn ratelimit_requests(
-    n: usize,
-    limits: usize,
-) -> Arc<Vec<envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest>> {
+pub fn ratelimit_requests(n: usize, limits: usize) -> Arc<Vec<bytes::Bytes>> {
     use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
     use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-    let built = (0..n)
+    let built: Vec<_> = (0..n)
         .map(
             |i| envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest {
                 domain: "bench".into(),
@@ -308,33 +299,17 @@ pub fn ratelimit_requests(
             },
         )
         .collect();
-    Arc::new(built)
+    crate::wire::frame_all(&built)
 }
 
-/// An Envoy rate limit client over one HTTP/2 channel.
-pub struct RateLimit {
-    client: envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<Channel>,
-    requests: Arc<Vec<envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest>>,
-}
-
-impl RateLimit {
-    /// A client on `channel` sending `requests`.
-    pub fn new(
-        channel: Channel,
-        requests: Arc<Vec<envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest>>,
-    ) -> RateLimit {
-        RateLimit {
-            client: envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::new(channel),
-            requests,
-        }
-    }
-}
+/// An Envoy rate limit client over one HTTP/2 connection.
+pub struct RateLimit(pub Unary);
 
 impl Client for RateLimit {
     async fn call(&mut self, i: usize) -> Outcome {
-        let request = self.requests[i % self.requests.len()].clone();
-        match self.client.should_rate_limit(request).await {
-            Ok(r) if r.get_ref().overall_code == 1 => Outcome::Allowed,
+        use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+        match self.0.call::<RateLimitResponse>(i).await {
+            Ok(r) if r.overall_code == 1 => Outcome::Allowed,
             Ok(_) => Outcome::Denied,
             Err(_) => Outcome::Error,
         }

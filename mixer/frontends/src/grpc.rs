@@ -17,14 +17,27 @@ use crate::mixer_v1::MixerV1;
 use crate::otlp::Otlp;
 use crate::ratelimit::RateLimit;
 
+/// Envoy's ext_authz Check.
+pub const EXT_AUTHZ_CHECK: &str = "/envoy.service.auth.v3.Authorization/Check";
+/// Mixer v1 Check.
+pub const MIXER_CHECK: &str = "/istio.mixer.v1.Mixer/Check";
+/// Mixer v1 Report.
+pub const MIXER_REPORT: &str = "/istio.mixer.v1.Mixer/Report";
+/// Envoy's rate limit service.
+pub const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+/// OTLP logs.
+pub const OTLP_LOGS: &str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
+/// OTLP traces.
+pub const OTLP_TRACES: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+
 /// The paths served directly.
 pub const PATHS: [&str; 6] = [
-    "/envoy.service.auth.v3.Authorization/Check",
-    "/istio.mixer.v1.Mixer/Check",
-    "/istio.mixer.v1.Mixer/Report",
-    "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
-    "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
-    "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+    EXT_AUTHZ_CHECK,
+    MIXER_CHECK,
+    MIXER_REPORT,
+    SHOULD_RATE_LIMIT,
+    OTLP_LOGS,
+    OTLP_TRACES,
 ];
 
 /// Envoy's ext_authz Check, Mixer v1 Check and Report, Envoy's ShouldRateLimit and OTLP's
