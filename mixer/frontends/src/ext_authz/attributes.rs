@@ -50,10 +50,10 @@ pub fn fill_bag(bag: &mut AttributeBag, request: &CheckRequest, now: Timestamp) 
     let source = attrs.source.as_ref();
     let destination = attrs.destination.as_ref();
     if let Some(peer) = source {
-        peer_attributes(&mut set, "source", peer);
+        peer_attributes(&mut set, &SOURCE, peer);
     }
     if let Some(peer) = destination {
-        peer_attributes(&mut set, "destination", peer);
+        peer_attributes(&mut set, &DESTINATION, peer);
     }
     // A principal (or a certificate) on the source means Envoy verified a client
     // certificate: mutual TLS. A TLS session alone (tls_session) is one-way TLS.
@@ -104,31 +104,60 @@ pub fn fill_bag(bag: &mut AttributeBag, request: &CheckRequest, now: Timestamp) 
     }
 }
 
-fn peer_attributes(set: &mut impl FnMut(&str, Value), side: &str, peer: &Peer) {
-    let name = |attr: &str| format!("{side}.{attr}");
+/// The attribute names of one side of the connection, written out so that a check builds
+/// none of them.
+struct PeerNames {
+    ip: &'static str,
+    port: &'static str,
+    principal: &'static str,
+    namespace: &'static str,
+    service: &'static str,
+    labels: &'static str,
+}
+
+const SOURCE: PeerNames = PeerNames {
+    ip: "source.ip",
+    port: "source.port",
+    principal: "source.principal",
+    namespace: "source.namespace",
+    service: "source.service",
+    labels: "source.labels",
+};
+
+const DESTINATION: PeerNames = PeerNames {
+    ip: "destination.ip",
+    port: "destination.port",
+    principal: "destination.principal",
+    namespace: "destination.namespace",
+    service: "destination.service",
+    labels: "destination.labels",
+};
+
+fn peer_attributes(set: &mut impl FnMut(&str, Value), name: &PeerNames, peer: &Peer) {
     if let Some((ip, port)) = peer.address.as_ref().and_then(socket_address) {
-        set(&name("ip"), Value::IpAddress(ip));
+        set(name.ip, Value::IpAddress(ip));
         if let Some(port) = port {
-            set(&name("port"), Value::Int64(i64::from(port)));
+            set(name.port, Value::Int64(i64::from(port)));
         }
     }
     if !peer.principal.is_empty() {
-        set(&name("principal"), Value::from(peer.principal.as_str()));
+        set(name.principal, Value::from(peer.principal.as_str()));
         if let Some(namespace) = spiffe_namespace(&peer.principal) {
-            set(&name("namespace"), Value::from(namespace));
+            set(name.namespace, Value::from(namespace));
         }
     }
     if !peer.service.is_empty() {
-        set(&name("service"), Value::from(peer.service.as_str()));
+        set(name.service, Value::from(peer.service.as_str()));
     }
     if !peer.labels.is_empty() {
         let labels =
             StringMap::from_pairs(peer.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        set(&name("labels"), labels.into());
+        set(name.labels, labels.into());
     }
 }
 
 fn http_attributes(set: &mut impl FnMut(&str, Value), http: &HttpRequest) {
+    // Built once: `request.headers` itself, and what the single-header lookups below search.
     let headers = request_headers(http);
     let header = |name: &str| {
         headers
@@ -201,28 +230,21 @@ fn http_attributes(set: &mut impl FnMut(&str, Value), http: &HttpRequest) {
         Value::from(if grpc { "grpc" } else { "http" }),
     );
     if !headers.is_empty() {
-        let map = StringMap::from_pairs(
-            headers
-                .iter()
-                .map(|(k, v)| (k.as_ref(), v.as_ref() as &str)),
-        );
-        set("request.headers", map.into());
+        set("request.headers", headers.into());
     }
 }
 
 /// The request headers with lower-case names: the `headers` map when Envoy sent it, else the
 /// raw `header_map` (sent instead when `encode_raw_headers` is on), where a name that repeats
 /// is merged with `,` as the `headers` map would have been.
-fn request_headers(http: &HttpRequest) -> BTreeMap<Cow<'_, str>, Cow<'_, str>> {
-    let mut out: BTreeMap<Cow<'_, str>, Cow<'_, str>> = BTreeMap::new();
+fn request_headers(http: &HttpRequest) -> StringMap {
     if !http.headers.is_empty() {
-        for (k, v) in &http.headers {
-            out.insert(lower(k), Cow::Borrowed(v.as_str()));
-        }
-        return out;
+        // Names differing only in case (never from Envoy, which sends lower case) keep one.
+        return StringMap::from_pairs(http.headers.iter().map(|(k, v)| (lower(k), v.as_str())));
     }
+    let mut out: BTreeMap<Cow<'_, str>, Cow<'_, str>> = BTreeMap::new();
     let Some(map) = http.header_map.as_ref() else {
-        return out;
+        return StringMap::new();
     };
     for h in &map.headers {
         // With encode_raw_headers Envoy fills raw_value only; `value` is the older field.
@@ -241,7 +263,7 @@ fn request_headers(http: &HttpRequest) -> BTreeMap<Cow<'_, str>, Cow<'_, str>> {
             }
         }
     }
-    out
+    StringMap::from_pairs(out.iter().map(|(k, v)| (k.as_ref(), v.as_ref())))
 }
 
 fn lower(name: &str) -> Cow<'_, str> {
