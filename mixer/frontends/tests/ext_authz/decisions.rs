@@ -247,3 +247,42 @@ async fn no_config_yet_is_unavailable() {
         .expect_err("not ready");
     assert_eq!(status.code(), Code::Unavailable);
 }
+
+/// Checks on one thread reuse one attribute bag: nothing of a check may stay in it for the
+/// next. Each request below lacks what made the one before it denied.
+#[test]
+fn a_check_sees_nothing_of_the_check_before_it() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let authz = mixer_frontends::ext_authz::ExtAuthz::new(ready_runtime());
+    let bad = "spiffe://cluster.local/ns/x/sa/bad";
+    let mut blocked_tier = http_check("GET", "/", &[]);
+    if let Some(attributes) = blocked_tier.attributes.as_mut() {
+        attributes
+            .context_extensions
+            .insert("tier".into(), "blocked".into());
+    }
+    rt.block_on(async {
+        for _ in 0..3 {
+            let decide = |request: CheckRequest| {
+                let authz = &authz;
+                async move { status_code(&authz.decide(&request).await.expect("decided")) }
+            };
+            let principal = with_source(http_check("GET", "/", &[]), "10.0.0.1", bad);
+            assert_eq!(decide(principal).await, Code::Unauthenticated as i32);
+            assert_eq!(
+                decide(http_check("GET", "/", &[])).await,
+                0,
+                "source.principal stayed in the bag"
+            );
+            assert_ne!(decide(blocked_tier.clone()).await, 0);
+            assert_eq!(
+                decide(http_check("GET", "/", &[])).await,
+                0,
+                "context.extensions stayed in the bag"
+            );
+        }
+    });
+}
