@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use h2::client::SendRequest;
 use prost::Message;
 
@@ -104,20 +104,7 @@ fn grpc_status(headers: &http::HeaderMap) -> Option<i32> {
 /// `messages`, each encoded and framed as gRPC sends it (uncompressed flag, big-endian
 /// length, the message).
 pub fn frame_all<M: Message>(messages: &[M]) -> Arc<Vec<Bytes>> {
-    Arc::new(
-        messages
-            .iter()
-            .map(|m| {
-                let len = m.encoded_len();
-                let mut buf = BytesMut::with_capacity(5 + len);
-                buf.put_u8(0);
-                buf.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
-                // The buffer was sized for the message, so encoding cannot run out of room.
-                let _ = m.encode(&mut buf);
-                buf.freeze()
-            })
-            .collect(),
-    )
+    Arc::new(messages.iter().map(mixer_grpc::framed).collect())
 }
 
 #[cfg(test)]

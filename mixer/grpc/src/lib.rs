@@ -29,7 +29,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use fallback::Fallback;
-pub use methods::{Guard, Methods, Unary, unary};
+pub use methods::{Guard, Methods, Unary, framed, unary};
 
 /// A gRPC server: its methods, its fallback, TLS if any, and how long shutdown waits.
 pub struct Server<S> {

@@ -39,7 +39,7 @@ where
 }
 
 /// A message as gRPC frames it: uncompressed flag, big-endian length, the message.
-fn framed(message: &impl prost::Message) -> Bytes {
+pub fn framed(message: &impl prost::Message) -> Bytes {
     let len = message.encoded_len();
     let mut buf = BytesMut::with_capacity(5 + len);
     buf.put_u8(0);
