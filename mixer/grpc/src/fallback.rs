@@ -87,12 +87,27 @@ pub(crate) async fn call<S: Fallback>(
     let Ok(()) = std::future::poll_fn(|cx| calls.poll_ready(cx)).await;
     let Ok(response) = calls.call(request).await;
     let (parts, mut body) = response.into_parts();
-    let Ok(mut send) = respond.send_response(http::Response::from_parts(parts, ()), false) else {
+    let mut body = Pin::new(&mut body);
+    let first = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await;
+    // An answer without a body is trailers-only (an error status in its headers, as tonic
+    // answers an unknown method): it must end with its HEADERS frame. Strict clients (gRPC
+    // core) take headers that do not end the stream for initial metadata and then want
+    // trailers, and reject an empty DATA frame ending the stream instead.
+    let head = http::Response::from_parts(parts, ());
+    let Some(first) = first else {
+        let _ = respond.send_response(head, true);
         return;
     };
-    let mut body = Pin::new(&mut body);
+    let Ok(mut send) = respond.send_response(head, false) else {
+        return;
+    };
+    let mut next = Some(first);
     loop {
-        match std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+        let frame = match next.take() {
+            Some(frame) => Some(frame),
+            None => std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await,
+        };
+        match frame {
             None => {
                 let _ = send.send_data(Bytes::new(), true);
                 return;

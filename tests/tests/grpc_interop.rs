@@ -1,0 +1,152 @@
+//! The mixer's gRPC server (`mixer-grpc`) against another implementation's client: Python's
+//! grpcio (gRPC core, the C library most non-Go clients use) calls the real binary with raw
+//! message bytes. Envoy's client is gRPC core too in its Google gRPC mode. Covered: a unary
+//! method served directly (allowed and denied), a message that does not decode, an unknown
+//! method, and health, which tonic serves behind the direct methods.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use envoy_types::ext_authz::v3::pb::{CheckRequest, CheckResponse};
+use envoy_types::pb::envoy::service::auth::v3::attribute_context::{HttpRequest, Request};
+use envoy_types::pb::envoy::service::auth::v3::{AttributeContext, check_response};
+use mixer_tests::Mixer;
+use prost::Message;
+
+/// Calls `method` with each hex-encoded request given after it and prints, per call, `ok HEX`
+/// or `error CODE_NAME DETAILS`.
+const CLIENT: &str = r#"
+import sys, grpc
+channel = grpc.insecure_channel(sys.argv[1])
+method = channel.unary_unary(sys.argv[2])
+for request in sys.argv[3:]:
+    try:
+        answer = method(bytes.fromhex(request), timeout=10)
+        print("ok", answer.hex())
+    except grpc.RpcError as e:
+        print("error", e.code().name, e.details())
+"#;
+
+fn python() -> Option<PathBuf> {
+    let python = PathBuf::from(
+        std::env::var("MIXER_PYTHON").unwrap_or_else(|_| "/tmp/mixer-venv/bin/python".into()),
+    );
+    let ok = Command::new(&python)
+        .args(["-c", "import grpc"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    ok.then_some(python)
+}
+
+fn call(python: &Path, mixer: &Mixer, method: &str, requests: &[Vec<u8>]) -> Vec<String> {
+    let hex = |b: &Vec<u8>| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let out = Command::new(python)
+        .args(["-c", CLIENT, &mixer.grpc.to_string(), method])
+        .args(requests.iter().map(hex))
+        .output()
+        .expect("run the Python client");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn answer(line: &str) -> Vec<u8> {
+    let hex = line
+        .strip_prefix("ok ")
+        .unwrap_or_else(|| panic!("not an answer: {line}"));
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+fn authz_request(headers: &[(&str, &str)]) -> Vec<u8> {
+    CheckRequest {
+        attributes: Some(AttributeContext {
+            request: Some(Request {
+                http: Some(HttpRequest {
+                    method: "GET".into(),
+                    path: "/app".into(),
+                    host: "shop.example.com".into(),
+                    headers: headers
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect::<HashMap<_, _>>(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    }
+    .encode_to_vec()
+}
+
+#[test]
+fn grpcio_calls_the_mixer_direct_and_fallback_paths() {
+    let Some(python) = python() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "grpcio not found: python3 -m venv /tmp/mixer-venv && /tmp/mixer-venv/bin/pip install \
+             -r adapters/examples/python-metrics/requirements.txt (or set MIXER_PYTHON)"
+        );
+        eprintln!("skipped: no Python with grpcio");
+        return;
+    };
+    let mixer = Mixer::start(Path::new(env!("CARGO_BIN_EXE_mixer-under-test")), &[]);
+    mixer.wait_ready(Duration::from_secs(10));
+
+    let lines = call(
+        &python,
+        &mixer,
+        "/envoy.service.auth.v3.Authorization/Check",
+        &[
+            authz_request(&[("x-user", "bob")]),
+            authz_request(&[("x-mixer-deny", "true")]),
+            vec![0xff, 0xff, 0xff],
+        ],
+    );
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    let allowed = CheckResponse::decode(answer(&lines[0]).as_slice()).expect("decodes");
+    assert_eq!(allowed.status.map(|s| s.code), Some(0));
+    let Some(check_response::HttpResponse::OkResponse(ok)) = allowed.http_response else {
+        panic!("expected an OK response: {}", lines[0]);
+    };
+    assert!(
+        ok.headers
+            .iter()
+            .filter_map(|h| h.header.as_ref())
+            .any(|h| h.key == "x-mixer-user" && h.value == "bob"),
+        "{ok:?}"
+    );
+    let denied = CheckResponse::decode(answer(&lines[1]).as_slice()).expect("decodes");
+    assert_eq!(denied.status.map(|s| s.code), Some(7));
+    assert!(
+        lines[2].starts_with("error INTERNAL") && lines[2].contains("does not decode"),
+        "{}",
+        lines[2]
+    );
+
+    let unknown = call(
+        &python,
+        &mixer,
+        "/envoy.service.auth.v3.Authorization/Nope",
+        &[vec![]],
+    );
+    assert!(unknown[0].starts_with("error UNIMPLEMENTED"), "{unknown:?}");
+
+    // grpc.health.v1 HealthCheckRequest{service: ""} is empty; SERVING is status 1.
+    let health = call(&python, &mixer, "/grpc.health.v1.Health/Check", &[vec![]]);
+    assert_eq!(answer(&health[0]), vec![0x08, 0x01], "{health:?}");
+
+    assert!(mixer.terminate().success());
+}
