@@ -1,39 +1,19 @@
 //! The gRPC services of `mixer serve`, through the real binary with the embedded default
 //! config: Envoy ext_authz v3 and Istio Mixer v1 Check share one pipeline and one answer.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use envoy_types::ext_authz::v3::pb::CheckRequest;
-use envoy_types::pb::envoy::service::auth::v3::attribute_context::{HttpRequest, Request};
 use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
-use envoy_types::pb::envoy::service::auth::v3::{AttributeContext, check_response};
+use envoy_types::pb::envoy::service::auth::v3::check_response;
 use mixer_model::{StringMap, Value};
 use mixer_proto::istio::mixer::v1 as pb;
 use mixer_proto::istio::mixer::v1::mixer_client::MixerClient;
 use mixer_tests::Mixer;
 
-fn authz_request(headers: &[(&str, &str)]) -> CheckRequest {
-    CheckRequest {
-        attributes: Some(AttributeContext {
-            request: Some(Request {
-                http: Some(HttpRequest {
-                    method: "GET".into(),
-                    path: "/app".into(),
-                    host: "shop.example.com".into(),
-                    headers: headers
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect::<HashMap<_, _>>(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-    }
-}
+#[path = "support/authz.rs"]
+mod authz;
+use authz::authz_request;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ext_authz_and_mixer_v1_decide_alike() {

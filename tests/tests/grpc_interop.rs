@@ -4,15 +4,20 @@
 //! method served directly (allowed and denied), a message that does not decode, an unknown
 //! method, and health, which tonic serves behind the direct methods.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use envoy_types::ext_authz::v3::pb::{CheckRequest, CheckResponse};
-use envoy_types::pb::envoy::service::auth::v3::attribute_context::{HttpRequest, Request};
-use envoy_types::pb::envoy::service::auth::v3::{AttributeContext, check_response};
+use envoy_types::ext_authz::v3::pb::CheckResponse;
+use envoy_types::pb::envoy::service::auth::v3::check_response;
 use mixer_tests::Mixer;
+
+#[path = "support/authz.rs"]
+mod authz;
+
+fn authz_request(headers: &[(&str, &str)]) -> Vec<u8> {
+    authz::authz_request(headers).encode_to_vec()
+}
 use prost::Message;
 
 /// Calls `method` with each hex-encoded request given after it and prints, per call, `ok HEX`
@@ -67,28 +72,6 @@ fn answer(line: &str) -> Vec<u8> {
         .step_by(2)
         .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
         .collect()
-}
-
-fn authz_request(headers: &[(&str, &str)]) -> Vec<u8> {
-    CheckRequest {
-        attributes: Some(AttributeContext {
-            request: Some(Request {
-                http: Some(HttpRequest {
-                    method: "GET".into(),
-                    path: "/app".into(),
-                    host: "shop.example.com".into(),
-                    headers: headers
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect::<HashMap<_, _>>(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-    }
-    .encode_to_vec()
 }
 
 #[test]
