@@ -4,8 +4,8 @@
 //! method served directly (allowed and denied), a message that does not decode, an unknown
 //! method, and health, which tonic serves behind the direct methods.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 use envoy_types::ext_authz::v3::pb::CheckResponse;
@@ -14,6 +14,9 @@ use mixer_tests::Mixer;
 
 #[path = "support/authz.rs"]
 mod authz;
+#[path = "support/python.rs"]
+mod python;
+use python::python_or_skip;
 
 fn authz_request(headers: &[(&str, &str)]) -> Vec<u8> {
     authz::authz_request(headers).encode_to_vec()
@@ -33,18 +36,6 @@ for request in sys.argv[3:]:
     except grpc.RpcError as e:
         print("error", e.code().name, e.details())
 "#;
-
-fn python() -> Option<PathBuf> {
-    let python = PathBuf::from(
-        std::env::var("MIXER_PYTHON").unwrap_or_else(|_| "/tmp/mixer-venv/bin/python".into()),
-    );
-    let ok = Command::new(&python)
-        .args(["-c", "import grpc"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    ok.then_some(python)
-}
 
 fn call(python: &Path, mixer: &Mixer, method: &str, requests: &[Vec<u8>]) -> Vec<String> {
     let hex = |b: &Vec<u8>| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
@@ -76,13 +67,7 @@ fn answer(line: &str) -> Vec<u8> {
 
 #[test]
 fn grpcio_calls_the_mixer_direct_and_fallback_paths() {
-    let Some(python) = python() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "grpcio not found: python3 -m venv /tmp/mixer-venv && /tmp/mixer-venv/bin/pip install \
-             -r adapters/examples/python-metrics/requirements.txt (or set MIXER_PYTHON)"
-        );
-        eprintln!("skipped: no Python with grpcio");
+    let Some(python) = python_or_skip() else {
         return;
     };
     let mixer = Mixer::start(Path::new(env!("CARGO_BIN_EXE_mixer-under-test")), &[]);

@@ -17,7 +17,11 @@ use mixer_model::Value;
 use mixer_proto::istio::mixer::v1 as pb;
 use mixer_proto::istio::mixer::v1::mixer_client::MixerClient;
 use mixer_tests::{Mixer, free_addr, http_request};
+
+#[path = "support/python.rs"]
+mod python;
 use model::infrastructure_backend_client::InfrastructureBackendClient;
+use python::python_or_skip;
 use serde_json::json;
 
 fn examples() -> PathBuf {
@@ -265,28 +269,6 @@ async fn allowlist_refusing_its_params_keeps_the_config_out() {
     assert!(body.contains("/nonexistent/allowed.txt"), "{body}");
 }
 
-/// The virtual environment's Python, or `None` (and the reason) when it is not set up.
-fn python() -> Result<PathBuf, String> {
-    let python = PathBuf::from(
-        std::env::var("MIXER_PYTHON").unwrap_or_else(|_| "/tmp/mixer-venv/bin/python".into()),
-    );
-    let ok = Command::new(&python)
-        .args(["-c", "import grpc, grpc_tools"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok {
-        Ok(python)
-    } else {
-        Err(format!(
-            "{} with grpcio and grpcio-tools not found: python3 -m venv /tmp/mixer-venv && \
-             /tmp/mixer-venv/bin/pip install -r adapters/examples/python-metrics/requirements.txt \
-             (or set MIXER_PYTHON)",
-            python.display()
-        ))
-    }
-}
-
 /// Starts the Python adapter with stubs generated into `dir`.
 fn start_python_adapter(python: &Path, dir: &Path) -> (SocketAddr, Process) {
     let example = examples().join("python-metrics");
@@ -333,13 +315,8 @@ fn lines(path: &Path) -> Vec<serde_json::Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_metrics_adapter_writes_reports_through_the_mixer() {
-    let python = match python() {
-        Ok(p) => p,
-        Err(why) if std::env::var_os("CI").is_none() => {
-            eprintln!("skipped: {why}");
-            return;
-        }
-        Err(why) => panic!("{why}"),
+    let Some(python) = python_or_skip() else {
+        return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("metrics.jsonl");
