@@ -15,39 +15,9 @@ fn golden_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/ext_authz")
 }
 
-/// The bag as `name=value` lines, sorted by name.
-fn render(request: &CheckRequest) -> String {
-    let bag = ext_authz::bag_from_request(request, Arc::new(Vocabulary::istio()), NOW);
-    let mut lines: Vec<String> = bag
-        .iter()
-        .map(|(name, value)| format!("{name}={value}"))
-        .collect();
-    lines.sort();
-    let mut out = lines.join("\n");
-    out.push('\n');
-    out
-}
-
 fn assert_golden(name: &str, request: &CheckRequest) {
-    let actual = render(request);
-    let path = golden_dir().join(format!("{name}.txt"));
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::create_dir_all(golden_dir()).expect("golden dir");
-        std::fs::write(&path, &actual).expect("write golden file");
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (run with UPDATE_GOLDEN=1 to create it)",
-            path.display()
-        )
-    });
-    assert_eq!(
-        actual,
-        expected,
-        "{} differs (UPDATE_GOLDEN=1 rewrites it)",
-        path.display()
-    );
+    let bag = ext_authz::bag_from_request(request, Arc::new(Vocabulary::istio()), NOW);
+    common::assert_golden(&golden_dir(), name, &common::render_bag(&bag));
 }
 
 fn string_value(s: &str) -> Value {

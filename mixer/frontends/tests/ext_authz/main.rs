@@ -4,6 +4,8 @@
 //! Golden files: `tests/golden/ext_authz/*.txt` hold the attribute bag of each sample request.
 //! Run with `UPDATE_GOLDEN=1` to rewrite them after an intended mapping change.
 
+#[path = "../common/mod.rs"]
+mod common;
 mod decisions;
 mod golden;
 mod hostile_input;
