@@ -273,3 +273,13 @@ async fn shutdown_lets_a_call_in_flight_finish_then_stops_listening() {
         "no longer listening"
     );
 }
+
+#[tokio::test]
+async fn a_message_over_many_frames_is_put_together() {
+    let (addr, _stop, _served) = start().await;
+    let mut send = connect(addr).await;
+    // 100 KB: h2 sends it in frames of 16 KiB at the most.
+    let long = "a".repeat(100_000);
+    let answer = call(&mut send, LIST_ENTRY, &[], request_for(&long)).await;
+    assert_eq!(check_result(&answer), 0);
+}

@@ -142,18 +142,35 @@ async fn request_message(
             "request compression {encoding:?} is not supported"
         )));
     }
-    let mut body = BytesMut::new();
+    // A request of one DATA frame (nearly all of them) is used as it came; only a message
+    // split over several frames is copied together.
+    let mut first: Option<Bytes> = None;
+    let mut joined: Option<BytesMut> = None;
+    let mut len = 0;
     while let Some(data) = recv.data().await {
         let data = data.map_err(|e| Status::cancelled(format!("the request broke off: {e}")))?;
         let _ = recv.flow_control().release_capacity(data.len());
-        if body.len() + data.len() > MAX_MESSAGE + 5 {
+        len += data.len();
+        if len > MAX_MESSAGE + 5 {
             return Err(Status::out_of_range(format!(
                 "the request message is larger than {MAX_MESSAGE} bytes"
             )));
         }
-        body.extend_from_slice(&data);
+        match (&mut joined, first.take()) {
+            (Some(all), _) => all.extend_from_slice(&data),
+            (None, None) => first = Some(data),
+            (None, Some(earlier)) => {
+                let mut all = BytesMut::with_capacity(earlier.len() + data.len());
+                all.extend_from_slice(&earlier);
+                all.extend_from_slice(&data);
+                joined = Some(all);
+            }
+        }
     }
-    unframe(body.freeze())
+    unframe(match joined {
+        Some(all) => all.freeze(),
+        None => first.unwrap_or_default(),
+    })
 }
 
 /// The message inside a unary request's body: exactly one uncompressed gRPC frame.
