@@ -12,12 +12,17 @@ pub(crate) fn socket_address(address: &Address) -> Option<(IpAddr, Option<u32>)>
     let Some(AddressKind::SocketAddress(socket)) = address.address.as_ref() else {
         return None;
     };
-    let ip = socket.address.trim().parse::<IpAddr>().ok()?;
+    let ip = socket_ip(&socket.address)?;
     let port = match socket.port_specifier {
         Some(PortSpecifier::PortValue(p)) => Some(p),
         _ => None,
     };
     Some((ip, port))
+}
+
+/// The IP of a socket address's text.
+pub(crate) fn socket_ip(address: &str) -> Option<IpAddr> {
+    address.trim().parse().ok()
 }
 
 /// The namespace of an Istio SPIFFE identity `spiffe://<trust domain>/ns/<ns>/sa/<account>`.

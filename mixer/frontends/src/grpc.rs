@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::service::auth::v3::authorization_server::Authorization;
+use bytes::Bytes;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
-use mixer_grpc::{Methods, unary};
+use mixer_grpc::{Methods, framed, unary};
 use mixer_proto::istio::mixer::v1::mixer_server::Mixer;
 use mixer_runtime::Runtime;
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::LogsService;
@@ -45,11 +45,14 @@ pub const PATHS: [&str; 6] = [
 pub fn unary_methods(runtime: &Arc<Runtime>) -> Methods {
     let [authz, mixer_check, mixer_report, rate_limit, logs, traces] = PATHS;
     let mut methods = Methods::new();
+    // ext_authz reads its request where it lies rather than through the generated decoder:
+    // the decoded message would be built only to be mapped to attributes and dropped.
     let ext_authz = ExtAuthz::new(runtime.clone());
     methods.add(
         authz,
-        unary(ext_authz, |s, r| async move {
-            Authorization::check(&s, r).await
+        Arc::new(move |message: Bytes| {
+            let answer = ext_authz.decide_encoded(&message);
+            Box::pin(async move { Ok(framed(&answer.await?)) })
         }),
     );
     let mixer = MixerV1::new(runtime.clone());

@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::core::v3::Metadata;
 use envoy_types::pb::envoy::service::auth::v3::CheckRequest;
-use envoy_types::pb::envoy::service::auth::v3::attribute_context::{HttpRequest, Peer};
 use envoy_types::pb::google::protobuf::{Struct, Value as PbValue, value::Kind};
 use mixer_model::{AttributeBag, StringMap, Timestamp, Value, Vocabulary};
 
-use crate::envoy_core::{socket_address, spiffe_namespace};
+use super::wire::{CheckView, HttpView, PeerView, WireError};
+use crate::envoy_core::{socket_ip, spiffe_namespace};
 
 /// The undeclared attribute that carries `metadata_context.filter_metadata`, flattened.
 pub const METADATA_ATTRIBUTE: &str = "context.metadata";
@@ -37,6 +37,21 @@ pub fn bag_from_request(
 
 /// Fills an existing bag (call [`AttributeBag::clear`] first to reuse one) from `request`.
 pub fn fill_bag(bag: &mut AttributeBag, request: &CheckRequest, now: Timestamp) {
+    fill_from_view(bag, &CheckView::of(request), now);
+}
+
+/// Fills an existing bag from an encoded `CheckRequest`, reading its strings where they lie
+/// in `message`: what the gRPC method does, without building the decoded message.
+pub fn fill_bag_from_wire(
+    bag: &mut AttributeBag,
+    message: &[u8],
+    now: Timestamp,
+) -> Result<(), WireError> {
+    fill_from_view(bag, &CheckView::decode(message)?, now);
+    Ok(())
+}
+
+fn fill_from_view(bag: &mut AttributeBag, request: &CheckView<'_>, now: Timestamp) {
     let mut set = |name: &str, value: Value| {
         // Values come from what the proxy (and so the client) sent; one that does not fit
         // the declared type is left out rather than failing the whole check.
@@ -47,52 +62,44 @@ pub fn fill_bag(bag: &mut AttributeBag, request: &CheckRequest, now: Timestamp) 
         return;
     };
 
-    let source = attrs.source.as_ref();
-    let destination = attrs.destination.as_ref();
-    if let Some(peer) = source {
+    if let Some(peer) = &attrs.source {
         peer_attributes(&mut set, &SOURCE, peer);
     }
-    if let Some(peer) = destination {
+    if let Some(peer) = &attrs.destination {
         peer_attributes(&mut set, &DESTINATION, peer);
     }
     // A principal (or a certificate) on the source means Envoy verified a client
     // certificate: mutual TLS. A TLS session alone (tls_session) is one-way TLS.
-    let mtls = source.is_some_and(|p| !p.principal.is_empty() || !p.certificate.is_empty());
+    let mtls = attrs
+        .source
+        .as_ref()
+        .is_some_and(|p| !p.principal.is_empty() || p.has_certificate);
     set("connection.mtls", Value::Bool(mtls));
-    if let Some(tls) = attrs.tls_session.as_ref()
-        && !tls.sni.is_empty()
-    {
-        set(
-            "connection.requested_server_name",
-            Value::from(tls.sni.as_str()),
-        );
+    if let Some(sni) = attrs.sni.filter(|sni| !sni.is_empty()) {
+        set("connection.requested_server_name", Value::from(sni));
     }
 
     if !attrs.context_extensions.is_empty() {
-        let map = StringMap::from_pairs(
-            attrs
-                .context_extensions
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str())),
+        set(
+            "context.extensions",
+            map_of(&attrs.context_extensions).into(),
         );
-        set("context.extensions", map.into());
     }
-    if let Some(map) = attrs.metadata_context.as_ref().and_then(flatten_metadata) {
+    if let Some(map) = attrs.metadata_context.as_deref().and_then(flatten_metadata) {
         set(METADATA_ATTRIBUTE, map.into());
     }
     if let Some(map) = attrs
         .route_metadata_context
-        .as_ref()
+        .as_deref()
         .and_then(flatten_metadata)
     {
         set(ROUTE_METADATA_ATTRIBUTE, map.into());
     }
 
-    if let Some(request) = attrs.request.as_ref() {
+    if let Some(request) = &attrs.request {
         let time = request
             .time
-            .as_ref()
-            .and_then(|t| Timestamp::from_parts(t.seconds, t.nanos))
+            .and_then(|(seconds, nanos)| Timestamp::from_parts(seconds, nanos))
             .unwrap_or(now);
         set("request.time", Value::Timestamp(time));
     }
@@ -102,6 +109,11 @@ pub fn fill_bag(bag: &mut AttributeBag, request: &CheckRequest, now: Timestamp) 
         // The network (TCP) ext_authz filter sends no HTTP request.
         None => set("context.protocol", Value::from("tcp")),
     }
+}
+
+/// A protobuf map as sent: where a key repeats, the later entry is the one protobuf keeps.
+fn map_of(pairs: &[(&str, &str)]) -> StringMap {
+    StringMap::from_pairs(pairs.iter().rev().copied())
 }
 
 /// The attribute names of one side of the connection, written out so that a check builds
@@ -133,30 +145,30 @@ const DESTINATION: PeerNames = PeerNames {
     labels: "destination.labels",
 };
 
-fn peer_attributes(set: &mut impl FnMut(&str, Value), name: &PeerNames, peer: &Peer) {
-    if let Some((ip, port)) = peer.address.as_ref().and_then(socket_address) {
+fn peer_attributes(set: &mut impl FnMut(&str, Value), name: &PeerNames, peer: &PeerView<'_>) {
+    if let Some(socket) = &peer.socket
+        && let Some(ip) = socket_ip(socket.address)
+    {
         set(name.ip, Value::IpAddress(ip));
-        if let Some(port) = port {
+        if let Some(port) = socket.port {
             set(name.port, Value::Int64(i64::from(port)));
         }
     }
     if !peer.principal.is_empty() {
-        set(name.principal, Value::from(peer.principal.as_str()));
-        if let Some(namespace) = spiffe_namespace(&peer.principal) {
+        set(name.principal, Value::from(peer.principal));
+        if let Some(namespace) = spiffe_namespace(peer.principal) {
             set(name.namespace, Value::from(namespace));
         }
     }
     if !peer.service.is_empty() {
-        set(name.service, Value::from(peer.service.as_str()));
+        set(name.service, Value::from(peer.service));
     }
     if !peer.labels.is_empty() {
-        let labels =
-            StringMap::from_pairs(peer.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        set(name.labels, labels.into());
+        set(name.labels, map_of(&peer.labels).into());
     }
 }
 
-fn http_attributes(set: &mut impl FnMut(&str, Value), http: &HttpRequest) {
+fn http_attributes(set: &mut impl FnMut(&str, Value), http: &HttpView<'_>) {
     // Built once: `request.headers` itself, and what the single-header lookups below search.
     let headers = request_headers(http);
     let header = |name: &str| {
@@ -166,19 +178,19 @@ fn http_attributes(set: &mut impl FnMut(&str, Value), http: &HttpRequest) {
             .filter(|v| !v.is_empty())
     };
 
-    let id = Some(http.id.as_str())
+    let id = Some(http.id)
         .filter(|v| !v.is_empty())
         .or_else(|| header("x-request-id"));
     if let Some(id) = id {
         set("request.id", Value::from(id));
     }
-    let method = Some(http.method.as_str())
+    let method = Some(http.method)
         .filter(|v| !v.is_empty())
         .or_else(|| header(":method"));
     if let Some(method) = method {
         set("request.method", Value::from(method));
     }
-    let path = Some(http.path.as_str())
+    let path = Some(http.path)
         .filter(|v| !v.is_empty())
         .or_else(|| header(":path"));
     if let Some(path) = path {
@@ -196,7 +208,7 @@ fn http_attributes(set: &mut impl FnMut(&str, Value), http: &HttpRequest) {
             set("request.query_params", StringMap::from_pairs(params).into());
         }
     }
-    let host = Some(http.host.as_str())
+    let host = Some(http.host)
         .filter(|v| !v.is_empty())
         .or_else(|| header(":authority"))
         .or_else(|| header("host"));
@@ -204,7 +216,7 @@ fn http_attributes(set: &mut impl FnMut(&str, Value), http: &HttpRequest) {
         set("request.host", Value::from(host));
         set("destination.service.host", Value::from(strip_port(host)));
     }
-    let scheme = Some(http.scheme.as_str())
+    let scheme = Some(http.scheme)
         .filter(|v| !v.is_empty())
         .or_else(|| header(":scheme"));
     if let Some(scheme) = scheme {
@@ -237,23 +249,21 @@ fn http_attributes(set: &mut impl FnMut(&str, Value), http: &HttpRequest) {
 /// The request headers with lower-case names: the `headers` map when Envoy sent it, else the
 /// raw `header_map` (sent instead when `encode_raw_headers` is on), where a name that repeats
 /// is merged with `,` as the `headers` map would have been.
-fn request_headers(http: &HttpRequest) -> StringMap {
+fn request_headers<'a>(http: &HttpView<'a>) -> StringMap {
     if !http.headers.is_empty() {
-        // Names differing only in case (never from Envoy, which sends lower case) keep one.
-        return StringMap::from_pairs(http.headers.iter().map(|(k, v)| (lower(k), v.as_str())));
+        // Names differing only in case (never from Envoy, which sends lower case) keep one:
+        // the later, as for a key sent twice.
+        return StringMap::from_pairs(http.headers.iter().rev().map(|&(k, v)| (lower(k), v)));
     }
-    let mut out: BTreeMap<Cow<'_, str>, Cow<'_, str>> = BTreeMap::new();
-    let Some(map) = http.header_map.as_ref() else {
-        return StringMap::new();
-    };
-    for h in &map.headers {
+    let mut out: BTreeMap<Cow<'a, str>, Cow<'a, str>> = BTreeMap::new();
+    for h in &http.header_map {
         // With encode_raw_headers Envoy fills raw_value only; `value` is the older field.
         let value = if h.raw_value.is_empty() {
-            Cow::Borrowed(h.value.as_str())
+            Cow::Borrowed(h.value)
         } else {
-            String::from_utf8_lossy(&h.raw_value)
+            String::from_utf8_lossy(h.raw_value)
         };
-        match out.entry(lower(&h.key)) {
+        match out.entry(lower(h.key)) {
             std::collections::btree_map::Entry::Vacant(e) => {
                 e.insert(value);
             }

@@ -52,6 +52,7 @@
 
 mod attributes;
 mod respond;
+mod wire;
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -61,10 +62,13 @@ use envoy_types::pb::envoy::service::auth::v3::authorization_server::{
 };
 use envoy_types::pb::envoy::service::auth::v3::{CheckRequest, CheckResponse};
 use mixer_model::{AttributeBag, Timestamp, Vocabulary};
-use mixer_runtime::Runtime;
+use mixer_runtime::{Runtime, Snapshot};
 
-pub use attributes::{METADATA_ATTRIBUTE, ROUTE_METADATA_ATTRIBUTE, bag_from_request, fill_bag};
+pub use attributes::{
+    METADATA_ATTRIBUTE, ROUTE_METADATA_ATTRIBUTE, bag_from_request, fill_bag, fill_bag_from_wire,
+};
 pub use respond::{check_response, could_not_decide, http_status, metadata_keys, not_ready};
+pub use wire::WireError;
 
 /// The ext_authz service: ready to add to a tonic server.
 pub fn service(runtime: Arc<Runtime>) -> AuthorizationServer<ExtAuthz> {
@@ -86,6 +90,36 @@ impl ExtAuthz {
     /// Decides one request: the whole path from `CheckRequest` to `CheckResponse`, without
     /// the transport (for benchmarks and the load generator).
     pub async fn decide(&self, request: &CheckRequest) -> Result<CheckResponse, tonic::Status> {
+        let (snapshot, bag) = self.filled(|bag, now| {
+            fill_bag(bag, request, now);
+            Ok(())
+        })?;
+        finish(&snapshot, bag).await
+    }
+
+    /// Decides one encoded `CheckRequest` (the gRPC method's message), reading it where it
+    /// lies instead of decoding it into a `CheckRequest` first.
+    pub fn decide_encoded(
+        &self,
+        message: &[u8],
+    ) -> impl Future<Output = Result<CheckResponse, tonic::Status>> + Send + 'static {
+        let filled = self.filled(|bag, now| {
+            fill_bag_from_wire(bag, message, now).map_err(|e| {
+                tonic::Status::internal(format!("the request message does not decode: {e}"))
+            })
+        });
+        async move {
+            let (snapshot, bag) = filled?;
+            finish(&snapshot, bag).await
+        }
+    }
+
+    /// The active snapshot and a bag filled by `fill`, which runs before any await so that it
+    /// may borrow the request.
+    fn filled(
+        &self,
+        fill: impl FnOnce(&mut AttributeBag, Timestamp) -> Result<(), tonic::Status>,
+    ) -> Result<(Arc<Snapshot>, AttributeBag), tonic::Status> {
         if !self.runtime.is_ready() {
             // No valid config yet: we cannot decide, which is not the same as "deny".
             return Err(not_ready());
@@ -93,18 +127,26 @@ impl ExtAuthz {
         // One snapshot for the whole request, whatever reloads happen meanwhile.
         let snapshot = self.runtime.snapshot();
         let mut bag = spare_bag(snapshot.vocabulary());
-        fill_bag(&mut bag, request, Timestamp::now());
-        let checked = snapshot.check_cached(&bag).await;
-        bag.clear();
-        SPARE_BAG.set(Some(bag));
-        match checked {
-            Ok(checked) => Ok(check_response(&checked)),
-            // A handler failed closed. Answer a gRPC error (UNAVAILABLE), NOT a denial:
-            // Envoy treats an error as a failed call and applies `failure_mode_allow`.
-            Err(e) => {
-                tracing::warn!("ext_authz: {e}");
-                Err(could_not_decide(&e))
+        match fill(&mut bag, Timestamp::now()) {
+            Ok(()) => Ok((snapshot, bag)),
+            Err(status) => {
+                keep_spare(bag);
+                Err(status)
             }
+        }
+    }
+}
+
+async fn finish(snapshot: &Snapshot, bag: AttributeBag) -> Result<CheckResponse, tonic::Status> {
+    let checked = snapshot.check_cached(&bag).await;
+    keep_spare(bag);
+    match checked {
+        Ok(checked) => Ok(check_response(&checked)),
+        // A handler failed closed. Answer a gRPC error (UNAVAILABLE), NOT a denial:
+        // Envoy treats an error as a failed call and applies `failure_mode_allow`.
+        Err(e) => {
+            tracing::warn!("ext_authz: {e}");
+            Err(could_not_decide(&e))
         }
     }
 }
@@ -114,6 +156,12 @@ thread_local! {
     /// attribute of the vocabulary (kilobytes to allocate and zero), and a check needs only a
     /// few dozen of them filled; reusing one saves that per check.
     static SPARE_BAG: Cell<Option<AttributeBag>> = const { Cell::new(None) };
+}
+
+/// Empties `bag` and keeps it as this thread's spare.
+fn keep_spare(mut bag: AttributeBag) {
+    bag.clear();
+    SPARE_BAG.set(Some(bag));
 }
 
 /// The thread's spare bag if it was built for `vocabulary`, else a new one.

@@ -36,7 +36,7 @@ fn structure(fields: Vec<(&str, Value)>) -> Struct {
 }
 
 /// Everything Envoy's HTTP filter can send, mTLS between two Istio workloads.
-fn full_http_request() -> CheckRequest {
+pub(crate) fn full_http_request() -> CheckRequest {
     let mut request = http_check(
         "POST",
         "/api/v1/orders?id=42&debug&id=43",

@@ -9,6 +9,7 @@ mod common;
 mod decisions;
 mod golden;
 mod hostile_input;
+mod wire;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -27,7 +28,7 @@ use mixer_adapter_api::{
     Handler, ParamError, Params, Stability,
 };
 use mixer_config::{ConfigOptions, SourceFile};
-use mixer_frontends::ext_authz;
+use mixer_frontends::{ext_authz, grpc};
 use mixer_model::{CheckResult, Instance, Template};
 use mixer_runtime::{ConfigOrigin, Runtime, RuntimeMetrics, RuntimeOptions};
 use tonic::transport::Channel;
@@ -232,12 +233,12 @@ async fn serve(runtime: Arc<Runtime>) -> (AuthorizationClient<Channel>, SocketAd
         .await
         .expect("bind loopback");
     let addr = listener.local_addr().expect("local addr");
-    let incoming = tonic::transport::server::TcpIncoming::from(listener);
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(ext_authz::service(runtime))
-            .serve_with_incoming(incoming),
-    );
+    // The stack the mixer serves with: Check straight from its encoded message, tonic's
+    // routes behind it.
+    let mut routes = tonic::service::RoutesBuilder::default();
+    routes.add_service(ext_authz::service(runtime.clone()));
+    let server = mixer_grpc::Server::new(grpc::unary_methods(&runtime), routes.routes());
+    tokio::spawn(server.serve(listener, std::future::pending()));
     (connect(addr).await, addr)
 }
 
