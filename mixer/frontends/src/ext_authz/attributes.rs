@@ -10,6 +10,7 @@ use envoy_types::pb::envoy::service::auth::v3::CheckRequest;
 use envoy_types::pb::google::protobuf::{Struct, Value as PbValue, value::Kind};
 use mixer_model::{AttributeBag, StringMap, Timestamp, Value, Vocabulary};
 
+use super::names::*;
 use super::wire::{CheckView, HttpView, PeerView, WireError};
 use crate::envoy_core::{socket_ip, spiffe_namespace};
 
@@ -52,21 +53,20 @@ pub fn fill_bag_from_wire(
 }
 
 fn fill_from_view(bag: &mut AttributeBag, request: &CheckView<'_>, now: Timestamp) {
-    let mut set = |name: &str, value: Value| {
-        // Values come from what the proxy (and so the client) sent; one that does not fit
-        // the declared type is left out rather than failing the whole check.
-        let _ = bag.set(name, value);
-    };
-    set("context.time", Value::Timestamp(now));
+    with_setter(bag, |set| fill(set, request, now));
+}
+
+fn fill(set: &mut dyn FnMut(usize, Value), request: &CheckView<'_>, now: Timestamp) {
+    set(CONTEXT_TIME, Value::Timestamp(now));
     let Some(attrs) = request.attributes.as_ref() else {
         return;
     };
 
     if let Some(peer) = &attrs.source {
-        peer_attributes(&mut set, &SOURCE, peer);
+        peer_attributes(set, &SOURCE, peer);
     }
     if let Some(peer) = &attrs.destination {
-        peer_attributes(&mut set, &DESTINATION, peer);
+        peer_attributes(set, &DESTINATION, peer);
     }
     // A principal (or a certificate) on the source means Envoy verified a client
     // certificate: mutual TLS. A TLS session alone (tls_session) is one-way TLS.
@@ -74,26 +74,23 @@ fn fill_from_view(bag: &mut AttributeBag, request: &CheckView<'_>, now: Timestam
         .source
         .as_ref()
         .is_some_and(|p| !p.principal.is_empty() || p.has_certificate);
-    set("connection.mtls", Value::Bool(mtls));
+    set(CONNECTION_MTLS, Value::Bool(mtls));
     if let Some(sni) = attrs.sni.filter(|sni| !sni.is_empty()) {
-        set("connection.requested_server_name", Value::from(sni));
+        set(CONNECTION_SNI, Value::from(sni));
     }
 
     if !attrs.context_extensions.is_empty() {
-        set(
-            "context.extensions",
-            map_of(&attrs.context_extensions).into(),
-        );
+        set(CONTEXT_EXTENSIONS, map_of(&attrs.context_extensions).into());
     }
     if let Some(map) = attrs.metadata_context.as_deref().and_then(flatten_metadata) {
-        set(METADATA_ATTRIBUTE, map.into());
+        set(CONTEXT_METADATA, map.into());
     }
     if let Some(map) = attrs
         .route_metadata_context
         .as_deref()
         .and_then(flatten_metadata)
     {
-        set(ROUTE_METADATA_ATTRIBUTE, map.into());
+        set(CONTEXT_ROUTE_METADATA, map.into());
     }
 
     if let Some(request) = &attrs.request {
@@ -101,13 +98,13 @@ fn fill_from_view(bag: &mut AttributeBag, request: &CheckView<'_>, now: Timestam
             .time
             .and_then(|(seconds, nanos)| Timestamp::from_parts(seconds, nanos))
             .unwrap_or(now);
-        set("request.time", Value::Timestamp(time));
+        set(REQUEST_TIME, Value::Timestamp(time));
     }
 
     match attrs.request.as_ref().and_then(|r| r.http.as_ref()) {
-        Some(http) => http_attributes(&mut set, http),
+        Some(http) => http_attributes(set, http),
         // The network (TCP) ext_authz filter sends no HTTP request.
-        None => set("context.protocol", Value::from("tcp")),
+        None => set(CONTEXT_PROTOCOL, Value::from("tcp")),
     }
 }
 
@@ -116,36 +113,35 @@ fn map_of(pairs: &[(&str, &str)]) -> StringMap {
     StringMap::from_pairs(pairs.iter().rev().copied())
 }
 
-/// The attribute names of one side of the connection, written out so that a check builds
-/// none of them.
+/// The attributes of one side of the connection.
 struct PeerNames {
-    ip: &'static str,
-    port: &'static str,
-    principal: &'static str,
-    namespace: &'static str,
-    service: &'static str,
-    labels: &'static str,
+    ip: usize,
+    port: usize,
+    principal: usize,
+    namespace: usize,
+    service: usize,
+    labels: usize,
 }
 
 const SOURCE: PeerNames = PeerNames {
-    ip: "source.ip",
-    port: "source.port",
-    principal: "source.principal",
-    namespace: "source.namespace",
-    service: "source.service",
-    labels: "source.labels",
+    ip: SOURCE_IP,
+    port: SOURCE_PORT,
+    principal: SOURCE_PRINCIPAL,
+    namespace: SOURCE_NAMESPACE,
+    service: SOURCE_SERVICE,
+    labels: SOURCE_LABELS,
 };
 
 const DESTINATION: PeerNames = PeerNames {
-    ip: "destination.ip",
-    port: "destination.port",
-    principal: "destination.principal",
-    namespace: "destination.namespace",
-    service: "destination.service",
-    labels: "destination.labels",
+    ip: DESTINATION_IP,
+    port: DESTINATION_PORT,
+    principal: DESTINATION_PRINCIPAL,
+    namespace: DESTINATION_NAMESPACE,
+    service: DESTINATION_SERVICE,
+    labels: DESTINATION_LABELS,
 };
 
-fn peer_attributes(set: &mut impl FnMut(&str, Value), name: &PeerNames, peer: &PeerView<'_>) {
+fn peer_attributes(set: &mut dyn FnMut(usize, Value), name: &PeerNames, peer: &PeerView<'_>) {
     if let Some(socket) = &peer.socket
         && let Some(ip) = socket_ip(socket.address)
     {
@@ -168,7 +164,7 @@ fn peer_attributes(set: &mut impl FnMut(&str, Value), name: &PeerNames, peer: &P
     }
 }
 
-fn http_attributes(set: &mut impl FnMut(&str, Value), http: &HttpView<'_>) {
+fn http_attributes(set: &mut dyn FnMut(usize, Value), http: &HttpView<'_>) {
     // Built once: `request.headers` itself, and what the single-header lookups below search.
     let headers = request_headers(http);
     let header = |name: &str| {
@@ -182,30 +178,30 @@ fn http_attributes(set: &mut impl FnMut(&str, Value), http: &HttpView<'_>) {
         .filter(|v| !v.is_empty())
         .or_else(|| header("x-request-id"));
     if let Some(id) = id {
-        set("request.id", Value::from(id));
+        set(REQUEST_ID, Value::from(id));
     }
     let method = Some(http.method)
         .filter(|v| !v.is_empty())
         .or_else(|| header(":method"));
     if let Some(method) = method {
-        set("request.method", Value::from(method));
+        set(REQUEST_METHOD, Value::from(method));
     }
     let path = Some(http.path)
         .filter(|v| !v.is_empty())
         .or_else(|| header(":path"));
     if let Some(path) = path {
-        set("request.path", Value::from(path));
+        set(REQUEST_PATH, Value::from(path));
         // `query` and `fragment` are always empty in Envoy's request: the query is in `path`.
         let (url_path, query) = path.split_once('?').unwrap_or((path, ""));
         let url_path = url_path.split_once('#').map_or(url_path, |(p, _)| p);
-        set("request.url_path", Value::from(url_path));
+        set(REQUEST_URL_PATH, Value::from(url_path));
         let query = query.split_once('#').map_or(query, |(q, _)| q);
         if !query.is_empty() {
             let params = query
                 .split('&')
                 .filter(|p| !p.is_empty())
                 .map(|p| p.split_once('=').unwrap_or((p, "")));
-            set("request.query_params", StringMap::from_pairs(params).into());
+            set(REQUEST_QUERY_PARAMS, StringMap::from_pairs(params).into());
         }
     }
     let host = Some(http.host)
@@ -213,24 +209,24 @@ fn http_attributes(set: &mut impl FnMut(&str, Value), http: &HttpView<'_>) {
         .or_else(|| header(":authority"))
         .or_else(|| header("host"));
     if let Some(host) = host {
-        set("request.host", Value::from(host));
-        set("destination.service.host", Value::from(strip_port(host)));
+        set(REQUEST_HOST, Value::from(host));
+        set(DESTINATION_SERVICE_HOST, Value::from(strip_port(host)));
     }
     let scheme = Some(http.scheme)
         .filter(|v| !v.is_empty())
         .or_else(|| header(":scheme"));
     if let Some(scheme) = scheme {
-        set("request.scheme", Value::from(scheme));
+        set(REQUEST_SCHEME, Value::from(scheme));
     }
     // Envoy sends -1 when the size is unknown.
     if http.size >= 0 {
-        set("request.size", Value::Int64(http.size));
+        set(REQUEST_SIZE, Value::Int64(http.size));
     }
     if let Some(ua) = header("user-agent") {
-        set("request.useragent", Value::from(ua));
+        set(REQUEST_USERAGENT, Value::from(ua));
     }
     if let Some(referer) = header("referer") {
-        set("request.referer", Value::from(referer));
+        set(REQUEST_REFERER, Value::from(referer));
     }
     let grpc = header("content-type").is_some_and(|ct| {
         ct.get(..16)
@@ -238,11 +234,11 @@ fn http_attributes(set: &mut impl FnMut(&str, Value), http: &HttpView<'_>) {
     });
     // "HTTP/1.0", "HTTP/1.1", "HTTP/2", "HTTP/3" are all plain HTTP to a policy.
     set(
-        "context.protocol",
+        CONTEXT_PROTOCOL,
         Value::from(if grpc { "grpc" } else { "http" }),
     );
     if !headers.is_empty() {
-        set("request.headers", headers.into());
+        set(REQUEST_HEADERS, headers.into());
     }
 }
 

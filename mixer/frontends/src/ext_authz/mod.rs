@@ -51,6 +51,7 @@
 //! | could not decide (a handler failed closed), or no valid config yet | gRPC error UNAVAILABLE, so that Envoy's `failure_mode_allow` decides |
 
 mod attributes;
+mod names;
 mod respond;
 mod wire;
 
