@@ -1,11 +1,16 @@
 //! `compare`: the mixer's check throughput and tail latency as ratios of a no-op ext_authz
 //! server's, measured in the same run.
+//!
+//! Both servers run for the whole comparison and are driven in turn, round after round, so
+//! that whatever the shared machine does during the run lands on both; the ratios are of the
+//! medians over the rounds.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::load::Report;
 use crate::process::{Mixer, bench_server};
+use crate::report::median;
 use crate::{LoadArgs, Target, drive};
 
 /// Drives the no-op ext_authz server (the baseline) in its own process.
@@ -14,62 +19,108 @@ pub async fn noop_run(
     rate: Option<f64>,
     threads: Option<u16>,
 ) -> anyhow::Result<Report> {
-    let threads: Vec<String> = threads
-        .map(|n| vec!["--threads".to_string(), n.to_string()])
-        .unwrap_or_default();
-    let (_server, addr) = bench_server(&["noop-server"], &threads)?;
+    let (_server, addr) = bench_server(&["noop-server"], &thread_flags(threads))?;
     drive(Target::ExtAuthz, addr, load, rate).await
 }
 
-pub async fn compare(
-    mixer_bin: &Path,
-    config: Option<PathBuf>,
-    target: Target,
-    no_cache: bool,
-    server_threads: Option<u16>,
-    load: &LoadArgs,
-) -> anyhow::Result<()> {
+fn thread_flags(threads: Option<u16>) -> Vec<String> {
+    threads
+        .map(|n| vec!["--threads".to_string(), n.to_string()])
+        .unwrap_or_default()
+}
+
+/// What to compare.
+pub struct Comparison<'a> {
+    pub mixer_bin: &'a Path,
+    pub config: Option<PathBuf>,
+    pub target: Target,
+    pub no_cache: bool,
+    pub server_threads: Option<u16>,
+    pub rounds: usize,
+}
+
+pub async fn compare(c: &Comparison<'_>, load: &LoadArgs) -> anyhow::Result<()> {
     // First, while the machine is idle: how often it stalls a thread that does nothing.
     let stalls = crate::platform::stalls(Duration::from_secs(3));
-    let baseline = noop_run(load, None, server_threads).await?;
+    let (_noop, noop) = bench_server(&["noop-server"], &thread_flags(c.server_threads))?;
     let mut flags = vec![
         "--check-cache-size".to_string(),
-        if no_cache { "0" } else { "10000" }.to_string(),
+        if c.no_cache { "0" } else { "10000" }.to_string(),
     ];
-    if let Some(n) = server_threads {
+    if let Some(n) = c.server_threads {
         flags.extend(["--worker-threads".to_string(), n.to_string()]);
     }
-    let mixer = Mixer::start(mixer_bin, config.as_deref(), &flags)?;
-    let addr = match target {
+    let mixer = Mixer::start(c.mixer_bin, c.config.as_deref(), &flags)?;
+    let addr = match c.target {
         Target::ExtAuthz | Target::MixerV1 | Target::RateLimit => mixer.grpc,
         Target::ForwardAuth => mixer.http,
     };
-    let saturated = drive(target, addr, load, None).await?;
-    let half_rate = saturated.throughput() / 2.0;
-    let half = drive(target, addr, load, Some(half_rate)).await?;
-    drop(mixer);
+    let target = c.target;
+    let rounds = c.rounds.max(1);
+
+    let (mut baseline, mut saturated) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        baseline.push(drive(Target::ExtAuthz, noop, load, None).await?);
+        saturated.push(drive(target, addr, load, None).await?);
+    }
+    let mixer_rate = median(&mut rates(&saturated));
+    let noop_rate = median(&mut rates(&baseline));
     // The same rate against the baseline, so the mixer's tail latency can be read against
     // what this machine and load generator give a server that does nothing.
-    let baseline_half = noop_run(load, Some(half_rate), server_threads).await?;
+    let half_rate = mixer_rate / 2.0;
+    let (mut half, mut baseline_half) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        half.push(drive(target, addr, load, Some(half_rate)).await?);
+        baseline_half.push(drive(Target::ExtAuthz, noop, load, Some(half_rate)).await?);
+    }
+    drop(mixer);
+
     println!("{}", stalls.line());
-    println!("{}", baseline.line("no-op ext_authz (baseline)"));
-    println!("{}", saturated.line(&format!("mixer {target:?} saturated")));
-    println!("{}", half.line(&format!("mixer at {half_rate:.0} req/s")));
+    for round in 0..rounds {
+        println!("round {}", round + 1);
+        println!("  {}", baseline[round].line("no-op ext_authz (baseline)"));
+        println!(
+            "  {}",
+            saturated[round].line(&format!("mixer {target:?} saturated"))
+        );
+        println!(
+            "  {}",
+            half[round].line(&format!("mixer at {half_rate:.0} req/s"))
+        );
+        println!(
+            "  {}",
+            baseline_half[round].line(&format!("no-op at {half_rate:.0} req/s"))
+        );
+    }
+    let (mixer_p99, noop_p99) = (median(&mut p99s(&half)), median(&mut p99s(&baseline_half)));
     println!(
-        "{}",
-        baseline_half.line(&format!("no-op at {half_rate:.0} req/s"))
+        "median of {rounds} rounds: no-op {noop_rate:.0} req/s, mixer {mixer_rate:.0} req/s; p99 at {half_rate:.0} req/s: mixer {mixer_p99:.0} us, no-op {noop_p99:.0} us"
     );
     println!(
-        "ratio: mixer / baseline throughput = {:.2}  (cache {}, concurrency {}, {} distinct of {} requests)",
-        saturated.throughput() / baseline.throughput().max(1e-9),
-        if no_cache { "off" } else { "on" },
+        "ratio: mixer / baseline throughput = {:.2}  (cache {}, concurrency {}, {} distinct of {} requests; rounds: {})",
+        mixer_rate / noop_rate.max(1e-9),
+        if c.no_cache { "off" } else { "on" },
         load.concurrency,
         load.distinct,
-        load.requests
+        load.requests,
+        saturated
+            .iter()
+            .zip(&baseline)
+            .map(|(m, n)| format!("{:.2}", m.throughput() / n.throughput().max(1e-9)))
+            .collect::<Vec<_>>()
+            .join(" ")
     );
     println!(
         "ratio: mixer / baseline p99 at {half_rate:.0} req/s = {:.2}",
-        half.micros(99.0) / baseline_half.micros(99.0).max(1e-9)
+        mixer_p99 / noop_p99.max(1e-9)
     );
     Ok(())
+}
+
+fn rates(reports: &[Report]) -> Vec<f64> {
+    reports.iter().map(Report::throughput).collect()
+}
+
+fn p99s(reports: &[Report]) -> Vec<f64> {
+    reports.iter().map(|r| r.micros(99.0)).collect()
 }

@@ -189,6 +189,10 @@ enum Cmd {
         /// Worker threads of the mixer and of the no-op server (default: one per core).
         #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
         server_threads: Option<u16>,
+        /// Rounds, each driving the no-op server and the mixer in turn; the ratios are of
+        /// the medians.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
         #[command(flatten)]
         load: LoadArgs,
     },
@@ -257,15 +261,19 @@ fn main() -> anyhow::Result<()> {
             target,
             no_cache,
             server_threads,
+            rounds,
             load,
-        } => rt.block_on(compare::compare(
-            &mixer_bin,
-            config,
-            target,
-            no_cache,
-            server_threads,
-            &load,
-        )),
+        } => {
+            let comparison = compare::Comparison {
+                mixer_bin: &mixer_bin,
+                config,
+                target,
+                no_cache,
+                server_threads,
+                rounds,
+            };
+            rt.block_on(compare::compare(&comparison, &load))
+        }
     }
 }
 
