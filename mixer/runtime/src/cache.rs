@@ -191,14 +191,11 @@ impl Snapshot {
         };
         if let Some(verdict) = cache.lookup(bag) {
             self.metrics.cache_hits.inc();
-            self.metrics
-                .checks
-                .with_label_values(&[if verdict.is_allowed() {
-                    "allowed"
-                } else {
-                    "denied"
-                }])
-                .inc();
+            if verdict.is_allowed() {
+                self.metrics.check_results.allowed.inc();
+            } else {
+                self.metrics.check_results.denied.inc();
+            }
             return Ok(Checked {
                 verdict,
                 cache_hit: true,

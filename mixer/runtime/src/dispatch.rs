@@ -354,7 +354,7 @@ impl Snapshot {
                     failure.rule, failure.message
                 ),
             );
-            self.metrics.checks.with_label_values(&["denied"]).inc();
+            self.metrics.check_results.denied.inc();
             return Ok((verdict, cacheable));
         }
         for dispatch in &eval.dispatches {
@@ -367,12 +367,11 @@ impl Snapshot {
             cacheable &= built.cacheable;
             match handler.check(&dispatch.instance).await {
                 Ok(result) => {
-                    let outcome = if result.status.is_ok() {
-                        "ok"
-                    } else {
-                        "denied"
-                    };
-                    self.metrics.handler_call(&built.name, "check", outcome);
+                    match &built.check_calls {
+                        Some(calls) if result.status.is_ok() => calls.ok.inc(),
+                        Some(calls) => calls.denied.inc(),
+                        None => {}
+                    }
                     verdict.valid_duration = verdict.valid_duration.min(result.valid_duration);
                     verdict.valid_use_count = verdict.valid_use_count.min(result.valid_use_count);
                     if !result.status.is_ok() {
@@ -390,7 +389,7 @@ impl Snapshot {
                             verdict.valid_use_count = 0;
                         }
                         FailPolicy::Closed => {
-                            self.metrics.checks.with_label_values(&["error"]).inc();
+                            self.metrics.check_results.error.inc();
                             return Err(CheckError {
                                 handler: built.name.clone(),
                                 error,
@@ -400,12 +399,11 @@ impl Snapshot {
                 }
             }
         }
-        let result = if verdict.is_allowed() {
-            "allowed"
+        if verdict.is_allowed() {
+            self.metrics.check_results.allowed.inc();
         } else {
-            "denied"
-        };
-        self.metrics.checks.with_label_values(&[result]).inc();
+            self.metrics.check_results.denied.inc();
+        }
         Ok((verdict, cacheable))
     }
 

@@ -29,7 +29,7 @@ pub use dispatch::{
     MatchFailure, ReportOutcome,
 };
 pub use index::RuleIndex;
-pub use metrics::RuntimeMetrics;
+pub use metrics::{CheckCalls, CheckResults, RuntimeMetrics};
 pub use quota::{QuotaOutcome, quota_name_matches};
 pub use report_executor::{
     CHECKS_RECENT, CheckActivity, ExecutorStopped, REPORT_NICE, ReportExecutor,

@@ -31,6 +31,8 @@ pub struct RuntimeMetrics {
     pub handler_calls: IntCounterVec,
     /// `mixer_checks_total{result="allowed|denied|error"}`.
     pub checks: IntCounterVec,
+    /// `checks` by result, looked up once.
+    pub check_results: CheckResults,
     /// `mixer_check_cache_hits_total`.
     pub cache_hits: IntCounter,
     /// `mixer_check_cache_misses_total`.
@@ -92,6 +94,16 @@ impl RuntimeMetrics {
             .buckets(CHECK_DURATION_BUCKETS.to_vec()),
         )?;
         registry.register(Box::new(check_duration.clone()))?;
+        let checks = counter_vec(
+            "mixer_checks_total",
+            "Check decisions by result",
+            &["result"],
+        )?;
+        let check_results = CheckResults {
+            allowed: checks.with_label_values(&["allowed"]),
+            denied: checks.with_label_values(&["denied"]),
+            error: checks.with_label_values(&["error"]),
+        };
         Ok(RuntimeMetrics {
             check_duration,
             check_activity: Arc::new(CheckActivity::new()),
@@ -130,11 +142,8 @@ impl RuntimeMetrics {
                 "Handler calls by result",
                 &["handler", "variety", "result"],
             )?,
-            checks: counter_vec(
-                "mixer_checks_total",
-                "Check decisions by result",
-                &["result"],
-            )?,
+            checks,
+            check_results,
             cache_hits: counter(
                 "mixer_check_cache_hits_total",
                 "Checks answered from the check cache",
@@ -175,6 +184,19 @@ impl RuntimeMetrics {
         })
     }
 
+    /// A check handler's call counters for its common outcomes, to look up once when its
+    /// snapshot is built rather than by label for every call.
+    pub fn check_calls(&self, handler: &str) -> CheckCalls {
+        CheckCalls {
+            ok: self
+                .handler_calls
+                .with_label_values(&[handler, "check", "ok"]),
+            denied: self
+                .handler_calls
+                .with_label_values(&[handler, "check", "denied"]),
+        }
+    }
+
     /// Counts one handler call; labels are borrowed, so the hot path does not allocate them.
     pub fn handler_call(&self, handler: &str, variety: &str, result: &str) {
         self.handler_calls
@@ -190,6 +212,27 @@ impl RuntimeMetrics {
             Err(e) => unreachable_metrics(e),
         }
     }
+}
+
+/// `mixer_handler_calls_total` of one check handler, for calls that answered (`ok` or
+/// `denied`); errors are counted by label, being rare and of many kinds.
+#[derive(Clone, Debug)]
+pub struct CheckCalls {
+    /// Calls that allowed.
+    pub ok: IntCounter,
+    /// Calls that denied.
+    pub denied: IntCounter,
+}
+
+/// `mixer_checks_total` by result, looked up once.
+#[derive(Clone, Debug)]
+pub struct CheckResults {
+    /// Checks allowed.
+    pub allowed: IntCounter,
+    /// Checks denied.
+    pub denied: IntCounter,
+    /// Checks the mixer could not decide.
+    pub error: IntCounter,
 }
 
 #[cold]

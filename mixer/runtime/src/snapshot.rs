@@ -12,7 +12,7 @@ use mixer_model::{AttrId, Variety};
 
 use crate::cache::{CacheOptions, CheckCache};
 use crate::index::RuleIndex;
-use crate::metrics::RuntimeMetrics;
+use crate::metrics::{CheckCalls, RuntimeMetrics};
 use crate::reads::ReadAttrs;
 use crate::remote::build_remote;
 use crate::report_queue::{QueueOptions, ReportQueue};
@@ -59,6 +59,8 @@ pub struct BuiltHandler {
     pub cacheable: bool,
     /// The queue its report instances go through, for a report handler.
     pub(crate) queue: Option<Arc<ReportQueue>>,
+    /// Its check call counters, for a check handler.
+    pub(crate) check_calls: Option<CheckCalls>,
 }
 
 impl BuiltHandler {
@@ -259,6 +261,7 @@ impl Snapshot {
                     Ok(handler) => handlers.push(BuiltHandler {
                         name: hc.name.clone(),
                         adapter: hc.adapter.clone(),
+                        check_calls: handler.as_check().map(|_| metrics.check_calls(&hc.name)),
                         queue: handler.as_report().is_some().then(|| {
                             ReportQueue::new(
                                 hc.name.clone(),
@@ -290,6 +293,7 @@ impl Snapshot {
                 Ok(handler) => handlers.push(BuiltHandler {
                     name: hc.name.clone(),
                     adapter: hc.adapter.clone(),
+                    check_calls: handler.as_check().map(|_| metrics.check_calls(&hc.name)),
                     queue: handler.as_report().is_some().then(|| {
                         ReportQueue::new(hc.name.clone(), handler.clone(), options.reports, metrics)
                     }),

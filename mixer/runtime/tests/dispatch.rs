@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use mixer_config::MatchErrorPolicy;
 use mixer_model::{Code, Presence, Value, Variety};
-use mixer_runtime::RuntimeOptions;
+use mixer_runtime::{RuntimeMetrics, RuntimeOptions};
 
 const CONFIG: &str = r#"
 kind: handler
@@ -293,4 +293,35 @@ async fn unchanged_handlers_are_reused_across_snapshots() {
         &find(second, "deny.istio-system")
     ));
     assert_eq!(built.retired.len(), 1, "the old denier is retired");
+}
+
+#[tokio::test]
+async fn checks_and_handler_calls_are_counted_by_outcome() {
+    let metrics = RuntimeMetrics::unregistered();
+    let snap = snapshot_metered(CONFIG, &metrics);
+    let checked = |user: &str| {
+        bag(
+            &snap,
+            &[
+                ("request.headers", map(&[("x-user", user)])),
+                ("request.method", Value::from("GET")),
+            ],
+        )
+    };
+    for user in ["amy", "bob", "cid"] {
+        snap.check(&checked(user)).await.expect("decided");
+    }
+    let calls = |handler: &str, result: &str| {
+        metrics
+            .handler_calls
+            .with_label_values(&[handler, "check", result])
+            .get()
+    };
+    // bob is denied by `deny` before `allow` is called; amy and cid reach `allow` only.
+    assert_eq!(calls("deny.istio-system", "denied"), 1);
+    assert_eq!(calls("deny.istio-system", "ok"), 0);
+    assert_eq!(calls("allow.istio-system", "ok"), 2);
+    assert_eq!(metrics.checks.with_label_values(&["allowed"]).get(), 2);
+    assert_eq!(metrics.checks.with_label_values(&["denied"]).get(), 1);
+    assert_eq!(metrics.checks.with_label_values(&["error"]).get(), 0);
 }

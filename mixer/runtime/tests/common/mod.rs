@@ -75,6 +75,21 @@ pub fn snapshot_after(
     options: &RuntimeOptions,
     previous: Option<&Snapshot>,
 ) -> mixer_runtime::Built {
+    build(yaml, options, previous, &RuntimeMetrics::unregistered())
+}
+
+/// Builds a snapshot from YAML text that counts into `metrics`.
+#[allow(dead_code)]
+pub fn snapshot_metered(yaml: &str, metrics: &RuntimeMetrics) -> Snapshot {
+    build(yaml, &RuntimeOptions::default(), None, metrics).snapshot
+}
+
+fn build(
+    yaml: &str,
+    options: &RuntimeOptions,
+    previous: Option<&Snapshot>,
+    metrics: &RuntimeMetrics,
+) -> mixer_runtime::Built {
     let sources = vec![SourceFile {
         name: "test.yaml".into(),
         text: yaml.into(),
@@ -87,7 +102,7 @@ pub fn snapshot_after(
         &registry(),
         previous,
         options,
-        &RuntimeMetrics::unregistered(),
+        metrics,
     )
     .unwrap_or_else(|e| panic!("build failed: {e:?}"))
 }
