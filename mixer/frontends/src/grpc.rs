@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
-use mixer_grpc::{Methods, framed, unary};
+use mixer_grpc::{Methods, unary};
 use mixer_proto::istio::mixer::v1::mixer_server::Mixer;
 use mixer_runtime::Runtime;
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::LogsService;
@@ -45,15 +45,13 @@ pub const PATHS: [&str; 6] = [
 pub fn unary_methods(runtime: &Arc<Runtime>) -> Methods {
     let [authz, mixer_check, mixer_report, rate_limit, logs, traces] = PATHS;
     let mut methods = Methods::new();
-    // ext_authz reads its request where it lies rather than through the generated decoder:
-    // the decoded message would be built only to be mapped to attributes and dropped.
+    // ext_authz reads its request where it lies and writes its answer straight to its frame
+    // rather than through the generated messages, which would be built only to be mapped
+    // or encoded and dropped.
     let ext_authz = ExtAuthz::new(runtime.clone());
     methods.add(
         authz,
-        Arc::new(move |message: Bytes| {
-            let answer = ext_authz.decide_encoded(&message);
-            Box::pin(async move { Ok(framed(&answer.await?)) })
-        }),
+        Arc::new(move |message: Bytes| Box::pin(ext_authz.answer_encoded(&message))),
     );
     let mixer = MixerV1::new(runtime.clone());
     methods.add(

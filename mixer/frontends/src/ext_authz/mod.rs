@@ -51,6 +51,7 @@
 //! | could not decide (a handler failed closed), or no valid config yet | gRPC error UNAVAILABLE, so that Envoy's `failure_mode_allow` decides |
 
 mod attributes;
+mod encode;
 mod names;
 mod respond;
 mod wire;
@@ -58,16 +59,18 @@ mod wire;
 use std::cell::Cell;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use envoy_types::pb::envoy::service::auth::v3::authorization_server::{
     Authorization, AuthorizationServer,
 };
 use envoy_types::pb::envoy::service::auth::v3::{CheckRequest, CheckResponse};
 use mixer_model::{AttributeBag, Timestamp, Vocabulary};
-use mixer_runtime::{Runtime, Snapshot};
+use mixer_runtime::{Checked, Runtime, Snapshot};
 
 pub use attributes::{
     METADATA_ATTRIBUTE, ROUTE_METADATA_ATTRIBUTE, bag_from_request, fill_bag, fill_bag_from_wire,
 };
+pub use encode::framed_check_response;
 pub use respond::{check_response, could_not_decide, http_status, metadata_keys, not_ready};
 pub use wire::WireError;
 
@@ -95,15 +98,16 @@ impl ExtAuthz {
             fill_bag(bag, request, now);
             Ok(())
         })?;
-        finish(&snapshot, bag).await
+        Ok(check_response(&checked(&snapshot, bag).await?))
     }
 
-    /// Decides one encoded `CheckRequest` (the gRPC method's message), reading it where it
-    /// lies instead of decoding it into a `CheckRequest` first.
-    pub fn decide_encoded(
+    /// Answers one encoded `CheckRequest` (the gRPC method's message) with the gRPC frame of
+    /// its `CheckResponse`, reading the request where it lies and writing the answer
+    /// straight to its frame, without the decoded messages in between.
+    pub fn answer_encoded(
         &self,
         message: &[u8],
-    ) -> impl Future<Output = Result<CheckResponse, tonic::Status>> + Send + 'static {
+    ) -> impl Future<Output = Result<Bytes, tonic::Status>> + Send + 'static {
         let filled = self.filled(|bag, now| {
             fill_bag_from_wire(bag, message, now).map_err(|e| {
                 tonic::Status::internal(format!("the request message does not decode: {e}"))
@@ -111,7 +115,7 @@ impl ExtAuthz {
         });
         async move {
             let (snapshot, bag) = filled?;
-            finish(&snapshot, bag).await
+            Ok(framed_check_response(&checked(&snapshot, bag).await?))
         }
     }
 
@@ -138,11 +142,11 @@ impl ExtAuthz {
     }
 }
 
-async fn finish(snapshot: &Snapshot, bag: AttributeBag) -> Result<CheckResponse, tonic::Status> {
+async fn checked(snapshot: &Snapshot, bag: AttributeBag) -> Result<Checked, tonic::Status> {
     let checked = snapshot.check_cached(&bag).await;
     keep_spare(bag);
     match checked {
-        Ok(checked) => Ok(check_response(&checked)),
+        Ok(checked) => Ok(checked),
         // A handler failed closed. Answer a gRPC error (UNAVAILABLE), NOT a denial:
         // Envoy treats an error as a failed call and applies `failure_mode_allow`.
         Err(e) => {

@@ -116,7 +116,7 @@ fn response_headers(ops: &[HeaderOperation]) -> Vec<HeaderValueOption> {
 /// Envoy rejects (or, with `validate_mutations`, fails the whole request on) a header whose
 /// name is empty or whose value carries CR, LF or NUL; values can come from request data, so
 /// such an operation is skipped rather than sent.
-fn usable(op: &HeaderOperation, name_only: bool) -> bool {
+pub(super) fn usable(op: &HeaderOperation, name_only: bool) -> bool {
     let bad = |s: &str| s.bytes().any(|b| matches!(b, b'\r' | b'\n' | 0));
     let ok = !op.name.is_empty() && !bad(&op.name) && (name_only || !bad(&op.value));
     if !ok {

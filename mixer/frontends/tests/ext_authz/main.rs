@@ -7,6 +7,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod decisions;
+mod encode;
 mod golden;
 mod hostile_input;
 mod wire;

@@ -1,0 +1,170 @@
+//! The `CheckResponse` of [`check_response`](super::check_response), written straight to
+//! its gRPC frame: the same message without building it first (a string per header, a
+//! hashed map for the decision metadata) only to encode and drop it.
+
+use bytes::Bytes;
+use envoy_types::pb::envoy::config::core::v3::header_value_option::HeaderAppendAction;
+use mixer_model::{HeaderOp, HeaderOperation, Verdict};
+use mixer_runtime::Checked;
+
+use super::respond::{http_status, metadata_keys, usable};
+
+/// The gRPC frame (flag, length, message) of `check_response(checked)`.
+pub fn framed_check_response(checked: &Checked) -> Bytes {
+    let verdict = &checked.verdict;
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(&[0; 5]);
+    // CheckResponse.status: google.rpc.Status.
+    message(&mut out, 1, |m| {
+        int(m, 1, verdict.status.code as i32);
+        string(m, 2, &verdict.status.message);
+    });
+    if verdict.is_allowed() {
+        // CheckResponse.ok_response: OkHttpResponse.
+        message(&mut out, 3, |m| ok_response(m, verdict));
+    } else {
+        // CheckResponse.denied_response: DeniedHttpResponse.
+        message(&mut out, 2, |m| {
+            message(m, 1, |s| int(s, 1, http_status(verdict.status.code) as i32));
+            response_headers(m, 2, &verdict.response_header_ops);
+            if verdict.status.message.is_empty() {
+                string(m, 3, verdict.status.code.name());
+            } else {
+                string(m, 3, &verdict.status.message);
+            }
+        });
+    }
+    // CheckResponse.dynamic_metadata: google.protobuf.Struct.
+    message(&mut out, 4, |m| {
+        decision_metadata(m, verdict, checked.cache_hit)
+    });
+    let len = u32::try_from(out.len() - 5).unwrap_or(u32::MAX);
+    out[1..5].copy_from_slice(&len.to_be_bytes());
+    Bytes::from(out)
+}
+
+fn ok_response(m: &mut Vec<u8>, verdict: &Verdict) {
+    for op in &verdict.request_header_ops {
+        match op.op {
+            HeaderOp::Remove if usable(op, true) => string(m, 5, &op.name),
+            HeaderOp::Replace | HeaderOp::Append if usable(op, false) => header_option(m, 2, op),
+            _ => {}
+        }
+    }
+    response_headers(m, 6, &verdict.response_header_ops);
+}
+
+fn response_headers(m: &mut Vec<u8>, field: u32, ops: &[HeaderOperation]) {
+    for op in ops {
+        if op.op != HeaderOp::Remove && usable(op, false) {
+            header_option(m, field, op);
+        }
+    }
+}
+
+/// A HeaderValueOption, with `append` and `append_action` agreeing (see `respond.rs`).
+fn header_option(m: &mut Vec<u8>, field: u32, op: &HeaderOperation) {
+    let append = op.op == HeaderOp::Append;
+    message(m, field, |o| {
+        message(o, 1, |h| {
+            string(h, 1, &op.name);
+            string(h, 2, &op.value);
+        });
+        message(o, 2, |b| {
+            if append {
+                // BoolValue.value.
+                key(b, 1, VARINT);
+                b.push(1);
+            }
+        });
+        let action = if append {
+            HeaderAppendAction::AppendIfExistsOrAdd
+        } else {
+            HeaderAppendAction::OverwriteIfExistsOrAdd
+        };
+        int(o, 3, action as i32);
+    });
+}
+
+/// The Struct of `matched_rules` (a list), `cache_hit` and `status`.
+fn decision_metadata(m: &mut Vec<u8>, verdict: &Verdict, cache_hit: bool) {
+    // Each field is a map entry: key (1) and google.protobuf.Value (2).
+    message(m, 1, |e| {
+        string(e, 1, metadata_keys::MATCHED_RULES);
+        message(e, 2, |v| {
+            // Value.list_value: ListValue of Value.string_value.
+            message(v, 6, |l| {
+                for rule in &verdict.matched_rules {
+                    message(l, 1, |r| string_always(r, 3, rule));
+                }
+            });
+        });
+    });
+    message(m, 1, |e| {
+        string(e, 1, metadata_keys::CACHE_HIT);
+        // Value.bool_value: a oneof case is written even when false.
+        message(e, 2, |v| {
+            key(v, 4, VARINT);
+            v.push(u8::from(cache_hit));
+        });
+    });
+    message(m, 1, |e| {
+        string(e, 1, metadata_keys::STATUS);
+        message(e, 2, |v| string_always(v, 3, verdict.status.code.name()));
+    });
+}
+
+const VARINT: u8 = 0;
+const LEN: u8 = 2;
+
+fn key(out: &mut Vec<u8>, field: u32, wire: u8) {
+    varint(out, (u64::from(field) << 3) | u64::from(wire));
+}
+
+fn varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+/// An int32 or enum field; zero, its default, is not written.
+fn int(out: &mut Vec<u8>, field: u32, value: i32) {
+    if value != 0 {
+        key(out, field, VARINT);
+        // Negative int32s are sign-extended to ten bytes, as protobuf writes them.
+        varint(out, i64::from(value) as u64);
+    }
+}
+
+/// A string field; empty, its default, is not written.
+fn string(out: &mut Vec<u8>, field: u32, value: &str) {
+    if !value.is_empty() {
+        string_always(out, field, value);
+    }
+}
+
+/// A string that is a oneof case, written even when empty.
+fn string_always(out: &mut Vec<u8>, field: u32, value: &str) {
+    key(out, field, LEN);
+    varint(out, value.len() as u64);
+    out.extend_from_slice(value.as_bytes());
+}
+
+/// A message field written by `body`. Its length goes before it, so one byte is kept for
+/// it and the body moved up in the rare case it needs more.
+fn message(out: &mut Vec<u8>, field: u32, body: impl FnOnce(&mut Vec<u8>)) {
+    key(out, field, LEN);
+    let at = out.len();
+    out.push(0);
+    body(out);
+    let len = out.len() - at - 1;
+    if len < 0x80 {
+        out[at] = len as u8;
+    } else {
+        let mut prefix = Vec::with_capacity(10);
+        varint(&mut prefix, len as u64);
+        out.splice(at..=at, prefix);
+    }
+}

@@ -1,0 +1,111 @@
+//! The Check method writes its answer straight to the gRPC frame
+//! (`framed_check_response`); it must decode to exactly the `CheckResponse` that
+//! `check_response` builds, whatever the verdict.
+
+use mixer_model::{Code, HeaderOp, HeaderOperation, Status, Verdict};
+use mixer_runtime::Checked;
+use proptest::prelude::*;
+use prost::Message;
+
+use super::*;
+
+fn text() -> BoxedStrategy<String> {
+    prop_oneof![
+        Just(String::new()),
+        "[a-z-]{1,12}",
+        "\\PC{0,8}",
+        // Values with bytes Envoy rejects, which the answer leaves out.
+        Just("bad\r\nvalue".to_string()),
+        // Long enough that a message's length takes two bytes.
+        "[a-z]{130,300}",
+    ]
+    .boxed()
+}
+
+fn header_ops() -> BoxedStrategy<Vec<HeaderOperation>> {
+    let op = prop_oneof![
+        Just(HeaderOp::Replace),
+        Just(HeaderOp::Append),
+        Just(HeaderOp::Remove)
+    ];
+    prop::collection::vec(
+        (text(), text(), op).prop_map(|(name, value, op)| HeaderOperation { name, value, op }),
+        0..4,
+    )
+    .boxed()
+}
+
+fn checked() -> BoxedStrategy<Checked> {
+    let rules = prop::collection::vec("[a-z-]{1,20}\\.istio-system", 0..12);
+    (
+        0i32..17,
+        text(),
+        header_ops(),
+        header_ops(),
+        rules,
+        any::<bool>(),
+    )
+        .prop_map(
+            |(code, message, request, response, rules, cache_hit)| Checked {
+                verdict: Arc::new(Verdict {
+                    status: Status::new(Code::from_i32(code), message),
+                    request_header_ops: request,
+                    response_header_ops: response,
+                    matched_rules: rules.into_iter().map(Arc::from).collect(),
+                    ..Default::default()
+                }),
+                cache_hit,
+            },
+        )
+        .boxed()
+}
+
+fn decoded(frame: &[u8]) -> CheckResponse {
+    let (head, message) = frame.split_at(5);
+    assert_eq!(head[0], 0, "not compressed");
+    let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    assert_eq!(
+        len,
+        message.len(),
+        "the frame announces the message's length"
+    );
+    CheckResponse::decode(message).expect("a CheckResponse")
+}
+
+proptest! {
+    #[test]
+    fn the_frame_holds_the_response_check_response_builds(checked in checked()) {
+        let frame = ext_authz::framed_check_response(&checked);
+        prop_assert_eq!(decoded(&frame), ext_authz::check_response(&checked));
+    }
+}
+
+#[test]
+fn an_allowed_and_a_denied_answer_keep_their_parts() {
+    let allowed = Checked {
+        verdict: Arc::new(Verdict {
+            request_header_ops: vec![HeaderOperation {
+                name: "x-user".into(),
+                value: "amy".into(),
+                op: HeaderOp::Replace,
+            }],
+            matched_rules: vec![Arc::from("tag-user.istio-system")],
+            ..Default::default()
+        }),
+        cache_hit: true,
+    };
+    let denied = Checked {
+        verdict: Arc::new(Verdict {
+            status: Status::new(Code::Unauthenticated, ""),
+            ..Default::default()
+        }),
+        cache_hit: false,
+    };
+    for checked in [allowed, denied] {
+        let frame = ext_authz::framed_check_response(&checked);
+        let response = decoded(&frame);
+        assert_eq!(response, ext_authz::check_response(&checked));
+        let metadata = response.dynamic_metadata.expect("decision metadata");
+        assert_eq!(metadata.fields.len(), 3);
+    }
+}
