@@ -7,10 +7,30 @@ use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-/// A free loopback port (bound and released; good enough for tests on one machine).
+/// A free loopback port for a server a test starts.
+///
+/// The port is bound to check it is free, then released for the server to take. It comes
+/// from below the kernel's ephemeral range (32768 and up by default), where the outgoing
+/// connections of tests running in parallel take their local ports: a port from `bind(:0)`,
+/// released, could be taken by one of those before the server bound it. Tests in parallel
+/// processes start their search at different places.
 pub fn free_addr() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener.local_addr().expect("local addr")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 15_000;
+    const SPAN: u32 = 17_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let start = std::process::id().wrapping_mul(7919) ^ nanos;
+    for _ in 0..SPAN {
+        let offset = start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed).wrapping_mul(211));
+        let port = u16::try_from(FIRST + offset % SPAN).expect("below 65536");
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
+            return listener.local_addr().expect("local addr");
+        }
+    }
+    panic!("no free loopback port between {FIRST} and {}", FIRST + SPAN);
 }
 
 /// A running `mixer serve` process.

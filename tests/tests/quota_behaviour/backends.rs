@@ -1,7 +1,6 @@
 //! The adapters under test: memquota in process, redisquota against a `redis-server` of the
 //! test's own.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -42,10 +41,7 @@ pub struct RedisServer {
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+    mixer_tests::free_addr().port()
 }
 
 impl RedisServer {
