@@ -39,6 +39,10 @@ pub struct Report {
     pub elapsed: Duration,
     /// Latency in nanoseconds.
     pub latency: Histogram<u64>,
+    /// Open loop: how late, in nanoseconds, a caller that slept until its request was due
+    /// woke to send it. The generator's own lag (its timer and its share of the CPU): when
+    /// it is large, the machine, not the server, sets the tail.
+    pub lag: Histogram<u64>,
 }
 
 impl Report {
@@ -54,8 +58,16 @@ impl Report {
 
     /// One line for people.
     pub fn line(&self, label: &str) -> String {
+        let lag = if self.lag.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "  generator lag p99 {:.0}us",
+                self.lag.value_at_percentile(99.0) as f64 / 1000.0
+            )
+        };
         format!(
-            "{label:<28} {:>10.0} req/s  p50 {:>8.1}us  p90 {:>8.1}us  p99 {:>8.1}us  p99.9 {:>8.1}us  allowed {} denied {} errors {}",
+            "{label:<28} {:>10.0} req/s  p50 {:>8.1}us  p90 {:>8.1}us  p99 {:>8.1}us  p99.9 {:>8.1}us  allowed {} denied {} errors {}{lag}",
             self.throughput(),
             self.micros(50.0),
             self.micros(90.0),
@@ -98,6 +110,7 @@ pub async fn run<C: Client>(spec: Spec, mut make: impl FnMut(usize) -> C) -> Rep
         let next = next.clone();
         tasks.push(tokio::spawn(async move {
             let mut hist = histogram();
+            let mut lag = histogram();
             let mut pacer = Pacer::new();
             let (mut allowed, mut denied, mut errors) = (0u64, 0u64, 0u64);
             let mut closed_count = worker as u64;
@@ -114,7 +127,12 @@ pub async fn run<C: Client>(spec: Spec, mut make: impl FnMut(usize) -> C) -> Rep
                         // lateness when the caller was ahead of schedule and slept.
                         let sent = if due > Instant::now() {
                             pacer.sleep_until(due).await;
-                            Instant::now()
+                            let woke = Instant::now();
+                            if due >= measure_from {
+                                let late = u64::try_from((woke - due).as_nanos());
+                                let _ = lag.record(late.unwrap_or(u64::MAX).max(1_000));
+                            }
+                            woke
                         } else {
                             due
                         };
@@ -145,7 +163,7 @@ pub async fn run<C: Client>(spec: Spec, mut make: impl FnMut(usize) -> C) -> Rep
                     }
                 }
             }
-            (hist, allowed, denied, errors)
+            (hist, lag, allowed, denied, errors)
         }));
     }
     let mut report = Report {
@@ -155,10 +173,12 @@ pub async fn run<C: Client>(spec: Spec, mut make: impl FnMut(usize) -> C) -> Rep
         errors: 0,
         elapsed: spec.duration,
         latency: histogram(),
+        lag: histogram(),
     };
     for t in tasks {
-        if let Ok((hist, a, d, e)) = t.await {
+        if let Ok((hist, lag, a, d, e)) = t.await {
             let _ = report.latency.add(&hist);
+            let _ = report.lag.add(&lag);
             report.allowed += a;
             report.denied += d;
             report.errors += e;
