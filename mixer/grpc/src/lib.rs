@@ -24,6 +24,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -140,19 +142,25 @@ async fn connection<S: Fallback>(
     if closing {
         h2.graceful_shutdown();
     }
+    // Direct calls run inside the connection's task rather than each in a task of its own:
+    // nearly all finish at their first poll, and a spawned task cost an allocation, a trip
+    // through the scheduler and a wake of this task to send the answer. Calls still wait on
+    // their handlers concurrently; the connections of a server run on all its threads.
+    let mut calls = FuturesUnordered::new();
     loop {
         tokio::select! {
             next = h2.accept() => match next {
                 Some(Ok((request, respond))) => match methods.get(request.uri().path()) {
                     Some((method, guard)) => {
-                        tokio::spawn(methods::call(method, guard, request, respond));
+                        calls.push(methods::call(method, guard, request, respond));
                     }
                     None => {
                         tokio::spawn(fallback::call(fallback.clone(), request, respond));
                     }
                 },
-                Some(Err(_)) | None => return,
+                Some(Err(_)) | None => break,
             },
+            Some(()) = calls.next(), if !calls.is_empty() => {}
             changed = stopped.changed(), if !closing => {
                 if changed.is_err() || *stopped.borrow() {
                     closing = true;
@@ -160,5 +168,10 @@ async fn connection<S: Fallback>(
                 }
             }
         }
+    }
+    // The connection is gone (a broken connection; a graceful close waits for its calls).
+    // Calls still running finish on their own, as their effects (a report queued) should.
+    if !calls.is_empty() {
+        tokio::spawn(async move { while calls.next().await.is_some() {} });
     }
 }
