@@ -394,6 +394,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The next field's number and wire type; `None` at the end of the message.
+    #[inline]
     fn key(&mut self) -> Result<Option<(u32, u8)>, WireError> {
         if self.buf.is_empty() {
             return Ok(None);
@@ -408,7 +409,19 @@ impl<'a> Reader<'a> {
         Ok(Some((field, wire)))
     }
 
+    #[inline]
     fn varint(&mut self) -> Result<u64, WireError> {
+        // Keys, the lengths of short fields and small numbers take one byte.
+        if let Some((&byte, rest)) = self.buf.split_first()
+            && byte < 0x80
+        {
+            self.buf = rest;
+            return Ok(u64::from(byte));
+        }
+        self.long_varint()
+    }
+
+    fn long_varint(&mut self) -> Result<u64, WireError> {
         let mut value = 0u64;
         for (i, &byte) in self.buf.iter().take(10).enumerate() {
             // The tenth byte holds bit 63 only.
