@@ -56,9 +56,25 @@ impl Drop for TempDir {
     }
 }
 
-/// A loopback address nothing listens on (yet).
+/// A loopback address nothing listens on (yet), for a server this process starts.
+///
+/// Taken from 10000-15000, below the kernel's ephemeral range and apart from the ports the
+/// tests' servers take: a port from `bind(:0)`, released for a child to bind, can meanwhile
+/// become the local port of some outgoing connection (the tests' CI run saw exactly that).
 pub fn free_addr() -> anyhow::Result<SocketAddr> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+    // Calls in one process continue the walk, so that addresses taken before any is bound
+    // differ.
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let salt = std::process::id().wrapping_mul(7919);
+    for _ in 0..5000u32 {
+        let i = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // 211 and 5000 share no factor, so the walk visits every port once.
+        let port = 10_000 + (salt.wrapping_add(i.wrapping_mul(211)) % 5000);
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port as u16)) {
+            return Ok(listener.local_addr()?);
+        }
+    }
+    anyhow::bail!("no free loopback port between 10000 and 15000")
 }
 
 /// Waits until something accepts connections at `addr`.
