@@ -73,13 +73,16 @@ pub(crate) fn with_setter<R>(
     fill: impl FnOnce(&mut dyn FnMut(usize, Value)) -> R,
 ) -> R {
     IDS.with_borrow_mut(|cache| {
-        let vocabulary = bag.vocabulary().clone();
+        // The vocabulary is cloned only when it changed, not for every check.
         let ids = match cache {
-            Some(ids) if Arc::ptr_eq(&ids.vocabulary, &vocabulary) => ids,
-            _ => cache.insert(Ids {
-                ids: NAMES.iter().map(|name| vocabulary.lookup(name)).collect(),
-                vocabulary,
-            }),
+            Some(ids) if Arc::ptr_eq(&ids.vocabulary, bag.vocabulary()) => ids,
+            _ => {
+                let vocabulary = bag.vocabulary().clone();
+                cache.insert(Ids {
+                    ids: NAMES.iter().map(|name| vocabulary.lookup(name)).collect(),
+                    vocabulary,
+                })
+            }
         };
         let mut set = |index: usize, value: Value| {
             let name = NAMES[index];
