@@ -15,7 +15,7 @@ use crate::ir::{ArithOp, AttrRef, CmpOp, Node};
 pub(crate) enum Val<'a> {
     Ref(&'a Value),
     /// A string borrowed from a map entry.
-    MapStr(&'a Arc<str>),
+    MapStr(&'a str),
     Own(Value),
 }
 
@@ -43,7 +43,7 @@ impl Val<'_> {
 
     fn key_arc(&self) -> Result<Arc<str>, EvalError> {
         match self {
-            Val::MapStr(s) => Ok(Arc::clone(s)),
+            Val::MapStr(s) => Ok(Arc::from(*s)),
             Val::Ref(Value::String(s)) | Val::Own(Value::String(s)) => Ok(Arc::clone(s)),
             _ => self
                 .as_str()
@@ -55,7 +55,7 @@ impl Val<'_> {
     pub(crate) fn to_value(&self) -> Value {
         match self {
             Val::Ref(v) => (*v).clone(),
-            Val::MapStr(s) => Value::String(Arc::clone(s)),
+            Val::MapStr(s) => Value::string(*s),
             Val::Own(v) => v.clone(),
         }
     }
@@ -102,7 +102,7 @@ fn attr_key<'a>(
     key_arc: impl FnOnce() -> Arc<str>,
     bag: &'a dyn Bag,
     refs: &mut ReferencedAttributes,
-) -> Result<Option<&'a Arc<str>>, EvalError> {
+) -> Result<Option<&'a str>, EvalError> {
     let Some(v) = bag.get(a.id) else {
         refs.record(a.id, Presence::Absent);
         return Err(EvalError::absent(&a.name));
@@ -177,7 +177,7 @@ pub(crate) fn eval<'a>(
             match map {
                 Val::Ref(Value::StringMap(m)) => Val::MapStr(m.get(text).ok_or_else(missing)?),
                 Val::Own(Value::StringMap(m)) => {
-                    Val::Own(Value::String(Arc::clone(m.get(text).ok_or_else(missing)?)))
+                    Val::Own(Value::string(m.get(text).ok_or_else(missing)?))
                 }
                 _ => {
                     return Err(EvalError::type_error(

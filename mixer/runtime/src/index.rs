@@ -37,22 +37,50 @@ impl Key {
             _ => None,
         }
     }
+}
 
-    fn matches(&self, value: &Value) -> bool {
-        match (self, value) {
-            (Key::Str(k), Value::String(v)) => k == v,
-            (Key::Int(k), Value::Int64(v)) => k == v,
-            (Key::Bool(k), Value::Bool(v)) => k == v,
-            _ => false,
+/// The rules filed under each literal, one map per kind, so that a request's text is looked
+/// up where it lies (a header's value inside its map) without being copied into a key.
+#[derive(Debug, Default)]
+struct Filed {
+    strings: HashMap<Arc<str>, Vec<u32>>,
+    ints: HashMap<i64, Vec<u32>>,
+    bools: HashMap<bool, Vec<u32>>,
+}
+
+impl Filed {
+    fn entry(&mut self, key: Key) -> &mut Vec<u32> {
+        match key {
+            Key::Str(s) => self.strings.entry(s).or_default(),
+            Key::Int(i) => self.ints.entry(i).or_default(),
+            Key::Bool(b) => self.bools.entry(b).or_default(),
         }
     }
+
+    /// The rules filed under what the request carries.
+    fn get(&self, found: Found<'_>) -> Option<&Vec<u32>> {
+        match found {
+            Found::Text(s) => self.strings.get(s),
+            Found::Value(Value::String(s)) => self.strings.get(s),
+            Found::Value(Value::Int64(i)) => self.ints.get(i),
+            Found::Value(Value::Bool(b)) => self.bools.get(b),
+            Found::Value(_) => None,
+        }
+    }
+}
+
+/// A request's value at an indexed attribute (or map key).
+#[derive(Clone, Copy)]
+enum Found<'a> {
+    Value(&'a Value),
+    Text(&'a str),
 }
 
 #[derive(Debug)]
 struct Group {
     attr: AttrId,
     map_key: Option<Arc<str>>,
-    by_value: HashMap<Key, Vec<u32>>,
+    by_value: Filed,
     /// Rules filed here that must be evaluated when the attribute is absent.
     when_absent: Vec<u32>,
 }
@@ -114,14 +142,14 @@ impl RuleIndex {
                     index.groups.push(Group {
                         attr: c.attr,
                         map_key: c.map_key.clone(),
-                        by_value: HashMap::new(),
+                        by_value: Filed::default(),
                         when_absent: Vec::new(),
                     });
                     let last = index.groups.len() - 1;
                     &mut index.groups[last]
                 }
             };
-            group.by_value.entry(key).or_default().push(i);
+            group.by_value.entry(key).push(i);
             if deny_on_error.get(i as usize).copied().unwrap_or(false) {
                 group.when_absent.push(i);
             }
@@ -154,7 +182,7 @@ impl RuleIndex {
             let looked_up = match (&group.map_key, value) {
                 (None, Some(v)) => {
                     refs.record(group.attr, Presence::Exact);
-                    Some(v.clone())
+                    Some(Found::Value(v))
                 }
                 (None, None) => {
                     refs.record(group.attr, Presence::Absent);
@@ -163,7 +191,7 @@ impl RuleIndex {
                 (Some(key), Some(Value::StringMap(map))) => match map.get(key) {
                     Some(v) => {
                         refs.record_key(group.attr, key.clone(), Presence::Exact);
-                        Some(Value::String(v.clone()))
+                        Some(Found::Text(v))
                     }
                     None => {
                         refs.record_key(group.attr, key.clone(), Presence::Absent);
@@ -179,12 +207,11 @@ impl RuleIndex {
                     None
                 }
             };
-            let Some(value) = looked_up else {
+            let Some(found) = looked_up else {
                 out.extend_from_slice(&group.when_absent);
                 continue;
             };
-            if let Some(rules) = Key::of(&value).and_then(|k| group.by_value.get(&k)) {
-                debug_assert!(Key::of(&value).is_some_and(|k| k.matches(&value)));
+            if let Some(rules) = group.by_value.get(found) {
                 out.extend_from_slice(rules);
             }
         }

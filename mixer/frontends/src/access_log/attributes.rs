@@ -115,7 +115,7 @@ pub fn fill_http(
             let headers = lower_map(&request.request_headers);
             if headers
                 .get("content-type")
-                .is_some_and(|ct| is_grpc_content_type(ct))
+                .is_some_and(is_grpc_content_type)
             {
                 protocol = "grpc";
             }
@@ -146,17 +146,22 @@ pub fn fill_http(
         let headers = lower_map(&response.response_headers);
         let trailers = lower_map(&response.response_trailers);
         // gRPC puts its status in the trailers, or in the headers of a trailers-only answer.
-        let grpc_field = |name: &str| trailers.get(name).or_else(|| headers.get(name)).cloned();
+        let grpc_field = |name: &str| {
+            trailers
+                .get(name)
+                .or_else(|| headers.get(name))
+                .map(Value::from)
+        };
         if let Some(status) = grpc_field("grpc-status") {
             protocol = "grpc";
-            set("response.grpc_status", Value::from(status.as_ref()));
+            set("response.grpc_status", status);
         }
         if let Some(message) = grpc_field("grpc-message") {
-            set("response.grpc_message", Value::from(message.as_ref()));
+            set("response.grpc_message", message);
         }
         if headers
             .get("content-type")
-            .is_some_and(|ct| is_grpc_content_type(ct))
+            .is_some_and(is_grpc_content_type)
         {
             protocol = "grpc";
         }

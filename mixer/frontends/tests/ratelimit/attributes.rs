@@ -64,7 +64,7 @@ fn the_bag_carries_the_descriptor() {
         .get_by_name(ratelimit::DESCRIPTOR)
         .and_then(Value::as_map)
         .expect("map");
-    assert_eq!(map.get("path").map(|v| v.as_ref()), Some("/a"));
+    assert_eq!(map.get("path"), Some("/a"));
     assert_eq!(
         bag.get_by_name(ratelimit::HITS_ADDEND),
         Some(&Value::Int64(1))
