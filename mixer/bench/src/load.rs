@@ -80,7 +80,8 @@ impl Report {
     }
 }
 
-fn histogram() -> Histogram<u64> {
+/// An empty latency histogram (1 µs to 60 s, 3 significant digits).
+pub fn histogram() -> Histogram<u64> {
     // 1 µs .. 60 s at 3 significant digits; these bounds are valid, so creation cannot fail.
     Histogram::new_with_bounds(1_000, 60_000_000_000, 3)
         .unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable_histogram()))

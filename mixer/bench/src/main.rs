@@ -26,6 +26,7 @@
 
 mod bags;
 mod compare;
+mod lean;
 mod load;
 mod noop;
 mod oop;
@@ -95,6 +96,19 @@ struct LoadArgs {
     /// For rate-limit: how many configured limits the requests spread over.
     #[arg(long, default_value_t = 1)]
     limits: usize,
+    /// The gRPC client that drives gRPC targets.
+    #[arg(long, value_enum, default_value = "lean")]
+    client: GrpcClient,
+}
+
+/// The gRPC client of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum GrpcClient {
+    /// One thread, no async runtime, connections polled together (see `lean`): the cheapest
+    /// per call, so the server gets most of a shared machine.
+    Lean,
+    /// A task per caller on tokio, over the `h2` crate, each paced by its own timer.
+    H2,
 }
 
 #[derive(Subcommand)]
@@ -300,6 +314,11 @@ async fn drive(
         rate,
     };
     let requests = bags::requests(load.requests.max(1), load.distinct);
+    if load.client == GrpcClient::Lean
+        && let Some(calls) = lean_calls(target, addr, load, &requests)
+    {
+        return tokio::task::spawn_blocking(move || lean::run(spec, &calls)).await?;
+    }
     Ok(match target {
         Target::ExtAuthz => {
             let prepared = targets::ext_authz_requests(&requests);
@@ -332,5 +351,39 @@ async fn drive(
             })
             .await
         }
+    })
+}
+
+/// The lean driver's calls for a gRPC `target`; `None` for forward-auth (HTTP/1.1).
+fn lean_calls(
+    target: Target,
+    addr: SocketAddr,
+    load: &LoadArgs,
+    requests: &[bags::Request],
+) -> Option<lean::Calls> {
+    let (path, requests, classify): (_, _, fn(&[u8]) -> targets::Outcome) = match target {
+        Target::ExtAuthz => (
+            grpc::EXT_AUTHZ_CHECK,
+            targets::ext_authz_requests(requests),
+            targets::ext_authz_outcome,
+        ),
+        Target::MixerV1 => (
+            grpc::MIXER_CHECK,
+            targets::mixer_v1_requests(requests),
+            targets::mixer_v1_outcome,
+        ),
+        Target::RateLimit => (
+            grpc::SHOULD_RATE_LIMIT,
+            targets::ratelimit_requests(load.requests.max(1), load.limits),
+            targets::ratelimit_outcome,
+        ),
+        Target::ForwardAuth => return None,
+    };
+    Some(lean::Calls {
+        addr,
+        path,
+        requests,
+        classify,
+        connections: load.channels,
     })
 }

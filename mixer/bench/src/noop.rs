@@ -29,7 +29,11 @@ impl Authorization for AlwaysOk {
 /// Serves the always-OK ext_authz service until the process ends, on the same stack as the
 /// mixer's, so that the ratio measures the mixer's work and not a difference of stacks.
 pub async fn serve(addr: SocketAddr) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    serve_on(tokio::net::TcpListener::bind(addr).await?).await
+}
+
+/// [`serve`] on a listener already bound.
+pub async fn serve_on(listener: tokio::net::TcpListener) -> anyhow::Result<()> {
     let mut methods = mixer_grpc::Methods::new();
     methods.add(
         mixer_frontends::grpc::EXT_AUTHZ_CHECK,

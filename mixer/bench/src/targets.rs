@@ -12,6 +12,8 @@ use envoy_types::pb::envoy::service::auth::v3::AttributeContext;
 use envoy_types::pb::envoy::service::auth::v3::attribute_context::{
     HttpRequest, Peer, Request as AttrRequest,
 };
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use prost::Message;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
@@ -126,13 +128,22 @@ pub struct ExtAuthz(pub Unary);
 impl Client for ExtAuthz {
     async fn call(&mut self, i: usize) -> Outcome {
         match self.0.call::<CheckResponse>(i).await {
-            Ok(response) => match response.status.map(|s| s.code) {
-                None | Some(0) => Outcome::Allowed,
-                Some(_) => Outcome::Denied,
-            },
+            Ok(response) => ext_authz_verdict(&response),
             Err(_) => Outcome::Error,
         }
     }
+}
+
+fn ext_authz_verdict(response: &CheckResponse) -> Outcome {
+    match response.status.as_ref().map(|s| s.code) {
+        None | Some(0) => Outcome::Allowed,
+        Some(_) => Outcome::Denied,
+    }
+}
+
+/// The outcome of an encoded ext_authz `CheckResponse`.
+pub fn ext_authz_outcome(message: &[u8]) -> Outcome {
+    CheckResponse::decode(message).map_or(Outcome::Error, |r| ext_authz_verdict(&r))
 }
 
 /// Forward-auth: one keep-alive HTTP/1.1 connection per client.
@@ -265,16 +276,25 @@ pub fn mixer_v1_requests(requests: &[Request]) -> Arc<Vec<bytes::Bytes>> {
     crate::wire::frame_all(&built)
 }
 
+fn mixer_v1_verdict(response: mixer_pb::CheckResponse) -> Outcome {
+    match response.precondition.and_then(|p| p.status).map(|s| s.code) {
+        None | Some(0) => Outcome::Allowed,
+        Some(_) => Outcome::Denied,
+    }
+}
+
+/// The outcome of an encoded Mixer v1 `CheckResponse`.
+pub fn mixer_v1_outcome(message: &[u8]) -> Outcome {
+    mixer_pb::CheckResponse::decode(message).map_or(Outcome::Error, mixer_v1_verdict)
+}
+
 /// A Mixer v1 Check client over one HTTP/2 connection.
 pub struct MixerV1(pub Unary);
 
 impl Client for MixerV1 {
     async fn call(&mut self, i: usize) -> Outcome {
         match self.0.call::<mixer_pb::CheckResponse>(i).await {
-            Ok(response) => match response.precondition.and_then(|p| p.status).map(|s| s.code) {
-                None | Some(0) => Outcome::Allowed,
-                Some(_) => Outcome::Denied,
-            },
+            Ok(response) => mixer_v1_verdict(response),
             Err(_) => Outcome::Error,
         }
     }
@@ -307,13 +327,25 @@ pub struct RateLimit(pub Unary);
 
 impl Client for RateLimit {
     async fn call(&mut self, i: usize) -> Outcome {
-        use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
         match self.0.call::<RateLimitResponse>(i).await {
-            Ok(r) if r.overall_code == 1 => Outcome::Allowed,
-            Ok(_) => Outcome::Denied,
+            Ok(r) => ratelimit_verdict(&r),
             Err(_) => Outcome::Error,
         }
     }
+}
+
+fn ratelimit_verdict(response: &RateLimitResponse) -> Outcome {
+    // 1 is OK; 2 is OVER_LIMIT.
+    if response.overall_code == 1 {
+        Outcome::Allowed
+    } else {
+        Outcome::Denied
+    }
+}
+
+/// The outcome of an encoded `RateLimitResponse`.
+pub fn ratelimit_outcome(message: &[u8]) -> Outcome {
+    RateLimitResponse::decode(message).map_or(Outcome::Error, |r| ratelimit_verdict(&r))
 }
 
 /// A `ratelimitconfig` document with `limits` descriptors (`tenant=tenant-i`), each allowing

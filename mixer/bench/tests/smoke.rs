@@ -42,11 +42,14 @@ fn the_generator_drives_the_noop_server_without_errors() {
         assert!(start.elapsed() < Duration::from_secs(20), "never listened");
         std::thread::sleep(Duration::from_millis(20));
     }
-    for rate in [None, Some("500")] {
+    let clients = ["lean", "h2"];
+    for (client, rate) in clients.iter().flat_map(|c| [(c, None), (c, Some("500"))]) {
         let mut args = vec![
             "--threads",
             "1",
             "run",
+            "--client",
+            client,
             "--target",
             "ext-authz",
             "--duration",
@@ -72,6 +75,7 @@ fn the_generator_drives_the_noop_server_without_errors() {
         );
         let text = String::from_utf8_lossy(&out.stdout);
         let line = text.lines().last().expect("a result line");
+        let line = &format!("{client}: {line}");
         assert!(number_after(line, "allowed") > 100, "{line}");
         assert_eq!(number_after(line, "denied"), 0, "{line}");
         assert_eq!(number_after(line, "errors"), 0, "{line}");
