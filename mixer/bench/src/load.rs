@@ -46,6 +46,19 @@ pub struct Report {
 }
 
 impl Report {
+    /// No calls yet, over a measured time of `elapsed`.
+    pub fn empty(elapsed: Duration) -> Report {
+        Report {
+            calls: 0,
+            allowed: 0,
+            denied: 0,
+            errors: 0,
+            elapsed,
+            latency: histogram(),
+            lag: histogram(),
+        }
+    }
+
     /// Completed calls per second.
     pub fn throughput(&self) -> f64 {
         self.calls as f64 / self.elapsed.as_secs_f64().max(1e-9)
@@ -80,8 +93,7 @@ impl Report {
     }
 }
 
-/// An empty latency histogram (1 µs to 60 s, 3 significant digits).
-pub fn histogram() -> Histogram<u64> {
+fn histogram() -> Histogram<u64> {
     // 1 µs .. 60 s at 3 significant digits; these bounds are valid, so creation cannot fail.
     Histogram::new_with_bounds(1_000, 60_000_000_000, 3)
         .unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable_histogram()))
@@ -167,15 +179,7 @@ pub async fn run<C: Client>(spec: Spec, mut make: impl FnMut(usize) -> C) -> Rep
             (hist, lag, allowed, denied, errors)
         }));
     }
-    let mut report = Report {
-        calls: 0,
-        allowed: 0,
-        denied: 0,
-        errors: 0,
-        elapsed: spec.duration,
-        latency: histogram(),
-        lag: histogram(),
-    };
+    let mut report = Report::empty(spec.duration);
     for t in tasks {
         if let Ok((hist, lag, a, d, e)) = t.await {
             let _ = report.latency.add(&hist);

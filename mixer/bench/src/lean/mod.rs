@@ -21,7 +21,7 @@ use bytes::Bytes;
 use rustix::event::{PollFd, PollFlags, poll};
 use rustix::time::Timespec;
 
-use crate::load::{Report, Spec, histogram};
+use crate::load::{Report, Spec};
 use crate::targets::Outcome;
 use conn::Conn;
 
@@ -65,15 +65,7 @@ pub fn run(spec: Spec, calls: &Calls) -> anyhow::Result<Report> {
     let interval = spec
         .rate
         .map(|r| Duration::from_secs_f64(1.0 / r.max(1e-9)));
-    let mut report = Report {
-        calls: 0,
-        allowed: 0,
-        denied: 0,
-        errors: 0,
-        elapsed: spec.duration,
-        latency: histogram(),
-        lag: histogram(),
-    };
+    let mut report = Report::empty(spec.duration);
     let mut slots: Vec<Slot> = Vec::new();
     let mut free: Vec<u64> = Vec::new();
     let mut next: u64 = 0;
