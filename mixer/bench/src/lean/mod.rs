@@ -45,9 +45,10 @@ pub struct Calls {
 /// A call's place in the schedule.
 #[derive(Clone, Copy)]
 struct Slot {
-    /// When the call was due: latency counts from then, so neither the server's queueing
-    /// nor the generator's own lateness (also shown apart, as its lag) is hidden.
-    due: Instant,
+    /// When latency counts from: when the call was due, so that the server's queueing is not
+    /// hidden; but when the loop went to sleep before it was due and woke late, from when it
+    /// was sent, as the loop's lateness is the machine's (it is shown apart, as the lag).
+    from: Instant,
     measured: bool,
 }
 
@@ -72,6 +73,9 @@ pub fn run(spec: Spec, calls: &Calls) -> anyhow::Result<Report> {
     let mut in_flight = 0usize;
     let mut turn = 0usize;
     let mut finished = Vec::new();
+    // When the loop last saw the schedule before sleeping: a call due after then was ahead of
+    // schedule, so only the loop's own wake-up can have made it late.
+    let mut looked = start;
     loop {
         let now = Instant::now();
         // Start what is due, as long as a caller is free.
@@ -86,12 +90,13 @@ pub fn run(spec: Spec, calls: &Calls) -> anyhow::Result<Report> {
             let Some(conn) = pick(&mut conns, &mut turn) else {
                 break;
             };
-            if interval.is_some() && due >= measure_from {
+            let ahead = interval.is_some() && due > looked;
+            if ahead && due >= measure_from {
                 let late = now.saturating_duration_since(due);
                 let _ = report.lag.record(nanos(late).max(1_000));
             }
             let slot = Slot {
-                due,
+                from: if ahead { now } else { due },
                 measured: due >= measure_from,
             };
             let tag = match free.pop() {
@@ -124,6 +129,7 @@ pub fn run(spec: Spec, calls: &Calls) -> anyhow::Result<Report> {
             Some(iv) if startable && now < end => (start + iv.mul_f64(next as f64)).min(end),
             _ => end.max(now) + GRACE,
         };
+        looked = now;
         let readable = wait(&conns, wake.saturating_duration_since(now))?;
         for (conn, _) in conns.iter_mut().zip(readable).filter(|(_, r)| *r) {
             conn.receive(&mut finished);
@@ -139,7 +145,7 @@ pub fn run(spec: Spec, calls: &Calls) -> anyhow::Result<Report> {
             }
             let _ = report
                 .latency
-                .record(nanos(at.saturating_duration_since(slot.due)).max(1_000));
+                .record(nanos(at.saturating_duration_since(slot.from)).max(1_000));
             match call.message.as_deref().map(calls.classify) {
                 Some(Outcome::Allowed) => report.allowed += 1,
                 Some(Outcome::Denied) => report.denied += 1,
