@@ -103,12 +103,10 @@ impl Timestamp {
         t.timestamp_nanos_opt().map(Timestamp)
     }
 
-    /// From seconds and nanoseconds since the epoch, as protobuf's `Timestamp` carries them.
+    /// From seconds and nanoseconds since the epoch, as protobuf's `Timestamp` carries them;
+    /// `None` when the sum is outside what nanoseconds in an `i64` hold.
     pub fn from_parts(seconds: i64, nanos: i32) -> Option<Timestamp> {
-        seconds
-            .checked_mul(1_000_000_000)
-            .and_then(|s| s.checked_add(i64::from(nanos)))
-            .map(Timestamp)
+        nanos_from_parts(seconds, nanos).map(Timestamp)
     }
 
     /// The current wall-clock time.
@@ -136,7 +134,20 @@ impl fmt::Display for Timestamp {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Duration(pub i64);
 
+/// `seconds * 10^9 + nanos` when it fits an `i64`. Summed in 128 bits: the earliest
+/// timestamps have seconds whose product alone leaves the range while the sum is back inside
+/// it (seconds -9223372037 with positive nanos), which is how protobuf writes them.
+fn nanos_from_parts(seconds: i64, nanos: i32) -> Option<i64> {
+    i64::try_from(i128::from(seconds) * 1_000_000_000 + i128::from(nanos)).ok()
+}
+
 impl Duration {
+    /// From seconds and nanoseconds, as protobuf's `Duration` carries them; `None` when the
+    /// sum is outside what nanoseconds in an `i64` hold.
+    pub fn from_parts(seconds: i64, nanos: i32) -> Option<Duration> {
+        nanos_from_parts(seconds, nanos).map(Duration)
+    }
+
     /// From a standard (unsigned) duration, saturating.
     pub fn from_std(d: std::time::Duration) -> Duration {
         Duration(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))

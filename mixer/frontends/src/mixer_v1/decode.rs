@@ -180,17 +180,14 @@ pub fn decode_keeping(
     }
     for (&k, v) in &attributes.durations {
         let (name, id) = d.name(k)?;
-        let nanos = v
-            .seconds
-            .checked_mul(1_000_000_000)
-            .and_then(|s| s.checked_add(i64::from(v.nanos)))
-            .ok_or_else(|| DecodeError::BadValue {
+        let duration =
+            Duration::from_parts(v.seconds, v.nanos).ok_or_else(|| DecodeError::BadValue {
                 name: name.to_string(),
                 reason: format!("duration {}s {}ns is out of range", v.seconds, v.nanos),
             })?;
         let to = target(id);
         put(bag, name, to, ValueType::Duration, None, || {
-            Value::Duration(Duration(nanos))
+            Value::Duration(duration)
         })?;
     }
     for (&k, v) in &attributes.bytes {

@@ -97,3 +97,31 @@ proptest! {
         }
     }
 }
+
+/// Found by the `mixer_v1_check` fuzz target: the earliest timestamp, sent as seconds
+/// -9223372036 and nanos -854775808, decoded; encoded back in protobuf's form (nanos not
+/// negative), it was refused as out of range.
+#[test]
+fn the_earliest_timestamp_and_durations_round_trip() {
+    let vocabulary = Arc::new(Vocabulary::istio());
+    let values = [
+        (
+            "request.time",
+            Value::Timestamp(mixer_model::Timestamp(i64::MIN)),
+        ),
+        (
+            "response.duration",
+            Value::Duration(mixer_model::Duration(i64::MIN)),
+        ),
+        (
+            "request.duration",
+            Value::Duration(mixer_model::Duration(i64::MAX)),
+        ),
+    ];
+    let wire = encode(values.iter().map(|(n, v)| (*n, v)), GLOBAL_WORD_COUNT);
+    let mut bag = AttributeBag::new(vocabulary);
+    decode_into(&wire, &wire.words, &mut bag).expect("decodes");
+    for (n, v) in &values {
+        assert_eq!(bag.get_by_name(n), Some(v), "{n}");
+    }
+}

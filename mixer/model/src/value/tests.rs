@@ -28,6 +28,32 @@ fn timestamps_round_trip_rfc3339() {
 }
 
 #[test]
+fn the_extreme_times_come_back_from_their_protobuf_parts() {
+    // Protobuf keeps nanos in 0..10^9, so the earliest timestamp's seconds times 10^9 alone
+    // leave the i64 range, though the sum is the earliest value there is.
+    for t in [i64::MIN, i64::MIN + 1, -1, 0, i64::MAX] {
+        let (seconds, nanos) = (t.div_euclid(1_000_000_000), t.rem_euclid(1_000_000_000));
+        let nanos = i32::try_from(nanos).expect("below 10^9");
+        assert_eq!(
+            Timestamp::from_parts(seconds, nanos),
+            Some(Timestamp(t)),
+            "{t}"
+        );
+        assert_eq!(
+            Duration::from_parts(seconds, nanos),
+            Some(Duration(t)),
+            "{t}"
+        );
+    }
+    assert_eq!(Timestamp::from_parts(i64::MIN, 0), None);
+    assert_eq!(Duration::from_parts(i64::MAX, 999_999_999), None);
+    assert_eq!(
+        Duration::from_parts(-1, -500),
+        Some(Duration(-1_000_000_500))
+    );
+}
+
+#[test]
 fn typed_equality() {
     let v4: IpAddr = "10.0.0.1".parse().expect("ip");
     let mapped: IpAddr = "::ffff:10.0.0.1".parse().expect("ip");

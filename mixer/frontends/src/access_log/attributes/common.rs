@@ -154,8 +154,5 @@ fn timestamp(t: &PbTimestamp) -> Option<Timestamp> {
 }
 
 fn duration(d: &PbDuration) -> Option<Duration> {
-    d.seconds
-        .checked_mul(1_000_000_000)
-        .and_then(|s| s.checked_add(i64::from(d.nanos)))
-        .map(Duration)
+    Duration::from_parts(d.seconds, d.nanos)
 }
