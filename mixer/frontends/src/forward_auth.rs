@@ -96,7 +96,11 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .filter(|v| !v.is_empty())
 }
 
-fn fill_bag(bag: &mut AttributeBag, request: &Request, peer: Option<IpAddr>) {
+/// Maps a forward-auth call to attributes, as the [module](self)'s table says: `request` as
+/// the HTTP server hands it over, `peer` the address of the connection it came on, when known.
+/// Values that do not fit their attribute's type are left out; `request.time` and
+/// `context.time` are read from the clock. Public so the fuzz targets can call it.
+pub fn fill_bag(bag: &mut AttributeBag, request: &Request, peer: Option<IpAddr>) {
     let headers = request.headers();
     let mut set = |name: &str, value: Value| {
         // Values come from text the client controls; one that does not fit its type is
