@@ -24,6 +24,14 @@ pub struct Spec {
     pub rate: Option<f64>,
 }
 
+impl Spec {
+    /// Open loop: the time between two requests' due times.
+    pub fn interval(&self) -> Option<Duration> {
+        self.rate
+            .map(|r| Duration::from_secs_f64(1.0 / r.max(1e-9)))
+    }
+}
+
 /// What a run measured.
 #[derive(Clone, Debug)]
 pub struct Report {
@@ -113,9 +121,7 @@ pub async fn run<C: Client>(spec: Spec, mut make: impl FnMut(usize) -> C) -> Rep
     let start = Instant::now();
     let measure_from = start + spec.warmup;
     let end = measure_from + spec.duration;
-    let interval = spec
-        .rate
-        .map(|r| Duration::from_secs_f64(1.0 / r.max(1e-9)));
+    let interval = spec.interval();
     let next = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::with_capacity(spec.concurrency);
     for worker in 0..spec.concurrency {

@@ -63,9 +63,7 @@ pub fn run(spec: Spec, calls: &Calls) -> anyhow::Result<Report> {
     let start = Instant::now();
     let measure_from = start + spec.warmup;
     let end = measure_from + spec.duration;
-    let interval = spec
-        .rate
-        .map(|r| Duration::from_secs_f64(1.0 / r.max(1e-9)));
+    let interval = spec.interval();
     let mut report = Report::empty(spec.duration);
     let mut slots: Vec<Slot> = Vec::new();
     let mut free: Vec<u64> = Vec::new();
