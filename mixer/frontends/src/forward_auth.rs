@@ -146,10 +146,13 @@ pub fn fill_bag(bag: &mut AttributeBag, request: &Request, peer: Option<IpAddr>)
         "request.scheme",
         Value::from(header(headers, "x-forwarded-proto").unwrap_or("http")),
     );
+    // Proxies write `unknown` (or an obfuscated name) into X-Forwarded-For when they will not
+    // tell; X-Real-IP, when it holds an address, is then the better source than the peer.
+    let address = |v: &str| v.trim().parse::<IpAddr>().ok();
     let forwarded_ip = header(headers, "x-forwarded-for")
         .and_then(|v| v.split(',').next())
-        .or_else(|| header(headers, "x-real-ip"))
-        .and_then(|v| v.trim().parse::<IpAddr>().ok());
+        .and_then(address)
+        .or_else(|| header(headers, "x-real-ip").and_then(address));
     if let Some(ip) = forwarded_ip.or(peer) {
         set("source.ip", Value::IpAddress(ip));
     }
@@ -190,5 +193,44 @@ fn apply(headers: &mut HeaderMap, ops: &[HeaderOperation]) {
             // A forward-auth answer can only add headers; removal has no meaning here.
             HeaderOp::Remove => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use mixer_model::Vocabulary;
+
+    use super::*;
+
+    fn source_ip(headers: &[(&'static str, &str)]) -> Option<Value> {
+        let mut request = Request::new(Body::empty());
+        for (name, value) in headers {
+            request.headers_mut().insert(
+                HeaderName::from_static(name),
+                HeaderValue::from_str(value).expect("a header value"),
+            );
+        }
+        let mut bag = AttributeBag::new(Arc::new(Vocabulary::istio()));
+        fill_bag(&mut bag, &request, Some("192.0.2.1".parse().expect("ip")));
+        bag.get_by_name("source.ip").cloned()
+    }
+
+    #[test]
+    fn the_source_is_the_first_forwarded_address_else_the_real_ip_else_the_peer() {
+        let ip = |s: &str| Some(Value::IpAddress(s.parse().expect("ip")));
+        let xff = "x-forwarded-for";
+        assert_eq!(source_ip(&[(xff, "10.0.0.9, 10.0.0.1")]), ip("10.0.0.9"));
+        assert_eq!(
+            source_ip(&[(xff, "unknown"), ("x-real-ip", "10.1.2.3")]),
+            ip("10.1.2.3")
+        );
+        assert_eq!(
+            source_ip(&[("x-real-ip", "2001:db8::7")]),
+            ip("2001:db8::7")
+        );
+        assert_eq!(source_ip(&[(xff, "unknown")]), ip("192.0.2.1"));
+        assert_eq!(source_ip(&[]), ip("192.0.2.1"));
     }
 }
