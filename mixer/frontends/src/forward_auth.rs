@@ -10,10 +10,10 @@
 //! | `request.method` | `X-Original-Method`, `X-Forwarded-Method`, else the call's method |
 //! | `request.path` | `X-Original-URI`, `X-Forwarded-Uri`, else the call's path and query |
 //! | `request.url_path`, `request.query_params` | the path split at `?` |
-//! | `request.host`, `destination.service.host` | `X-Forwarded-Host`, else `Host` (the latter without port) |
+//! | `request.host`, `destination.service.host` | `X-Forwarded-Host`, else `Host` (the latter without port, and an IPv6 address without brackets) |
 //! | `request.scheme` | `X-Forwarded-Proto`, else `http` |
 //! | `source.ip` | first address of `X-Forwarded-For`, else `X-Real-IP`, else the peer |
-//! | `request.headers` | every header, names lower-case |
+//! | `request.headers` | every header, names lower-case, values as UTF-8 (bytes that are not, as U+FFFD) |
 //! | `request.useragent`, `request.referer`, `request.id` | `User-Agent`, `Referer`, `X-Request-Id` |
 //! | `request.time`, `context.time` | now |
 //! | `context.protocol` | `http` |
@@ -32,6 +32,8 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use mixer_model::{AttributeBag, Code, HeaderOp, HeaderOperation, StringMap, Timestamp, Value};
 use mixer_runtime::Runtime;
+
+use crate::host::strip_port;
 
 /// The forward-auth routes, to serve on `--http-addr`.
 pub fn router(runtime: Arc<Runtime>) -> Router {
@@ -136,11 +138,7 @@ pub fn fill_bag(bag: &mut AttributeBag, request: &Request, peer: Option<IpAddr>)
     set("request.path", Value::from(uri.as_str()));
     if let Some(host) = header(headers, "x-forwarded-host").or_else(|| header(headers, "host")) {
         set("request.host", Value::from(host));
-        let bare = match host.rsplit_once(':') {
-            Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) => h,
-            _ => host,
-        };
-        set("destination.service.host", Value::from(bare));
+        set("destination.service.host", Value::from(strip_port(host)));
     }
     set(
         "request.scheme",
@@ -165,9 +163,11 @@ pub fn fill_bag(bag: &mut AttributeBag, request: &Request, peer: Option<IpAddr>)
             set(attr, Value::from(v));
         }
     }
+    // HTTP allows bytes beyond ASCII in values (obs-text); they are kept, as UTF-8 where they
+    // are, with U+FFFD for what is not, rather than losing the header.
     let pairs = headers
         .iter()
-        .filter_map(|(name, value)| value.to_str().ok().map(|v| (name.as_str(), v)));
+        .map(|(name, value)| (name.as_str(), String::from_utf8_lossy(value.as_bytes())));
     set("request.headers", StringMap::from_pairs(pairs).into());
     let now = Value::Timestamp(Timestamp::now());
     set("request.time", now.clone());
@@ -204,17 +204,45 @@ mod tests {
 
     use super::*;
 
-    fn source_ip(headers: &[(&'static str, &str)]) -> Option<Value> {
+    fn bag_for(headers: &[(&'static str, &[u8])]) -> AttributeBag {
         let mut request = Request::new(Body::empty());
         for (name, value) in headers {
             request.headers_mut().insert(
                 HeaderName::from_static(name),
-                HeaderValue::from_str(value).expect("a header value"),
+                HeaderValue::from_bytes(value).expect("a header value"),
             );
         }
         let mut bag = AttributeBag::new(Arc::new(Vocabulary::istio()));
         fill_bag(&mut bag, &request, Some("192.0.2.1".parse().expect("ip")));
-        bag.get_by_name("source.ip").cloned()
+        bag
+    }
+
+    fn source_ip(headers: &[(&'static str, &str)]) -> Option<Value> {
+        let headers: Vec<_> = headers.iter().map(|(n, v)| (*n, v.as_bytes())).collect();
+        bag_for(&headers).get_by_name("source.ip").cloned()
+    }
+
+    #[test]
+    fn ipv6_hosts_lose_port_and_brackets_and_no_header_is_lost() {
+        let bag = bag_for(&[
+            ("host", b"[fd00::7]:8080"),
+            ("x-accent", "café".as_bytes()),
+            ("x-latin1", b"caf\xe9"),
+        ]);
+        let text = |name: &str| {
+            bag.get_by_name(name)
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        assert_eq!(text("destination.service.host").as_deref(), Some("fd00::7"));
+        assert_eq!(text("request.host").as_deref(), Some("[fd00::7]:8080"));
+        let headers = bag
+            .get_by_name("request.headers")
+            .and_then(Value::as_map)
+            .expect("request.headers");
+        assert_eq!(headers.get("x-accent"), Some("café"));
+        assert_eq!(headers.get("x-latin1"), Some("caf\u{fffd}"));
+        assert_eq!(headers.get("host"), Some("[fd00::7]:8080"));
     }
 
     #[test]

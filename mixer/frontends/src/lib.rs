@@ -16,6 +16,7 @@ mod envoy_core;
 pub mod ext_authz;
 pub mod forward_auth;
 pub mod grpc;
+mod host;
 pub mod mixer_v1;
 pub mod otlp;
 pub mod ratelimit;

@@ -13,6 +13,7 @@ use mixer_model::{AttributeBag, StringMap, Timestamp, Value, Vocabulary};
 use super::names::*;
 use super::wire::{CheckView, HttpView, PeerView, WireError};
 use crate::envoy_core::{socket_ip, spiffe_namespace};
+use crate::host::strip_port;
 
 /// The undeclared attribute that carries `metadata_context.filter_metadata`, flattened.
 pub const METADATA_ATTRIBUTE: &str = "context.metadata";
@@ -280,17 +281,6 @@ fn lower(name: &str) -> Cow<'_, str> {
     }
 }
 
-/// `host[:port]` without the port; `[v6]:port` keeps its brackets off too.
-fn strip_port(host: &str) -> &str {
-    if let Some(rest) = host.strip_prefix('[') {
-        return rest.split_once(']').map_or(host, |(ip, _)| ip);
-    }
-    match host.rsplit_once(':') {
-        Some((h, port)) if !h.contains(':') && port.chars().all(|c| c.is_ascii_digit()) => h,
-        _ => host,
-    }
-}
-
 /// `filter_metadata` as one string map: `<filter namespace>.<field>[.<nested field>...]` to
 /// the value as text (strings as they are, numbers and booleans printed, lists joined with
 /// `,`, null as empty). `None` when there is nothing to carry.
@@ -337,11 +327,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn strips_ports_and_reads_spiffe_namespaces() {
-        assert_eq!(strip_port("example.com:8080"), "example.com");
-        assert_eq!(strip_port("example.com"), "example.com");
-        assert_eq!(strip_port("[::1]:443"), "::1");
-        assert_eq!(strip_port("::1"), "::1");
+    fn reads_spiffe_namespaces() {
         assert_eq!(
             spiffe_namespace("spiffe://cluster.local/ns/shop/sa/web"),
             Some("shop")
