@@ -169,9 +169,7 @@ impl Conn {
     pub fn start(&mut self, tag: u64, message: Bytes) {
         let id = self.next_stream;
         self.next_stream += 2;
-        let block = std::mem::take(&mut self.request_block);
-        self.frame(HEADERS, END_HEADERS, id, &block);
-        self.request_block = block;
+        frame_into(&mut self.out, HEADERS, END_HEADERS, id, &self.request_block);
         self.streams.insert(
             id,
             Stream {
@@ -428,13 +426,18 @@ impl Conn {
 fn finish(stream: Stream, ended: bool) -> Finished {
     let ok = ended && stream.http_ok && stream.grpc_status == Some(0);
     // One uncompressed gRPC message: flag 0, big-endian length, the message.
-    let message = ok
-        .then(|| {
-            let b = &stream.body;
-            let len = u32::from_be_bytes(b.get(1..5)?.try_into().ok()?) as usize;
-            (b.first() == Some(&0) && b.len() == 5 + len).then(|| b[5..].to_vec())
-        })
-        .flatten();
+    let one_message = |b: &[u8]| {
+        let len = b
+            .get(1..5)
+            .and_then(|l| l.try_into().ok())
+            .map(u32::from_be_bytes);
+        b.first() == Some(&0) && len.is_some_and(|len| b.len() == 5 + len as usize)
+    };
+    let mut body = stream.body;
+    let message = (ok && one_message(&body)).then(|| {
+        body.drain(..5);
+        body
+    });
     Finished {
         tag: stream.tag,
         message,
