@@ -32,6 +32,7 @@ mod noop;
 mod oop;
 mod overload;
 mod pacer;
+mod pin;
 mod platform;
 mod process;
 mod report;
@@ -57,6 +58,11 @@ struct Cli {
     /// keeps the two from preempting each other, which otherwise dominates tail latency.
     #[arg(long, global = true, value_parser = clap::value_parser!(u16).range(1..))]
     threads: Option<u16>,
+    /// Pins this process to the first CPU it may use and the servers it starts (the mixer,
+    /// the no-op baseline, adapters) to the others, so the kernel cannot put the two on one
+    /// CPU for a while; with `--threads 1` and `--server-threads 1` on a 2-core machine.
+    #[arg(long, global = true)]
+    pin: bool,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -229,6 +235,10 @@ fn duration(text: &str) -> Result<Duration, String> {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if cli.pin {
+        // Before the runtime's threads start, so that they inherit the mask.
+        println!("{}", pin::split()?);
+    }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = cli.threads {
         builder.worker_threads(usize::from(n));

@@ -118,8 +118,7 @@ impl Mixer {
             cmd.arg("--config").arg(c);
         }
         let process = Killed(
-            cmd.spawn()
-                .with_context(|| format!("starting {}", bin.display()))?,
+            crate::pin::spawn(&mut cmd).with_context(|| format!("starting {}", bin.display()))?,
         );
         report::wait_ready(admin).context("the mixer did not become ready with its config")?;
         wait_port(grpc)?;
@@ -142,12 +141,12 @@ impl Mixer {
 /// until it listens.
 pub fn bench_server(args: &[&str], extra: &[String]) -> anyhow::Result<(Killed, SocketAddr)> {
     let addr = free_addr()?;
-    let child = Command::new(std::env::current_exe()?)
-        .args(args)
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.args(args)
         .args(["--addr", &addr.to_string()])
         .args(extra)
-        .stdout(Stdio::null())
-        .spawn()
+        .stdout(Stdio::null());
+    let child = crate::pin::spawn(&mut cmd)
         .with_context(|| format!("starting mixer-bench {}", args.join(" ")))?;
     let server = Killed(child);
     wait_port(addr)?;
