@@ -1,7 +1,6 @@
 //! Verdict → `CheckResponse`, quota outcome → `QuotaResult`.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use mixer_model::{
     AttrId, AttributeBag, Bag, HeaderOp, HeaderOperation, Presence, ReferencedAttributes, Verdict,
@@ -99,18 +98,19 @@ pub fn referenced_attributes(
 }
 
 /// [`referenced_attributes`] for any set of reads (a verdict's, a quota's).
-pub fn encode_referenced(
-    referenced: &ReferencedAttributes,
+pub fn encode_referenced<'a>(
+    referenced: &'a ReferencedAttributes,
     vocabulary: &Vocabulary,
-    bag: &AttributeBag,
+    bag: &'a AttributeBag,
     global_word_count: usize,
 ) -> pb::ReferencedAttributes {
     let mut words = WordEncoder::new(global_word_count);
     let mut matches = Vec::with_capacity(referenced.len());
-    let mut emitted: HashSet<(AttrId, Option<Arc<str>>)> = HashSet::new();
+    let mut emitted: HashSet<(AttrId, Option<&str>), foldhash::fast::RandomState> =
+        HashSet::default();
     let mut push =
-        |words: &mut WordEncoder, attr: AttrId, key: Option<&Arc<str>>, presence: Presence| {
-            if !emitted.insert((attr, key.cloned())) {
+        |words: &mut WordEncoder, attr: AttrId, key: Option<&'a str>, presence: Presence| {
+            if !emitted.insert((attr, key)) {
                 return;
             }
             let name = words.index(vocabulary.name(attr));
@@ -129,10 +129,10 @@ pub fn encode_referenced(
         match (&r.map_key, r.presence, bag.get(r.attr)) {
             (None, Presence::Exact, Some(mixer_model::Value::StringMap(m))) => {
                 for (k, _) in m.iter() {
-                    push(&mut words, r.attr, Some(&Arc::from(k)), Presence::Exact);
+                    push(&mut words, r.attr, Some(k), Presence::Exact);
                 }
             }
-            _ => push(&mut words, r.attr, r.map_key.as_ref(), r.presence),
+            _ => push(&mut words, r.attr, r.map_key.as_deref(), r.presence),
         }
     }
     pb::ReferencedAttributes {
