@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::net::IpAddr;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use mixer_model::{
@@ -11,7 +12,7 @@ use mixer_model::{
 };
 use mixer_proto::istio::mixer::v1 as pb;
 
-use super::dictionary::{WordEncoder, lookup};
+use super::dictionary::{WordEncoder, global_ids, lookup};
 
 /// Why a `CompressedAttributes` message cannot become a bag. Answered with INVALID_ARGUMENT.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,6 +66,8 @@ impl std::error::Error for DecodeError {}
 struct Decoder<'a> {
     words: &'a [String],
     vocabulary: Arc<Vocabulary>,
+    /// The vocabulary's id of each global word.
+    global_ids: Rc<[Option<AttrId>]>,
     /// Declared attributes given so far, a bit per id: every name is checked against it.
     seen: Vec<u64>,
     /// Undeclared names given so far; a fast seeded hash, since names come from the request.
@@ -76,6 +79,7 @@ impl<'a> Decoder<'a> {
         Decoder {
             words,
             vocabulary: vocabulary.clone(),
+            global_ids: global_ids(vocabulary),
             seen: vec![0; vocabulary.len().div_ceil(64)],
             seen_undeclared: HashSet::default(),
         }
@@ -92,7 +96,10 @@ impl<'a> Decoder<'a> {
     /// The name at `index` and its id when declared; an error when given before.
     fn name(&mut self, index: i32) -> Result<(&'a str, Option<AttrId>), DecodeError> {
         let name = self.word(index, || "attribute name".to_string())?;
-        let id = self.vocabulary.lookup(name);
+        let id = match usize::try_from(index) {
+            Ok(global) => self.global_ids.get(global).copied().flatten(),
+            Err(_) => self.vocabulary.lookup(name),
+        };
         let again = match id {
             Some(id) => {
                 let (word, bit) = (id.index() / 64, 1u64 << (id.index() % 64));

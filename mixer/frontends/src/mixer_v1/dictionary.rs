@@ -11,8 +11,12 @@
 //! Two rbac words were once inserted in the middle (istio/api#608) and reverted a day later
 //! (istio/api#611); they are not here.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::LazyLock;
+use std::rc::Rc;
+use std::sync::{Arc, LazyLock, Weak};
+
+use mixer_model::{AttrId, Vocabulary};
 
 /// Number of words in [`GLOBAL_WORDS`]: what this server answers clients about.
 pub const GLOBAL_WORD_COUNT: usize = 221;
@@ -242,7 +246,11 @@ pub static GLOBAL_WORDS: [&str; GLOBAL_WORD_COUNT] = [
     "outbound", // 220
 ];
 
-static GLOBAL_INDEX: LazyLock<HashMap<&'static str, i32>> = LazyLock::new(|| {
+/// Words are looked up for every name and key a check response refers to: a fast hash, seeded,
+/// since keys can come from requests.
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+static GLOBAL_INDEX: LazyLock<FastMap<&'static str, i32>> = LazyLock::new(|| {
     GLOBAL_WORDS
         .iter()
         .enumerate()
@@ -267,6 +275,29 @@ pub fn lookup(index: i32, message_words: &[String]) -> Option<&str> {
     }
 }
 
+thread_local! {
+    /// The last vocabulary's [`global_ids`] on this thread. The `Weak` keeps the vocabulary's
+    /// allocation, so no later vocabulary can take its address while the table is kept.
+    static GLOBAL_IDS: RefCell<Option<(Weak<Vocabulary>, Rc<[Option<AttrId>]>)>> =
+        const { RefCell::new(None) };
+}
+
+/// The id `vocabulary` gives each global word (by global index; `None` for a word that names
+/// no attribute). Nearly every attribute name on the wire is a global word: looking it up here
+/// is an index instead of a hash of the name. Built once per vocabulary and thread.
+pub fn global_ids(vocabulary: &Arc<Vocabulary>) -> Rc<[Option<AttrId>]> {
+    GLOBAL_IDS.with_borrow_mut(|kept| {
+        if let Some((v, ids)) = kept
+            && std::ptr::eq(v.as_ptr(), Arc::as_ptr(vocabulary))
+        {
+            return ids.clone();
+        }
+        let ids: Rc<[Option<AttrId>]> = GLOBAL_WORDS.iter().map(|w| vocabulary.lookup(w)).collect();
+        *kept = Some((Arc::downgrade(vocabulary), ids.clone()));
+        ids
+    })
+}
+
 /// Builds indices for outgoing words: a global index when the word is among the first
 /// `global_limit` global words (the words the other side announced it knows), otherwise a
 /// slot in a message dictionary built on the way (`-1`, `-2`, ...), each word once.
@@ -274,7 +305,7 @@ pub fn lookup(index: i32, message_words: &[String]) -> Option<&str> {
 pub struct WordEncoder {
     global_limit: usize,
     words: Vec<String>,
-    slots: HashMap<String, i32>,
+    slots: FastMap<String, i32>,
 }
 
 impl WordEncoder {
@@ -336,6 +367,20 @@ mod tests {
         assert_eq!(GLOBAL_WORDS[94], "'200'");
         assert_eq!(GLOBAL_WORDS[GLOBAL_WORD_COUNT - 1], "outbound");
         assert_eq!(GLOBAL_INDEX.len(), GLOBAL_WORD_COUNT, "words are unique");
+    }
+
+    #[test]
+    fn global_ids_follow_the_vocabulary() {
+        let istio = Arc::new(Vocabulary::istio());
+        let ids = global_ids(&istio);
+        for (i, word) in GLOBAL_WORDS.iter().enumerate() {
+            assert_eq!(ids[i], istio.lookup(word), "{word}");
+        }
+        assert!(ids[0].is_some() && ids[GLOBAL_WORD_COUNT - 1].is_none());
+        // Another vocabulary, even one built alike, gets a table of its own.
+        let small = Arc::new(Vocabulary::empty());
+        assert!(global_ids(&small).iter().all(Option::is_none));
+        assert_eq!(global_ids(&istio)[0], istio.lookup("source.ip"));
     }
 
     #[test]
