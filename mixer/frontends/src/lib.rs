@@ -19,4 +19,5 @@ pub mod grpc;
 mod host;
 pub mod mixer_v1;
 pub mod otlp;
+mod protowire;
 pub mod ratelimit;

@@ -8,7 +8,6 @@
 //! read (the body, the protocol, unknown fields) are stepped over without being examined.
 
 use std::borrow::Cow;
-use std::fmt;
 
 use envoy_types::pb::envoy::config::core::v3::Metadata;
 use envoy_types::pb::envoy::config::core::v3::address::Address as AddressKind;
@@ -16,6 +15,9 @@ use envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier;
 use envoy_types::pb::envoy::service::auth::v3::CheckRequest;
 use envoy_types::pb::envoy::service::auth::v3::attribute_context::{HttpRequest, Peer};
 use prost::Message;
+
+pub use crate::protowire::WireError;
+use crate::protowire::Reader;
 
 /// A `CheckRequest` as the attribute mapping reads it.
 #[derive(Debug, Default, PartialEq)]
@@ -329,172 +331,4 @@ fn map_entry(buf: &[u8]) -> Result<(&str, &str), WireError> {
         }
     }
     Ok((key, value))
-}
-
-/// Why an encoded `CheckRequest` could not be read.
-#[derive(Debug, PartialEq)]
-pub enum WireError {
-    /// A varint longer than ten bytes, or cut off by the end of its message.
-    Varint,
-    /// A length, or a fixed-size field, that runs past the end of its message.
-    Truncated,
-    /// A field number of 0, or a wire type that does not exist.
-    Key,
-    /// A known field sent with another wire type than its type has.
-    WireType {
-        /// The field's number.
-        field: u32,
-        /// The wire type it came with.
-        wire: u8,
-    },
-    /// A string field that is not UTF-8.
-    Utf8,
-    /// A group left open, or one nested past the limit.
-    Group,
-    /// `metadata_context` or `route_metadata_context` did not decode.
-    Metadata(String),
-}
-
-impl fmt::Display for WireError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            WireError::Varint => f.write_str("invalid varint"),
-            WireError::Truncated => f.write_str("a field runs past the end of its message"),
-            WireError::Key => f.write_str("invalid field key"),
-            WireError::WireType { field, wire } => {
-                write!(f, "field {field} has the wrong wire type {wire}")
-            }
-            WireError::Utf8 => f.write_str("a string field is not valid UTF-8"),
-            WireError::Group => f.write_str("a group is unterminated or nested too deep"),
-            WireError::Metadata(e) => write!(f, "metadata: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for WireError {}
-
-const VARINT: u8 = 0;
-const FIXED64: u8 = 1;
-const LEN: u8 = 2;
-const START_GROUP: u8 = 3;
-const END_GROUP: u8 = 4;
-const FIXED32: u8 = 5;
-/// As deep as prost lets groups nest.
-const MAX_GROUP_DEPTH: u32 = 100;
-
-/// The unread rest of one message, and the number of the field being read.
-struct Reader<'a> {
-    buf: &'a [u8],
-    field: u32,
-}
-
-impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8]) -> Reader<'a> {
-        Reader { buf, field: 0 }
-    }
-
-    /// The next field's number and wire type; `None` at the end of the message.
-    #[inline]
-    fn key(&mut self) -> Result<Option<(u32, u8)>, WireError> {
-        if self.buf.is_empty() {
-            return Ok(None);
-        }
-        let key = self.varint()?;
-        let wire = (key & 7) as u8;
-        let field = u32::try_from(key >> 3).map_err(|_| WireError::Key)?;
-        if field == 0 || wire > FIXED32 {
-            return Err(WireError::Key);
-        }
-        self.field = field;
-        Ok(Some((field, wire)))
-    }
-
-    #[inline]
-    fn varint(&mut self) -> Result<u64, WireError> {
-        // Keys, the lengths of short fields and small numbers take one byte.
-        if let Some((&byte, rest)) = self.buf.split_first()
-            && byte < 0x80
-        {
-            self.buf = rest;
-            return Ok(u64::from(byte));
-        }
-        self.long_varint()
-    }
-
-    fn long_varint(&mut self) -> Result<u64, WireError> {
-        let mut value = 0u64;
-        for (i, &byte) in self.buf.iter().take(10).enumerate() {
-            // The tenth byte holds bit 63 only.
-            if i == 9 && byte > 1 {
-                return Err(WireError::Varint);
-            }
-            value |= u64::from(byte & 0x7f) << (7 * i);
-            if byte < 0x80 {
-                self.buf = &self.buf[i + 1..];
-                return Ok(value);
-            }
-        }
-        Err(WireError::Varint)
-    }
-
-    fn varint_field(&mut self, wire: u8) -> Result<u64, WireError> {
-        self.expect(wire, VARINT)?;
-        self.varint()
-    }
-
-    /// A length-delimited field's bytes.
-    fn len(&mut self, wire: u8) -> Result<&'a [u8], WireError> {
-        self.expect(wire, LEN)?;
-        let len = usize::try_from(self.varint()?).map_err(|_| WireError::Truncated)?;
-        self.take(len)
-    }
-
-    fn string(&mut self, wire: u8) -> Result<&'a str, WireError> {
-        std::str::from_utf8(self.len(wire)?).map_err(|_| WireError::Utf8)
-    }
-
-    fn take(&mut self, len: usize) -> Result<&'a [u8], WireError> {
-        if len > self.buf.len() {
-            return Err(WireError::Truncated);
-        }
-        let (head, rest) = self.buf.split_at(len);
-        self.buf = rest;
-        Ok(head)
-    }
-
-    /// Steps over a field the mapping does not read.
-    fn skip(&mut self, field: u32, wire: u8, depth: u32) -> Result<(), WireError> {
-        match wire {
-            VARINT => self.varint().map(drop),
-            FIXED64 => self.take(8).map(drop),
-            LEN => self.len(LEN).map(drop),
-            FIXED32 => self.take(4).map(drop),
-            START_GROUP => {
-                if depth >= MAX_GROUP_DEPTH {
-                    return Err(WireError::Group);
-                }
-                loop {
-                    match self.key()? {
-                        None => return Err(WireError::Group),
-                        Some((f, END_GROUP)) if f == field => return Ok(()),
-                        Some((_, END_GROUP)) => return Err(WireError::Group),
-                        Some((f, w)) => self.skip(f, w, depth + 1)?,
-                    }
-                }
-            }
-            // An end of group with no group open.
-            _ => Err(WireError::Group),
-        }
-    }
-
-    fn expect(&self, wire: u8, want: u8) -> Result<(), WireError> {
-        if wire == want {
-            Ok(())
-        } else {
-            Err(WireError::WireType {
-                field: self.field,
-                wire,
-            })
-        }
-    }
 }
