@@ -1,12 +1,15 @@
 //! Mixer v1 Check, the front end's share: the encoded `CheckRequest` of a typical inbound call
 //! (twelve attributes, ten headers, compressed with the global dictionary as an Istio proxy
-//! compresses them) into an attribute bag, and a verdict that read six attributes, two of them
+//! compresses them) into an attribute bag (decoded by prost, or read in place as the server
+//! does), and a verdict that read six attributes, two of them
 //! header keys, into the encoded `CheckResponse`.
 
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use mixer_frontends::mixer_v1::{GLOBAL_WORD_COUNT, check_response, decode_into, encode};
+use mixer_frontends::mixer_v1::{
+    GLOBAL_WORD_COUNT, check_response, decode_check_in_place, decode_into, encode,
+};
 use mixer_model::{
     AttributeBag, Presence, ReferencedAttributes, StringMap, Value, Verdict, Vocabulary,
 };
@@ -70,6 +73,14 @@ fn bench(c: &mut Criterion) {
             let request = pb::CheckRequest::decode(wire.as_slice()).expect("decodes");
             let attributes = request.attributes.as_ref().expect("has attributes");
             decode_into(attributes, &attributes.words, &mut bag).expect("valid");
+        })
+    });
+    c.bench_function("mixer_v1_decode_in_place", |b| {
+        b.iter(|| {
+            bag.clear();
+            decode_check_in_place(&wire, &mut bag)
+                .expect("read in place")
+                .expect("valid");
         })
     });
 

@@ -53,13 +53,13 @@ pub fn unary_methods(runtime: &Arc<Runtime>) -> Methods {
         authz,
         Arc::new(move |message: Bytes| Box::pin(ext_authz.answer_encoded(&message))),
     );
+    // Mixer v1 Check reads its request in place too (the response is still a generated
+    // message).
     let mixer = MixerV1::new(runtime.clone());
+    let check = mixer.clone();
     methods.add(
         mixer_check,
-        unary(
-            mixer.clone(),
-            |s, r| async move { Mixer::check(&s, r).await },
-        ),
+        Arc::new(move |message: Bytes| Box::pin(check.check_encoded(message))),
     );
     methods.add(
         mixer_report,

@@ -21,3 +21,4 @@ pub mod mixer_v1;
 pub mod otlp;
 mod protowire;
 pub mod ratelimit;
+mod spare;

@@ -56,7 +56,6 @@ mod names;
 mod respond;
 mod wire;
 
-use std::cell::Cell;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -64,8 +63,10 @@ use envoy_types::pb::envoy::service::auth::v3::authorization_server::{
     Authorization, AuthorizationServer,
 };
 use envoy_types::pb::envoy::service::auth::v3::{CheckRequest, CheckResponse};
-use mixer_model::{AttributeBag, Timestamp, Vocabulary};
+use mixer_model::{AttributeBag, Timestamp};
 use mixer_runtime::{Checked, Runtime, Snapshot};
+
+use crate::spare::{keep_spare, spare_bag};
 
 pub use attributes::{
     METADATA_ATTRIBUTE, ROUTE_METADATA_ATTRIBUTE, bag_from_request, fill_bag, fill_bag_from_wire,
@@ -154,27 +155,6 @@ async fn checked(snapshot: &Snapshot, bag: AttributeBag) -> Result<Checked, toni
             Err(could_not_decide(&e))
         }
     }
-}
-
-thread_local! {
-    /// An emptied bag to fill for the next check on this thread. A bag has a slot for every
-    /// attribute of the vocabulary (kilobytes to allocate and zero), and a check needs only a
-    /// few dozen of them filled; reusing one saves that per check.
-    static SPARE_BAG: Cell<Option<AttributeBag>> = const { Cell::new(None) };
-}
-
-/// Empties `bag` and keeps it as this thread's spare.
-fn keep_spare(mut bag: AttributeBag) {
-    bag.clear();
-    SPARE_BAG.set(Some(bag));
-}
-
-/// The thread's spare bag if it was built for `vocabulary`, else a new one.
-fn spare_bag(vocabulary: &Arc<Vocabulary>) -> AttributeBag {
-    SPARE_BAG
-        .take()
-        .filter(|bag| Arc::ptr_eq(bag.vocabulary(), vocabulary))
-        .unwrap_or_else(|| AttributeBag::new(vocabulary.clone()))
 }
 
 impl std::fmt::Debug for ExtAuthz {

@@ -16,8 +16,8 @@ use envoy_types::pb::envoy::service::auth::v3::CheckRequest;
 use envoy_types::pb::envoy::service::auth::v3::attribute_context::{HttpRequest, Peer};
 use prost::Message;
 
-pub use crate::protowire::WireError;
 use crate::protowire::Reader;
+pub use crate::protowire::WireError;
 
 /// A `CheckRequest` as the attribute mapping reads it.
 #[derive(Debug, Default, PartialEq)]

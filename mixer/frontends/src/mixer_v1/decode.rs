@@ -63,8 +63,8 @@ impl fmt::Display for DecodeError {
 
 impl std::error::Error for DecodeError {}
 
-struct Decoder<'a> {
-    words: &'a [String],
+struct Decoder<'a, W> {
+    words: &'a [W],
     vocabulary: Arc<Vocabulary>,
     /// The vocabulary's id of each global word.
     global_ids: Rc<[Option<AttrId>]>,
@@ -74,8 +74,8 @@ struct Decoder<'a> {
     seen_undeclared: HashSet<&'a str, foldhash::fast::RandomState>,
 }
 
-impl<'a> Decoder<'a> {
-    fn new(words: &'a [String], vocabulary: &Arc<Vocabulary>) -> Decoder<'a> {
+impl<'a, W: AsRef<str>> Decoder<'a, W> {
+    fn new(words: &'a [W], vocabulary: &Arc<Vocabulary>) -> Decoder<'a, W> {
         Decoder {
             words,
             vocabulary: vocabulary.clone(),
@@ -143,6 +143,67 @@ pub fn decode_keeping(
     bag: &mut AttributeBag,
     keep: impl Fn(Option<AttrId>) -> bool,
 ) -> Result<(), DecodeError> {
+    decode_from(attributes, message_words, bag, keep)
+}
+
+/// The typed maps of a `CompressedAttributes`, each in key order with one entry per key: the
+/// generated message, or one read where it lies ([`super::wire`]).
+pub(crate) trait Compressed {
+    fn strings(&self) -> impl Iterator<Item = (i32, i32)>;
+    fn int64s(&self) -> impl Iterator<Item = (i32, i64)>;
+    fn doubles(&self) -> impl Iterator<Item = (i32, f64)>;
+    fn bools(&self) -> impl Iterator<Item = (i32, bool)>;
+    /// Seconds and nanoseconds.
+    fn timestamps(&self) -> impl Iterator<Item = (i32, (i64, i32))>;
+    /// Seconds and nanoseconds.
+    fn durations(&self) -> impl Iterator<Item = (i32, (i64, i32))>;
+    fn bytes(&self) -> impl Iterator<Item = (i32, &[u8])>;
+    fn string_maps(&self)
+    -> impl Iterator<Item = (i32, impl ExactSizeIterator<Item = (i32, i32)>)>;
+}
+
+impl Compressed for pb::CompressedAttributes {
+    fn strings(&self) -> impl Iterator<Item = (i32, i32)> {
+        self.strings.iter().map(|(&k, &v)| (k, v))
+    }
+    fn int64s(&self) -> impl Iterator<Item = (i32, i64)> {
+        self.int64s.iter().map(|(&k, &v)| (k, v))
+    }
+    fn doubles(&self) -> impl Iterator<Item = (i32, f64)> {
+        self.doubles.iter().map(|(&k, &v)| (k, v))
+    }
+    fn bools(&self) -> impl Iterator<Item = (i32, bool)> {
+        self.bools.iter().map(|(&k, &v)| (k, v))
+    }
+    fn timestamps(&self) -> impl Iterator<Item = (i32, (i64, i32))> {
+        self.timestamps
+            .iter()
+            .map(|(&k, t)| (k, (t.seconds, t.nanos)))
+    }
+    fn durations(&self) -> impl Iterator<Item = (i32, (i64, i32))> {
+        self.durations
+            .iter()
+            .map(|(&k, d)| (k, (d.seconds, d.nanos)))
+    }
+    fn bytes(&self) -> impl Iterator<Item = (i32, &[u8])> {
+        self.bytes.iter().map(|(&k, v)| (k, v.as_slice()))
+    }
+    fn string_maps(
+        &self,
+    ) -> impl Iterator<Item = (i32, impl ExactSizeIterator<Item = (i32, i32)>)> {
+        self.string_maps
+            .iter()
+            .map(|(&k, m)| (k, m.entries.iter().map(|(&mk, &mv)| (mk, mv))))
+    }
+}
+
+/// [`decode_keeping`] for any [`Compressed`] and message dictionary.
+pub(crate) fn decode_from<W: AsRef<str>>(
+    attributes: &impl Compressed,
+    message_words: &[W],
+    bag: &mut AttributeBag,
+    keep: impl Fn(Option<AttrId>) -> bool,
+) -> Result<(), DecodeError> {
     let mut d = Decoder::new(message_words, bag.vocabulary());
     // Where an attribute goes: into the bag, or only checked (declared, not wanted), or
     // nowhere (undeclared, not wanted: no expression can name it).
@@ -151,7 +212,7 @@ pub fn decode_keeping(
         (Some(id), false) => Target::Check(id),
         (None, false) => Target::Skip,
     };
-    for (&k, &v) in &attributes.strings {
+    for (k, v) in attributes.strings() {
         let (name, id) = d.name(k)?;
         let value = d.word(v, || format!("value of {name}"))?;
         let to = target(id);
@@ -159,45 +220,45 @@ pub fn decode_keeping(
             Value::from(value)
         })?;
     }
-    for (&k, &v) in &attributes.int64s {
+    for (k, v) in attributes.int64s() {
         let (name, id) = d.name(k)?;
         let to = target(id);
         put(bag, name, to, ValueType::Int64, None, || Value::Int64(v))?;
     }
-    for (&k, &v) in &attributes.doubles {
+    for (k, v) in attributes.doubles() {
         let (name, id) = d.name(k)?;
         let to = target(id);
         put(bag, name, to, ValueType::Double, None, || Value::Double(v))?;
     }
-    for (&k, &v) in &attributes.bools {
+    for (k, v) in attributes.bools() {
         let (name, id) = d.name(k)?;
         let to = target(id);
         put(bag, name, to, ValueType::Bool, None, || Value::Bool(v))?;
     }
-    for (&k, v) in &attributes.timestamps {
+    for (k, (seconds, nanos)) in attributes.timestamps() {
         let (name, id) = d.name(k)?;
-        let t = Timestamp::from_parts(v.seconds, v.nanos).ok_or_else(|| DecodeError::BadValue {
+        let t = Timestamp::from_parts(seconds, nanos).ok_or_else(|| DecodeError::BadValue {
             name: name.to_string(),
-            reason: format!("timestamp {}s {}ns is out of range", v.seconds, v.nanos),
+            reason: format!("timestamp {seconds}s {nanos}ns is out of range"),
         })?;
         let to = target(id);
         put(bag, name, to, ValueType::Timestamp, None, || {
             Value::Timestamp(t)
         })?;
     }
-    for (&k, v) in &attributes.durations {
+    for (k, (seconds, nanos)) in attributes.durations() {
         let (name, id) = d.name(k)?;
         let duration =
-            Duration::from_parts(v.seconds, v.nanos).ok_or_else(|| DecodeError::BadValue {
+            Duration::from_parts(seconds, nanos).ok_or_else(|| DecodeError::BadValue {
                 name: name.to_string(),
-                reason: format!("duration {}s {}ns is out of range", v.seconds, v.nanos),
+                reason: format!("duration {seconds}s {nanos}ns is out of range"),
             })?;
         let to = target(id);
         put(bag, name, to, ValueType::Duration, None, || {
             Value::Duration(duration)
         })?;
     }
-    for (&k, v) in &attributes.bytes {
+    for (k, v) in attributes.bytes() {
         let (name, id) = d.name(k)?;
         let to = target(id);
         let declared = match to {
@@ -211,16 +272,16 @@ pub fn decode_keeping(
             })?;
         } else {
             put(bag, name, to, ValueType::Bytes, None, || {
-                Value::Bytes(v.as_slice().into())
+                Value::Bytes(v.into())
             })?;
         }
     }
-    for (&k, m) in &attributes.string_maps {
+    for (k, entries) in attributes.string_maps() {
         let (name, id) = d.name(k)?;
         let to = target(id);
         if matches!(to, Target::Keep(_)) {
-            let mut pairs = Vec::with_capacity(m.entries.len());
-            for (&mk, &mv) in &m.entries {
+            let mut pairs = Vec::with_capacity(entries.len());
+            for (mk, mv) in entries {
                 let key = d.word(mk, || format!("key in {name}"))?;
                 let value = d.word(mv, || format!("value of {name}[{key:?}]"))?;
                 pairs.push((key, value));
@@ -228,7 +289,7 @@ pub fn decode_keeping(
             let map = StringMap::from_pairs(pairs);
             put(bag, name, to, ValueType::StringMap, None, || map.into())?;
         } else {
-            for (&mk, &mv) in &m.entries {
+            for (mk, mv) in entries {
                 let key = d.word(mk, || format!("key in {name}"))?;
                 d.word(mv, || format!("value of {name}[{key:?}]"))?;
             }

@@ -265,34 +265,37 @@ pub fn global_index(word: &str) -> Option<i32> {
 
 /// The word a wire index names: `i >= 0` is global word `i` (any of ours, whatever count the
 /// client announced, as Istio's server looks words up), `i < 0` is message word `-(i + 1)`.
-pub fn lookup(index: i32, message_words: &[String]) -> Option<&str> {
+pub fn lookup<W: AsRef<str>>(index: i32, message_words: &[W]) -> Option<&str> {
     if index >= 0 {
         GLOBAL_WORDS.get(index as usize).copied()
     } else {
         // -(i + 1) without overflow for i32::MIN.
         let slot = (-(i64::from(index) + 1)) as usize;
-        message_words.get(slot).map(String::as_str)
+        message_words.get(slot).map(AsRef::as_ref)
     }
 }
 
 thread_local! {
     /// The last vocabulary's [`global_ids`] on this thread. The `Weak` keeps the vocabulary's
     /// allocation, so no later vocabulary can take its address while the table is kept.
-    static GLOBAL_IDS: RefCell<Option<(Weak<Vocabulary>, Rc<[Option<AttrId>]>)>> =
+    static GLOBAL_IDS: RefCell<Option<(Weak<Vocabulary>, GlobalIds)>> =
         const { RefCell::new(None) };
 }
+
+/// The vocabulary's id of each global word, by global index.
+type GlobalIds = Rc<[Option<AttrId>]>;
 
 /// The id `vocabulary` gives each global word (by global index; `None` for a word that names
 /// no attribute). Nearly every attribute name on the wire is a global word: looking it up here
 /// is an index instead of a hash of the name. Built once per vocabulary and thread.
-pub fn global_ids(vocabulary: &Arc<Vocabulary>) -> Rc<[Option<AttrId>]> {
+pub(crate) fn global_ids(vocabulary: &Arc<Vocabulary>) -> GlobalIds {
     GLOBAL_IDS.with_borrow_mut(|kept| {
         if let Some((v, ids)) = kept
             && std::ptr::eq(v.as_ptr(), Arc::as_ptr(vocabulary))
         {
             return ids.clone();
         }
-        let ids: Rc<[Option<AttrId>]> = GLOBAL_WORDS.iter().map(|w| vocabulary.lookup(w)).collect();
+        let ids: GlobalIds = GLOBAL_WORDS.iter().map(|w| vocabulary.lookup(w)).collect();
         *kept = Some((Arc::downgrade(vocabulary), ids.clone()));
         ids
     })

@@ -60,10 +60,14 @@
 //!   the error, never a denial, so the proxy's own fail-open/fail-closed setting
 //!   (`transport.network_fail_policy` in the mixer filter config) decides. Without a valid config
 //!   the answer is UNAVAILABLE "no valid config" too.
-//! * **Message size.** tonic's default 4 MiB decode limit is kept (grpc-go's default too, which
-//!   Istio's server used). A bigger request is refused by tonic itself before it reaches us,
-//!   with OUT_OF_RANGE (grpc-go said RESOURCE_EXHAUSTED; the proxy treats both as a failed
-//!   call), and the server keeps serving.
+//! * **Message size.** A request message is capped at 4 MiB, tonic's default (grpc-go's
+//!   too, which Istio's server used). A bigger one is refused by the gRPC stack before it
+//!   reaches us, with OUT_OF_RANGE (grpc-go said RESOURCE_EXHAUSTED; the proxy treats both as
+//!   a failed call), and the server keeps serving.
+//! * **Reading in place.** Check reads its request where it lies ([`decode_check_in_place`])
+//!   unless it asks for quota or holds something only prost should judge (a group, a
+//!   malformed field); those go through the generated message. A property test holds the two
+//!   to the same result on concatenated, overwritten and truncated messages.
 //! * **Report encodings.** `DELTA_ENCODING` (Istio 1.0 proxies): each record is applied on top
 //!   of the previous one. `INDEPENDENT_ENCODING` (1.1 and later): each record stands alone.
 //!   Records are reported in order; a record that does not decode stops the request with
@@ -73,16 +77,23 @@
 pub mod decode;
 pub mod dictionary;
 pub mod respond;
+mod wire;
 
+use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use mixer_adapter_api::QuotaArgs;
 use mixer_model::AttributeBag;
 use mixer_proto::istio::mixer::v1 as pb;
 use mixer_runtime::{Runtime, Snapshot};
 use pb::mixer_server::{Mixer, MixerServer};
 use pb::report_request::RepeatedAttributesSemantics;
+use prost::Message;
 use tonic::{Request, Response, Status};
+
+use crate::spare::{keep_spare, spare_bag};
 
 pub use decode::{DecodeError, decode_into, decode_keeping, encode};
 pub use dictionary::{GLOBAL_WORD_COUNT, GLOBAL_WORDS};
@@ -120,6 +131,157 @@ impl MixerV1 {
     }
 }
 
+impl MixerV1 {
+    /// Answers one encoded `CheckRequest` (the gRPC method's message) with the gRPC frame of
+    /// its `CheckResponse`. The request is read where it lies ([`wire`]) unless it asks for
+    /// quota or is one that reader leaves to prost; either way the answer is the same.
+    pub fn check_encoded(
+        &self,
+        message: Bytes,
+    ) -> impl Future<Output = Result<Bytes, Status>> + Send + 'static {
+        let read = match wire::CheckView::decode(&message) {
+            Ok(view) if !view.has_quotas => Some(self.filled(&view)),
+            _ => None,
+        };
+        let this = self.clone();
+        async move {
+            let response = match read {
+                Some(filled) => {
+                    let (snapshot, bag, client_words) = filled?;
+                    decided(&snapshot, bag, client_words, None).await?
+                }
+                None => {
+                    let request = pb::CheckRequest::decode(message).map_err(|e| {
+                        Status::internal(format!("the request message does not decode: {e}"))
+                    })?;
+                    this.check_decoded(request).await?
+                }
+            };
+            Ok(mixer_grpc::framed(&response))
+        }
+    }
+
+    /// The active snapshot and a bag filled from a request read in place (checked in the
+    /// order the decoded path checks: readiness, dictionary version, attributes).
+    fn filled(
+        &self,
+        view: &wire::CheckView<'_>,
+    ) -> Result<(Arc<Snapshot>, AttributeBag, usize), Status> {
+        self.ready()?;
+        let client_words = check_word_count(view.global_word_count)?;
+        let snapshot = self.runtime.snapshot();
+        let mut bag = spare_bag(snapshot.vocabulary());
+        if let Err(e) = fill_from_view(view, &mut bag) {
+            keep_spare(bag);
+            return Err(invalid(e));
+        }
+        Ok((snapshot, bag, client_words))
+    }
+
+    /// Check for a decoded request.
+    async fn check_decoded(&self, request: pb::CheckRequest) -> Result<pb::CheckResponse, Status> {
+        self.ready()?;
+        let client_words = check_word_count(request.global_word_count)?;
+        let snapshot = self.runtime.snapshot();
+        let mut bag = spare_bag(snapshot.vocabulary());
+        if let Some(attributes) = &request.attributes
+            && let Err(e) = decode_into(attributes, &attributes.words, &mut bag)
+        {
+            keep_spare(bag);
+            return Err(invalid(e));
+        }
+        let quotas = Some((&request.quotas, request.deduplication_id.as_str()));
+        decided(&snapshot, bag, client_words, quotas).await
+    }
+}
+
+/// Reads the attributes of an encoded `CheckRequest` into `bag` where they lie, as the Check
+/// method does, and gives its `global_word_count`. `None` when that reader leaves the message
+/// to prost: it asks for quota, or holds what the reader does not take on itself (a group, a
+/// malformed field), which prost then decodes or refuses. What it reads, it reads as
+/// [`decode_into`] reads prost's decoding of the message.
+pub fn decode_check_in_place(
+    message: &[u8],
+    bag: &mut AttributeBag,
+) -> Option<Result<u32, DecodeError>> {
+    let view = wire::CheckView::decode(message)
+        .ok()
+        .filter(|v| !v.has_quotas)?;
+    Some(fill_from_view(&view, bag).map(|()| view.global_word_count))
+}
+
+fn fill_from_view(view: &wire::CheckView<'_>, bag: &mut AttributeBag) -> Result<(), DecodeError> {
+    match &view.attributes {
+        Some(attributes) => decode::decode_from(attributes, &attributes.words, bag, |_| true),
+        None => Ok(()),
+    }
+}
+
+/// The quotas a Check asks for, and its deduplication id.
+type Quotas<'a> = Option<(&'a HashMap<String, pb::check_request::QuotaParams>, &'a str)>;
+
+/// Decides a check on `bag` (and allocates `quotas` when it is allowed).
+async fn decided(
+    snapshot: &Snapshot,
+    bag: AttributeBag,
+    client_words: usize,
+    quotas: Quotas<'_>,
+) -> Result<pb::CheckResponse, Status> {
+    let response = respond(snapshot, &bag, client_words, quotas).await;
+    keep_spare(bag);
+    response
+}
+
+async fn respond(
+    snapshot: &Snapshot,
+    bag: &AttributeBag,
+    client_words: usize,
+    quotas: Quotas<'_>,
+) -> Result<pb::CheckResponse, Status> {
+    let checked = match snapshot.check_cached(bag).await {
+        Ok(checked) => checked,
+        // Could not decide: UNAVAILABLE, so the proxy's fail-open/closed setting applies.
+        Err(e) => return Err(Status::unavailable(e.to_string())),
+    };
+    let mut response = check_response(&checked.verdict, snapshot.vocabulary(), bag, client_words);
+    // Istio allocated quota only for an allowed precondition
+    // (`if status.IsOK(resp.Precondition.Status) && len(req.Quotas) > 0`).
+    let Some((quotas, deduplication_id)) = quotas.filter(|(q, _)| !q.is_empty()) else {
+        return Ok(response);
+    };
+    if !checked.verdict.is_allowed() {
+        return Ok(response);
+    }
+    let mut names: Vec<&String> = quotas.keys().collect();
+    names.sort();
+    for name in names {
+        let params = &quotas[name];
+        let args = QuotaArgs {
+            amount: params.amount,
+            best_effort: params.best_effort,
+            // Istio's: one id per quota of the request.
+            // No id from the proxy means no deduplication, not one shared id.
+            deduplication_id: if deduplication_id.is_empty() {
+                String::new()
+            } else {
+                format!("{deduplication_id}{name}")
+            },
+            limit_override: None,
+        };
+        match snapshot.quota(bag, Some(name), &args).await {
+            Ok(outcome) => {
+                response.quotas.insert(
+                    name.clone(),
+                    quota_result(&outcome, snapshot.vocabulary(), bag, client_words),
+                );
+            }
+            // A quota handler failed closed: as for a check handler, UNAVAILABLE.
+            Err(e) => return Err(Status::unavailable(e.to_string())),
+        }
+    }
+    Ok(response)
+}
+
 /// Istio's answer to a client whose dictionary is newer than ours.
 fn check_word_count(client: u32) -> Result<usize, Status> {
     let client = client as usize;
@@ -141,53 +303,9 @@ impl Mixer for MixerV1 {
         &self,
         request: Request<pb::CheckRequest>,
     ) -> Result<Response<pb::CheckResponse>, Status> {
-        self.ready()?;
-        let request = request.into_inner();
-        let client_words = check_word_count(request.global_word_count)?;
-        let snapshot = self.runtime.snapshot();
-        let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
-        if let Some(attributes) = &request.attributes {
-            decode_into(attributes, &attributes.words, &mut bag).map_err(invalid)?;
-        }
-        let checked = match snapshot.check_cached(&bag).await {
-            Ok(checked) => checked,
-            // Could not decide: UNAVAILABLE, so the proxy's fail-open/closed setting applies.
-            Err(e) => return Err(Status::unavailable(e.to_string())),
-        };
-        let mut response =
-            check_response(&checked.verdict, snapshot.vocabulary(), &bag, client_words);
-        // Istio allocated quota only for an allowed precondition
-        // (`if status.IsOK(resp.Precondition.Status) && len(req.Quotas) > 0`).
-        if checked.verdict.is_allowed() && !request.quotas.is_empty() {
-            let mut names: Vec<&String> = request.quotas.keys().collect();
-            names.sort();
-            for name in names {
-                let params = &request.quotas[name];
-                let args = QuotaArgs {
-                    amount: params.amount,
-                    best_effort: params.best_effort,
-                    // Istio's: one id per quota of the request.
-                    // No id from the proxy means no deduplication, not one shared id.
-                    deduplication_id: if request.deduplication_id.is_empty() {
-                        String::new()
-                    } else {
-                        format!("{}{name}", request.deduplication_id)
-                    },
-                    limit_override: None,
-                };
-                match snapshot.quota(&bag, Some(name), &args).await {
-                    Ok(outcome) => {
-                        response.quotas.insert(
-                            name.clone(),
-                            quota_result(&outcome, snapshot.vocabulary(), &bag, client_words),
-                        );
-                    }
-                    // A quota handler failed closed: as for a check handler, UNAVAILABLE.
-                    Err(e) => return Err(Status::unavailable(e.to_string())),
-                }
-            }
-        }
-        Ok(Response::new(response))
+        self.check_decoded(request.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn report(

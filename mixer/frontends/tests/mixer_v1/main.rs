@@ -170,11 +170,15 @@ async fn serve(runtime: Runtime) -> Harness {
         .await
         .expect("bind loopback");
     let addr = listener.local_addr().expect("bound");
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(mixer_v1::service(runtime))
-            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    // The stack the mixer serves with: Check read in place, Report through the generated
+    // message, tonic's routes behind them.
+    let mut routes = tonic::service::RoutesBuilder::default();
+    routes.add_service(mixer_v1::service(runtime.clone()));
+    let server = mixer_grpc::Server::new(
+        mixer_frontends::grpc::unary_methods(&runtime),
+        routes.routes(),
     );
+    tokio::spawn(server.serve(listener, std::future::pending()));
     let channel = Channel::from_shared(format!("http://{addr}"))
         .expect("uri")
         .connect()

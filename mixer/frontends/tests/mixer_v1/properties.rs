@@ -2,10 +2,13 @@
 //! leaving attributes out changes nothing else.
 
 use super::*;
-use mixer_frontends::mixer_v1::{GLOBAL_WORD_COUNT, decode_into, decode_keeping};
+use mixer_frontends::mixer_v1::{
+    GLOBAL_WORD_COUNT, decode_check_in_place, decode_into, decode_keeping,
+};
 use mixer_model::{AttributeBag, Vocabulary};
 use proptest::collection::{btree_map, vec};
 use proptest::prelude::*;
+use prost::Message;
 
 fn index() -> impl Strategy<Value = i32> {
     prop_oneof![-8i32..230, any::<i32>()]
@@ -123,5 +126,81 @@ fn the_earliest_timestamp_and_durations_round_trip() {
     decode_into(&wire, &wire.words, &mut bag).expect("decodes");
     for (n, v) in &values {
         assert_eq!(bag.get_by_name(n), Some(v), "{n}");
+    }
+}
+
+fn check_request() -> impl Strategy<Value = pb::CheckRequest> {
+    (
+        proptest::option::weighted(0.9, compressed()),
+        prop_oneof![Just(GLOBAL_WORD_COUNT as u32), any::<u32>()],
+        ".{0,6}",
+        proptest::collection::hash_map(".{0,4}", (any::<i64>(), any::<bool>()), 0..2),
+    )
+        .prop_map(
+            |(attributes, global_word_count, deduplication_id, quotas)| pb::CheckRequest {
+                attributes,
+                global_word_count,
+                deduplication_id,
+                quotas: quotas
+                    .into_iter()
+                    .map(|(name, (amount, best_effort))| {
+                        let params = pb::check_request::QuotaParams {
+                            amount,
+                            best_effort,
+                        };
+                        (name, params)
+                    })
+                    .collect(),
+            },
+        )
+}
+
+fn contents(bag: &AttributeBag) -> Vec<(String, Value)> {
+    bag.iter()
+        .map(|(n, v)| (n.to_string(), v.clone()))
+        .collect()
+}
+
+proptest! {
+    /// The Check method reads requests in place; whatever it reads must come out as prost's
+    /// decoding of the same bytes does. Requests are concatenated (protobuf merges them: maps
+    /// accumulate, the last entry of a key wins), bytes overwritten and messages cut short.
+    #[test]
+    fn reading_a_check_in_place_agrees_with_prost(
+        requests in vec(check_request(), 1..3),
+        edits in vec((any::<prop::sample::Index>(), any::<u8>()), 0..3),
+        cut in proptest::option::weighted(0.2, any::<prop::sample::Index>()),
+    ) {
+        let mut message: Vec<u8> = requests.iter().flat_map(Message::encode_to_vec).collect();
+        for (at, byte) in &edits {
+            if !message.is_empty() {
+                let i = at.index(message.len());
+                message[i] = *byte;
+            }
+        }
+        if let Some(cut) = &cut {
+            message.truncate(cut.index(message.len() + 1));
+        }
+        let vocabulary = Arc::new(Vocabulary::istio());
+        let mut in_place = AttributeBag::new(vocabulary.clone());
+        let Some(read) = decode_check_in_place(&message, &mut in_place) else {
+            // Only what prost should decide is left to it: a well-formed request without
+            // quota is always read in place.
+            let canonical = edits.is_empty() && cut.is_none() && requests.len() == 1;
+            prop_assert!(!canonical || !requests[0].quotas.is_empty(), "left to prost");
+            return Ok(());
+        };
+        let decoded = pb::CheckRequest::decode(message.as_slice());
+        prop_assert!(decoded.is_ok(), "read in place, refused by prost: {:?}", decoded);
+        let decoded = decoded.unwrap();
+        prop_assert!(decoded.quotas.is_empty());
+        let mut by_prost = AttributeBag::new(vocabulary);
+        let expected = match &decoded.attributes {
+            Some(a) => decode_into(a, &a.words, &mut by_prost),
+            None => Ok(()),
+        }
+        .map(|()| decoded.global_word_count);
+        prop_assert_eq!(read, expected);
+        prop_assert_eq!(contents(&in_place), contents(&by_prost));
     }
 }
