@@ -72,9 +72,10 @@ impl<'a> Reader<'a> {
         if self.buf.is_empty() {
             return Ok(None);
         }
-        let key = self.varint()?;
+        // A key past 32 bits is refused, as prost refuses it, though its field number would fit.
+        let key = u32::try_from(self.varint()?).map_err(|_| WireError::Key)?;
         let wire = (key & 7) as u8;
-        let field = u32::try_from(key >> 3).map_err(|_| WireError::Key)?;
+        let field = key >> 3;
         if field == 0 || wire > FIXED32 {
             return Err(WireError::Key);
         }

@@ -255,6 +255,10 @@ fn broken_framing_is_an_error_that_says_what_broke() {
     assert_eq!(from_wire(&[0x80; 11]), Err(WireError::Varint));
     // Field number 0.
     assert_eq!(from_wire(&[0, 0]), Err(WireError::Key));
+    // A key past 32 bits, refused by prost though its field number (872396645) would fit.
+    let past = [0xaa, 0xf6, 0xf6, 0xff, 0x19, 0x00];
+    assert!(CheckRequest::decode(&past[..]).is_err());
+    assert_eq!(from_wire(&past), Err(WireError::Key));
     // attributes sent as a varint.
     assert_eq!(
         from_wire(&[key(1, 0), 1]),
