@@ -2,13 +2,17 @@
 //! the message's own words). Whatever the bytes, decoding must not panic. What decodes must come
 //! back unchanged after being encoded the way a proxy of the announced dictionary size would
 //! encode it, and the report path's partial decoder must refuse exactly what the full one does.
+//! The Check method's in-place reader must read nothing prost refuses, and what it reads it
+//! must read as prost's decoding of the same bytes.
 
 #![no_main]
 
 use std::sync::{Arc, LazyLock};
 
 use libfuzzer_sys::fuzz_target;
-use mixer_frontends::mixer_v1::{GLOBAL_WORD_COUNT, decode_into, decode_keeping, encode};
+use mixer_frontends::mixer_v1::{
+    GLOBAL_WORD_COUNT, decode_check_in_place, decode_into, decode_keeping, encode,
+};
 use mixer_model::{AttrId, AttributeBag, Vocabulary};
 use mixer_proto::istio::mixer::v1::CheckRequest;
 use prost::Message;
@@ -29,9 +33,23 @@ fn keep(id: Option<AttrId>) -> bool {
 }
 
 fuzz_target!(|data: &[u8]| {
+    let mut in_place = AttributeBag::new(VOCABULARY.clone());
+    let read = decode_check_in_place(data, &mut in_place);
     let Ok(request) = CheckRequest::decode(data) else {
+        assert!(read.is_none(), "read in place, refused by prost");
         return;
     };
+    if let Some(read) = read {
+        assert!(request.quotas.is_empty(), "a quota request read in place");
+        let mut by_prost = AttributeBag::new(VOCABULARY.clone());
+        let expected = match &request.attributes {
+            Some(a) => decode_into(a, &a.words, &mut by_prost),
+            None => Ok(()),
+        }
+        .map(|()| request.global_word_count);
+        assert_eq!(read, expected, "the in-place reader and prost disagree");
+        assert_eq!(lines(&in_place), lines(&by_prost));
+    }
     // As the Check method: a client announcing a newer dictionary is answered before its
     // attributes are read.
     let client_words = request.global_word_count as usize;
