@@ -129,9 +129,7 @@ impl MixerV1 {
             Err(Status::unavailable("no valid config"))
         }
     }
-}
 
-impl MixerV1 {
     /// Answers one encoded `CheckRequest` (the gRPC method's message) with the gRPC frame of
     /// its `CheckResponse`. The request is read where it lies ([`wire`]) unless it asks for
     /// quota or is one that reader leaves to prost; either way the answer is the same.
