@@ -58,7 +58,7 @@ async fn check(State(runtime): State<Arc<Runtime>>, request: Request) -> Respons
     let snapshot = runtime.snapshot();
     let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
     fill_bag(&mut bag, &request, peer);
-    match snapshot.check_cached(&bag).await {
+    match snapshot.check_cached_without_reads(&bag).await {
         Ok(checked) => {
             let verdict = checked.verdict;
             let mut headers = HeaderMap::new();

@@ -172,18 +172,38 @@ impl Snapshot {
     /// Decides a check through the snapshot's check cache, and observes how long that took
     /// in `mixer_check_duration_seconds`. Front ends call this.
     pub async fn check_cached(&self, bag: &dyn Bag) -> Result<Checked, CheckError> {
+        self.check_cached_recording(bag, true).await
+    }
+
+    /// [`Snapshot::check_cached`] for a front end that answers without the attributes the
+    /// decision read (ext_authz, forward-auth). With the cache off they are then not recorded
+    /// at all, and the verdict's `referenced` is empty; with it on they are, as the cache's
+    /// key.
+    pub async fn check_cached_without_reads(&self, bag: &dyn Bag) -> Result<Checked, CheckError> {
+        self.check_cached_recording(bag, false).await
+    }
+
+    async fn check_cached_recording(
+        &self,
+        bag: &dyn Bag,
+        answer_reads: bool,
+    ) -> Result<Checked, CheckError> {
         let started = std::time::Instant::now();
         self.metrics.check_activity.mark(started);
-        let checked = self.check_through_cache(bag).await;
+        let checked = self.check_through_cache(bag, answer_reads).await;
         self.metrics
             .check_duration
             .observe(started.elapsed().as_secs_f64());
         checked
     }
 
-    async fn check_through_cache(&self, bag: &dyn Bag) -> Result<Checked, CheckError> {
+    async fn check_through_cache(
+        &self,
+        bag: &dyn Bag,
+        answer_reads: bool,
+    ) -> Result<Checked, CheckError> {
         let Some(cache) = &self.cache else {
-            let (verdict, _) = self.check_uncached(bag).await?;
+            let (verdict, _) = self.check_uncached(bag, answer_reads).await?;
             return Ok(Checked {
                 verdict: Arc::new(verdict),
                 cache_hit: false,
@@ -211,7 +231,8 @@ impl Snapshot {
         };
         let result = cell
             .get_or_init(|| async {
-                let (verdict, cacheable) = self.check_uncached(bag).await?;
+                // The cache keys the verdict by its reads: always recorded here.
+                let (verdict, cacheable) = self.check_uncached(bag, true).await?;
                 let verdict = Arc::new(verdict);
                 if cacheable && verdict.valid_use_count > 0 && !verdict.valid_duration.is_zero() {
                     cache.insert(bag, &verdict);

@@ -91,15 +91,23 @@ impl Snapshot {
     /// Evaluates the rules for `variety` against `bag`: which match, which instances they
     /// produce, what was read.
     pub fn evaluate(&self, bag: &dyn Bag, variety: Variety) -> Evaluation {
-        self.evaluate_with(bag, variety, true)
+        self.evaluate_with(bag, variety, true, variety != Variety::Report)
     }
 
     /// [`Snapshot::evaluate`]; `name_rules: false` leaves `matched_rules` empty (reports do
-    /// not answer with them, and every name kept is a shared reference count to bump).
-    fn evaluate_with(&self, bag: &dyn Bag, variety: Variety, name_rules: bool) -> Evaluation {
+    /// not answer with them, and every name kept is a shared reference count to bump), and
+    /// `record_reads: false` leaves `referenced` empty (nothing caches or answers with a
+    /// report's reads, nor with those of a check that no cache keeps and whose protocol does
+    /// not carry them).
+    fn evaluate_with(
+        &self,
+        bag: &dyn Bag,
+        variety: Variety,
+        name_rules: bool,
+        record_reads: bool,
+    ) -> Evaluation {
         let mut eval = Evaluation::default();
-        if variety == Variety::Report {
-            // Nothing caches or answers with a report's reads.
+        if !record_reads {
             eval.referenced = ReferencedAttributes::ignoring();
         }
         let mut scratch = Scratch {
@@ -323,15 +331,19 @@ impl Snapshot {
     ///
     /// This always evaluates; front ends call [`Snapshot::check_cached`].
     pub async fn check(&self, bag: &dyn Bag) -> Result<Verdict, CheckError> {
-        self.check_uncached(bag).await.map(|(verdict, _)| verdict)
+        self.check_uncached(bag, true)
+            .await
+            .map(|(verdict, _)| verdict)
     }
 
-    /// [`Snapshot::check`], also saying whether every handler consulted allows caching.
+    /// [`Snapshot::check`], also saying whether every handler consulted allows caching;
+    /// `record_reads: false` leaves the verdict's `referenced` empty.
     pub(crate) async fn check_uncached(
         &self,
         bag: &dyn Bag,
+        record_reads: bool,
     ) -> Result<(Verdict, bool), CheckError> {
-        let eval = self.evaluate(bag, Variety::Check);
+        let eval = self.evaluate_with(bag, Variety::Check, true, record_reads);
         let mut cacheable = true;
         let mut verdict = Verdict {
             status: Status::OK,
@@ -410,7 +422,7 @@ impl Snapshot {
     /// Puts the report instances of matched rules on their handlers' queues; each queue's
     /// task delivers them in batches.
     pub async fn report(&self, bag: &dyn Bag) -> ReportOutcome {
-        let eval = self.evaluate_with(bag, Variety::Report, false);
+        let eval = self.evaluate_with(bag, Variety::Report, false, false);
         let mut outcome = ReportOutcome::default();
         for d in eval.dispatches {
             let Some(queue) = self.handlers.get(d.handler).and_then(|h| h.queue.as_ref()) else {

@@ -215,6 +215,60 @@ async fn the_cache_is_bounded_and_can_be_turned_off() {
     assert_eq!(hit(&snap, &[]).await, (false, true));
 }
 
+/// ext_authz and forward-auth answer without the attributes a decision read: with the cache
+/// off nothing records them, with it on they still key the cache. The decision is the same.
+#[tokio::test]
+async fn a_check_answered_without_its_reads_records_them_only_for_the_cache() {
+    let attrs = [
+        ("request.headers", map(&[("x-user", "bob")])),
+        ("request.method", Value::from("GET")),
+    ];
+    let off = RuntimeOptions {
+        cache: CacheOptions {
+            max_entries: 0,
+            ..CacheOptions::default()
+        },
+        ..RuntimeOptions::default()
+    };
+    let snap = snapshot(CONFIG, &off);
+    let b = bag(&snap, &attrs);
+    let full = snap.check_cached(&b).await.expect("decided").verdict;
+    let lean = snap
+        .check_cached_without_reads(&b)
+        .await
+        .expect("decided")
+        .verdict;
+    assert!(!full.referenced.is_empty());
+    assert!(lean.referenced.is_empty(), "{:?}", lean.referenced);
+    assert_eq!(lean.status, full.status);
+    assert_eq!(lean.matched_rules, full.matched_rules);
+    assert!(!lean.is_allowed());
+
+    let snap = snapshot(CONFIG, &RuntimeOptions::default());
+    let b = bag(&snap, &attrs);
+    let first = snap.check_cached_without_reads(&b).await.expect("decided");
+    assert!(!first.cache_hit && !first.verdict.referenced.is_empty());
+    // Another user is a read attribute that differs: a miss, not bob's denial.
+    let amy = bag(
+        &snap,
+        &[
+            ("request.headers", map(&[("x-user", "amy")])),
+            ("request.method", Value::from("GET")),
+        ],
+    );
+    let other = snap
+        .check_cached_without_reads(&amy)
+        .await
+        .expect("decided");
+    assert!(!other.cache_hit && other.verdict.is_allowed());
+    assert!(
+        snap.check_cached_without_reads(&b)
+            .await
+            .expect("decided")
+            .cache_hit
+    );
+}
+
 /// A check handler that counts its calls and takes a while.
 struct Slow(Arc<AtomicUsize>);
 

@@ -144,7 +144,7 @@ impl ExtAuthz {
 }
 
 async fn checked(snapshot: &Snapshot, bag: AttributeBag) -> Result<Checked, tonic::Status> {
-    let checked = snapshot.check_cached(&bag).await;
+    let checked = snapshot.check_cached_without_reads(&bag).await;
     keep_spare(bag);
     match checked {
         Ok(checked) => Ok(checked),
