@@ -9,6 +9,7 @@ use std::sync::Arc;
 use criterion::{Criterion, criterion_group, criterion_main};
 use mixer_frontends::mixer_v1::{
     GLOBAL_WORD_COUNT, check_response, decode_check_in_place, decode_into, encode,
+    framed_check_response,
 };
 use mixer_model::{
     AttributeBag, Presence, ReferencedAttributes, StringMap, Value, Verdict, Vocabulary,
@@ -100,6 +101,9 @@ fn bench(c: &mut Criterion) {
     };
     c.bench_function("mixer_v1_check_response_encoded", |b| {
         b.iter(|| check_response(&verdict, &vocabulary, &bag, GLOBAL_WORD_COUNT).encode_to_vec())
+    });
+    c.bench_function("mixer_v1_check_response_framed_directly", |b| {
+        b.iter(|| framed_check_response(&verdict, &vocabulary, &bag, GLOBAL_WORD_COUNT))
     });
 }
 

@@ -1,6 +1,7 @@
-//! Reading protobuf's wire format in place, for the front ends that read their requests where
-//! they lie instead of decoding them into generated messages first. Each reader keeps to
-//! prost's rules: what prost refuses, the readers refuse.
+//! Protobuf's wire format read in place and written directly, for the front ends that read
+//! their requests where they lie and write their answers straight to the frame instead of
+//! going through generated messages. The readers keep to prost's rules; the writers write
+//! what prost would, byte for byte (fields in number order, defaults left out).
 
 use std::fmt;
 
@@ -170,5 +171,75 @@ impl<'a> Reader<'a> {
                 wire,
             })
         }
+    }
+}
+
+// Writing.
+
+pub(crate) fn write_key(out: &mut Vec<u8>, field: u32, wire: u8) {
+    write_varint(out, (u64::from(field) << 3) | u64::from(wire));
+}
+
+pub(crate) fn write_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+/// An int32 or enum field; zero, its default, is not written.
+pub(crate) fn int(out: &mut Vec<u8>, field: u32, value: i32) {
+    if value != 0 {
+        write_key(out, field, VARINT);
+        // Negative int32s are sign-extended to ten bytes, as protobuf writes them.
+        write_varint(out, i64::from(value) as u64);
+    }
+}
+
+/// A string field; empty, its default, is not written.
+pub(crate) fn string(out: &mut Vec<u8>, field: u32, value: &str) {
+    if !value.is_empty() {
+        string_always(out, field, value);
+    }
+}
+
+/// A string written even when empty: a oneof case, or an element of a repeated field.
+pub(crate) fn string_always(out: &mut Vec<u8>, field: u32, value: &str) {
+    write_key(out, field, LEN);
+    write_varint(out, value.len() as u64);
+    out.extend_from_slice(value.as_bytes());
+}
+
+/// A message field written by `body`. Its length goes before it, so one byte is kept for
+/// it and the body moved up in the rare case it needs more.
+pub(crate) fn message(out: &mut Vec<u8>, field: u32, body: impl FnOnce(&mut Vec<u8>)) {
+    write_key(out, field, LEN);
+    let at = out.len();
+    out.push(0);
+    body(out);
+    let len = out.len() - at - 1;
+    if len < 0x80 {
+        out[at] = len as u8;
+    } else {
+        let mut prefix = Vec::with_capacity(10);
+        write_varint(&mut prefix, len as u64);
+        out.splice(at..=at, prefix);
+    }
+}
+
+/// An int64 field; zero, its default, is not written.
+pub(crate) fn int64(out: &mut Vec<u8>, field: u32, value: i64) {
+    if value != 0 {
+        write_key(out, field, VARINT);
+        write_varint(out, value as u64);
+    }
+}
+
+/// A sint32 field (zigzag); zero, its default, is not written.
+pub(crate) fn sint32(out: &mut Vec<u8>, field: u32, value: i32) {
+    if value != 0 {
+        write_key(out, field, VARINT);
+        write_varint(out, u64::from(((value << 1) ^ (value >> 31)) as u32));
     }
 }

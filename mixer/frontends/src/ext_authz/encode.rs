@@ -8,6 +8,7 @@ use mixer_model::{HeaderOp, HeaderOperation, Verdict};
 use mixer_runtime::Checked;
 
 use super::respond::{http_status, metadata_keys, usable};
+use crate::protowire::{VARINT, int, message, string, string_always, write_key};
 
 /// The gRPC frame (flag, length, message) of `check_response(checked)`.
 pub fn framed_check_response(checked: &Checked) -> Bytes {
@@ -73,7 +74,7 @@ fn header_option(m: &mut Vec<u8>, field: u32, op: &HeaderOperation) {
         message(o, 2, |b| {
             if append {
                 // BoolValue.value.
-                key(b, 1, VARINT);
+                write_key(b, 1, VARINT);
                 b.push(1);
             }
         });
@@ -104,7 +105,7 @@ fn decision_metadata(m: &mut Vec<u8>, verdict: &Verdict, cache_hit: bool) {
         string(e, 1, metadata_keys::CACHE_HIT);
         // Value.bool_value: a oneof case is written even when false.
         message(e, 2, |v| {
-            key(v, 4, VARINT);
+            write_key(v, 4, VARINT);
             v.push(u8::from(cache_hit));
         });
     });
@@ -112,59 +113,4 @@ fn decision_metadata(m: &mut Vec<u8>, verdict: &Verdict, cache_hit: bool) {
         string(e, 1, metadata_keys::STATUS);
         message(e, 2, |v| string_always(v, 3, verdict.status.code.name()));
     });
-}
-
-const VARINT: u8 = 0;
-const LEN: u8 = 2;
-
-fn key(out: &mut Vec<u8>, field: u32, wire: u8) {
-    varint(out, (u64::from(field) << 3) | u64::from(wire));
-}
-
-fn varint(out: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        out.push((value as u8) | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
-}
-
-/// An int32 or enum field; zero, its default, is not written.
-fn int(out: &mut Vec<u8>, field: u32, value: i32) {
-    if value != 0 {
-        key(out, field, VARINT);
-        // Negative int32s are sign-extended to ten bytes, as protobuf writes them.
-        varint(out, i64::from(value) as u64);
-    }
-}
-
-/// A string field; empty, its default, is not written.
-fn string(out: &mut Vec<u8>, field: u32, value: &str) {
-    if !value.is_empty() {
-        string_always(out, field, value);
-    }
-}
-
-/// A string that is a oneof case, written even when empty.
-fn string_always(out: &mut Vec<u8>, field: u32, value: &str) {
-    key(out, field, LEN);
-    varint(out, value.len() as u64);
-    out.extend_from_slice(value.as_bytes());
-}
-
-/// A message field written by `body`. Its length goes before it, so one byte is kept for
-/// it and the body moved up in the rare case it needs more.
-fn message(out: &mut Vec<u8>, field: u32, body: impl FnOnce(&mut Vec<u8>)) {
-    key(out, field, LEN);
-    let at = out.len();
-    out.push(0);
-    body(out);
-    let len = out.len() - at - 1;
-    if len < 0x80 {
-        out[at] = len as u8;
-    } else {
-        let mut prefix = Vec::with_capacity(10);
-        varint(&mut prefix, len as u64);
-        out.splice(at..=at, prefix);
-    }
 }

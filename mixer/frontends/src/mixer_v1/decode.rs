@@ -410,6 +410,6 @@ pub fn encode<'a>(
             }
         }
     }
-    out.words = words.into_words();
+    out.words = words.into_words().into_iter().map(String::from).collect();
     out
 }

@@ -305,15 +305,15 @@ pub(crate) fn global_ids(vocabulary: &Arc<Vocabulary>) -> GlobalIds {
 /// `global_limit` global words (the words the other side announced it knows), otherwise a
 /// slot in a message dictionary built on the way (`-1`, `-2`, ...), each word once.
 #[derive(Debug, Default)]
-pub struct WordEncoder {
+pub struct WordEncoder<'a> {
     global_limit: usize,
-    words: Vec<String>,
-    slots: FastMap<String, i32>,
+    words: Vec<&'a str>,
+    slots: FastMap<&'a str, i32>,
 }
 
-impl WordEncoder {
+impl<'a> WordEncoder<'a> {
     /// An encoder that may use the first `global_limit` global words.
-    pub fn new(global_limit: usize) -> WordEncoder {
+    pub fn new(global_limit: usize) -> WordEncoder<'a> {
         WordEncoder {
             global_limit,
             ..WordEncoder::default()
@@ -321,7 +321,7 @@ impl WordEncoder {
     }
 
     /// The index for `word`.
-    pub fn index(&mut self, word: &str) -> i32 {
+    pub fn index(&mut self, word: &'a str) -> i32 {
         if let Some(i) = global_index(word)
             && (i as usize) < self.global_limit
         {
@@ -331,13 +331,13 @@ impl WordEncoder {
             return *i;
         }
         let i = -(self.words.len() as i32) - 1;
-        self.words.push(word.to_string());
-        self.slots.insert(word.to_string(), i);
+        self.words.push(word);
+        self.slots.insert(word, i);
         i
     }
 
     /// The message dictionary built so far, in slot order.
-    pub fn into_words(self) -> Vec<String> {
+    pub fn into_words(self) -> Vec<&'a str> {
         self.words
     }
 }

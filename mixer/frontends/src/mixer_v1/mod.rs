@@ -76,6 +76,7 @@
 
 pub mod decode;
 pub mod dictionary;
+mod encode;
 pub mod respond;
 mod wire;
 
@@ -97,6 +98,7 @@ use crate::spare::{keep_spare, spare_bag};
 
 pub use decode::{DecodeError, decode_into, decode_keeping, encode};
 pub use dictionary::{GLOBAL_WORD_COUNT, GLOBAL_WORDS};
+pub use encode::framed_check_response;
 pub use respond::{check_response, quota_result};
 
 /// The Mixer v1 service over a runtime.
@@ -143,19 +145,25 @@ impl MixerV1 {
         };
         let this = self.clone();
         async move {
-            let response = match read {
+            match read {
                 Some(filled) => {
                     let (snapshot, bag, client_words) = filled?;
-                    decided(&snapshot, bag, client_words, None).await?
+                    let checked = checked(&snapshot, &bag).await;
+                    let framed = checked.map(|checked| {
+                        let vocabulary = snapshot.vocabulary();
+                        framed_check_response(&checked.verdict, vocabulary, &bag, client_words)
+                    });
+                    keep_spare(bag);
+                    framed
                 }
                 None => {
                     let request = pb::CheckRequest::decode(message).map_err(|e| {
                         Status::internal(format!("the request message does not decode: {e}"))
                     })?;
-                    this.check_decoded(request).await?
+                    let response = this.check_decoded(request).await?;
+                    Ok(mixer_grpc::framed(&response))
                 }
-            };
-            Ok(mixer_grpc::framed(&response))
+            }
         }
     }
 
@@ -236,11 +244,7 @@ async fn respond(
     client_words: usize,
     quotas: Quotas<'_>,
 ) -> Result<pb::CheckResponse, Status> {
-    let checked = match snapshot.check_cached(bag).await {
-        Ok(checked) => checked,
-        // Could not decide: UNAVAILABLE, so the proxy's fail-open/closed setting applies.
-        Err(e) => return Err(Status::unavailable(e.to_string())),
-    };
+    let checked = checked(snapshot, bag).await?;
     let mut response = check_response(&checked.verdict, snapshot.vocabulary(), bag, client_words);
     // Istio allocated quota only for an allowed precondition
     // (`if status.IsOK(resp.Precondition.Status) && len(req.Quotas) > 0`).
@@ -278,6 +282,18 @@ async fn respond(
         }
     }
     Ok(response)
+}
+
+/// The verdict on `bag`, through the check cache.
+async fn checked(
+    snapshot: &Snapshot,
+    bag: &AttributeBag,
+) -> Result<mixer_runtime::Checked, Status> {
+    match snapshot.check_cached(bag).await {
+        Ok(checked) => Ok(checked),
+        // Could not decide: UNAVAILABLE, so the proxy's fail-open/closed setting applies.
+        Err(e) => Err(Status::unavailable(e.to_string())),
+    }
 }
 
 /// Istio's answer to a client whose dictionary is newer than ours.

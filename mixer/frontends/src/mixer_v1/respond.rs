@@ -70,7 +70,7 @@ pub fn quota_result(
     }
 }
 
-fn duration(d: std::time::Duration) -> prost_types::Duration {
+pub(crate) fn duration(d: std::time::Duration) -> prost_types::Duration {
     prost_types::Duration {
         seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
         nanos: d.subsec_nanos() as i32,
@@ -98,18 +98,33 @@ pub fn referenced_attributes(
 }
 
 /// [`referenced_attributes`] for any set of reads (a verdict's, a quota's).
-pub fn encode_referenced<'a>(
-    referenced: &'a ReferencedAttributes,
+pub fn encode_referenced(
+    referenced: &ReferencedAttributes,
     vocabulary: &Vocabulary,
-    bag: &'a AttributeBag,
+    bag: &AttributeBag,
     global_word_count: usize,
 ) -> pb::ReferencedAttributes {
+    let (words, attribute_matches) =
+        referenced_matches(referenced, vocabulary, bag, global_word_count);
+    pb::ReferencedAttributes {
+        words: words.into_iter().map(String::from).collect(),
+        attribute_matches,
+    }
+}
+
+/// The message dictionary and the matches of [`encode_referenced`], the words borrowed.
+pub(crate) fn referenced_matches<'a>(
+    referenced: &'a ReferencedAttributes,
+    vocabulary: &'a Vocabulary,
+    bag: &'a AttributeBag,
+    global_word_count: usize,
+) -> (Vec<&'a str>, Vec<AttributeMatch>) {
     let mut words = WordEncoder::new(global_word_count);
     let mut matches = Vec::with_capacity(referenced.len());
     let mut emitted: HashSet<(AttrId, Option<&str>), foldhash::fast::RandomState> =
         HashSet::default();
     let mut push =
-        |words: &mut WordEncoder, attr: AttrId, key: Option<&'a str>, presence: Presence| {
+        |words: &mut WordEncoder<'a>, attr: AttrId, key: Option<&'a str>, presence: Presence| {
             if !emitted.insert((attr, key)) {
                 return;
             }
@@ -135,10 +150,7 @@ pub fn encode_referenced<'a>(
             _ => push(&mut words, r.attr, r.map_key.as_deref(), r.presence),
         }
     }
-    pb::ReferencedAttributes {
-        words: words.into_words(),
-        attribute_matches: matches,
-    }
+    (words.into_words(), matches)
 }
 
 /// Header operations of the matched rules; `None` when there are none (as Istio leaves it).

@@ -3,7 +3,8 @@
 
 use super::*;
 use mixer_frontends::mixer_v1::{
-    GLOBAL_WORD_COUNT, decode_check_in_place, decode_into, decode_keeping,
+    GLOBAL_WORD_COUNT, check_response, decode_check_in_place, decode_into, decode_keeping,
+    framed_check_response,
 };
 use mixer_model::{AttributeBag, Vocabulary};
 use proptest::collection::{btree_map, vec};
@@ -213,4 +214,73 @@ fn a_key_past_32_bits_is_left_to_prost() {
     assert!(pb::CheckRequest::decode(&message[..]).is_err());
     let mut bag = AttributeBag::new(Arc::new(Vocabulary::istio()));
     assert_eq!(decode_check_in_place(&message, &mut bag), None);
+}
+
+fn header_ops() -> impl Strategy<Value = Vec<mixer_model::HeaderOperation>> {
+    use mixer_model::{HeaderOp, HeaderOperation};
+    vec(
+        (
+            "[a-z-]{0,8}",
+            ".{0,8}",
+            prop_oneof![
+                Just(HeaderOp::Replace),
+                Just(HeaderOp::Append),
+                Just(HeaderOp::Remove)
+            ],
+        )
+            .prop_map(|(name, value, op)| HeaderOperation { name, value, op }),
+        0..3,
+    )
+}
+
+proptest! {
+    /// The Check method writes its response straight to the frame: the bytes must be those
+    /// prost writes for `check_response`, whatever the verdict read and said.
+    #[test]
+    fn the_check_response_written_directly_is_prosts(
+        code in 0i32..17,
+        message in ".{0,12}",
+        valid_nanos in 0u64..200_000_000_000,
+        valid_use_count in any::<i32>(),
+        reads in vec((0usize..40, proptest::option::of("[a-z-]{0,6}|:method|GET"), any::<bool>()), 0..8),
+        headers in vec(("[a-z-]{0,6}|x-user", ".{0,6}"), 0..4),
+        request_ops in header_ops(),
+        response_ops in header_ops(),
+        client_words in 0usize..=GLOBAL_WORD_COUNT,
+    ) {
+        use mixer_model::{Code, Presence, ReferencedAttributes, Status, StringMap, Verdict};
+        let vocabulary = Arc::new(Vocabulary::istio());
+        let mut bag = AttributeBag::new(vocabulary.clone());
+        bag.set(
+            "request.headers",
+            StringMap::from_pairs(headers.iter().map(|(k, v)| (k.as_str(), v.as_str()))).into(),
+        )
+        .expect("a string map");
+        bag.set("request.method", Value::from("GET")).expect("a string");
+        let mut referenced = ReferencedAttributes::new();
+        let headers_id = vocabulary.lookup("request.headers").expect("declared");
+        for (i, key, present) in reads {
+            let presence = if present { Presence::Exact } else { Presence::Absent };
+            // Every read of request.headers without a key is a whole-map read.
+            let attr = if i < 8 { headers_id } else { mixer_model::AttrId(i as u32) };
+            match key {
+                Some(k) => referenced.record_key(attr, k.into(), presence),
+                None => referenced.record(attr, presence),
+            }
+        }
+        referenced.normalize();
+        let verdict = Verdict {
+            status: Status::new(Code::from_i32(code), message),
+            valid_duration: std::time::Duration::from_nanos(valid_nanos),
+            valid_use_count,
+            referenced,
+            request_header_ops: request_ops,
+            response_header_ops: response_ops,
+            ..Verdict::default()
+        };
+        let direct = framed_check_response(&verdict, &vocabulary, &bag, client_words);
+        let by_prost =
+            mixer_grpc::framed(&check_response(&verdict, &vocabulary, &bag, client_words));
+        prop_assert_eq!(direct, by_prost);
+    }
 }
