@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use envoy_types::ext_authz::v3::pb::CheckRequest;
 use envoy_types::ext_authz::v3::pb::CheckResponse;
-use envoy_types::pb::envoy::config::core::v3::{Address, SocketAddress, address, socket_address};
 use envoy_types::pb::envoy::service::auth::v3::AttributeContext;
 use envoy_types::pb::envoy::service::auth::v3::attribute_context::{
-    HttpRequest, Peer, Request as AttrRequest,
+    HttpRequest, Request as AttrRequest,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use mixer_frontends::ext_authz::socket_peer;
 use prost::Message;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
@@ -68,20 +68,6 @@ pub trait Client: Send + 'static {
     fn call(&mut self, i: usize) -> impl std::future::Future<Output = Outcome> + Send;
 }
 
-fn peer(ip: &str, port: u32, principal: &str) -> Peer {
-    Peer {
-        address: Some(Address {
-            address: Some(address::Address::SocketAddress(SocketAddress {
-                address: ip.to_string(),
-                port_specifier: Some(socket_address::PortSpecifier::PortValue(port)),
-                ..Default::default()
-            })),
-        }),
-        principal: principal.to_string(),
-        ..Default::default()
-    }
-}
-
 /// ext_authz `CheckRequest`s for the given requests.
 pub fn ext_authz_requests(requests: &[Request]) -> Arc<Vec<bytes::Bytes>> {
     let built: Vec<_> = requests
@@ -90,8 +76,8 @@ pub fn ext_authz_requests(requests: &[Request]) -> Arc<Vec<bytes::Bytes>> {
             let headers: HashMap<String, String> = r.headers.iter().cloned().collect();
             CheckRequest {
                 attributes: Some(AttributeContext {
-                    source: Some(peer(&r.source_ip, 43210, &r.source_principal)),
-                    destination: Some(peer(
+                    source: Some(socket_peer(&r.source_ip, 43210, &r.source_principal)),
+                    destination: Some(socket_peer(
                         "10.0.0.1",
                         8080,
                         "spiffe://cluster.local/ns/default/sa/api",

@@ -6,27 +6,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use envoy_types::pb::envoy::config::core::v3::{Address, SocketAddress, address, socket_address};
 use envoy_types::pb::envoy::service::auth::v3::attribute_context::{
-    HttpRequest, Peer, Request as AttrRequest,
+    HttpRequest, Request as AttrRequest,
 };
 use envoy_types::pb::envoy::service::auth::v3::{AttributeContext, CheckRequest};
-use mixer_frontends::ext_authz::{fill_bag, fill_bag_from_wire};
+use mixer_frontends::ext_authz::{fill_bag, fill_bag_from_wire, socket_peer};
 use mixer_model::{AttributeBag, Timestamp, Vocabulary};
-
-fn peer(ip: &str, port: u32, principal: &str) -> Peer {
-    Peer {
-        address: Some(Address {
-            address: Some(address::Address::SocketAddress(SocketAddress {
-                address: ip.into(),
-                port_specifier: Some(socket_address::PortSpecifier::PortValue(port)),
-                ..Default::default()
-            })),
-        }),
-        principal: principal.into(),
-        ..Default::default()
-    }
-}
 
 fn request() -> CheckRequest {
     let headers: HashMap<String, String> = [
@@ -46,12 +31,12 @@ fn request() -> CheckRequest {
     .collect();
     CheckRequest {
         attributes: Some(AttributeContext {
-            source: Some(peer(
+            source: Some(socket_peer(
                 "10.1.2.3",
                 43210,
                 "spiffe://cluster.local/ns/default/sa/web",
             )),
-            destination: Some(peer(
+            destination: Some(socket_peer(
                 "10.0.0.1",
                 8080,
                 "spiffe://cluster.local/ns/default/sa/api",

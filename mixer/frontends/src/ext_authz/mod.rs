@@ -59,6 +59,10 @@ mod wire;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use envoy_types::pb::envoy::config::core::v3::address::Address as AddressKind;
+use envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier;
+use envoy_types::pb::envoy::config::core::v3::{Address, SocketAddress};
+use envoy_types::pb::envoy::service::auth::v3::attribute_context::Peer;
 use envoy_types::pb::envoy::service::auth::v3::authorization_server::{
     Authorization, AuthorizationServer,
 };
@@ -74,6 +78,22 @@ pub use attributes::{
 pub use encode::framed_check_response;
 pub use respond::{check_response, could_not_decide, http_status, metadata_keys, not_ready};
 pub use wire::WireError;
+
+/// A peer at a socket address with a principal, as Envoy describes the source or destination
+/// of a request: for clients, benchmarks and load generators that build requests.
+pub fn socket_peer(ip: &str, port: u32, principal: &str) -> Peer {
+    Peer {
+        address: Some(Address {
+            address: Some(AddressKind::SocketAddress(SocketAddress {
+                address: ip.to_string(),
+                port_specifier: Some(PortSpecifier::PortValue(port)),
+                ..Default::default()
+            })),
+        }),
+        principal: principal.to_string(),
+        ..Default::default()
+    }
+}
 
 /// The ext_authz service: ready to add to a tonic server.
 pub fn service(runtime: Arc<Runtime>) -> AuthorizationServer<ExtAuthz> {
