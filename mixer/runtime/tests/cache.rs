@@ -176,16 +176,20 @@ spec:
     assert_eq!(snap.cached_verdicts(), 0);
 }
 
-#[tokio::test]
-async fn the_cache_is_bounded_and_can_be_turned_off() {
-    let small = RuntimeOptions {
+/// Options with a cache of at most `entries` verdicts (0: off).
+fn at_most(entries: u64) -> RuntimeOptions {
+    RuntimeOptions {
         cache: CacheOptions {
-            max_entries: 10,
+            max_entries: entries,
             ..CacheOptions::default()
         },
         ..RuntimeOptions::default()
-    };
-    let snap = snapshot(CONFIG, &small);
+    }
+}
+
+#[tokio::test]
+async fn the_cache_is_bounded_and_can_be_turned_off() {
+    let snap = snapshot(CONFIG, &at_most(10));
     for i in 0..200 {
         let user = format!("user-{i}");
         hit(
@@ -203,14 +207,7 @@ async fn the_cache_is_bounded_and_can_be_turned_off() {
         snap.cached_verdicts()
     );
 
-    let off = RuntimeOptions {
-        cache: CacheOptions {
-            max_entries: 0,
-            ..CacheOptions::default()
-        },
-        ..RuntimeOptions::default()
-    };
-    let snap = snapshot(CONFIG, &off);
+    let snap = snapshot(CONFIG, &at_most(0));
     assert_eq!(hit(&snap, &[]).await, (false, true));
     assert_eq!(hit(&snap, &[]).await, (false, true));
 }
@@ -223,14 +220,7 @@ async fn a_check_answered_without_its_reads_records_them_only_for_the_cache() {
         ("request.headers", map(&[("x-user", "bob")])),
         ("request.method", Value::from("GET")),
     ];
-    let off = RuntimeOptions {
-        cache: CacheOptions {
-            max_entries: 0,
-            ..CacheOptions::default()
-        },
-        ..RuntimeOptions::default()
-    };
-    let snap = snapshot(CONFIG, &off);
+    let snap = snapshot(CONFIG, &at_most(0));
     let b = bag(&snap, &attrs);
     let full = snap.check_cached(&b).await.expect("decided").verdict;
     let lean = snap
