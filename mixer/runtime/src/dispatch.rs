@@ -208,11 +208,19 @@ impl Snapshot {
                             MatchErrorPolicy::NoMatch => "no_match",
                             MatchErrorPolicy::Deny => "deny",
                         };
-                        self.metrics
+                        let failures = self
+                            .metrics
                             .match_errors
-                            .with_label_values(&[rule.name.as_ref(), policy_label])
-                            .inc();
-                        tracing::info!(rule = %rule.name, error = %e, policy = policy_label, "rule match failed to evaluate");
+                            .with_label_values(&[rule.name.as_ref(), policy_label]);
+                        // A rule whose match fails does so for every request like it (an
+                        // attribute the proxy never sends): its first failure is worth a line,
+                        // the rest would be a line per request. The counter has them all.
+                        if failures.get() == 0 {
+                            tracing::info!(rule = %rule.name, error = %e, policy = policy_label, "rule match failed to evaluate; further failures of this rule are counted in mixer_rule_match_errors_total and logged at debug level");
+                        } else {
+                            tracing::debug!(rule = %rule.name, error = %e, policy = policy_label, "rule match failed to evaluate");
+                        }
+                        failures.inc();
                         eval.match_failures.push(MatchFailure {
                             rule: rule.name.clone(),
                             message: e.to_string(),

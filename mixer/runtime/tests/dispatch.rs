@@ -175,6 +175,49 @@ async fn match_errors_are_no_match_by_default_and_can_deny() {
     );
 }
 
+/// Log lines written to memory.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("not poisoned").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A match that fails for every request like this one would otherwise log a line per request:
+/// its first failure is logged, every failure is counted.
+#[test]
+fn a_failing_match_is_logged_once_and_counted_every_time() {
+    let metrics = RuntimeMetrics::unregistered();
+    let snap = snapshot_metered(MATCH_ERRORS, &metrics);
+    let b = bag(&snap, &[("request.headers", map(&[("x-strict", "off")]))]);
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    tracing::subscriber::with_default(subscriber, || {
+        for _ in 0..5 {
+            assert_eq!(snap.evaluate(&b, Variety::Check).match_failures.len(), 1);
+        }
+    });
+    let text = String::from_utf8(captured.0.lock().expect("not poisoned").clone()).expect("utf-8");
+    assert_eq!(text.matches("rule match failed").count(), 1, "{text}");
+    assert!(text.contains("needs-header") && text.contains("mixer_rule_match_errors_total"));
+    let failures = metrics
+        .match_errors
+        .with_label_values(&["needs-header.istio-system", "no_match"])
+        .get();
+    assert_eq!(failures, 5);
+}
+
 const FAILING: &str = r#"
 kind: handler
 metadata: {name: closed, namespace: istio-system}
