@@ -6,7 +6,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use mixer_adapter_api::{AdapterError, ErrorKind, Exposition, Handler, QuotaArgs, QuotaHandler};
+use mixer_adapter_api::{
+    AdapterError, ErrorKind, Exposition, Handler, Occasional, QuotaArgs, QuotaHandler,
+};
 use mixer_adapter_quota_common::{Algorithm, Decision, Metrics, finish, render_one};
 use mixer_model::{Instance, QuotaResult};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -32,6 +34,8 @@ pub struct RedisQuotaHandler {
     scripts: [Script; 3],
     metrics: Metrics,
     errors: AtomicU64,
+    /// Redis down fails every call: the warning goes out once per interval.
+    warning: Occasional,
     name: Arc<str>,
 }
 
@@ -84,6 +88,7 @@ impl RedisQuotaHandler {
             config,
             metrics,
             errors: AtomicU64::new(0),
+            warning: Occasional::new(Duration::from_secs(10)),
             name,
         })
     }
@@ -116,7 +121,9 @@ impl RedisQuotaHandler {
 
     fn error(&self, message: String) -> AdapterError {
         self.errors.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(handler = %self.name, "{message}");
+        if let Some(held_back) = self.warning.due() {
+            tracing::warn!(handler = %self.name, held_back, "{message}");
+        }
         AdapterError::transient(ErrorKind::Unavailable, message)
     }
 

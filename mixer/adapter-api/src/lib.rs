@@ -58,6 +58,7 @@
 mod adapter;
 mod error;
 mod handler;
+mod occasional;
 mod registry;
 mod remote;
 
@@ -66,6 +67,7 @@ pub use error::{AdapterError, ErrorKind, ParamError};
 pub use handler::{
     CheckHandler, Exposition, Handler, LimitOverride, QuotaArgs, QuotaHandler, ReportHandler,
 };
+pub use occasional::Occasional;
 pub use registry::AdapterRegistry;
 pub use remote::{
     AccessToken, Authentication, InferredField, MutualTls, OAuthClient, ParamsDescriptor, PemFile,

@@ -57,6 +57,7 @@ mod respond;
 mod wire;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use envoy_types::pb::envoy::config::core::v3::address::Address as AddressKind;
@@ -67,6 +68,7 @@ use envoy_types::pb::envoy::service::auth::v3::authorization_server::{
     Authorization, AuthorizationServer,
 };
 use envoy_types::pb::envoy::service::auth::v3::{CheckRequest, CheckResponse};
+use mixer_adapter_api::Occasional;
 use mixer_model::{AttributeBag, Timestamp};
 use mixer_runtime::{Checked, Runtime, Snapshot};
 
@@ -171,7 +173,11 @@ async fn checked(snapshot: &Snapshot, bag: AttributeBag) -> Result<Checked, toni
         // A handler failed closed. Answer a gRPC error (UNAVAILABLE), NOT a denial:
         // Envoy treats an error as a failed call and applies `failure_mode_allow`.
         Err(e) => {
-            tracing::warn!("ext_authz: {e}");
+            // A handler that is down fails every check: a line per interval, not per call.
+            static FAILED: Occasional = Occasional::new(Duration::from_secs(10));
+            if let Some(held_back) = FAILED.due() {
+                tracing::warn!(held_back, "ext_authz: {e}");
+            }
             Err(could_not_decide(&e))
         }
     }

@@ -61,6 +61,7 @@
 pub mod respond;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::DescriptorStatus;
@@ -70,7 +71,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use futures_util::future::try_join_all;
-use mixer_adapter_api::{LimitOverride, QuotaArgs};
+use mixer_adapter_api::{LimitOverride, Occasional, QuotaArgs};
 use mixer_model::{AttributeBag, StringMap, Timestamp, Value};
 use mixer_runtime::{Runtime, Snapshot};
 
@@ -173,7 +174,11 @@ async fn decide_descriptor(
         // A handler failed closed (storage down...). UNAVAILABLE, so that Envoy's
         // `failure_mode_deny` decides; never an OK response by accident.
         Err(e) => {
-            tracing::warn!("ratelimit: {e}");
+            // Storage that is down fails every call: a line per interval, not per call.
+            static FAILED: Occasional = Occasional::new(Duration::from_secs(10));
+            if let Some(held_back) = FAILED.due() {
+                tracing::warn!(held_back, "ratelimit: {e}");
+            }
             Err(could_not_decide(&e))
         }
     }
