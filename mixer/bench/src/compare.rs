@@ -78,6 +78,13 @@ pub async fn compare(c: &Comparison<'_>, load: &LoadArgs) -> anyhow::Result<()> 
         }
         latency.push((rate, at_rate, baseline_at_rate));
     }
+    // The no-op at half of its own saturation: what the target asks of the mixer, asked of a
+    // server that does nothing. When it misses too, the machine sets the tail.
+    let own_half = noop_rate * 0.5;
+    let mut noop_own_half = Vec::new();
+    for _ in 0..rounds {
+        noop_own_half.push(drive(Target::ExtAuthz, noop, load, Some(own_half)).await?);
+    }
     drop(mixer);
 
     println!("{}", stalls.line());
@@ -98,6 +105,10 @@ pub async fn compare(c: &Comparison<'_>, load: &LoadArgs) -> anyhow::Result<()> 
                 baseline_at_rate[round].line(&format!("no-op at {rate:.0} req/s"))
             );
         }
+        println!(
+            "  {}",
+            noop_own_half[round].line(&format!("no-op at {own_half:.0} req/s"))
+        );
     }
     println!("median of {rounds} rounds: no-op {noop_rate:.0} req/s, mixer {mixer_rate:.0} req/s");
     println!(
@@ -125,6 +136,10 @@ pub async fn compare(c: &Comparison<'_>, load: &LoadArgs) -> anyhow::Result<()> 
             mixer_p99 / noop_p99.max(1e-9)
         );
     }
+    println!(
+        "p99 of the no-op at half of its own saturation ({own_half:.0} req/s): {:.0} us",
+        median(&mut p99s(&noop_own_half))
+    );
     Ok(())
 }
 
