@@ -186,11 +186,11 @@ impl Snapshot {
     async fn check_cached_recording(
         &self,
         bag: &dyn Bag,
-        answer_reads: bool,
+        record_reads: bool,
     ) -> Result<Checked, CheckError> {
         let started = std::time::Instant::now();
         self.metrics.check_activity.mark(started);
-        let checked = self.check_through_cache(bag, answer_reads).await;
+        let checked = self.check_through_cache(bag, record_reads).await;
         self.metrics
             .check_duration
             .observe(started.elapsed().as_secs_f64());
@@ -200,10 +200,10 @@ impl Snapshot {
     async fn check_through_cache(
         &self,
         bag: &dyn Bag,
-        answer_reads: bool,
+        record_reads: bool,
     ) -> Result<Checked, CheckError> {
         let Some(cache) = &self.cache else {
-            let (verdict, _) = self.check_uncached(bag, answer_reads).await?;
+            let (verdict, _) = self.check_uncached(bag, record_reads).await?;
             return Ok(Checked {
                 verdict: Arc::new(verdict),
                 cache_hit: false,

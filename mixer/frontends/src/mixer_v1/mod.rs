@@ -139,14 +139,14 @@ impl MixerV1 {
         &self,
         message: Bytes,
     ) -> impl Future<Output = Result<Bytes, Status>> + Send + 'static {
-        let read = match wire::CheckView::decode(&message) {
-            Ok(view) if !view.has_quotas => Some(self.filled(&view)),
-            _ => None,
+        // Only a request left to prost needs the service (and the message) after this call.
+        let path = match wire::CheckView::decode(&message) {
+            Ok(view) if !view.has_quotas => Path::InPlace(self.filled(&view)),
+            _ => Path::Prost(self.clone(), message),
         };
-        let this = self.clone();
         async move {
-            match read {
-                Some(filled) => {
+            match path {
+                Path::InPlace(filled) => {
                     let (snapshot, bag, client_words) = filled?;
                     let checked = checked(&snapshot, &bag).await;
                     let framed = checked.map(|checked| {
@@ -156,7 +156,7 @@ impl MixerV1 {
                     keep_spare(bag);
                     framed
                 }
-                None => {
+                Path::Prost(this, message) => {
                     let request = pb::CheckRequest::decode(message).map_err(|e| {
                         Status::internal(format!("the request message does not decode: {e}"))
                     })?;
@@ -221,6 +221,13 @@ fn fill_from_view(view: &wire::CheckView<'_>, bag: &mut AttributeBag) -> Result<
         Some(attributes) => decode::decode_from(attributes, &attributes.words, bag, |_| true),
         None => Ok(()),
     }
+}
+
+/// How [`MixerV1::check_encoded`] goes on with a request: read in place (the snapshot, the
+/// filled bag and the client's word count), or left to prost.
+enum Path {
+    InPlace(Result<(Arc<Snapshot>, AttributeBag, usize), Status>),
+    Prost(MixerV1, Bytes),
 }
 
 /// The quotas a Check asks for, and its deduplication id.
