@@ -90,6 +90,10 @@ impl ListChecker {
     }
 }
 
+/// The params holding secrets (see [`Adapter::secret_params`]).
+const SECRET_PARAMS: &[mixer_adapter_api::secrets::SecretParam] =
+    &[mixer_adapter_api::secrets::SecretParam::url("providerUrl")];
+
 impl Adapter for ListChecker {
     fn info(&self) -> &AdapterInfo {
         &INFO
@@ -103,5 +107,10 @@ impl Adapter for ListChecker {
 
     fn build(&self, params: &Params, ctx: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
         Ok(self.build_handler(params, ctx)?)
+    }
+
+    fn secret_params(&self) -> &'static [mixer_adapter_api::secrets::SecretParam] {
+        // A provider URL may carry a password.
+        SECRET_PARAMS
     }
 }

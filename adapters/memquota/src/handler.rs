@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use async_trait::async_trait;
 use mixer_adapter_api::{AdapterError, Exposition, Handler, QuotaArgs, QuotaHandler};
-use mixer_adapter_quota_common::{Decision, Metrics, finish, render_one};
+use mixer_adapter_quota_common::{Decision, Metrics, Refusal, finish, render_one};
 use mixer_model::{Instance, QuotaResult};
 
 use crate::config::MemQuotaConfig;
@@ -99,7 +99,7 @@ impl QuotaHandler for MemQuotaHandler {
                 &args.deduplication_id,
             )
         };
-        let result = finish("memquota", &sel, args, decision, &self.metrics);
+        let result = finish(Refusal::GrantNothing, &sel, args, decision, &self.metrics);
         if sel.limit.shadow && !result.status.message.is_empty() {
             tracing::debug!(handler = %self.name, key = %sel.key, "{}", result.status.message);
         }

@@ -59,6 +59,11 @@ pub struct OtlpParams {
     /// The metrics this handler exports, one per metric instance it takes.
     #[serde(default)]
     pub metrics: Vec<MetricParams>,
+    /// Fully qualified names of `metric` instances that carry an ingested OTLP data point
+    /// (a `point` dimension set to `otel.metric.point`): each is re-exported as the point it
+    /// was, in its own temporality, rather than recorded into an instrument.
+    #[serde(default)]
+    pub points: Vec<String>,
 }
 
 /// `batch` params.
@@ -211,6 +216,8 @@ pub struct OtlpConfig {
     pub temporality: Temporality,
     /// The metrics, in config order.
     pub metrics: Vec<MetricSpec>,
+    /// Instance keys (see [`instance_key`]) of the instances re-exported as OTLP points.
+    pub points: Vec<String>,
 }
 
 impl OtlpConfig {

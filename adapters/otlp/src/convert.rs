@@ -26,7 +26,7 @@ pub const HTTP_STATUS_ATTRIBUTE: &str = "http.response.status_code";
 pub const REWRITE_PAD: [u8; 8] = [0x3f, 0x6a, 0x2e, 0xc3, 0xc8, 0x10, 0xc2, 0xab];
 
 /// The instrumentation scope of an instance's telemetry: named after the instance
-/// (`accesslog.istio-system`), so a collector can tell instances apart.
+/// (`accesslog.instance.istio-system`), so a collector can tell instances apart.
 pub fn scope(instance_name: &str) -> InstrumentationScope {
     InstrumentationScope::builder(instance_name.to_string())
         .with_version(env!("CARGO_PKG_VERSION"))

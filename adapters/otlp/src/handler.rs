@@ -2,6 +2,7 @@
 //! tonic channel, fed by tracespan, logentry and metric instances.
 
 mod metrics;
+mod points;
 mod report;
 
 use std::collections::HashMap;
@@ -27,6 +28,7 @@ use crate::config::{Kind, OtlpConfig, ResourceValue, Temporality, instance_key};
 use crate::convert;
 pub use metrics::numeric_value;
 use metrics::{CountingMetricExporter, Instrument, Metric};
+pub use points::{POINT_DIMENSION, decode_point, merge as merge_points};
 pub use report::export_error;
 
 /// A built otlp handler.
@@ -49,6 +51,10 @@ pub struct OtlpHandler {
     metrics: Vec<Metric>,
     /// Instance key (see [`instance_key`]) to index in `metrics`.
     by_instance: HashMap<String, usize>,
+    /// Re-export of ingested points: the instance keys of `points`, and the exporter (`None`
+    /// when no instance is listed).
+    point_instances: Vec<String>,
+    points: Option<points::PointExporter>,
     max_export_batch_size: usize,
     budget: Duration,
     metric_export_failures: Arc<AtomicU64>,
@@ -118,6 +124,12 @@ impl OtlpHandler {
             None => (opentelemetry_otlp::RetryPolicy::disabled(), config.timeout),
         };
         let resource = resource(&config);
+        // Points go out as they came, one attempt per batch within the export budget.
+        let points = (!config.points.is_empty()).then(|| points::PointExporter {
+            client: opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient::new(channel.clone()),
+            metadata: metadata.clone(),
+            timeout: config.export_budget(),
+        });
 
         let mut spans = opentelemetry_otlp::SpanExporter::builder()
             .with_tonic()
@@ -221,6 +233,8 @@ impl OtlpHandler {
             meter_provider,
             metrics,
             by_instance,
+            point_instances: config.points.clone(),
+            points,
             max_export_batch_size: config.max_export_batch_size,
             budget: config.export_budget() + Duration::from_secs(1),
             metric_export_failures,

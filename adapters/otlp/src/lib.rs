@@ -69,7 +69,9 @@ pub use config::{
     ResourceValue, RetryConfig, RetryParams, Temporality, instance_key, is_valid_instrument_name,
 };
 pub use convert::{HTTP_STATUS_ATTRIBUTE, REWRITE_PAD, severity_number};
-pub use handler::{OtlpHandler, export_error, numeric_value};
+pub use handler::{
+    OtlpHandler, POINT_DIMENSION, decode_point, export_error, merge_points, numeric_value,
+};
 
 static INFO: AdapterInfo = AdapterInfo {
     name: "otlp",
@@ -108,6 +110,10 @@ impl Otlp {
     }
 }
 
+/// The params holding secrets (see [`Adapter::secret_params`]).
+const SECRET_PARAMS: &[mixer_adapter_api::secrets::SecretParam] =
+    &[mixer_adapter_api::secrets::SecretParam::url("endpoint")];
+
 impl Adapter for Otlp {
     fn info(&self) -> &AdapterInfo {
         &INFO
@@ -119,5 +125,11 @@ impl Adapter for Otlp {
 
     fn build(&self, params: &Params, ctx: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
         Ok(self.build_handler(params, ctx)?)
+    }
+
+    fn secret_params(&self) -> &'static [mixer_adapter_api::secrets::SecretParam] {
+        // The collector's URL may carry a password; `headers` values such as `authorization` are
+        // hidden by their names (mixer_adapter_api::secrets::SECRET_KEYS).
+        SECRET_PARAMS
     }
 }

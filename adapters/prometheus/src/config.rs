@@ -53,6 +53,26 @@ pub struct MetricInfo {
     /// Label names, matched against the instance's `dimensions`.
     #[serde(default, alias = "label_names")]
     pub label_names: Vec<String>,
+    /// Not in Istio: for DISTRIBUTION, the instance's value is a histogram counted already
+    /// (a STRING_MAP of upper bound to the observations at or below it, `+Inf` included, as
+    /// the OTLP front end's `otel.metric.buckets`) instead of one observation. CUMULATIVE
+    /// points replace the series' buckets, DELTA points are added to them.
+    #[serde(default)]
+    pub precounted: Option<Precounted>,
+    /// Not in Istio: with `precounted`, the dimension holding the observations' sum (a
+    /// number, not a label); absent: the `_sum` series stays 0.
+    #[serde(default, alias = "sum_dimension")]
+    pub sum_dimension: String,
+}
+
+/// How a pre-counted histogram's points combine with what the series holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Precounted {
+    /// Each point holds everything counted since the start: it replaces the series' state.
+    Cumulative,
+    /// Each point holds what was counted since the previous point: it is added.
+    Delta,
 }
 
 /// What kind of metric this is (`Params.MetricInfo.Kind`).
@@ -207,8 +227,12 @@ pub struct MetricSpec {
     pub kind: Kind,
     /// Label names as configured (looked up in `dimensions`) and as exposed (sanitized).
     pub labels: Vec<Label>,
-    /// Upper bounds, for histograms.
+    /// Upper bounds, for histograms observing one value at a time.
     pub buckets: Vec<f64>,
+    /// Set for histograms whose instance value is counted already.
+    pub precounted: Option<Precounted>,
+    /// The dimension holding a pre-counted histogram's sum.
+    pub sum_dimension: Option<String>,
 }
 
 /// One label of a metric.

@@ -16,6 +16,7 @@ use prometheus::{
 use tokio::time::Instant;
 
 use crate::config::{Expiry, Kind, MetricSpec, PrometheusConfig, instance_key};
+use crate::precounted::{Point, PrecountedSeries, PrecountedVec};
 
 /// The label value used when an instance has no dimension for a configured label.
 pub const MISSING_LABEL_VALUE: &str = "unknown";
@@ -24,6 +25,7 @@ enum Collector {
     Counter(CounterVec),
     Gauge(GaugeVec),
     Histogram(HistogramVec),
+    Precounted(PrecountedVec),
 }
 
 impl Collector {
@@ -33,6 +35,7 @@ impl Collector {
             Collector::Counter(v) => Series::Counter(v.with_label_values(values)),
             Collector::Gauge(v) => Series::Gauge(v.with_label_values(values)),
             Collector::Histogram(v) => Series::Histogram(v.with_label_values(values)),
+            Collector::Precounted(v) => Series::Precounted(v.series(values)),
         }
     }
 
@@ -42,6 +45,10 @@ impl Collector {
             Collector::Counter(v) => v.remove_label_values(values),
             Collector::Gauge(v) => v.remove_label_values(values),
             Collector::Histogram(v) => v.remove_label_values(values),
+            Collector::Precounted(v) => {
+                v.remove(values);
+                Ok(())
+            }
         };
     }
 }
@@ -51,6 +58,7 @@ enum Series {
     Counter(Counter),
     Gauge(Gauge),
     Histogram(Histogram),
+    Precounted(PrecountedSeries),
 }
 
 struct Live {
@@ -92,7 +100,7 @@ pub struct PrometheusHandler {
     expiry: Option<ExpiryState>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock leaves only timestamps behind: keep going.
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -129,6 +137,15 @@ impl PrometheusHandler {
                         .register(Box::new(v.clone()))
                         .map_err(|e| internal(e, &spec))?;
                     Collector::Gauge(v)
+                }
+                Kind::Distribution if spec.precounted.is_some() => {
+                    let temporality = spec.precounted.unwrap_or(crate::Precounted::Cumulative);
+                    let v = PrecountedVec::new(&spec.full_name, &spec.help, &labels, temporality)
+                        .map_err(|e| internal(e, &spec))?;
+                    registry
+                        .register(Box::new(v.clone()))
+                        .map_err(|e| internal(e, &spec))?;
+                    Collector::Precounted(v)
                 }
                 Kind::Distribution => {
                     let hopts = HistogramOpts::from(opts).buckets(spec.buckets.clone());
@@ -231,9 +248,26 @@ impl PrometheusHandler {
     /// Records one instance; `now` is the batch's time (expiry is counted in minutes, so one
     /// clock read per batch is close enough).
     fn record(&self, metric: &Metric, instance: &Instance, now: Instant) -> Result<(), String> {
-        let value = match instance.value("value") {
-            Some(v) => numeric_value(v)?,
-            None => return Err("the instance has no value".into()),
+        let Some(value) = instance.value("value") else {
+            return Err("the instance has no value".into());
+        };
+        let mut point = None;
+        let value = if metric.spec.precounted.is_some() {
+            let sum = match &metric.spec.sum_dimension {
+                Some(name) => match instance
+                    .map("dimensions")
+                    .and_then(|d| d.iter().find(|(k, _)| **k == **name))
+                {
+                    Some((_, v)) => numeric_value(v).map_err(|e| format!("sum {name:?}: {e}"))?,
+                    // As a missing label is "unknown": the instance did not say.
+                    None => 0.0,
+                },
+                None => 0.0,
+            };
+            point = Some(Point::parse(value, sum)?);
+            0.0
+        } else {
+            numeric_value(value)?
         };
         match metric.spec.kind {
             Kind::Counter if !(value >= 0.0 && value.is_finite()) => {
@@ -268,6 +302,11 @@ impl PrometheusHandler {
                 Series::Counter(c) => c.inc_by(value),
                 Series::Gauge(g) => g.set(value),
                 Series::Histogram(h) => h.observe(value),
+                Series::Precounted(p) => {
+                    if let Some(point) = point.take() {
+                        p.record(point);
+                    }
+                }
             }
         });
         Ok(())

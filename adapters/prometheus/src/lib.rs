@@ -53,6 +53,7 @@
 
 mod config;
 mod handler;
+mod precounted;
 
 #[cfg(test)]
 mod tests;
@@ -68,8 +69,8 @@ use mixer_model::Template;
 pub use config::{
     BucketsDefinition, DEFAULT_NAMESPACE, ExpirationPolicy, Expiry, ExplicitBuckets,
     ExponentialBuckets, Kind, Label, LinearBuckets, MAX_BUCKETS, MetricInfo, MetricSpec,
-    PrometheusConfig, PrometheusParams, instance_key, is_valid_label_name, is_valid_metric_name,
-    safe_name,
+    Precounted, PrometheusConfig, PrometheusParams, instance_key, is_valid_label_name,
+    is_valid_metric_name, safe_name,
 };
 pub use handler::{MISSING_LABEL_VALUE, PrometheusHandler, numeric_value};
 

@@ -375,3 +375,142 @@ fn info_and_validation_through_the_adapter() {
         .expect("build refuses invalid params");
     assert!(err.message.contains("metrics[0].kind"), "{}", err.message);
 }
+
+fn buckets(pairs: &[(&str, &str)]) -> Value {
+    Value::StringMap(Arc::new(StringMap::from_pairs(
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+    )))
+}
+
+fn precounted() -> serde_json::Value {
+    json!({"metrics": [
+        {"namespace": "otel", "name": "histogram", "instanceName": "hist.istio-system",
+         "kind": "DISTRIBUTION", "precounted": "CUMULATIVE", "sumDimension": "sum",
+         "labelNames": ["metric"], "description": "Cumulative histograms."},
+        {"namespace": "otel", "name": "delta_histogram", "instanceName": "deltahist.istio-system",
+         "kind": "DISTRIBUTION", "precounted": "DELTA", "sumDimension": "sum",
+         "labelNames": ["metric"]}
+    ]})
+}
+
+#[tokio::test]
+async fn precounted_histograms_set_when_cumulative_and_add_when_delta() {
+    let h = build(precounted());
+    let name = ("metric", Value::from("shop.latency"));
+    let point = |instance: &str, b: &[(&str, &str)], sum: f64| {
+        metric(
+            instance,
+            buckets(b),
+            &[name.clone(), ("sum", Value::Double(sum))],
+        )
+    };
+    report(
+        &h,
+        &[
+            point(
+                "hist.istio-system",
+                &[("0", "0"), ("5", "1"), ("50", "1"), ("+Inf", "1")],
+                5.0,
+            ),
+            // The next cumulative point holds everything so far: it replaces the first.
+            point(
+                "hist.istio-system",
+                &[("0", "0"), ("5", "1"), ("50", "2"), ("+Inf", "3")],
+                555.0,
+            ),
+            point("deltahist.istio-system", &[("1", "1"), ("+Inf", "2")], 3.0),
+            point("deltahist.istio-system", &[("1", "2"), ("+Inf", "2")], 1.0),
+        ],
+    )
+    .await
+    .expect("recorded");
+    let text = render(&h);
+    for line in [
+        "# HELP otel_histogram Cumulative histograms.",
+        "# TYPE otel_histogram histogram",
+        "otel_histogram_bucket{metric=\"shop.latency\",le=\"0\"} 0",
+        "otel_histogram_bucket{metric=\"shop.latency\",le=\"5\"} 1",
+        "otel_histogram_bucket{metric=\"shop.latency\",le=\"50\"} 2",
+        "otel_histogram_bucket{metric=\"shop.latency\",le=\"+Inf\"} 3",
+        "otel_histogram_sum{metric=\"shop.latency\"} 555",
+        "otel_histogram_count{metric=\"shop.latency\"} 3",
+        "# TYPE otel_delta_histogram histogram",
+        "otel_delta_histogram_bucket{metric=\"shop.latency\",le=\"1\"} 3",
+        "otel_delta_histogram_bucket{metric=\"shop.latency\",le=\"+Inf\"} 4",
+        "otel_delta_histogram_sum{metric=\"shop.latency\"} 4",
+        "otel_delta_histogram_count{metric=\"shop.latency\"} 4",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
+    }
+    // The sum is a value, not a label.
+    assert!(!text.contains("sum=\""), "{text}");
+    assert_eq!(h.tracked_series(), 2);
+}
+
+#[tokio::test]
+async fn bad_precounted_points_are_instance_errors_and_others_are_recorded() {
+    let h = build(precounted());
+    let dims = |sum: Value| vec![("metric", Value::from("m")), ("sum", sum)];
+    let e = report(
+        &h,
+        &[
+            metric(
+                "hist.istio-system",
+                Value::Double(2.0),
+                &dims(Value::Double(1.0)),
+            ),
+            metric(
+                "hist.istio-system",
+                buckets(&[("5", "1")]),
+                &dims(Value::Double(1.0)),
+            ),
+            metric(
+                "hist.istio-system",
+                buckets(&[("+Inf", "1")]),
+                &dims(Value::from("lots")),
+            ),
+            metric(
+                "hist.istio-system",
+                buckets(&[("1", "1"), ("+Inf", "2")]),
+                &dims(Value::Double(7.5)),
+            ),
+        ],
+    )
+    .await
+    .expect_err("three bad points");
+    assert_eq!(e.kind, ErrorKind::InvalidInstance);
+    for why in ["STRING_MAP", "+Inf", "sum \"sum\""] {
+        assert!(e.message.contains(why), "{why}: {}", e.message);
+    }
+    let text = render(&h);
+    assert!(
+        text.contains("otel_histogram_bucket{metric=\"m\",le=\"1\"} 1")
+            && text.contains("otel_histogram_sum{metric=\"m\"} 7.5"),
+        "{text}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_precounted_series_expire() {
+    let mut params = precounted();
+    params["metricsExpirationPolicy"] = json!({"metricsExpiryDuration": "1m"});
+    let h = build(params);
+    report(
+        &h,
+        &[metric(
+            "hist.istio-system",
+            buckets(&[("1", "1"), ("+Inf", "1")]),
+            &[("metric", Value::from("m"))],
+        )],
+    )
+    .await
+    .expect("recorded");
+    assert!(render(&h).contains("otel_histogram_count{metric=\"m\"} 1"));
+    tokio::time::advance(Duration::from_secs(120)).await;
+    let text = render(&h);
+    assert!(!text.contains("otel_histogram_count"), "{text}");
+    assert_eq!(h.tracked_series(), 0);
+}

@@ -7,7 +7,7 @@
 //! - [`Quotas::select`]: the quota by instance name, the first override whose dimensions all
 //!   match, and the counter key ([`counter_key`]);
 //! - [`finish`]: the [`QuotaResult`](mixer_model::QuotaResult) for a [`Decision`], shadow mode
-//!   and `RESOURCE_EXHAUSTED` included; [`Metrics`]: counters in the Prometheus text format.
+//!   and each adapter's Istio answer to a refusal ([`Refusal`]) included; [`Metrics`]: counters in the Prometheus text format.
 //!
 //! ```
 //! use mixer_adapter_quota_common::{Algorithm, QuotaParams, Quotas};
@@ -40,7 +40,7 @@ pub use config::{
     QuotaParams, Quotas, dedup_duration, default_bucket, parse_duration,
 };
 pub use metrics::{Metrics, QuotaMetrics, escape, render_one};
-pub use outcome::{Decision, finish};
+pub use outcome::{Decision, Refusal, finish};
 pub use select::{Selected, counter_key, matches};
 
 #[cfg(test)]

@@ -39,41 +39,56 @@ impl Decision {
     }
 }
 
+/// How an adapter answers an allocation it cannot grant at all, as Istio 1.4's adapter of
+/// the same name answers it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Status OK with 0 granted (Istio's memquota, `memquota.go` `alloc`: `status.OK`, amount
+    /// 0, no expiration); the proxy denies a request granted less than it asked.
+    GrantNothing,
+    /// `RESOURCE_EXHAUSTED` with this message (Istio's redisquota, `redisquota.go`
+    /// `HandleQuota`: `status.WithResourceExhausted("redisquota: Resource exhausted")`).
+    Exhausted(&'static str),
+}
+
 /// Turns a decision into the result and counts it. Not granted (0 of a positive amount) is
-/// `RESOURCE_EXHAUSTED` (as Istio's redisquota; Istio's memquota answered OK with 0 granted
-/// and left the denial to the proxy). In shadow mode a limited answer becomes OK with the full
+/// answered as `refusal` says, with a valid duration of 0 (both Istio adapters answer a
+/// refusal valid for 0, so that no proxy caches it) and the wait until units come back in
+/// [`QuotaLimit::retry_after`]. In shadow mode a limited answer becomes OK with the full
 /// amount, and the status message says what would have happened (the adapters log it).
 pub fn finish(
-    adapter: &str,
+    refusal: Refusal,
     sel: &Selected<'_>,
     args: &QuotaArgs,
     decision: Decision,
     metrics: &Metrics,
 ) -> QuotaResult {
     let m = metrics.quota(sel.quota.index);
+    let limited = decision.granted < args.amount;
+    let denied = decision.granted <= 0 && args.amount > 0;
     let limit = Some(QuotaLimit {
         name: sel.quota.name.clone(),
         max_amount: sel.limit.max_amount,
         window: sel.limit.valid_duration,
         remaining: decision.remaining.clamp(0, sel.limit.max_amount.max(0)),
         reset_after: decision.reset_after,
+        retry_after: if denied {
+            decision.valid_duration
+        } else {
+            Duration::ZERO
+        },
     });
     m.count_allocation(decision.deduplicated);
-    let limited = decision.granted < args.amount;
-    let denied = decision.granted <= 0 && args.amount > 0;
     if limited && sel.limit.shadow {
         m.count_shadow();
-        let would = if denied {
-            "RESOURCE_EXHAUSTED".to_string()
-        } else {
-            format!("granted {} of {}", decision.granted, args.amount)
-        };
         return QuotaResult {
             status: Status::new(
                 Code::Ok,
                 format!(
-                    "shadow mode: quota {} would have answered {would}",
-                    sel.quota.name
+                    "shadow mode: quota {} would have answered granted {} of {}",
+                    sel.quota.name,
+                    decision.granted.max(0),
+                    args.amount
                 ),
             ),
             valid_duration: decision.valid_duration,
@@ -83,17 +98,13 @@ pub fn finish(
     }
     if denied {
         m.count_denial();
+        let status = match refusal {
+            Refusal::GrantNothing => Status::OK,
+            Refusal::Exhausted(message) => Status::new(Code::ResourceExhausted, message),
+        };
         return QuotaResult {
-            status: Status::new(
-                Code::ResourceExhausted,
-                format!(
-                    "{adapter}: quota {} exhausted ({} per {})",
-                    sel.quota.name,
-                    sel.limit.max_amount,
-                    mixer_model::Duration::from_std(sel.limit.valid_duration)
-                ),
-            ),
-            valid_duration: decision.valid_duration,
+            status,
+            valid_duration: Duration::ZERO,
             granted_amount: 0,
             limit,
         };

@@ -25,14 +25,29 @@ pub struct Selected<'a> {
 }
 
 impl Quotas {
-    /// The quota configured for an instance name: the exact name first (also Istio's
-    /// `name.quota.namespace` form), then a configured short name equal to the part of the
-    /// instance name before its first dot. Istio looked names up exactly.
+    /// The quota configured for an instance name (Istio's full `name.kind.namespace`): the
+    /// exact name first, then the same name without its kind (`name.namespace`, which is also
+    /// how `name.quota.namespace` and `name.instance.namespace` quotas are filed), then a
+    /// configured short name equal to the part of the instance name before its first dot.
+    /// Istio looked names up exactly.
     pub fn find(&self, instance_name: &str) -> Option<&Quota> {
-        let index = self.by_full_name.get(instance_name).or_else(|| {
-            let short = instance_name.split('.').next().unwrap_or(instance_name);
-            self.by_short_name.get(short)
-        })?;
+        let without_kind = || {
+            let mut parts = instance_name.split('.');
+            match (parts.next(), parts.next(), parts.next(), parts.next()) {
+                (Some(name), Some(_kind), Some(namespace), None) => {
+                    self.by_full_name.get(&format!("{name}.{namespace}"))
+                }
+                _ => None,
+            }
+        };
+        let index = self
+            .by_full_name
+            .get(instance_name)
+            .or_else(without_kind)
+            .or_else(|| {
+                let short = instance_name.split('.').next().unwrap_or(instance_name);
+                self.by_short_name.get(short)
+            })?;
         self.quotas.get(*index)
     }
 

@@ -124,6 +124,15 @@ fn names_overrides_and_keys() {
     assert_eq!(find("short"), Some("short"));
     assert_eq!(find("exact.ns"), Some("exact.ns"));
     assert_eq!(find("exact.other"), None);
+    // Instances reach the adapter by Istio's full name, kind included, whichever spelling
+    // the quota was given.
+    assert_eq!(
+        find("requestcount.instance.istio-system"),
+        Some("requestcount.quota.istio-system")
+    );
+    assert_eq!(find("exact.instance.ns"), Some("exact.ns"));
+    assert_eq!(find("exact.quota.other"), None);
+    assert_eq!(find("short.instance.default"), Some("short"));
     let err = q.select(&instance("nope.ns", &[])).expect_err("unknown");
     assert_eq!(err.kind, mixer_adapter_api::ErrorKind::InvalidInstance);
     assert!(!err.retryable);

@@ -1,17 +1,32 @@
 //! redisquota's params: Istio 1.4's `adapter.redisquota.config.Params` plus
-//! `minDeduplicationDuration` (Istio kept deduplication records for the window) and, in each
-//! quota, `rateLimitAlgorithm: TOKEN_BUCKET`, `shadowMode` and override `validDuration`.
+//! `minDeduplicationDuration` (Istio kept deduplication records for the window), the call
+//! budget and circuit breaker (`callTimeout`, `breakerFailureThreshold`, `breakerCoolDown`)
+//! and, in each quota, `rateLimitAlgorithm: TOKEN_BUCKET`, `shadowMode` and override
+//! `validDuration`.
 
 use std::time::Duration;
 
 use mixer_adapter_api::ParamError;
-use mixer_adapter_quota_common::{Algorithm, QuotaParams, Quotas, dedup_duration};
+use mixer_adapter_api::breaker::BreakerOptions;
+use mixer_adapter_api::secrets::{SecretParam, redact_url};
+use mixer_adapter_quota_common::{Algorithm, QuotaParams, Quotas, dedup_duration, parse_duration};
+use redis::IntoConnectionInfo;
 use serde::Deserialize;
 
 /// Connections (each multiplexed) when `connectionPoolSize` is absent or 0.
 pub const DEFAULT_POOL_SIZE: usize = 2;
 /// Most connections accepted.
 pub const MAX_POOL_SIZE: i64 = 64;
+/// How long one call to Redis may take when `callTimeout` is absent: well under Envoy's
+/// default rate limit timeout (20 ms), so that the fail policy reaches the proxy before the
+/// proxy gives up. A Redis on the same network answers in well under a millisecond.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(5);
+/// Most `callTimeout` accepted: a check waits for it.
+pub const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Consecutive failed calls that open the circuit when `breakerFailureThreshold` is absent.
+pub const DEFAULT_BREAKER_FAILURE_THRESHOLD: u32 = 5;
+/// How long the circuit stays open when `breakerCoolDown` is absent.
+pub const DEFAULT_BREAKER_COOL_DOWN: Duration = Duration::from_millis(500);
 
 /// `params` of a redisquota handler.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -23,6 +38,10 @@ pub struct RedisQuotaParams {
     /// `host:port` as Istio had it, or a `redis://[:password@]host:port[/db]` URL.
     #[serde(default)]
     pub redis_server_url: String,
+    /// The Redis password (`AUTH`), instead of one in the URL; or `passwordFile`, a file
+    /// holding it, read at every config load. Either replaces the URL's password.
+    #[serde(default)]
+    pub password: Option<String>,
     /// Connections to Redis (default 2, at most 64); each is multiplexed and reconnects by
     /// itself, allocations are spread over them in turn.
     #[serde(default)]
@@ -30,6 +49,18 @@ pub struct RedisQuotaParams {
     /// How long a deduplication id is remembered in Redis (default `1s`, > 0).
     #[serde(default)]
     pub min_deduplication_duration: Option<String>,
+    /// Longest one call to Redis may take, connecting included (default `5ms`); past it the
+    /// allocation fails (retryable) and the fail policy applies.
+    #[serde(default)]
+    pub call_timeout: Option<String>,
+    /// Consecutive failed calls that open the circuit breaker (default 5; 0 turns it off).
+    /// While open, allocations fail at once without calling Redis.
+    #[serde(default)]
+    pub breaker_failure_threshold: Option<i64>,
+    /// How long the circuit stays open before one probe call is let through (default
+    /// `500ms`); the probe's success closes it.
+    #[serde(default)]
+    pub breaker_cool_down: Option<String>,
 }
 
 /// Validated params.
@@ -37,13 +68,26 @@ pub struct RedisQuotaParams {
 pub struct RedisQuotaConfig {
     /// The quotas.
     pub quotas: Quotas,
-    /// The URL for the redis client (`redis://host:port`).
+    /// The URL for the redis client (`redis://host:port`), as written: it may hold a
+    /// password, so show [`mixer_adapter_api::secrets::redact_url`] of it.
     pub url: String,
+    /// Where the client connects, with the password of `password` if one was given.
+    pub connection: redis::ConnectionInfo,
     /// Connections.
     pub pool_size: usize,
     /// Deduplication memory.
     pub min_deduplication_duration: Duration,
+    /// The budget of one call to Redis.
+    pub call_timeout: Duration,
+    /// The circuit breaker.
+    pub breaker: BreakerOptions,
 }
+
+/// The params holding secrets: the URL's password and `password` (also as `passwordFile`).
+pub const SECRET_PARAMS: &[SecretParam] = &[
+    SecretParam::url("redisServerUrl"),
+    SecretParam::value("password"),
+];
 
 /// `host:port` becomes `redis://host:port`; URLs stay as they are.
 pub fn redis_url(text: &str) -> String {
@@ -69,16 +113,29 @@ impl RedisQuotaParams {
             }
         };
         let url = redis_url(&self.redis_server_url);
+        let mut connection = None;
         if self.redis_server_url.trim().is_empty() {
             errors.push(ParamError::new(
                 "redisServerUrl",
                 "redisServerUrl should not be empty (host:port)",
             ));
-        } else if let Err(e) = redis::Client::open(url.as_str()) {
-            errors.push(ParamError::new(
-                "redisServerUrl",
-                format!("invalid redis address {:?}: {e}", self.redis_server_url),
-            ));
+        } else {
+            match url.as_str().into_connection_info() {
+                Ok(info) => {
+                    connection = Some(match &self.password {
+                        Some(pw) => {
+                            let redis = info.redis_settings().clone().set_password(pw);
+                            info.set_redis_settings(redis)
+                        }
+                        None => info,
+                    });
+                }
+                Err(e) => errors.push(ParamError::new(
+                    "redisServerUrl",
+                    // The text may hold a password: never quote it whole.
+                    format!("invalid redis address {:?}: {e}", redact_url(&url)),
+                )),
+            }
         }
         let pool_size = match self.connection_pool_size {
             None | Some(0) => DEFAULT_POOL_SIZE,
@@ -92,12 +149,56 @@ impl RedisQuotaParams {
             Some(n) => n as usize,
         };
         let dedup = dedup_duration(&self.min_deduplication_duration, &mut errors);
+        let call_timeout = match &self.call_timeout {
+            None => DEFAULT_CALL_TIMEOUT,
+            Some(text) => match parse_duration("callTimeout", text, &mut errors) {
+                Some(d) if !d.is_zero() && d <= MAX_CALL_TIMEOUT => d,
+                Some(_) => {
+                    errors.push(ParamError::new(
+                        "callTimeout",
+                        format!("callTimeout {text:?} must be above 0 and at most 10s"),
+                    ));
+                    DEFAULT_CALL_TIMEOUT
+                }
+                None => DEFAULT_CALL_TIMEOUT,
+            },
+        };
+        let failure_threshold = match self.breaker_failure_threshold {
+            None => DEFAULT_BREAKER_FAILURE_THRESHOLD,
+            Some(n) => u32::try_from(n).unwrap_or_else(|_| {
+                errors.push(ParamError::new(
+                    "breakerFailureThreshold",
+                    format!("breakerFailureThreshold of {n} is invalid, must be 0 (off) or more"),
+                ));
+                DEFAULT_BREAKER_FAILURE_THRESHOLD
+            }),
+        };
+        let cool_down = match &self.breaker_cool_down {
+            None => DEFAULT_BREAKER_COOL_DOWN,
+            Some(text) => match parse_duration("breakerCoolDown", text, &mut errors) {
+                Some(d) if !d.is_zero() => d,
+                Some(_) => {
+                    errors.push(ParamError::new(
+                        "breakerCoolDown",
+                        format!("breakerCoolDown {text:?} must be above 0"),
+                    ));
+                    DEFAULT_BREAKER_COOL_DOWN
+                }
+                None => DEFAULT_BREAKER_COOL_DOWN,
+            },
+        };
         match quotas {
             Some(quotas) if errors.is_empty() => Ok(RedisQuotaConfig {
                 quotas,
                 url,
+                connection: connection.ok_or_else(Vec::new)?,
                 pool_size,
                 min_deduplication_duration: dedup,
+                call_timeout,
+                breaker: BreakerOptions {
+                    failure_threshold,
+                    cool_down,
+                },
             }),
             _ => Err(errors),
         }
@@ -124,12 +225,55 @@ mod tests {
         assert_eq!(c.pool_size, DEFAULT_POOL_SIZE);
         assert_eq!(c.min_deduplication_duration, Duration::from_secs(1));
         assert_eq!(c.quotas.quotas[0].limit.algorithm, Algorithm::FixedWindow);
+        assert_eq!(c.call_timeout, DEFAULT_CALL_TIMEOUT);
+        assert_eq!(
+            c.breaker,
+            BreakerOptions {
+                failure_threshold: 5,
+                cool_down: Duration::from_millis(500)
+            }
+        );
+        let c = compile(
+            json!({"redisServerUrl": "redis:6379", "quotas": q, "callTimeout": "3ms",
+            "breakerFailureThreshold": 0, "breakerCoolDown": "2s"}),
+        )
+        .expect("valid");
+        assert_eq!(c.call_timeout, Duration::from_millis(3));
+        assert_eq!(
+            (c.breaker.failure_threshold, c.breaker.cool_down),
+            (0, Duration::from_secs(2))
+        );
+        let errs = compile(
+            json!({"redisServerUrl": "redis:6379", "quotas": q, "callTimeout": "0s",
+            "breakerFailureThreshold": -1, "breakerCoolDown": "soon"}),
+        )
+        .expect_err("invalid");
+        let paths: Vec<&str> = errs.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            ["callTimeout", "breakerFailureThreshold", "breakerCoolDown"]
+        );
         let c = compile(
             json!({"redisServerUrl": "redis://:pw@h:1/2", "connectionPoolSize": 10,
             "minDeduplicationDuration": "5s", "quotas": q}),
         )
         .expect("valid");
         assert_eq!((c.pool_size, c.url.as_str()), (10, "redis://:pw@h:1/2"));
+        assert_eq!(c.connection.redis_settings().password(), Some("pw"));
+        assert_eq!(c.connection.redis_settings().db(), 2);
+        let c = compile(
+            json!({"redisServerUrl": "redis://u:pw@h:1", "password": "other", "quotas": q}),
+        )
+        .expect("valid");
+        assert_eq!(c.connection.redis_settings().password(), Some("other"));
+        assert_eq!(c.connection.redis_settings().username(), Some("u"));
+        // An address the client cannot parse: the error names it without its password.
+        let errs = compile(json!({"redisServerUrl": "redis://:hunter2@h:port", "quotas": q}))
+            .expect_err("invalid");
+        assert!(
+            errs[0].message.contains("redis://:***@h:port") && !errs[0].message.contains("hunter2"),
+            "{errs:?}"
+        );
         let errs = compile(
             json!({"connectionPoolSize": -1, "minDeduplicationDuration": "x",
             "quotas": [{"name": "rq", "maxAmount": 1, "validDuration": "1s",
@@ -151,5 +295,21 @@ mod tests {
                 "minDeduplicationDuration"
             ]
         );
+    }
+
+    /// What the mixer hides of these params in dumps and errors, by this adapter's
+    /// declaration.
+    #[test]
+    fn the_url_password_and_password_are_declared_secret() {
+        use mixer_adapter_api::Adapter;
+        let params = json!({"redisServerUrl": "redis://u:url-pw@h:1/2", "password": "pw-2",
+            "quotas": [{"name": "rq", "maxAmount": 1, "validDuration": "1s"}]});
+        let redactor =
+            mixer_adapter_api::secrets::Redactor::new(&params, crate::RedisQuota.secret_params());
+        let shown = redactor.params();
+        assert_eq!(shown["redisServerUrl"], "redis://u:***@h:1/2");
+        assert_eq!(shown["password"], "***");
+        assert_eq!(shown["quotas"], params["quotas"]);
+        assert_eq!(redactor.scrub("url-pw and pw-2"), "*** and ***");
     }
 }

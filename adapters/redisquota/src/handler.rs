@@ -1,15 +1,18 @@
-//! redisquota's handler: selects quota, limit and key, runs the algorithm's script in Redis
-//! (one round trip), builds the result.
+//! redisquota's handler: selects quota, limit and key for each allocation of a request, runs
+//! them all in one script call (one round trip), builds the results. Every call to Redis is
+//! bounded by the handler's `callTimeout` and goes through its circuit breaker, so that an
+//! outage answers with the fail policy within that budget.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use mixer_adapter_api::breaker::CircuitBreaker;
 use mixer_adapter_api::{
-    AdapterError, ErrorKind, Exposition, Handler, Occasional, QuotaArgs, QuotaHandler,
+    AdapterError, ErrorKind, Exposition, Handler, Occasional, QuotaArgs, QuotaCall, QuotaHandler,
 };
-use mixer_adapter_quota_common::{Algorithm, Decision, Metrics, finish, render_one};
+use mixer_adapter_quota_common::{Decision, Metrics, Refusal, Selected, finish, render_one};
 use mixer_model::{Instance, QuotaResult};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Script};
@@ -19,10 +22,14 @@ use crate::scripts;
 
 /// Metric names start with this.
 pub const METRIC_PREFIX: &str = "mixer_redisquota";
-/// Longest an allocation waits for Redis (connecting included) before failing UNAVAILABLE.
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// Every Redis key this adapter writes starts with this.
 pub const KEY_PREFIX: &str = "mixer:quota:";
+/// Istio 1.4's redisquota answer to an allocation it cannot grant
+/// (`mixer/adapter/redisquota/redisquota.go`, `HandleQuota`).
+pub const RESOURCE_EXHAUSTED: &str = "redisquota: Resource exhausted";
+/// How long a (re)connection attempt may take. It runs in the background: calls waiting for
+/// it are still bounded by `callTimeout`.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Allocates quota from counters in Redis, shared by every mixer replica using that Redis.
 pub struct RedisQuotaHandler {
@@ -31,9 +38,12 @@ pub struct RedisQuotaHandler {
     /// Made on first use (inside the runtime); each reconnects by itself.
     pool: Vec<OnceLock<ConnectionManager>>,
     next: AtomicUsize,
-    scripts: [Script; 3],
+    script: Script,
+    breaker: CircuitBreaker,
     metrics: Metrics,
     errors: AtomicU64,
+    /// Calls answered at once because the circuit was open.
+    short_circuited: AtomicU64,
     /// Redis down fails every call: the warning goes out once per interval.
     warning: Occasional,
     name: Arc<str>,
@@ -43,21 +53,23 @@ impl std::fmt::Debug for RedisQuotaHandler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisQuotaHandler")
             .field("name", &self.name)
-            .field("url", &self.config.url)
+            .field(
+                "url",
+                &mixer_adapter_api::secrets::redact_url(&self.config.url),
+            )
             .finish_non_exhaustive()
-    }
-}
-
-fn script_index(a: Algorithm) -> usize {
-    match a {
-        Algorithm::FixedWindow => 0,
-        Algorithm::RollingWindow => 1,
-        Algorithm::TokenBucket => 2,
     }
 }
 
 fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// One allocation's place in the script call.
+struct Counted<'a> {
+    /// Index into the request's calls.
+    at: usize,
+    sel: Selected<'a>,
 }
 
 impl RedisQuotaHandler {
@@ -66,7 +78,7 @@ impl RedisQuotaHandler {
         config: RedisQuotaConfig,
         name: Arc<str>,
     ) -> Result<RedisQuotaHandler, AdapterError> {
-        let client = Client::open(config.url.as_str()).map_err(|e| {
+        let client = Client::open(config.connection.clone()).map_err(|e| {
             AdapterError::permanent(ErrorKind::Internal, format!("redis address: {e}"))
         })?;
         let metrics = Metrics::new(
@@ -83,11 +95,13 @@ impl RedisQuotaHandler {
                 .map(|_| OnceLock::new())
                 .collect(),
             next: AtomicUsize::new(0),
-            scripts: Algorithm::ALL.map(|a| Script::new(&scripts::source(a))),
+            script: Script::new(&scripts::source()),
+            breaker: CircuitBreaker::new(config.breaker),
             client,
             config,
             metrics,
             errors: AtomicU64::new(0),
+            short_circuited: AtomicU64::new(0),
             warning: Occasional::new(Duration::from_secs(10)),
             name,
         })
@@ -98,9 +112,14 @@ impl RedisQuotaHandler {
         &self.metrics
     }
 
-    /// Redis calls that failed.
+    /// Redis calls that failed (unreachable, timed out, an error answer).
     pub fn errors(&self) -> u64 {
         self.errors.load(Ordering::Relaxed)
+    }
+
+    /// The circuit breaker in front of Redis.
+    pub fn breaker(&self) -> &CircuitBreaker {
+        &self.breaker
     }
 
     fn connection(&self) -> Result<ConnectionManager, AdapterError> {
@@ -108,81 +127,129 @@ impl RedisQuotaHandler {
         if let Some(c) = slot.get() {
             return Ok(c.clone());
         }
+        // No retries with backoff inside a connection attempt: a refused connection fails the
+        // call at once (the breaker then spaces out further attempts), rather than making
+        // every call wait out the backoff.
         let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_millis(500)))
-            .set_response_timeout(Some(Duration::from_secs(1)))
-            .set_number_of_retries(2)
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_millis(500));
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(self.config.call_timeout.max(Duration::from_secs(1))))
+            .set_number_of_retries(0);
         let manager = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
-            .map_err(|e| self.error(format!("redis connection: {e}")))?;
+            .map_err(|e| self.error(ErrorKind::Unavailable, format!("redis connection: {e}")))?;
         Ok(slot.get_or_init(|| manager).clone())
     }
 
-    fn error(&self, message: String) -> AdapterError {
+    fn error(&self, kind: ErrorKind, message: String) -> AdapterError {
         self.errors.fetch_add(1, Ordering::Relaxed);
         if let Some(held_back) = self.warning.due() {
             tracing::warn!(handler = %self.name, held_back, "{message}");
         }
-        AdapterError::transient(ErrorKind::Unavailable, message)
+        AdapterError::transient(kind, message)
     }
 
+    /// Runs every counted allocation in one script call, within the call budget and through
+    /// the breaker.
     async fn run(
         &self,
-        key: &str,
-        limit: &mixer_adapter_quota_common::Limit,
-        args: &QuotaArgs,
-    ) -> Result<Decision, AdapterError> {
-        let tag = limit.algorithm.tag();
-        let state_key = format!("{KEY_PREFIX}{tag}:{key}");
-        let dedup = !args.deduplication_id.is_empty();
-        let dedup_key = if dedup {
-            format!("{KEY_PREFIX}dedup:{tag}:{key}:{}", args.deduplication_id)
-        } else {
-            format!("{KEY_PREFIX}dedup:{tag}:{key}:")
+        counted: &[Counted<'_>],
+        calls: &[QuotaCall<'_>],
+    ) -> Result<Vec<Decision>, AdapterError> {
+        let Some(admission) = self.breaker.admit() else {
+            self.short_circuited.fetch_add(1, Ordering::Relaxed);
+            return Err(AdapterError::transient(
+                ErrorKind::CircuitOpen,
+                "redis circuit open: recent calls failed; retrying Redis shortly",
+            ));
         };
-        let dedup_ms = if dedup {
-            u64::try_from(self.config.min_deduplication_duration.as_millis())
-                .unwrap_or(u64::MAX)
-                .max(1)
-        } else {
-            0
-        };
-        let mut conn = self.connection()?;
-        let mut call = self.scripts[script_index(limit.algorithm)].key(&state_key);
-        call.key(&dedup_key)
-            .arg(limit.max_amount)
-            .arg(micros(limit.valid_duration))
-            .arg(micros(limit.bucket_duration).max(1))
-            .arg(args.amount)
-            .arg(if args.best_effort { 1 } else { 0 })
-            .arg(dedup_ms);
-        let answer: Vec<i64> =
-            match tokio::time::timeout(CALL_TIMEOUT, call.invoke_async(&mut conn)).await {
-                Ok(Ok(v)) => v,
-                Ok(Err(e)) => return Err(self.error(format!("redis: {e}"))),
-                Err(_) => {
-                    return Err(self.error(format!(
-                        "redis did not answer within {}s",
-                        CALL_TIMEOUT.as_secs()
-                    )));
+        let mut invocation = self.script.prepare_invoke();
+        for c in counted {
+            let (_, args) = calls[c.at];
+            let (state_key, dedup_key, dedup_ms) = self.keys(&c.sel, args);
+            invocation.key(state_key).key(dedup_key);
+            invocation
+                .arg(c.sel.limit.algorithm.tag())
+                .arg(c.sel.limit.max_amount)
+                .arg(micros(c.sel.limit.valid_duration))
+                .arg(micros(c.sel.limit.bucket_duration).max(1))
+                .arg(args.amount)
+                .arg(if args.best_effort { 1 } else { 0 })
+                .arg(dedup_ms);
+        }
+        let budget = self.config.call_timeout;
+        let answer: Vec<i64> = match self.connection() {
+            Err(e) => {
+                admission.failure();
+                return Err(e);
+            }
+            Ok(mut conn) => {
+                match tokio::time::timeout(budget, invocation.invoke_async(&mut conn)).await {
+                    Ok(Ok(v)) => v,
+                    Ok(Err(e)) => {
+                        admission.failure();
+                        return Err(self.error(ErrorKind::Unavailable, format!("redis: {e}")));
+                    }
+                    Err(_) => {
+                        admission.failure();
+                        return Err(self.error(
+                            ErrorKind::Timeout,
+                            format!(
+                                "redis did not answer within callTimeout {}",
+                                mixer_model::Duration::from_std(budget)
+                            ),
+                        ));
+                    }
                 }
-            };
-        let [granted, valid_us, deduplicated, remaining, reset_us] = answer[..] else {
+            }
+        };
+        if answer.len() != 5 * counted.len() {
+            admission.failure();
             self.errors.fetch_add(1, Ordering::Relaxed);
             return Err(AdapterError::transient(
                 ErrorKind::InvalidResponse,
-                format!("redis script answered {answer:?}, expected 5 integers"),
+                format!(
+                    "redis script answered {} integers, expected 5 for each of {} allocations",
+                    answer.len(),
+                    counted.len()
+                ),
             ));
-        };
+        }
+        admission.success();
         let micros = |us: i64| Duration::from_micros(u64::try_from(us).unwrap_or(0));
-        Ok(Decision {
-            granted,
-            valid_duration: micros(valid_us),
-            deduplicated: deduplicated == 1,
-            remaining,
-            reset_after: micros(reset_us),
-        })
+        Ok(answer
+            .chunks_exact(5)
+            .map(|a| Decision {
+                granted: a[0],
+                valid_duration: micros(a[1]),
+                deduplicated: a[2] == 1,
+                remaining: a[3],
+                reset_after: micros(a[4]),
+            })
+            .collect())
+    }
+
+    /// The counter's key, the deduplication record's key and how long (ms) the record is
+    /// kept (0: no deduplication id).
+    fn keys(&self, sel: &Selected<'_>, args: &QuotaArgs) -> (String, String, u64) {
+        let tag = sel.limit.algorithm.tag();
+        let key = &sel.key;
+        let state_key = format!("{KEY_PREFIX}{tag}:{key}");
+        if args.deduplication_id.is_empty() {
+            return (state_key, format!("{KEY_PREFIX}dedup:{tag}:{key}:"), 0);
+        }
+        let dedup_key = format!("{KEY_PREFIX}dedup:{tag}:{key}:{}", args.deduplication_id);
+        let dedup_ms = u64::try_from(self.config.min_deduplication_duration.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        (state_key, dedup_key, dedup_ms)
+    }
+
+    fn result(&self, sel: &Selected<'_>, args: &QuotaArgs, decision: Decision) -> QuotaResult {
+        let refusal = Refusal::Exhausted(RESOURCE_EXHAUSTED);
+        let result = finish(refusal, sel, args, decision, &self.metrics);
+        if sel.limit.shadow && !result.status.message.is_empty() {
+            tracing::debug!(handler = %self.name, key = %sel.key, "{}", result.status.message);
+        }
+        result
     }
 }
 
@@ -203,33 +270,92 @@ impl QuotaHandler for RedisQuotaHandler {
         instance: &Instance,
         args: &QuotaArgs,
     ) -> Result<QuotaResult, AdapterError> {
-        let sel = self
-            .config
-            .quotas
-            .select_with(instance, args.limit_override)?;
-        let decision = if args.amount <= 0 {
-            Decision::nothing(sel.limit.max_amount)
-        } else {
-            self.run(&sel.key, &sel.limit, args).await?
-        };
-        let result = finish("redisquota", &sel, args, decision, &self.metrics);
-        if sel.limit.shadow && !result.status.message.is_empty() {
-            tracing::debug!(handler = %self.name, key = %sel.key, "{}", result.status.message);
+        let mut answers = self.allocate_many(&[(instance, args)]).await;
+        answers.pop().unwrap_or_else(|| {
+            Err(AdapterError::permanent(
+                ErrorKind::Internal,
+                "no answer for the allocation",
+            ))
+        })
+    }
+
+    /// Every allocation that counts goes into one script call: one round trip per request.
+    async fn allocate_many(
+        &self,
+        calls: &[QuotaCall<'_>],
+    ) -> Vec<Result<QuotaResult, AdapterError>> {
+        let mut answers: Vec<Option<Result<QuotaResult, AdapterError>>> =
+            Vec::with_capacity(calls.len());
+        let mut counted = Vec::new();
+        for (at, (instance, args)) in calls.iter().enumerate() {
+            match self
+                .config
+                .quotas
+                .select_with(instance, args.limit_override)
+            {
+                Err(e) => answers.push(Some(Err(e))),
+                Ok(sel) if args.amount <= 0 => {
+                    let nothing = Decision::nothing(sel.limit.max_amount);
+                    answers.push(Some(Ok(self.result(&sel, args, nothing))));
+                }
+                Ok(sel) => {
+                    answers.push(None);
+                    counted.push(Counted { at, sel });
+                }
+            }
         }
-        Ok(result)
+        if !counted.is_empty() {
+            match self.run(&counted, calls).await {
+                Ok(decisions) => {
+                    for (c, decision) in counted.iter().zip(decisions) {
+                        let (_, args) = calls[c.at];
+                        answers[c.at] = Some(Ok(self.result(&c.sel, args, decision)));
+                    }
+                }
+                Err(e) => {
+                    for c in &counted {
+                        answers[c.at] = Some(Err(e.clone()));
+                    }
+                }
+            }
+        }
+        answers
+            .into_iter()
+            .map(|a| {
+                a.unwrap_or_else(|| Err(AdapterError::permanent(ErrorKind::Internal, "no answer")))
+            })
+            .collect()
     }
 }
 
 impl Exposition for RedisQuotaHandler {
     fn render(&self, out: &mut String) {
         self.metrics.render(METRIC_PREFIX, out);
+        let handler = self.metrics.handler_label();
         render_one(
             out,
             "mixer_redisquota_errors_total",
             "counter",
-            "Allocations that failed because Redis could not be reached or answered an error.",
-            &self.metrics.handler_label(),
+            "Script calls that failed because Redis could not be reached, did not answer within callTimeout or answered an error.",
+            &handler,
             self.errors(),
+        );
+        render_one(
+            out,
+            "mixer_redisquota_short_circuited_total",
+            "counter",
+            "Script calls answered at once, without Redis, because the circuit breaker was open.",
+            &handler,
+            self.short_circuited.load(Ordering::Relaxed),
+        );
+        let state = self.breaker.state().gauge();
+        render_one(
+            out,
+            "mixer_redisquota_circuit_state",
+            "gauge",
+            "The circuit breaker in front of Redis: 0 closed, 1 open, 2 half open.",
+            &handler,
+            u64::try_from(state).unwrap_or(0),
         );
     }
 }

@@ -2,17 +2,20 @@
 //! limits counted in Redis, so every mixer replica using the same Redis shares them. See
 //! README.md beside this crate for the params table and behaviour.
 //!
-//! - One allocation is one atomic round trip: `EVALSHA` of the algorithm's Lua script
-//!   (`FIXED_WINDOW`, the default as in Istio; `ROLLING_WINDOW`; `TOKEN_BUCKET`), loaded once
-//!   per Redis; on `NOSCRIPT` (Redis restarted or flushed) it is loaded again and the call
-//!   retried once.
+//! - The allocations of one request (an Envoy rate limit request's descriptors, a Mixer v1
+//!   Check's quotas) are one atomic round trip: one `EVALSHA` of a Lua script that runs each
+//!   with its algorithm (`FIXED_WINDOW`, the default as in Istio; `ROLLING_WINDOW`;
+//!   `TOKEN_BUCKET`), loaded once per Redis; on `NOSCRIPT` (Redis restarted or flushed) it is
+//!   loaded again and the call retried once.
 //! - Time is Redis's (`TIME` inside the script), so replicas with skewed clocks agree.
 //! - Deduplication ids are kept in Redis (a hash per id, expiring after
 //!   `minDeduplicationDuration`), so a retry that lands on another replica is not charged again.
-//! - Redis down or failing: the allocation fails with a retryable `Unavailable` error (within
-//!   2 s), so the runtime applies the handler's fail policy; connections come back by themselves.
-//! - Several quota instances in one request are several calls (one per instance); pipelining
-//!   them is left to the caller.
+//! - Redis down, hung or failing: the allocation fails with a retryable error within
+//!   `callTimeout` (default 5 ms), so the runtime applies the handler's fail policy before
+//!   Envoy's own 20 ms timeout; after `breakerFailureThreshold` failures in a row (5) the
+//!   circuit opens and allocations fail at once, without Redis, for `breakerCoolDown`
+//!   (500 ms); then one probe call goes through and its success closes the circuit.
+//!   Connections come back by themselves.
 //!
 //! ```
 //! use mixer_adapter_api::Adapter;
@@ -42,14 +45,18 @@ mod scripts;
 
 use std::sync::Arc;
 
+use mixer_adapter_api::secrets::SecretParam;
 use mixer_adapter_api::{
     Adapter, AdapterError, AdapterInfo, BuildContext, ErrorKind, Handler, ParamError, Params,
     Stability, decode_params,
 };
 use mixer_model::Template;
 
-pub use config::{DEFAULT_POOL_SIZE, RedisQuotaConfig, RedisQuotaParams, redis_url};
-pub use handler::{CALL_TIMEOUT, KEY_PREFIX, METRIC_PREFIX, RedisQuotaHandler};
+pub use config::{
+    DEFAULT_BREAKER_COOL_DOWN, DEFAULT_BREAKER_FAILURE_THRESHOLD, DEFAULT_CALL_TIMEOUT,
+    DEFAULT_POOL_SIZE, RedisQuotaConfig, RedisQuotaParams, redis_url,
+};
+pub use handler::{KEY_PREFIX, METRIC_PREFIX, RESOURCE_EXHAUSTED, RedisQuotaHandler};
 pub use scripts::source as script_source;
 
 static INFO: AdapterInfo = AdapterInfo {
@@ -99,5 +106,9 @@ impl Adapter for RedisQuota {
 
     fn build(&self, params: &Params, ctx: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
         Ok(self.build_handler(params, ctx)?)
+    }
+
+    fn secret_params(&self) -> &'static [SecretParam] {
+        config::SECRET_PARAMS
     }
 }

@@ -1,30 +1,36 @@
-//! The Lua scripts, one per algorithm, each one atomic round trip (EVALSHA; on NOSCRIPT the
-//! client loads the script and retries once).
+//! The Lua script: one call (`EVALSHA`) allocates every allocation of a batch, atomically, so
+//! a request with several descriptors or quotas costs one round trip. On `NOSCRIPT` (Redis
+//! restarted or flushed) the client loads the script and retries once; nothing ran.
 //!
-//! Time is the Redis server's (`TIME`, microseconds), never the mixer's: replicas sharing one
-//! Redis then agree on windows and refills whatever their clocks say. Redis 5+ replicates the
-//! scripts' effects, so a script may read `TIME` before writing.
+//! Time is the Redis server's (`TIME`, microseconds, read once per call), never the mixer's:
+//! replicas sharing one Redis then agree on windows and refills whatever their clocks say.
+//! Redis 5+ replicates the scripts' effects, so a script may read `TIME` before writing.
 //!
-//! `KEYS[1]` is the counter, `KEYS[2]` the deduplication record. `ARGV`: maxAmount,
+//! Allocation `i` (from 0) has `KEYS[2i+1]`, the counter, and `KEYS[2i+2]`, the deduplication
+//! record, and seven `ARGV` from `7i+1`: the algorithm (`fw`, `rw`, `tb`), maxAmount,
 //! validDuration (µs), bucketDuration (µs), amount, best effort (`1`/`0`), deduplication time
-//! (ms; 0: no deduplication id). Every script answers `{granted, valid duration µs,
-//! deduplicated 1/0, remaining, reset µs}` (remaining: units still grantable after this call;
-//! reset: until the counter is back to the full limit).
+//! (ms; 0: no deduplication id). The answer is five integers per allocation, in order:
+//! `granted, valid duration µs, deduplicated 1/0, remaining, reset µs` (remaining: units still
+//! grantable after this call; reset: until the counter is back to the full limit).
 
 use mixer_adapter_quota_common::Algorithm;
 
-const PROLOGUE: &str = r#"
+const HEAD: &str = r#"
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local max = tonumber(ARGV[1])
-local valid = tonumber(ARGV[2])
-local bucket = tonumber(ARGV[3])
-local amount = tonumber(ARGV[4])
-local best = ARGV[5] == '1'
-local dedup_ms = tonumber(ARGV[6])
+"#;
+
+/// The start of one allocation's function: its arguments, the deduplication record.
+const PROLOGUE: &str = r#"
+local max = tonumber(ARGV[a + 2])
+local valid = tonumber(ARGV[a + 3])
+local bucket = tonumber(ARGV[a + 4])
+local amount = tonumber(ARGV[a + 5])
+local best = ARGV[a + 6] == '1'
+local dedup_ms = tonumber(ARGV[a + 7])
 if dedup_ms > 0 then
-  local prev = redis.call('HMGET', KEYS[2], 'granted', 'expires', 'remaining', 'reset')
+  local prev = redis.call('HMGET', kd, 'granted', 'expires', 'remaining', 'reset')
   if prev[1] and prev[2] then
     local left = tonumber(prev[2]) - now
     if left < 0 then left = 0 end
@@ -46,7 +52,7 @@ local reset = 0
 
 /// The window starts at the first allocation and ends `valid` later (as Istio's).
 const FIXED_WINDOW: &str = r#"
-local st = redis.call('HMGET', KEYS[1], 'used', 'end')
+local st = redis.call('HMGET', kc, 'used', 'end')
 local used = tonumber(st[1])
 local wend = tonumber(st[2])
 if not used or not wend or now >= wend then
@@ -54,8 +60,8 @@ if not used or not wend or now >= wend then
   wend = now + valid
 end
 granted = grant(max - used)
-redis.call('HSET', KEYS[1], 'used', string.format('%d', used + granted), 'end', string.format('%d', wend))
-redis.call('PEXPIRE', KEYS[1], math.ceil((wend - now) / 1000))
+redis.call('HSET', kc, 'used', string.format('%d', used + granted), 'end', string.format('%d', wend))
+redis.call('PEXPIRE', kc, math.ceil((wend - now) / 1000))
 valid_for = wend - now
 remaining = max - used - granted
 reset = wend - now
@@ -66,7 +72,7 @@ reset = wend - now
 const ROLLING_WINDOW: &str = r#"
 local n = math.ceil(valid / bucket)
 local cur = math.floor(now / bucket)
-local all = redis.call('HGETALL', KEYS[1])
+local all = redis.call('HGETALL', kc)
 local total = 0
 local oldest = nil
 local newest = nil
@@ -81,10 +87,10 @@ for i = 1, #all, 2 do
     if not newest or idx > newest then newest = idx end
   end
 end
-if #stale > 0 then redis.call('HDEL', KEYS[1], unpack(stale)) end
+if #stale > 0 then redis.call('HDEL', kc, unpack(stale)) end
 granted = grant(max - total)
 if granted > 0 then
-  redis.call('HINCRBY', KEYS[1], string.format('%d', cur), granted)
+  redis.call('HINCRBY', kc, string.format('%d', cur), granted)
   newest = cur
   if not oldest then oldest = cur end
 elseif oldest then
@@ -93,7 +99,7 @@ end
 remaining = max - total - granted
 if oldest then reset = (oldest + n) * bucket - now end
 if newest then
-  redis.call('PEXPIRE', KEYS[1], math.ceil(((newest + n) * bucket - now) / 1000))
+  redis.call('PEXPIRE', kc, math.ceil(((newest + n) * bucket - now) / 1000))
 end
 "#;
 
@@ -101,7 +107,7 @@ end
 const TOKEN_BUCKET: &str = r#"
 if max > 0 then
   local rate = max / valid
-  local st = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+  local st = redis.call('HMGET', kc, 'tokens', 'at')
   local tokens = tonumber(st[1])
   local at = tonumber(st[2])
   if not tokens or not at then
@@ -119,8 +125,8 @@ if max > 0 then
   elseif amount <= max then
     valid_for = math.ceil((amount - tokens) / rate)
   end
-  redis.call('HSET', KEYS[1], 'tokens', string.format('%.17g', tokens), 'at', string.format('%d', now))
-  redis.call('PEXPIRE', KEYS[1], math.ceil((max - tokens) / rate / 1000) + 1)
+  redis.call('HSET', kc, 'tokens', string.format('%.17g', tokens), 'at', string.format('%d', now))
+  redis.call('PEXPIRE', kc, math.ceil((max - tokens) / rate / 1000) + 1)
   remaining = math.floor(tokens + 1e-9)
   reset = math.ceil((max - tokens) / rate)
 else
@@ -130,19 +136,43 @@ end
 
 const EPILOGUE: &str = r#"
 if dedup_ms > 0 then
-  redis.call('HSET', KEYS[2], 'granted', string.format('%d', granted), 'expires', string.format('%d', now + valid_for),
+  redis.call('HSET', kd, 'granted', string.format('%d', granted), 'expires', string.format('%d', now + valid_for),
     'remaining', string.format('%d', remaining), 'reset', string.format('%d', now + reset))
-  redis.call('PEXPIRE', KEYS[2], dedup_ms)
+  redis.call('PEXPIRE', kd, dedup_ms)
 end
 return {granted, math.floor(valid_for), 0, remaining, math.floor(reset)}
 "#;
 
-/// The whole script for an algorithm.
-pub fn source(algorithm: Algorithm) -> String {
-    let body = match algorithm {
-        Algorithm::FixedWindow => FIXED_WINDOW,
-        Algorithm::RollingWindow => ROLLING_WINDOW,
-        Algorithm::TokenBucket => TOKEN_BUCKET,
-    };
-    format!("{PROLOGUE}{body}{EPILOGUE}")
+/// The script: one function per algorithm, and a loop over the batch.
+pub fn source() -> String {
+    let mut out = String::from(HEAD);
+    for algorithm in Algorithm::ALL {
+        let body = match algorithm {
+            Algorithm::FixedWindow => FIXED_WINDOW,
+            Algorithm::RollingWindow => ROLLING_WINDOW,
+            Algorithm::TokenBucket => TOKEN_BUCKET,
+        };
+        out.push_str(&format!(
+            "local function {}(kc, kd, a)\n{PROLOGUE}{body}{EPILOGUE}end\n",
+            function(algorithm)
+        ));
+    }
+    out.push_str(LOOP);
+    out
+}
+
+/// The batch: each allocation's five answers, in order.
+const LOOP: &str = r#"
+local algorithms = {fw = alloc_fw, rw = alloc_rw, tb = alloc_tb}
+local out = {}
+for i = 0, #KEYS / 2 - 1 do
+  local a = 7 * i
+  local r = algorithms[ARGV[a + 1]](KEYS[2 * i + 1], KEYS[2 * i + 2], a)
+  for j = 1, 5 do out[#out + 1] = r[j] end
+end
+return out
+"#;
+
+fn function(algorithm: Algorithm) -> String {
+    format!("alloc_{}", algorithm.tag())
 }

@@ -196,14 +196,14 @@ impl<A: Adapter> Shared<A> {
     }
 }
 
-/// Registers a generated service, remembers its name (for health and the start-up line), and
-/// serves its unary methods directly (see [`mixer_grpc`]): `Method => trait::method`.
+/// Serves a generated service's unary methods directly (see [`mixer_grpc`]):
+/// `Method => trait::method`, at `/<the service's name>/Method`, and remembers the name (for
+/// health and the start-up line). The service is not added to tonic's routes too: the direct
+/// path is the one that serves, and the routes keep only health and unknown paths.
 macro_rules! add {
     ($server:expr, $service:expr, $svc:expr, $($method:literal => $call:path),+) => {{
-        let service = $service;
-        let name = named(&service);
+        let name = named(&$service);
         $server.services.push(name);
-        $server.routes.add_service(service);
         $(
             let unary = mixer_grpc::unary($svc, |svc, request| async move {
                 $call(&svc, request).await
@@ -225,7 +225,6 @@ fn named<S: NamedService>(_: &S) -> &'static str {
 /// implement the template's trait, so a missing implementation is a compile error.
 pub struct Server<A> {
     shared: Shared<A>,
-    routes: RoutesBuilder,
     services: Vec<&'static str>,
     tls: Option<ServerTls>,
     token: TokenLayer,
@@ -249,7 +248,6 @@ impl<A: Adapter> Server<A> {
         };
         let mut server = Server {
             shared: shared.clone(),
-            routes: RoutesBuilder::default(),
             services: vec![],
             tls: None,
             token: TokenLayer::default(),
@@ -441,7 +439,7 @@ impl<A: Adapter> Server<A> {
             "mixer adapter listening on {local}{security}: {}",
             self.services.join(", ")
         );
-        let mut routes = self.routes;
+        let mut routes = RoutesBuilder::default();
         routes.add_service(health_service);
         let calls = tower_layer::Layer::layer(&self.token, routes.routes());
         let mut methods = self.methods;

@@ -37,12 +37,14 @@ fn check_endpoint(endpoint: &str, errors: &mut Vec<ParamError>) {
         ));
         return;
     }
+    // Messages name the endpoint without the password it may hold.
+    let shown = mixer_adapter_api::secrets::redact_url(endpoint);
     let uri = match endpoint.parse::<tonic::codegen::http::Uri>() {
         Ok(uri) => uri,
         Err(e) => {
             errors.push(ParamError::new(
                 "endpoint",
-                format!("{endpoint:?} is not a URI: {e}"),
+                format!("{shown:?} is not a URI: {e}"),
             ));
             return;
         }
@@ -60,7 +62,7 @@ fn check_endpoint(endpoint: &str, errors: &mut Vec<ParamError>) {
         _ => {
             errors.push(ParamError::new(
                 "endpoint",
-                format!("{endpoint:?} must start with http://, such as http://127.0.0.1:4317"),
+                format!("{shown:?} must start with http://, such as http://127.0.0.1:4317"),
             ));
             return;
         }
@@ -68,19 +70,19 @@ fn check_endpoint(endpoint: &str, errors: &mut Vec<ParamError>) {
     if uri.host().is_none_or(str::is_empty) {
         errors.push(ParamError::new(
             "endpoint",
-            format!("{endpoint:?} has no host"),
+            format!("{shown:?} has no host"),
         ));
     }
     if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
         errors.push(ParamError::new(
             "endpoint",
-            format!("{endpoint:?} has a path or query; a gRPC endpoint is only scheme://host:port"),
+            format!("{shown:?} has a path or query; a gRPC endpoint is only scheme://host:port"),
         ));
     }
     if tonic::transport::Endpoint::from_shared(endpoint.to_string()).is_err() {
         errors.push(ParamError::new(
             "endpoint",
-            format!("{endpoint:?} is not a valid gRPC endpoint"),
+            format!("{shown:?} is not a valid gRPC endpoint"),
         ));
     }
 }
@@ -353,6 +355,32 @@ impl OtlpParams {
             });
         }
 
+        let mut points: Vec<String> = Vec::with_capacity(self.points.len());
+        for (i, name) in self.points.iter().enumerate() {
+            let path = format!("points[{i}]");
+            let name = name.trim();
+            let key = instance_key(name);
+            if name.is_empty() {
+                errors.push(ParamError::new(
+                    path,
+                    "an instance name is required: the fully qualified name of a metric \
+                     instance with a point dimension",
+                ));
+            } else if let Some(first) = by_instance.get(&key) {
+                errors.push(ParamError::new(
+                    path,
+                    format!("instance {name:?} is already used by metrics[{first}]"),
+                ));
+            } else if points.contains(&key) {
+                errors.push(ParamError::new(
+                    path,
+                    format!("instance {name:?} is listed twice"),
+                ));
+            } else {
+                points.push(key);
+            }
+        }
+
         if !errors.is_empty() {
             return Err(errors);
         }
@@ -366,6 +394,7 @@ impl OtlpParams {
             resource,
             temporality: self.metric_temporality.unwrap_or_default(),
             metrics,
+            points,
         })
     }
 

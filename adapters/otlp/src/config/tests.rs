@@ -205,3 +205,49 @@ fn names() {
     assert_eq!(instance_key("rc.instance.istio-system"), "rc.istio-system");
     assert_eq!(instance_key("rc.istio-system"), "rc.istio-system");
 }
+
+/// An endpoint's password never appears in its errors, and the adapter declares what the
+/// mixer hides in dumps: the endpoint's password by declaration, `authorization` and
+/// `x-api-key` by their names.
+#[test]
+fn secrets_stay_out_of_errors_and_dumps() {
+    let errors =
+        compile(json!({"endpoint": "ftp://user:pw-secret@127.0.0.1:1"})).expect_err("invalid");
+    assert!(
+        errors[0].message.contains("ftp://user:***@127.0.0.1:1")
+            && !errors[0].message.contains("pw-secret"),
+        "{errors:?}"
+    );
+    let params = json!({
+        "endpoint": "http://user:pw-secret@127.0.0.1:4317",
+        "headers": {"authorization": "Bearer t0ken", "x-api-key": "k3y", "x-tenant": "blue"},
+    });
+    let adapter: &dyn mixer_adapter_api::Adapter = &crate::Otlp;
+    let shown =
+        mixer_adapter_api::secrets::Redactor::new(&params, adapter.secret_params()).params();
+    assert_eq!(
+        shown,
+        json!({
+            "endpoint": "http://user:***@127.0.0.1:4317",
+            "headers": {"authorization": "***", "x-api-key": "***", "x-tenant": "blue"},
+        })
+    );
+}
+
+#[test]
+fn point_instances() {
+    let c = compile(json!({
+        "endpoint": "http://127.0.0.1:4317",
+        "points": ["otlppoint.instance.istio-system", "other.istio-system"],
+    }))
+    .expect("valid");
+    assert_eq!(c.points, ["otlppoint.istio-system", "other.istio-system"]);
+    assert_eq!(
+        paths(json!({
+            "endpoint": "http://127.0.0.1:4317",
+            "metrics": [{"instanceName": "a.istio-system", "name": "a", "kind": "GAUGE"}],
+            "points": ["", "a.instance.istio-system", "b.istio-system", "b.instance.istio-system"],
+        })),
+        ["points[0]", "points[1]", "points[3]"]
+    );
+}

@@ -63,6 +63,19 @@ impl OtlpHandler {
         Ok(())
     }
 
+    async fn export_points(
+        &self,
+        points: Vec<opentelemetry_proto::tonic::metrics::v1::ResourceMetrics>,
+    ) -> Result<(), AdapterError> {
+        let Some(exporter) = &self.points else {
+            return Ok(());
+        };
+        for chunk in points.chunks(self.max_export_batch_size) {
+            exporter.export(super::merge_points(chunk.to_vec())).await?;
+        }
+        Ok(())
+    }
+
     async fn export_logs(
         &self,
         records: Vec<(SdkLogRecord, InstrumentationScope)>,
@@ -134,6 +147,7 @@ impl ReportHandler for OtlpHandler {
         let mut invalid = Vec::new();
         let mut spans = Vec::new();
         let mut logs = Vec::new();
+        let mut points = Vec::new();
         for instance in instances {
             match instance.template {
                 Template::TraceSpan => match convert::span(instance, self.scope(&instance.name)) {
@@ -144,6 +158,14 @@ impl ReportHandler for OtlpHandler {
                     Ok(record) => logs.push((record, self.scope(&instance.name))),
                     Err(e) => invalid.push(format!("{}: {e}", instance.name)),
                 },
+                Template::Metric
+                    if self.point_instances.contains(&instance_key(&instance.name)) =>
+                {
+                    match super::decode_point(instance) {
+                        Ok(point) => points.push(point),
+                        Err(e) => invalid.push(format!("{}: {e}", instance.name)),
+                    }
+                }
                 Template::Metric => {
                     // Instances meant for metrics this handler does not define are ignored.
                     let Some(&index) = self.by_instance.get(instance_key(&instance.name).as_str())
@@ -161,15 +183,21 @@ impl ReportHandler for OtlpHandler {
                 _ => {}
             }
         }
-        let (spans, logs) = tokio::join!(self.export_spans(spans), self.export_logs(logs));
-        let mut failure = match (spans, logs) {
-            (Err(mut s), Err(l)) => {
-                s.message = format!("{}; {}", s.message, l.message);
-                Some(s)
+        let (spans, logs, points) = tokio::join!(
+            self.export_spans(spans),
+            self.export_logs(logs),
+            self.export_points(points)
+        );
+        let mut failure = None::<AdapterError>;
+        for result in [spans, logs, points] {
+            match (&mut failure, result) {
+                (_, Ok(())) => {}
+                (None, Err(e)) => failure = Some(e),
+                (Some(first), Err(e)) => {
+                    first.message = format!("{}; {}", first.message, e.message)
+                }
             }
-            (Err(e), Ok(())) | (Ok(()), Err(e)) => Some(e),
-            (Ok(()), Ok(())) => None,
-        };
+        }
         if let Some(e) = &mut failure
             && !invalid.is_empty()
         {

@@ -7,5 +7,6 @@ mod receiver;
 
 mod batching;
 mod export;
+mod points;
 mod retries;
 mod validation;

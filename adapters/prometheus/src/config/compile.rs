@@ -247,7 +247,43 @@ impl PrometheusParams {
                     });
                 }
             }
-            let buckets = if m.kind == Kind::Distribution {
+            let sum_dimension = m.sum_dimension.trim();
+            if m.precounted.is_some() && m.kind != Kind::Distribution {
+                errors.push(ParamError::new(
+                    format!("{path}.precounted"),
+                    format!(
+                        "precounted is for DISTRIBUTION metrics, this one is {}",
+                        m.kind
+                    ),
+                ));
+            }
+            if !sum_dimension.is_empty() && m.precounted.is_none() {
+                errors.push(ParamError::new(
+                    format!("{path}.sumDimension"),
+                    "sumDimension needs precounted: CUMULATIVE or DELTA",
+                ));
+            } else if let Some(j) = m
+                .label_names
+                .iter()
+                .position(|l| !sum_dimension.is_empty() && l.trim() == sum_dimension)
+            {
+                errors.push(ParamError::new(
+                    format!("{path}.sumDimension"),
+                    format!(
+                        "{sum_dimension:?} is also labelNames[{j}]: the sum is a value, not a label"
+                    ),
+                ));
+            }
+            let buckets = if m.kind == Kind::Distribution && m.precounted.is_some() {
+                if m.buckets.is_some() {
+                    errors.push(ParamError::new(
+                        format!("{path}.buckets"),
+                        "a precounted histogram takes its bucket bounds from its points: \
+                         leave buckets out",
+                    ));
+                }
+                Vec::new()
+            } else if m.kind == Kind::Distribution {
                 buckets(&format!("{path}.buckets"), &m.buckets, &mut errors)
             } else {
                 // Ignored for other kinds, as Istio did.
@@ -265,6 +301,8 @@ impl PrometheusParams {
                 kind: m.kind,
                 labels,
                 buckets,
+                precounted: m.precounted.filter(|_| m.kind == Kind::Distribution),
+                sum_dimension: (!sum_dimension.is_empty()).then(|| sum_dimension.to_string()),
             });
         }
 

@@ -154,3 +154,45 @@ fn names() {
     assert_eq!(instance_key("rc.istio-system"), "rc.istio-system");
     assert_eq!(instance_key("a.b.c"), "a.b.c");
 }
+
+#[test]
+fn precounted_histograms() {
+    let c = compile(json!({"metrics": [
+        {"name": "h", "instance_name": "h.ns", "kind": "DISTRIBUTION", "precounted": "DELTA",
+         "sum_dimension": "sum", "label_names": ["metric"]},
+        {"name": "i", "instanceName": "i.ns", "kind": "DISTRIBUTION", "precounted": "CUMULATIVE"}
+    ]}))
+    .expect("valid");
+    assert_eq!(c.metrics[0].precounted, Some(Precounted::Delta));
+    assert_eq!(c.metrics[0].sum_dimension.as_deref(), Some("sum"));
+    // The bounds come from the points, not the default buckets.
+    assert!(c.metrics[0].buckets.is_empty());
+    assert_eq!(c.metrics[1].precounted, Some(Precounted::Cumulative));
+    assert_eq!(c.metrics[1].sum_dimension, None);
+
+    let errs = paths(json!({"metrics": [
+        {"name": "a", "instanceName": "a.ns", "kind": "GAUGE", "precounted": "CUMULATIVE"},
+        {"name": "b", "instanceName": "b.ns", "kind": "DISTRIBUTION", "sumDimension": "sum"},
+        {"name": "c", "instanceName": "c.ns", "kind": "DISTRIBUTION", "precounted": "DELTA",
+         "buckets": {"explicitBuckets": {"bounds": [1]}}},
+        {"name": "d", "instanceName": "d.ns", "kind": "DISTRIBUTION", "precounted": "DELTA",
+         "sumDimension": "sum", "labelNames": ["metric", "sum"]},
+        {"name": "e", "instanceName": "e.ns", "kind": "DISTRIBUTION", "precounted": "CUMULATIVE",
+         "labelNames": ["le"]}
+    ]}));
+    assert_eq!(
+        errs,
+        [
+            "metrics[0].precounted",
+            "metrics[1].sumDimension",
+            "metrics[2].buckets",
+            "metrics[3].sumDimension",
+            "metrics[4].labelNames[0]",
+        ]
+    );
+    let e = compile(json!({"metrics": [
+        {"name": "a", "instanceName": "a.ns", "kind": "DISTRIBUTION", "precounted": "SOMETIMES"}
+    ]}))
+    .expect_err("unknown temporality");
+    assert!(e[0].path.contains("precounted"), "{e:?}");
+}
