@@ -30,7 +30,8 @@ pub struct AdapterInfo {
     pub name: &'static str,
     /// One line for people.
     pub description: &'static str,
-    /// Templates its handlers accept.
+    /// Templates its handlers accept. A built handler must answer the variety of each
+    /// (`as_check`, `as_quota`, `as_report`), or the snapshot that builds it is refused.
     pub templates: &'static [Template],
     /// Whether check results may be kept in the mixer's second-level cache.
     pub cacheable: bool,
@@ -56,6 +57,15 @@ pub trait Adapter: Send + Sync {
 
     /// Builds a handler from params that passed [`Adapter::validate`].
     fn build(&self, params: &Params, ctx: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError>;
+
+    /// The params that hold secrets, beyond those every handler's params are searched for
+    /// (keys such as `password` or `authorization`, URL passwords: see [`crate::secrets`]).
+    /// Their values never appear in `/config_dump`, errors or logs, and each declared
+    /// [`SecretKind::Value`](crate::secrets::SecretKind::Value) param may be given as
+    /// `<name>File`, a file the config loader reads at every load.
+    fn secret_params(&self) -> &'static [crate::secrets::SecretParam] {
+        &[]
+    }
 }
 
 /// Decodes params into an adapter's own config type, reporting the field path of the first

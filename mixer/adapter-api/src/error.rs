@@ -13,8 +13,11 @@ pub enum ErrorKind {
     InvalidResponse,
     /// The instance cannot be handled (wrong template, bad field).
     InvalidInstance,
-    /// Too many calls in flight, or the circuit is open.
+    /// Too many calls in flight.
     Overloaded,
+    /// Not tried: the circuit breaker is open after calls in a row failed (see
+    /// [`crate::breaker`]); the backend is asked again after the cool-down.
+    CircuitOpen,
     /// Anything else inside the adapter.
     Internal,
 }
@@ -28,6 +31,7 @@ impl ErrorKind {
             ErrorKind::InvalidResponse => "invalid_response",
             ErrorKind::InvalidInstance => "invalid_instance",
             ErrorKind::Overloaded => "overloaded",
+            ErrorKind::CircuitOpen => "circuit_open",
             ErrorKind::Internal => "internal",
         }
     }

@@ -65,6 +65,9 @@ pub struct LimitOverride {
     pub window: std::time::Duration,
 }
 
+/// One allocation of a batch given to [`QuotaHandler::allocate_many`].
+pub type QuotaCall<'a> = (&'a Instance, &'a QuotaArgs);
+
 /// Allocates quota.
 #[async_trait]
 pub trait QuotaHandler: Send + Sync {
@@ -74,6 +77,29 @@ pub trait QuotaHandler: Send + Sync {
         instance: &Instance,
         args: &QuotaArgs,
     ) -> Result<QuotaResult, AdapterError>;
+
+    /// Allocates every call of one request (an Envoy rate limit request's descriptors, a Mixer
+    /// v1 Check's quotas), answering in the same order. A handler whose backend can take them
+    /// together (redisquota: one script call) overrides this, so that a request costs one round
+    /// trip however many allocations it holds. The default runs [`allocate`](Self::allocate)
+    /// for each, concurrently.
+    async fn allocate_many(
+        &self,
+        calls: &[QuotaCall<'_>],
+    ) -> Vec<Result<QuotaResult, AdapterError>> {
+        match calls {
+            [] => Vec::new(),
+            [(instance, args)] => vec![self.allocate(instance, args).await],
+            _ => {
+                futures_util::future::join_all(
+                    calls
+                        .iter()
+                        .map(|(instance, args)| self.allocate(instance, args)),
+                )
+                .await
+            }
+        }
+    }
 }
 
 /// Takes telemetry, a batch at a time.

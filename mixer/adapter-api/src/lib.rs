@@ -10,6 +10,9 @@
 //!    [`CheckHandler`], [`QuotaHandler`] and [`ReportHandler`];
 //! 4. [`Handler::close`] runs when no config snapshot uses the handler any more.
 //!
+//! An adapter whose params hold secrets declares them ([`Adapter::secret_params`]); see
+//! [`secrets`] for what is hidden without a declaration.
+//!
 //! A handler answers with data ([`CheckResult`](mixer_model::CheckResult) for a denial too);
 //! an [`AdapterError`] means it could not decide, and the handler's [`FailPolicy`] applies.
 //!
@@ -56,16 +59,19 @@
 //! ```
 
 mod adapter;
+pub mod breaker;
 mod error;
 mod handler;
 mod occasional;
 mod registry;
 mod remote;
+pub mod secrets;
 
 pub use adapter::{Adapter, AdapterInfo, BuildContext, Params, Stability, decode_params};
 pub use error::{AdapterError, ErrorKind, ParamError};
 pub use handler::{
-    CheckHandler, Exposition, Handler, LimitOverride, QuotaArgs, QuotaHandler, ReportHandler,
+    CheckHandler, Exposition, Handler, LimitOverride, QuotaArgs, QuotaCall, QuotaHandler,
+    ReportHandler,
 };
 pub use occasional::Occasional;
 pub use registry::AdapterRegistry;

@@ -121,7 +121,7 @@ impl std::fmt::Debug for OAuthClient {
         f.debug_struct("OAuthClient")
             .field("client_id", &self.client_id)
             .field("client_secret", &self.client_secret)
-            .field("token_url", &self.token_url)
+            .field("token_url", &crate::secrets::redact_url(&self.token_url))
             .field("scopes", &self.scopes)
             .field("endpoint_params", &self.endpoint_params.keys())
             .field("header", &self.header)
@@ -219,7 +219,10 @@ impl OAuthClient {
             "clientSecret".into(),
             self.client_secret.display().to_string().into(),
         );
-        out.insert("tokenUrl".into(), self.token_url.clone().into());
+        out.insert(
+            "tokenUrl".into(),
+            crate::secrets::redact_url(&self.token_url).into(),
+        );
         if !self.scopes.is_empty() {
             out.insert("scopes".into(), self.scopes.clone().into());
         }

@@ -24,15 +24,36 @@ pub(crate) struct RawDoc {
     pub namespace: String,
     /// `metadata.annotations`.
     pub annotations: BTreeMap<String, String>,
-    /// `spec` (null when absent).
+    /// `spec` (null when absent); for a bare envoyproxy/ratelimit file, the whole file.
     pub spec: Value,
+    /// True for a bare envoyproxy/ratelimit file (top level `domain:` and `descriptors:`), read
+    /// as a `ratelimitconfig` named after its domain.
+    pub envoy_ratelimit: bool,
+}
+
+impl RawDoc {
+    /// The name Istio gives the resource: `name.kind.namespace`, with the kind as written
+    /// (`requestcount.instance.istio-system`, 1.0-style `requestcount.metric.istio-system`,
+    /// `deny.handler.istio-system`, `deny.denier.istio-system`). Adapters, metrics and logs
+    /// see this name; references in rules may use any of Istio's shorter forms.
+    pub fn full_name(&self) -> std::sync::Arc<str> {
+        full_name(&self.name, &self.kind, &self.namespace)
+    }
+}
+
+/// `name.kind.namespace`, Istio's full name of a resource.
+pub(crate) fn full_name(name: &str, kind: &str, namespace: &str) -> std::sync::Arc<str> {
+    std::sync::Arc::from(format!("{name}.{kind}.{namespace}"))
 }
 
 /// Splits `source` into documents and checks each header; documents with unusable headers
 /// are reported and dropped.
+///
+/// Every document, usable or not, takes the next number of `next_id` as its [`DocRef::id`].
 pub(crate) fn parse_file(
     source: &SourceFile,
     default_namespace: &str,
+    next_id: &mut usize,
     diags: &mut Diagnostics,
 ) -> Vec<RawDoc> {
     let mut docs = Vec::new();
@@ -48,7 +69,9 @@ pub(crate) fn parse_file(
                 let doc = DocRef {
                     file: source.name.clone(),
                     document: Some(format!("document {number}")),
+                    id: *next_id,
                 };
+                *next_id += 1;
                 let field =
                     line.map_or_else(String::new, |l| format!("line {}", l + first_line - 1));
                 diags.error(&doc, field, message);
@@ -56,7 +79,9 @@ pub(crate) fn parse_file(
             }
         };
         number += 1;
-        if let Some(doc) = header(source, number, value, default_namespace, diags) {
+        let id = *next_id;
+        *next_id += 1;
+        if let Some(doc) = header(source, number, id, value, default_namespace, diags) {
             docs.push(doc);
         }
     }
@@ -124,6 +149,7 @@ fn split_documents(text: &str) -> Vec<(usize, String)> {
 fn header(
     source: &SourceFile,
     number: usize,
+    id: usize,
     value: Value,
     default_namespace: &str,
     diags: &mut Diagnostics,
@@ -131,6 +157,7 @@ fn header(
     let mut doc = DocRef {
         file: source.name.clone(),
         document: Some(format!("document {number}")),
+        id,
     };
     let Value::Object(mut top) = value else {
         diags.error(
@@ -143,6 +170,9 @@ fn header(
         );
         return None;
     };
+    if is_envoy_ratelimit(&top) {
+        return envoy_ratelimit(doc, top, default_namespace, diags);
+    }
     let kind = match top.get("kind") {
         Some(Value::String(k)) if !k.is_empty() => Some(k.clone()),
         Some(other) if !other.is_null() => {
@@ -237,6 +267,63 @@ fn header(
         namespace,
         annotations,
         spec: top.remove("spec").unwrap_or(Value::Null),
+        envoy_ratelimit: false,
+    })
+}
+
+/// A file as envoyproxy/ratelimit reads it from its runtime directory: `domain` and
+/// `descriptors` at the top, no Kubernetes header.
+fn is_envoy_ratelimit(top: &Map<String, Value>) -> bool {
+    ["kind", "metadata", "spec", "apiVersion"]
+        .iter()
+        .all(|k| !top.contains_key(*k))
+        && (top.contains_key("domain") || top.contains_key("descriptors"))
+}
+
+/// A bare envoyproxy/ratelimit file as a `ratelimitconfig` document named after its domain
+/// (characters other than letters, digits, `-` and `_` become `_`, so that the name has no
+/// dots to be read as a namespace), in the default namespace.
+fn envoy_ratelimit(
+    mut doc: DocRef,
+    top: Map<String, Value>,
+    default_namespace: &str,
+    diags: &mut Diagnostics,
+) -> Option<RawDoc> {
+    let domain = match top.get("domain") {
+        Some(Value::String(d)) if !d.is_empty() => d.clone(),
+        Some(other) if !other.is_null() && !other.is_string() => {
+            diags.error(&doc, "domain", expected_string(other));
+            return None;
+        }
+        // envoyproxy/ratelimit: "config file cannot have empty domain".
+        _ => {
+            diags.error(
+                &doc,
+                "domain",
+                "missing: an envoyproxy/ratelimit config file cannot have an empty domain",
+            );
+            return None;
+        }
+    };
+    let name: String = domain
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    doc.document = Some(format!("ratelimit domain {domain}"));
+    Some(RawDoc {
+        doc,
+        kind: "ratelimitconfig".to_string(),
+        name,
+        namespace: default_namespace.to_string(),
+        annotations: BTreeMap::new(),
+        spec: Value::Object(top),
+        envoy_ratelimit: true,
     })
 }
 
@@ -361,7 +448,12 @@ mod tests {
 
     fn parse(text: &str) -> (Vec<RawDoc>, Diagnostics) {
         let mut diags = Diagnostics::default();
-        let docs = parse_file(&SourceFile::new("f.yaml", text), "istio-system", &mut diags);
+        let docs = parse_file(
+            &SourceFile::new("f.yaml", text),
+            "istio-system",
+            &mut 0,
+            &mut diags,
+        );
         (docs, diags)
     }
 

@@ -7,7 +7,7 @@ use serde_json::{Map, Value, json};
 use crate::model::{Config, FieldExprValue, HeaderOperationConfig, MatchErrorPolicy};
 
 impl Config {
-    /// A JSON summary: handlers (name, adapter, params, failPolicy, connection, the `adapter`
+    /// A JSON summary: handlers (name, adapter, params with their secrets hidden, failPolicy, connection, the `adapter`
     /// document of a remote one), instances (name, template, field -> expression source) and
     /// rules (name, match, actions by name, header operations), plus the attributes added to
     /// Istio's vocabulary.
@@ -19,7 +19,7 @@ impl Config {
                 json!({
                     "name": &*h.name,
                     "adapter": h.adapter,
-                    "params": h.params,
+                    "params": h.shown_params(),
                     "failPolicy": h.fail_policy.map(|p| match p {
                         FailPolicy::Open => "OPEN",
                         FailPolicy::Closed => "CLOSED",

@@ -42,6 +42,9 @@ impl std::error::Error for ConfigError {}
 pub(crate) struct DocRef {
     pub file: String,
     pub document: Option<String>,
+    /// Unique among the documents of one validation (in reading order), so that errors can be
+    /// traced to the document to drop.
+    pub id: usize,
 }
 
 impl DocRef {
@@ -56,15 +59,26 @@ impl DocRef {
 }
 
 /// Collects errors and warnings while validation goes on.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Diagnostics {
     pub errors: Vec<ConfigError>,
+    /// The [`DocRef::id`] of each error's document, aligned with `errors`.
+    pub error_docs: Vec<usize>,
     pub warnings: Vec<ConfigError>,
+    /// Documents left out, without errors of their own, because what they needed was dropped:
+    /// `(document, full names of what it needed)`.
+    pub dependents: Vec<(usize, Vec<String>)>,
 }
 
 impl Diagnostics {
     pub fn error(&mut self, doc: &DocRef, field: impl Into<String>, message: impl Into<String>) {
         self.errors.push(doc.error(field, message));
+        self.error_docs.push(doc.id);
+    }
+
+    /// Records that `doc` is left out because the documents named `needed` were dropped.
+    pub fn dependent(&mut self, doc: &DocRef, needed: Vec<String>) {
+        self.dependents.push((doc.id, needed));
     }
 
     pub fn warn(&mut self, doc: &DocRef, field: impl Into<String>, message: impl Into<String>) {

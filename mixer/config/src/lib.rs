@@ -45,8 +45,8 @@
 //! let sources = [SourceFile::new("rules.yaml", yaml)];
 //! let validated = validate(&sources, &registry, &ConfigOptions::default()).unwrap();
 //! let rule = &validated.config.rules[0];
-//! assert_eq!(&*rule.name, "deny-bad.istio-system");
-//! assert_eq!(&*validated.config.handlers[rule.actions[0].handler].name, "denyall.istio-system");
+//! assert_eq!(&*rule.name, "deny-bad.rule.istio-system");
+//! assert_eq!(&*validated.config.handlers[rule.actions[0].handler].name, "denyall.handler.istio-system");
 //!
 //! // The same rule pointing at a handler that does not exist, with an unknown field too.
 //! let bad = yaml.replace("handler: denyall", "handler: denyal").replace("match:", "mtch:");
@@ -77,6 +77,7 @@ mod expr;
 mod kinds;
 mod model;
 mod resolve;
+mod secrets;
 mod source;
 mod validate;
 
@@ -85,10 +86,11 @@ use mixer_adapter_api::AdapterRegistry;
 pub use error::ConfigError;
 pub use expr::{CompileError, Expression, Syntax};
 pub use model::{
-    ActionConfig, AdapterResource, Config, Connection, FieldExpr, FieldExprValue, HandlerConfig,
-    HeaderOperationConfig, InstanceConfig, MatchErrorPolicy, RuleConfig,
+    ActionConfig, AdapterResource, Config, Connection, DropReason, DroppedDocument, FieldExpr,
+    FieldExprValue, HandlerConfig, HeaderOperationConfig, InstanceConfig, MatchErrorPolicy,
+    RateLimitBehaviour, RuleConfig,
 };
-pub use source::{SourceFile, read_sources};
+pub use source::{SourceFile, emptied_files, read_sources};
 pub use validate::LANG_ANNOTATION;
 
 /// The namespace of documents that give none, as in Istio.
@@ -102,6 +104,30 @@ pub struct ConfigOptions {
     pub default_namespace: String,
     /// Expression syntax for documents without a `policy.istio.io/lang` annotation.
     pub default_syntax: Syntax,
+    /// What an invalid document does to the whole config.
+    pub invalid_config: InvalidConfig,
+    /// The memquota or redisquota handler (a reference as a rule would write it) whose adapter
+    /// and params serve bare envoyproxy/ratelimit files. `None`: the only memquota or redisquota
+    /// handler of the config, or an in-memory memquota when there is none; with several, a bare
+    /// file is an error that asks for this choice.
+    pub ratelimit_backend: Option<String>,
+    /// Accept a reload in which a file that held documents holds none (see
+    /// [`emptied_files`]); by default such a reload is refused, so that a file caught
+    /// truncated does not drop its rules (a deny rule would stop denying).
+    pub allow_empty_files: bool,
+}
+
+/// What an invalid document does to the config it is part of.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum InvalidConfig {
+    /// The whole config is refused (the default: nothing half-checked is served).
+    #[default]
+    Refuse,
+    /// As Istio 1.4: the invalid document is dropped, and with it what depends on it (a rule
+    /// action whose handler or every instance was dropped; a rule with no action left and no
+    /// header operation); the rest is served and [`Config::dropped`] says what was left out.
+    /// A config whose every rule was dropped is still refused.
+    Skip,
 }
 
 impl Default for ConfigOptions {
@@ -109,6 +135,9 @@ impl Default for ConfigOptions {
         ConfigOptions {
             default_namespace: DEFAULT_NAMESPACE.to_string(),
             default_syntax: Syntax::default(),
+            invalid_config: InvalidConfig::default(),
+            ratelimit_backend: None,
+            allow_empty_files: false,
         }
     }
 }

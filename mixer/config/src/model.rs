@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use mixer_adapter_api::secrets::Redactor;
 use mixer_adapter_api::{FailPolicy, ParamsDescriptor};
 use mixer_model::{HeaderOp, Template, Vocabulary};
 
@@ -22,6 +23,12 @@ pub struct Config {
     pub instances: Vec<InstanceConfig>,
     /// Rules, in the order their documents were read.
     pub rules: Vec<RuleConfig>,
+    /// envoyproxy/ratelimit behaviour of the quota instances generated from its config format
+    /// (`ratelimitconfig` documents and bare envoyproxy/ratelimit files), in instance order.
+    pub rate_limits: Vec<RateLimitBehaviour>,
+    /// Documents left out because they were invalid or depended on one that was (only with
+    /// [`InvalidConfig::Skip`](crate::InvalidConfig::Skip); empty otherwise).
+    pub dropped: Vec<DroppedDocument>,
 }
 
 impl Config {
@@ -34,7 +41,19 @@ impl Config {
             handlers: Vec::new(),
             instances: Vec::new(),
             rules: Vec::new(),
+            rate_limits: Vec::new(),
+            dropped: Vec::new(),
         }
+    }
+
+    /// The envoyproxy/ratelimit behaviour of the instance at `instance`, if it was generated
+    /// from that format.
+    pub fn rate_limit(&self, instance: usize) -> Option<&RateLimitBehaviour> {
+        // Kept in instance order: validation adds them as it adds the instances.
+        self.rate_limits
+            .binary_search_by_key(&instance, |r| r.instance)
+            .ok()
+            .map(|i| &self.rate_limits[i])
     }
 
     /// The handler with this fully qualified name (`denyall.istio-system`).
@@ -54,7 +73,7 @@ impl Config {
 }
 
 /// A handler: an adapter with its params.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct HandlerConfig {
     /// Fully qualified name, `name.namespace`.
     pub name: Arc<str>,
@@ -62,8 +81,12 @@ pub struct HandlerConfig {
     pub namespace: Arc<str>,
     /// The adapter's name (a registered one, or any name for a remote adapter).
     pub adapter: String,
-    /// Params as written (already accepted by the adapter's `validate` for built-in ones).
+    /// Params as the adapter gets them: as written, with `${NAME}` expanded and `<name>File`s
+    /// read (already accepted by the adapter's `validate` for built-in ones). They may hold
+    /// secrets: show [`HandlerConfig::shown_params`] instead.
     pub params: serde_json::Value,
+    /// What hides the secrets of `params` (see [`mixer_adapter_api::secrets`]).
+    pub redactor: Redactor,
     /// Where a remote (out-of-process) adapter listens; `None` for built-in adapters.
     pub connection: Option<Connection>,
     /// What to do when the handler cannot decide; `None` = the default for the variety.
@@ -75,6 +98,22 @@ pub struct HandlerConfig {
     pub file: String,
 }
 
+impl std::fmt::Debug for HandlerConfig {
+    // Params may hold secrets: a debug print shows them hidden.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandlerConfig")
+            .field("name", &self.name)
+            .field("namespace", &self.namespace)
+            .field("adapter", &self.adapter)
+            .field("params", &self.shown_params())
+            .field("connection", &self.connection)
+            .field("fail_policy", &self.fail_policy)
+            .field("adapter_resource", &self.adapter_resource)
+            .field("file", &self.file)
+            .finish()
+    }
+}
+
 impl HandlerConfig {
     /// True when both would build the same handler (adapter, params, connection, fail
     /// policy, adapter resource), so a reload may keep the running one.
@@ -84,6 +123,16 @@ impl HandlerConfig {
             && self.connection == other.connection
             && self.fail_policy == other.fail_policy
             && self.adapter_resource == other.adapter_resource
+    }
+
+    /// The params with their secrets hidden, for dumps and logs.
+    pub fn shown_params(&self) -> serde_json::Value {
+        self.redactor.params()
+    }
+
+    /// `text` (an error about this handler) without the secrets of its params.
+    pub fn scrub(&self, text: &str) -> String {
+        self.redactor.scrub(text)
     }
 
     /// True for an out-of-process adapter (one with a `connection`).
@@ -202,4 +251,78 @@ pub struct HeaderOperationConfig {
     pub values: Vec<Expression>,
     /// Replace, append or remove.
     pub operation: HeaderOp,
+}
+
+/// What envoyproxy/ratelimit does with one limit beyond counting (its `rate_limit` block and
+/// descriptor flags), for the rate limit front end.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RateLimitBehaviour {
+    /// Index into [`Config::instances`] of the quota instance of the limit.
+    pub instance: usize,
+    /// `rate_limit.name`: what other limits' `replaces` name.
+    pub name: Option<String>,
+    /// `rate_limit.replaces[].name`: limits that are not applied to a request this limit
+    /// applies to (in any of the request's descriptors).
+    pub replaces: Vec<String>,
+    /// `rate_limit.unlimited`: the descriptor is allowed without asking any handler.
+    pub unlimited: bool,
+    /// `quota_mode`: over this limit, the request is refused only when every quota-mode
+    /// descriptor of the request is over its limit (and no other descriptor refuses it).
+    pub quota_mode: bool,
+}
+
+/// A document served without, because it was invalid or needed one that was.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DroppedDocument {
+    /// Istio's full name, `name.kind.namespace` (`requestcount.metric.istio-system`), or
+    /// `document N` of its file when it has no usable header.
+    pub name: String,
+    /// The file it came from.
+    pub file: String,
+    /// Why.
+    pub reason: DropReason,
+}
+
+impl DroppedDocument {
+    /// `invalid` or `dependency`: the label of `mixer_config_dropped_documents`.
+    pub fn reason_label(&self) -> &'static str {
+        match self.reason {
+            DropReason::Invalid(_) => "invalid",
+            DropReason::Dependency(_) => "dependency",
+        }
+    }
+}
+
+impl std::fmt::Display for DroppedDocument {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({}): ", self.name, self.file)?;
+        match &self.reason {
+            DropReason::Invalid(errors) => {
+                let shown: Vec<String> = errors
+                    .iter()
+                    .map(|e| {
+                        if e.field.is_empty() {
+                            e.message.clone()
+                        } else {
+                            format!("{}: {}", e.field, e.message)
+                        }
+                    })
+                    .collect();
+                write!(f, "invalid: {}", shown.join("; "))
+            }
+            DropReason::Dependency(names) => {
+                write!(f, "depends on dropped {}", names.join(", "))
+            }
+        }
+    }
+}
+
+/// Why a document was dropped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DropReason {
+    /// Its own errors.
+    Invalid(Vec<crate::ConfigError>),
+    /// Everything it needed was dropped: the full names of those documents (a rule whose every
+    /// action lost its handler or all of its instances).
+    Dependency(Vec<String>),
 }

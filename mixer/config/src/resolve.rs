@@ -15,15 +15,18 @@ pub(crate) struct Entry {
     pub kind: String,
     /// `Some(index)` into the validated list; `None` when the document had errors.
     pub index: Option<usize>,
+    /// Istio's full name of the document it comes from (`name.kind.namespace`).
+    pub document: String,
 }
 
 /// What a reference resolved to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Resolution {
     /// A valid entry: its index.
     Found(usize),
-    /// An entry whose document had errors (already reported).
-    Invalid,
+    /// An entry whose document had errors (already reported) or was dropped: the document's
+    /// full name.
+    Invalid(String),
     /// Nothing by that name.
     NotFound,
 }
@@ -77,7 +80,10 @@ impl Table {
         tries.push((reference, None, rule_ns));
         for (name, kind, ns) in tries {
             if let Some(e) = self.find(name, kind, ns) {
-                return e.index.map_or(Resolution::Invalid, Resolution::Found);
+                return e.index.map_or_else(
+                    || Resolution::Invalid(e.document.clone()),
+                    Resolution::Found,
+                );
             }
         }
         Resolution::NotFound
@@ -129,6 +135,7 @@ mod tests {
                 namespace: ns.into(),
                 kind: kind.into(),
                 index: (name != "broken").then_some(i),
+                document: format!("{name}.{kind}.{ns}"),
             });
         }
         t
@@ -147,7 +154,10 @@ mod tests {
         assert_eq!(r("deny.denier.istio-system"), Resolution::NotFound);
         assert_eq!(r("shared"), Resolution::Found(2));
         assert_eq!(r("shared.noop"), Resolution::Found(2));
-        assert_eq!(r("broken"), Resolution::Invalid);
+        assert_eq!(
+            r("broken"),
+            Resolution::Invalid("broken.handler.team".to_string())
+        );
         assert_eq!(r("nothing"), Resolution::NotFound);
         assert_eq!(r(""), Resolution::NotFound);
         assert_eq!(

@@ -59,6 +59,12 @@ pub struct QuotaLimit {
     /// window: until the oldest counted units leave the window; token bucket: until the bucket
     /// is full).
     pub reset_after: Duration,
+    /// A refusal: how long until the amount asked could be granted (fixed window: the
+    /// window's end; rolling window: until the oldest counted units leave it; token bucket:
+    /// until enough tokens are back). Zero for a grant. A refusal's own `valid_duration` is 0,
+    /// as Istio's quota adapters answer, so that no proxy caches it; this is where the wait
+    /// is said (the rate limit front end's `duration_until_reset`).
+    pub retry_after: Duration,
 }
 
 /// How a rule changes a header on the way through.
@@ -87,8 +93,11 @@ pub struct HeaderOperation {
 /// and how often it may be reused, and exactly which attributes it depended on.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Verdict {
-    /// OK allows; otherwise the first denial's status.
+    /// OK allows; otherwise the first denial's status, as its handler gave it.
     pub status: Status,
+    /// The full name of the handler that denied (`name.kind.namespace`); `None` when allowed
+    /// or when no handler denied (a rule whose match could not be evaluated).
+    pub denied_by: Option<Arc<str>>,
     /// The minimum valid duration across the handlers consulted.
     pub valid_duration: Duration,
     /// The minimum use count across the handlers consulted.
@@ -107,5 +116,14 @@ impl Verdict {
     /// True when the request may go through.
     pub fn is_allowed(&self) -> bool {
         self.status.is_ok()
+    }
+
+    /// The status message as Istio 1.4's dispatcher words a denial: the denying handler's
+    /// full name, a colon, its message (`deny.handler.istio-system:not allowed`).
+    pub fn istio_message(&self) -> std::borrow::Cow<'_, str> {
+        match &self.denied_by {
+            Some(handler) => format!("{handler}:{}", self.status.message).into(),
+            None => self.status.message.as_str().into(),
+        }
     }
 }

@@ -56,6 +56,22 @@ pub(crate) fn risks(node: &Node, guard: &[Fact], out: &mut Vec<String>) {
             risks(k, guard, out);
             out.push(format!("{}[...]", a.name));
         }
+        // Only the map can be missing: an absent key reads "".
+        Node::EmptyIfAbsent(read) => match read.as_ref() {
+            Node::AttrKey(a, _) | Node::AttrDynKey(a, _) => {
+                for c in read.children() {
+                    risks(c, guard, out);
+                }
+                if !guarded(guard, a.id, None) {
+                    out.push(a.name.to_string());
+                }
+            }
+            other => {
+                for c in other.children() {
+                    risks(c, guard, out);
+                }
+            }
+        },
         Node::HasAttr(_) => {}
         Node::HasKey(_, k) => risks(k, guard, out),
         Node::Default(items) => {
@@ -104,6 +120,16 @@ pub(crate) fn constraints(node: &Node, out: &mut Vec<(AttrId, Option<Arc<str>>, 
                     (Node::AttrKey(at, k), Node::Lit(v)) => {
                         out.push((at.id, Some(Arc::clone(k)), v.clone()));
                         return;
+                    }
+                    // Reading "" for an absent key, `m["k"] == ""` holds without the key:
+                    // not a test the index can answer by the key's value.
+                    (Node::EmptyIfAbsent(read), Node::Lit(v))
+                        if v.as_str().is_some_and(|s| !s.is_empty()) =>
+                    {
+                        if let Node::AttrKey(at, k) = read.as_ref() {
+                            out.push((at.id, Some(Arc::clone(k)), v.clone()));
+                            return;
+                        }
                     }
                     _ => {}
                 }

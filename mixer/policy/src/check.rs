@@ -97,9 +97,10 @@ impl Checker<'_> {
             SynKind::Ident(_) | SynKind::Select(..) if syn.dotted_segments().is_some() => {
                 match self.resolve(syn) {
                     Some(Ok(Resolved::Attr(a, ty))) => Ok(Typed::new(Node::Attr(a), ty)),
-                    Some(Ok(Resolved::Key(a, k))) => {
-                        Ok(Typed::new(Node::AttrKey(a, k), ValueType::String))
-                    }
+                    Some(Ok(Resolved::Key(a, k))) => Ok(Typed::new(
+                        self.key_read(Node::AttrKey(a, k)),
+                        ValueType::String,
+                    )),
                     Some(Err(e)) => Err(e),
                     None => Err(CompileError::at(pos, "cannot resolve name")),
                 }
@@ -109,7 +110,7 @@ impl Checker<'_> {
                 self.expect_type(&m, ValueType::StringMap, operand.pos, "field selection")?;
                 let key = Node::Lit(Value::string(field.as_str()));
                 Ok(Typed::new(
-                    Node::Index(Box::new(m.node), Box::new(key)),
+                    self.key_read(Node::Index(Box::new(m.node), Box::new(key))),
                     ValueType::String,
                 ))
             }
@@ -212,14 +213,26 @@ impl Checker<'_> {
                 Node::Lit(v) => Node::AttrKey(attr, v.as_str().unwrap_or("").into()),
                 other => Node::AttrDynKey(attr, Box::new(other)),
             };
-            return Ok(Typed::new(node, ValueType::String));
+            return Ok(Typed::new(self.key_read(node), ValueType::String));
         }
         let map = self.check(m)?;
         self.expect_type(&map, ValueType::StringMap, pos, "indexing")?;
         Ok(Typed::new(
-            Node::Index(Box::new(map.node), Box::new(key.node)),
+            self.key_read(Node::Index(Box::new(map.node), Box::new(key.node))),
             ValueType::String,
         ))
+    }
+
+    /// A map key read, as this language reads an absent key: CEL fails (`no such key`, as
+    /// cel-go does in Istio's `CEL` and `COMPAT` modes); CEXL, Istio 1.4's default, reads
+    /// `""` (istio/istio release-1.4 `mixer/pkg/il/interpreter`, the `ANLookup` and `NLookup`
+    /// instructions its compiler emits for `m["k"]`). Our COMPAT is the default language for
+    /// documents without an annotation, which Istio 1.4 read as CEXL, so it reads `""` too.
+    fn key_read(&self, node: Node) -> Node {
+        match self.syntax {
+            Syntax::Cel => node,
+            Syntax::Cexl | Syntax::Compat => Node::EmptyIfAbsent(Box::new(node)),
+        }
     }
 
     fn binary(&self, op: BinOp, a: &Syn, b: &Syn, pos: usize) -> Result<Typed, CompileError> {
@@ -256,6 +269,15 @@ impl Checker<'_> {
                     .map(|s| self.check(s))
                     .collect::<Result<Vec<_>, _>>()?;
                 let (nodes, ty) = unify(typed, pos, "the operands of |")?;
+                // In `m["k"] | b` an absent key falls through to `b` (the `TLookup` Istio's
+                // compiler emits there), so an operand does not read it as "".
+                let nodes = nodes
+                    .into_iter()
+                    .map(|n| match n {
+                        Node::EmptyIfAbsent(inner) => *inner,
+                        other => other,
+                    })
+                    .collect();
                 Ok(Typed::new(Node::Default(nodes), ty))
             }
             BinOp::In => self.membership(a, b, pos),

@@ -186,6 +186,10 @@ pub(crate) fn eval<'a>(
                 }
             }
         }
+        Node::EmptyIfAbsent(read) => match eval(read, bag, refs) {
+            Err(e) if matches!(e.kind(), EvalErrorKind::MissingKey { .. }) => Val::MapStr(""),
+            other => other?,
+        },
         Node::HasAttr(a) => Val::Own(Value::Bool(attr(a, bag, refs).is_some())),
         Node::HasKey(a, k) => {
             let key = eval(k, bag, refs)?;

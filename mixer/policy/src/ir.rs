@@ -88,6 +88,11 @@ pub(crate) enum Node {
     AttrDynKey(AttrRef, Box<Node>),
     /// Index of a computed map.
     Index(Box<Node>, Box<Node>),
+    /// A map key read (`AttrKey`, `AttrDynKey` or `Index`) outside a `|` chain, in the
+    /// languages where an absent key reads as `""`, as Istio 1.4's default language (CEXL)
+    /// reads it. An absent map is still an error; inside `a | b` an absent key falls through
+    /// to the next operand.
+    EmptyIfAbsent(Box<Node>),
     /// `has(attr)`: presence of an attribute.
     HasAttr(AttrRef),
     /// `has(m.k)`, `"k" in m` on a map attribute: key presence, false when the map is absent.
@@ -119,7 +124,11 @@ impl Node {
         match self {
             Node::Lit(_) | Node::Attr(_) | Node::AttrKey(..) | Node::HasAttr(_) => vec![],
             Node::AttrDynKey(_, k) | Node::HasKey(_, k) => vec![k],
-            Node::Not(a) | Node::Neg(a) | Node::GlobLit(_, a) | Node::Regex(_, a) => vec![a],
+            Node::Not(a)
+            | Node::Neg(a)
+            | Node::EmptyIfAbsent(a)
+            | Node::GlobLit(_, a)
+            | Node::Regex(_, a) => vec![a],
             Node::Index(a, b)
             | Node::InMap(a, b)
             | Node::And(a, b, _)

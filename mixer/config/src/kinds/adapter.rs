@@ -32,14 +32,15 @@ pub(crate) struct Adapters<'a> {
 }
 
 impl Adapters<'_> {
-    /// The document `reference` (a handler's `adapter`) names, seen from `namespace`.
-    pub fn resolve(&self, reference: &str, namespace: &str) -> Result<Option<&Described>, ()> {
+    /// The document `reference` (a handler's `adapter`) names, seen from `namespace`; `Err`
+    /// with its full name when that document is invalid or dropped.
+    pub fn resolve(&self, reference: &str, namespace: &str) -> Result<Option<&Described>, String> {
         match self
             .table
             .resolve(reference, namespace, self.default_namespace)
         {
             Resolution::Found(i) => Ok(self.list.get(i)),
-            Resolution::Invalid => Err(()),
+            Resolution::Invalid(document) => Err(document),
             Resolution::NotFound => Ok(None),
         }
     }
@@ -95,7 +96,7 @@ pub(crate) fn adapter(doc: &Doc<'_>, diags: &mut Diagnostics) -> Option<Describe
     let (params, message) = params.unzip();
     Some(Described {
         resource: Arc::new(AdapterResource {
-            name: Arc::from(format!("{}.{}", raw.name, raw.namespace)),
+            name: raw.full_name(),
             description,
             session_based,
             templates,
@@ -156,8 +157,13 @@ pub(crate) fn for_handler(
     params: &Value,
     diags: &mut Diagnostics,
 ) -> Result<Option<Arc<AdapterResource>>, ()> {
-    let Some(described) = adapters.resolve(adapter, &doc.raw.namespace)? else {
-        return Ok(None);
+    let described = match adapters.resolve(adapter, &doc.raw.namespace) {
+        Ok(Some(described)) => described,
+        Ok(None) => return Ok(None),
+        Err(document) => {
+            diags.dependent(&doc.raw.doc, vec![document]);
+            return Err(());
+        }
     };
     if let Some(message) = &described.message
         && let Err((path, problem)) = check_params(message, params)
@@ -201,7 +207,7 @@ mod tests {
         let v = ok(&format!("{}{}", adapter_doc(), handler_doc(params)));
         let h = &v.config.handlers[0];
         let resource = h.adapter_resource.as_ref().expect("adapter document found");
-        assert_eq!(&*resource.name, "testadapter.istio-system");
+        assert_eq!(&*resource.name, "testadapter.adapter.istio-system");
         assert_eq!(resource.description, "a test adapter");
         assert_eq!(
             resource.templates,
@@ -332,7 +338,7 @@ mod tests {
         assert_eq!(
             errors(&yaml),
             [
-                "c.yaml: rule r: spec.actions[0].instances[0]: instance nothing.team is of template checknothing, which handler h.team (adapter testadapter) does not support (it supports listentry, metric)"
+                "c.yaml: rule r: spec.actions[0].instances[0]: instance nothing.instance.team is of template checknothing, which handler h.handler.team (adapter testadapter) does not support (it supports listentry, metric)"
             ]
         );
     }

@@ -11,6 +11,7 @@ use super::{Doc, parse_enum};
 use crate::document::{as_map, check_keys, opt_string, type_name};
 use crate::error::{Diagnostics, did_you_mean, join};
 use crate::model::{Connection, HandlerConfig};
+use crate::secrets;
 
 /// Validates a `kind: handler` document.
 pub(crate) fn handler(
@@ -72,8 +73,8 @@ pub(crate) fn handler(
     };
     let params = spec.get("params").cloned().unwrap_or(Value::Null);
     let mut adapter_resource = None;
-    if connection.is_none() {
-        if !check_adapter(
+    let resolved = if connection.is_none() {
+        check_adapter(
             doc,
             registry,
             &adapter,
@@ -81,13 +82,20 @@ pub(crate) fn handler(
             &params,
             "spec.params",
             diags,
-        ) {
-            return None;
+        )?
+    } else {
+        // An out-of-process adapter declares nothing: its params' secrets are those every
+        // handler's params are searched for.
+        let resolved = secrets::resolve(&raw.doc, &params, "spec.params", &[], diags)?;
+        if adapter_field == "spec.adapter" {
+            let before = diags.errors.len();
+            let found = adapter::for_handler(doc, adapters, &adapter, &resolved.params, diags);
+            secrets::scrub_errors(&resolved.redactor, diags, before);
+            adapter_resource = found.ok()?;
         }
-    } else if adapter_field == "spec.adapter" {
-        adapter_resource = adapter::for_handler(doc, adapters, &adapter, &params, diags).ok()?;
-    }
-    let mut h = build(doc, adapter, params, connection, fail_policy);
+        resolved
+    };
+    let mut h = build(doc, adapter, resolved, connection, fail_policy);
     h.adapter_resource = adapter_resource;
     Some(h)
 }
@@ -101,21 +109,22 @@ pub(crate) fn legacy_handler(
     let params = doc.raw.spec.clone();
     let adapter = doc.raw.kind.clone();
     check_adapter(doc, registry, &adapter, "kind", &params, "spec", diags)
-        .then(|| build(doc, adapter, params, None, None))
+        .map(|resolved| build(doc, adapter, resolved, None, None))
 }
 
 fn build(
     doc: &Doc<'_>,
     adapter: String,
-    params: Value,
+    resolved: secrets::Resolved,
     connection: Option<Connection>,
     fail_policy: Option<FailPolicy>,
 ) -> HandlerConfig {
     HandlerConfig {
-        name: Arc::from(format!("{}.{}", doc.raw.name, doc.raw.namespace)),
+        name: doc.raw.full_name(),
         namespace: Arc::from(doc.raw.namespace.as_str()),
         adapter,
-        params,
+        params: resolved.params,
+        redactor: resolved.redactor,
         connection,
         fail_policy,
         adapter_resource: None,
@@ -123,8 +132,10 @@ fn build(
     }
 }
 
-/// The adapter must be registered and accept the params. Returns false on any problem.
-fn check_adapter(
+/// The adapter must be registered and accept the params (`${NAME}`s expanded, `<name>File`s
+/// read). Returns the params as the adapter gets them, or `None` on any problem; no error
+/// shows a secret of the params.
+pub(crate) fn check_adapter(
     doc: &Doc<'_>,
     registry: &AdapterRegistry,
     name: &str,
@@ -132,7 +143,7 @@ fn check_adapter(
     params: &Value,
     params_path: &str,
     diags: &mut Diagnostics,
-) -> bool {
+) -> Option<secrets::Resolved> {
     let Some(adapter) = registry.get(name) else {
         let hint = did_you_mean(name, registry.names());
         let known: Vec<&str> = registry.names().collect();
@@ -145,10 +156,17 @@ fn check_adapter(
             format!("unknown adapter {name:?}{hint}")
         };
         diags.error(&doc.raw.doc, field, message);
-        return false;
+        return None;
     };
-    match adapter.validate(params) {
-        Ok(()) => true,
+    let resolved = secrets::resolve(
+        &doc.raw.doc,
+        params,
+        params_path,
+        adapter.secret_params(),
+        diags,
+    )?;
+    match adapter.validate(&resolved.params) {
+        Ok(()) => Some(resolved),
         Err(errors) => {
             for e in errors {
                 let path = if e.path.is_empty() {
@@ -156,9 +174,9 @@ fn check_adapter(
                 } else {
                     join(params_path, &e.path)
                 };
-                diags.error(&doc.raw.doc, path, e.message);
+                diags.error(&doc.raw.doc, path, resolved.redactor.scrub(&e.message));
             }
-            false
+            None
         }
     }
 }
@@ -242,7 +260,7 @@ mod tests {
             "kind: handler\nmetadata: {name: d, namespace: ns}\nspec:\n  compiledAdapter: denier\n  failPolicy: OPEN\n  params:\n    status: {code: 7, message: denied}\n",
         );
         let h = &v.config.handlers[0];
-        assert_eq!(&*h.name, "d.ns");
+        assert_eq!(&*h.name, "d.handler.ns");
         assert_eq!(&*h.namespace, "ns");
         assert_eq!(h.adapter, "denier");
         assert_eq!(h.fail_policy, Some(FailPolicy::Open));

@@ -119,7 +119,7 @@ fn fields(
             .unwrap_or(usize::MAX)
     });
     Some(InstanceConfig {
-        name: Arc::from(format!("{}.{}", doc.raw.name, doc.raw.namespace)),
+        name: doc.raw.full_name(),
         namespace: Arc::from(doc.raw.namespace.as_str()),
         template,
         fields: out,
@@ -270,7 +270,7 @@ spec:
     action: {path: request.path, method: request.method}
 "#);
         let i = &v.config.instances[0];
-        assert_eq!(&*i.name, "authz.ns");
+        assert_eq!(&*i.name, "authz.instance.ns");
         assert_eq!(i.template, Template::Authorization);
         let names: Vec<&str> = i.fields.iter().map(|f| f.name).collect();
         assert_eq!(

@@ -154,7 +154,9 @@ fn check_url(doc: &Doc<'_>, url: &str, path: &str, diags: &mut Diagnostics) {
         }
         Ok(_) => return,
     };
-    diags.error(d, path, format!("{url:?} {problem}"));
+    // The URL may hold a password (the userinfo this refuses): never quote it whole.
+    let shown = mixer_adapter_api::secrets::redact_url(url);
+    diags.error(d, path, format!("{shown:?} {problem}"));
 }
 
 /// Whether the URL is https, and its host; or what is wrong with it.

@@ -50,10 +50,25 @@
 //! key-only entry's rule excludes the values (and prefixes) its siblings with the same key
 //! name, and a wildcard's excludes the exact values and the earlier wildcards.
 //!
-//! `rate_limit: {unlimited: true}` and descriptors without `rate_limit` produce no rule (the
-//! descriptor is allowed). `detailed_metric` is accepted and has no effect. `replaces` is not
-//! supported (an error). Units: `second`, `minute`, `hour`, `day`, `week` (any case); `month`
-//! and `year` have no fixed length and are refused.
+//! Wildcards may stand anywhere in a value (`bar*b`, `foo*bar*baz`): a trailing one becomes
+//! `startsWith`, others an anchored regular expression compiled with the config. With
+//! `share_threshold: true` every value a wildcard matches counts on one counter (the dimension
+//! is the pattern). Descriptors without `rate_limit` produce no rule (the descriptor is allowed).
+//! `rate_limit: {unlimited: true}` produces a rule whose instance no handler is asked about (the
+//! front end answers OK, as envoyproxy/ratelimit does) and no quota. `rate_limit.name`,
+//! `replaces`, `unlimited` and `quota_mode` go to [`Config::rate_limits`](crate::Config) for the
+//! rate limit front end; `shadow_mode` becomes the quota's `shadowMode`; `detailed_metric` and
+//! `value_to_metric` only name envoyproxy/ratelimit's own statistics and `metadata` is only
+//! sent back when its `RESPONSE_DYNAMIC_METADATA` is set: accepted, without effect. Units:
+//! `second`, `minute`, `hour`, `day`, `week` (any case); `month` and `year` have no fixed
+//! length and are refused.
+//!
+//! A bare envoyproxy/ratelimit file (top level `domain:` and `descriptors:`, as that service
+//! reads from its runtime directory) is read as such a document, unchanged: named after its
+//! domain, in the default namespace, with field paths from the file's top, and counted by the
+//! backend [`ConfigOptions::ratelimit_backend`](crate::ConfigOptions) names (by default the
+//! only memquota or redisquota handler of the config, or an in-memory memquota). Two files of
+//! one domain are refused, as envoyproxy/ratelimit refuses them.
 //!
 //! Rules only see requests of their namespace's scope: the rate limit front end's requests
 //! carry no namespace, so a `ratelimitconfig` outside the default namespace gets a warning.
@@ -64,6 +79,7 @@ mod naming;
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use mixer_adapter_api::secrets::Redactor;
 use mixer_adapter_api::{AdapterRegistry, FailPolicy};
 use mixer_model::{Template, ValueType, Vocabulary};
 use serde_json::{Map, Value};
@@ -74,7 +90,7 @@ use crate::error::{Diagnostics, did_you_mean, join};
 use crate::expr::{Expression, Syntax};
 use crate::model::{
     ActionConfig, FieldExpr, FieldExprValue, HandlerConfig, InstanceConfig, MatchErrorPolicy,
-    RuleConfig,
+    RateLimitBehaviour, RuleConfig,
 };
 use descriptors::walk;
 use naming::{match_source, quote, unique_name};
@@ -83,9 +99,12 @@ use naming::{match_source, quote, unique_name};
 pub(crate) const DEFAULT_BACKEND: &str = "memquota";
 
 /// Backends whose params take memquota's `quotas` list.
-const QUOTA_PARAM_ADAPTERS: [&str; 2] = ["memquota", "redisquota"];
+pub(crate) const QUOTA_PARAM_ADAPTERS: [&str; 2] = ["memquota", "redisquota"];
 
 const SPEC_KEYS: &[&str] = &["domain", "descriptors", "backend", "failPolicy"];
+/// The top level of a bare envoyproxy/ratelimit file.
+const FILE_KEYS: &[&str] = &["domain", "descriptors"];
+
 /// What one `ratelimitconfig` document becomes.
 pub(crate) struct Translated {
     pub handler: HandlerConfig,
@@ -93,48 +112,79 @@ pub(crate) struct Translated {
     /// Rules; their one action's handler and instance indices are local (handler 0, and
     /// indices into `instances`): the caller shifts them.
     pub rules: Vec<RuleConfig>,
+    /// What envoyproxy/ratelimit does beyond counting, by local instance index.
+    pub behaviours: Vec<RateLimitBehaviour>,
 }
 
-/// Validates and translates a `kind: ratelimitconfig` document.
+/// The quota backend of a bare envoyproxy/ratelimit file, taken from a handler of the config.
+pub(crate) struct Backend {
+    /// The handler's full name, for messages.
+    pub handler: String,
+    pub adapter: String,
+    /// Its params without their `quotas`.
+    pub params: Value,
+    pub fail_policy: Option<FailPolicy>,
+}
+
+/// Validates and translates a `kind: ratelimitconfig` document, or a bare envoyproxy/ratelimit
+/// file (then with `backend` chosen by the caller, `None` for the default memquota, and field
+/// paths from the file's top).
 pub(crate) fn ratelimit(
     doc: &Doc<'_>,
     registry: &AdapterRegistry,
     vocabulary: &Vocabulary,
     default_namespace: &str,
+    file_backend: Option<&Backend>,
     diags: &mut Diagnostics,
 ) -> Option<Translated> {
     let raw = doc.raw;
+    let root = if raw.envoy_ratelimit { "" } else { "spec" };
     let before = diags.errors.len();
     let spec = as_map(&raw.spec, "spec", &raw.doc, diags)?;
-    check_keys(&spec, SPEC_KEYS, "spec", &raw.doc, diags);
-    let domain = opt_string(&spec, "domain", "spec", &raw.doc, diags);
+    let keys = if raw.envoy_ratelimit {
+        FILE_KEYS
+    } else {
+        SPEC_KEYS
+    };
+    check_keys(&spec, keys, root, &raw.doc, diags);
+    let domain_path = join(root, "domain");
+    let domain = opt_string(&spec, "domain", root, &raw.doc, diags);
     let domain = match domain {
         Some(d) if !d.is_empty() => Some(d),
         _ => {
             if !matches!(spec.get("domain"), Some(v) if !v.is_string() && !v.is_null()) {
-                diags.error(&raw.doc, "spec.domain", "missing");
+                diags.error(&raw.doc, &domain_path, "missing");
             }
             None
         }
     };
-    let fail_policy = parse_enum(
-        doc,
-        spec.get("failPolicy"),
-        "spec.failPolicy",
-        &[("OPEN", FailPolicy::Open), ("CLOSED", FailPolicy::Closed)],
-        diags,
-    );
+    let fail_policy = if raw.envoy_ratelimit {
+        file_backend.and_then(|b| b.fail_policy)
+    } else {
+        parse_enum(
+            doc,
+            spec.get("failPolicy"),
+            "spec.failPolicy",
+            &[("OPEN", FailPolicy::Open), ("CLOSED", FailPolicy::Closed)],
+            diags,
+        )
+    };
     let mut leaves = Vec::new();
+    let descriptors_path = join(root, "descriptors");
     match spec.get("descriptors") {
         None | Some(Value::Null) => {}
-        Some(Value::Array(list)) => walk(doc, list, "spec.descriptors", &[], &mut leaves, diags),
+        Some(Value::Array(list)) => walk(doc, list, &descriptors_path, &[], &mut leaves, diags),
         Some(other) => diags.error(
             &raw.doc,
-            "spec.descriptors",
+            &descriptors_path,
             format!("expected a list, found {}", type_name(other)),
         ),
     }
-    let (adapter, adapter_path, params) = backend(doc, &spec, diags)?;
+    let (adapter, adapter_path, params) = match (raw.envoy_ratelimit, file_backend) {
+        (true, Some(b)) => (b.adapter.clone(), String::new(), b.params.clone()),
+        (true, None) => (DEFAULT_BACKEND.to_string(), String::new(), Value::Null),
+        (false, _) => backend(doc, &spec, diags)?,
+    };
     if raw.namespace != default_namespace {
         diags.warn(
             &raw.doc,
@@ -155,25 +205,41 @@ pub(crate) fn ratelimit(
     let mut instances = Vec::new();
     let mut rules = Vec::new();
     let mut quotas = Vec::new();
+    let mut behaviours = Vec::new();
     for leaf in &leaves {
         let short = unique_name(&raw.name, &leaf.levels, &mut names);
-        let full: Arc<str> = Arc::from(format!("{short}.{}", raw.namespace));
+        let full = crate::document::full_name(&short, "instance", &raw.namespace);
+        let rule_name = crate::document::full_name(&short, "rule", &raw.namespace);
         let mut dimensions = Vec::new();
         for level in &leaf.levels {
-            let source = format!("ratelimit.descriptor[{}]", quote(&level.key));
+            // A shared wildcard counts every value it matches together.
+            let source = match &level.shared {
+                Some(pattern) => quote(pattern),
+                None => format!("ratelimit.descriptor[{}]", quote(&level.key)),
+            };
             let expr = compile(doc, &source, ValueType::String, vocabulary, diags)?;
             dimensions.push((Arc::from(level.key.as_str()), expr));
         }
         let source = match_source(&domain, &leaf.levels);
         let match_expr = compile(doc, &source, ValueType::Bool, vocabulary, diags)?;
-        quotas.push(serde_json::json!({
-            "name": full.as_ref(),
-            "maxAmount": leaf.limit.requests_per_unit,
-            "validDuration": leaf.limit.window,
-            "shadowMode": leaf.limit.shadow,
-        }));
+        // An unlimited limit is never counted, so its backend needs no quota for it.
+        if let Some((requests_per_unit, window)) = leaf.limit.counted {
+            quotas.push(serde_json::json!({
+                "name": full.as_ref(),
+                "maxAmount": requests_per_unit,
+                "validDuration": window,
+                "shadowMode": leaf.limit.shadow,
+            }));
+        }
+        behaviours.push(RateLimitBehaviour {
+            instance: instances.len(),
+            name: leaf.limit.name.clone(),
+            replaces: leaf.limit.replaces.clone(),
+            unlimited: leaf.limit.counted.is_none(),
+            quota_mode: leaf.limit.quota_mode,
+        });
         rules.push(RuleConfig {
-            name: full.clone(),
+            name: rule_name,
             namespace: namespace.clone(),
             match_expr: Some(match_expr),
             // A request of the same shape always has the keys read; should one be missing
@@ -198,16 +264,43 @@ pub(crate) fn ratelimit(
         });
     }
 
+    let params_path = match (raw.envoy_ratelimit, file_backend) {
+        (false, _) => "spec.backend.params".to_string(),
+        (true, _) => String::new(),
+    };
+    let declared = registry
+        .get(&adapter)
+        .map_or(&[][..], |a| a.secret_params());
+    // A file backend's params are those of a handler, resolved already.
+    let params = if raw.envoy_ratelimit {
+        params
+    } else {
+        crate::secrets::resolve(&raw.doc, &params, &params_path, declared, diags)?.params
+    };
     let params = with_quotas(&adapter, params, quotas);
-    if !check_backend(doc, registry, &adapter, &adapter_path, &params, diags) {
+    let redactor = Redactor::new(&params, declared);
+    let before = diags.errors.len();
+    let valid = check_backend(
+        doc,
+        registry,
+        &adapter,
+        &adapter_path,
+        &params_path,
+        file_backend,
+        &params,
+        diags,
+    );
+    crate::secrets::scrub_errors(&redactor, diags, before);
+    if !valid {
         return None;
     }
     Some(Translated {
         handler: HandlerConfig {
-            name: Arc::from(format!("{}.{}", raw.name, raw.namespace)),
+            name: raw.full_name(),
             namespace,
             adapter,
             params,
+            redactor,
             connection: None,
             fail_policy,
             adapter_resource: None,
@@ -215,6 +308,7 @@ pub(crate) fn ratelimit(
         },
         instances,
         rules,
+        behaviours,
     })
 }
 
@@ -270,11 +364,14 @@ fn with_quotas(adapter: &str, params: Value, generated: Vec<Value>) -> Value {
 }
 
 /// The backend must be registered, take quota instances and accept the params.
+#[allow(clippy::too_many_arguments)]
 fn check_backend(
     doc: &Doc<'_>,
     registry: &AdapterRegistry,
     name: &str,
     field: &str,
+    params_path: &str,
+    file_backend: Option<&Backend>,
     params: &Value,
     diags: &mut Diagnostics,
 ) -> bool {
@@ -282,7 +379,7 @@ fn check_backend(
     let Some(adapter) = registry.get(name) else {
         let hint = did_you_mean(name, registry.names());
         let known: Vec<&str> = registry.names().collect();
-        let what = if field == "spec" {
+        let what = if field == "spec" || field.is_empty() {
             format!("the default backend adapter {name:?} is not available in this mixer")
         } else {
             format!("unknown adapter {name:?}")
@@ -310,7 +407,14 @@ fn check_backend(
         Ok(()) => true,
         Err(errors) => {
             for e in errors {
-                diags.error(&raw.doc, join("spec.backend.params", &e.path), e.message);
+                let message = match file_backend {
+                    Some(b) => format!(
+                        "the params of backend handler {} with this file's limits: {}: {}",
+                        b.handler, e.path, e.message
+                    ),
+                    None => e.message,
+                };
+                diags.error(&raw.doc, join(params_path, &e.path), message);
             }
             false
         }
@@ -331,7 +435,7 @@ fn compile(
             // them with other types) or a value defeats the quoting.
             diags.error(
                 &doc.raw.doc,
-                "spec",
+                if doc.raw.envoy_ratelimit { "" } else { "spec" },
                 format!(
                     "generated expression {source} does not compile: {}",
                     e.message

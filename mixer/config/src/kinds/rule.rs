@@ -84,11 +84,21 @@ pub(crate) fn rule(
             );
         }
     }
-    let actions = list(doc, spec.get("actions"), "spec.actions", diags)
-        .iter()
-        .enumerate()
-        .filter_map(|(i, a)| action(doc, scope, a, &index("spec.actions", i), diags))
-        .collect();
+    let written = list(doc, spec.get("actions"), "spec.actions", diags);
+    let mut actions = Vec::new();
+    let mut needed = Vec::new();
+    let mut left_out = Vec::new();
+    for (i, a) in written.iter().enumerate() {
+        let path = index("spec.actions", i);
+        match action(doc, scope, a, &path, diags) {
+            Action::Kept(a) => actions.push(a),
+            Action::Dropped(documents) => {
+                left_out.push((path, documents.join(", ")));
+                needed.extend(documents);
+            }
+            Action::Invalid => {}
+        }
+    }
     let request_header_operations =
         super::headers::header_ops(doc, scope, &spec, "requestHeaderOperations", diags);
     let response_header_operations =
@@ -96,8 +106,25 @@ pub(crate) fn rule(
     if diags.errors.len() > before {
         return None;
     }
+    // Istio 1.4 elides a rule whose every action was elided, unless it edits headers.
+    if !written.is_empty()
+        && actions.is_empty()
+        && request_header_operations.is_empty()
+        && response_header_operations.is_empty()
+    {
+        needed.dedup();
+        diags.dependent(&raw.doc, needed);
+        return None;
+    }
+    for (path, documents) in left_out {
+        diags.warn(
+            &raw.doc,
+            path,
+            format!("action left out: it needs dropped {documents}"),
+        );
+    }
     Some(RuleConfig {
-        name: Arc::from(format!("{}.{}", raw.name, raw.namespace)),
+        name: raw.full_name(),
         namespace: Arc::from(raw.namespace.as_str()),
         match_expr,
         match_error_policy,
@@ -127,15 +154,27 @@ pub(crate) fn list<'v>(
     }
 }
 
+/// What became of one action.
+enum Action {
+    Kept(ActionConfig),
+    /// Left out because its handler, or every one of its instances, was dropped (their full
+    /// names).
+    Dropped(Vec<String>),
+    /// It has errors (reported).
+    Invalid,
+}
+
 fn action(
     doc: &Doc<'_>,
     scope: &Scope<'_>,
     value: &Value,
     path: &str,
     diags: &mut Diagnostics,
-) -> Option<ActionConfig> {
+) -> Action {
     let raw = doc.raw;
-    let map = as_map(value, path, &raw.doc, diags)?;
+    let Some(map) = as_map(value, path, &raw.doc, diags) else {
+        return Action::Invalid;
+    };
     check_keys(
         &map,
         &["handler", "instances", "name"],
@@ -145,12 +184,13 @@ fn action(
     );
     let name = opt_string(&map, "name", path, &raw.doc, diags);
     let handler_ref = opt_string(&map, "handler", path, &raw.doc, diags);
+    let mut dropped = Vec::new();
     let handler = match handler_ref.as_deref() {
         None | Some("") => {
             if !matches!(map.get("handler"), Some(v) if !v.is_string() && !v.is_null()) {
                 diags.error(&raw.doc, join(path, "handler"), "missing");
             }
-            None
+            Err(None)
         }
         Some(r) => lookup(
             doc,
@@ -176,7 +216,15 @@ fn action(
         );
     }
     let mut instances = Vec::new();
-    let mut ok = handler.is_some();
+    let mut ok = match &handler {
+        Ok(_) => true,
+        Err(Some(document)) => {
+            dropped.push(document.clone());
+            true
+        }
+        Err(None) => false,
+    };
+    let handler = handler.ok();
     for (j, item) in items.iter().enumerate() {
         let here = index(&instances_path, j);
         let Value::String(r) = item else {
@@ -188,7 +236,7 @@ fn action(
             ok = false;
             continue;
         };
-        let Some(i) = lookup(
+        let i = match lookup(
             doc,
             scope,
             scope.instance_table,
@@ -196,9 +244,24 @@ fn action(
             r,
             &here,
             diags,
-        ) else {
-            ok = false;
-            continue;
+        ) {
+            Ok(i) => i,
+            // Istio 1.4 leaves the instance out of the action and keeps the rest.
+            Err(Some(document)) => {
+                if handler.is_some() {
+                    diags.warn(
+                        &raw.doc,
+                        here,
+                        format!("instance left out of the action: {document} was dropped"),
+                    );
+                }
+                dropped.push(document);
+                continue;
+            }
+            Err(None) => {
+                ok = false;
+                continue;
+            }
         };
         if let Some(h) = handler.and_then(|h| scope.handlers.get(h))
             && let Some(supported) = supported_templates(h, scope)
@@ -228,12 +291,17 @@ fn action(
         }
         instances.push(i);
     }
-    let handler = handler?;
-    ok.then_some(ActionConfig {
-        handler,
-        instances,
-        name,
-    })
+    if !ok {
+        return Action::Invalid;
+    }
+    match handler {
+        Some(handler) if !instances.is_empty() || items.is_empty() => Action::Kept(ActionConfig {
+            handler,
+            instances,
+            name,
+        }),
+        _ => Action::Dropped(dropped),
+    }
 }
 
 /// The templates a handler's adapter declares: a built-in adapter's own list, or an `adapter`
@@ -247,8 +315,8 @@ fn supported_templates<'s>(h: &'s HandlerConfig, scope: &Scope<'s>) -> Option<&'
     }
 }
 
-/// Resolves a reference, reporting unknown names; `None` also for invalid targets (their
-/// own errors are already reported).
+/// Resolves a reference, reporting unknown names: `Err(None)` then; `Err(Some(full name))`
+/// for a target that is invalid or dropped (its own errors are reported with it).
 fn lookup(
     doc: &Doc<'_>,
     scope: &Scope<'_>,
@@ -257,10 +325,10 @@ fn lookup(
     reference: &str,
     path: &str,
     diags: &mut Diagnostics,
-) -> Option<usize> {
+) -> Result<usize, Option<String>> {
     match table.resolve(reference, &doc.raw.namespace, scope.default_namespace) {
-        Resolution::Found(i) => Some(i),
-        Resolution::Invalid => None,
+        Resolution::Found(i) => Ok(i),
+        Resolution::Invalid(document) => Err(Some(document)),
         Resolution::NotFound => {
             let elsewhere = table.same_name_elsewhere(reference);
             let hint = if let Some(found) = elsewhere.first() {
@@ -280,7 +348,7 @@ fn lookup(
                 )
             };
             diags.error(&doc.raw.doc, path, message);
-            None
+            Err(None)
         }
     }
 }
@@ -303,7 +371,7 @@ mod tests {
             "kind: rule\nmetadata: {name: r, namespace: team}\nspec:\n  match: source.namespace == \"bad\"\n  matchErrorPolicy: DENY\n  actions:\n  - {handler: denyall, instances: [nothing.istio-system]}\n  - {handler: nothing-h.handler, instances: [span, nothing.instance.istio-system], name: a2}\n",
         ));
         let r = &v.config.rules[0];
-        assert_eq!(&*r.name, "r.team");
+        assert_eq!(&*r.name, "r.rule.team");
         assert_eq!(r.match_error_policy, Some(MatchErrorPolicy::Deny));
         assert_eq!(
             r.match_expr.as_ref().map(|e| e.source()),
@@ -315,8 +383,14 @@ mod tests {
         assert_eq!(r.actions[1].instances, [1, 0]);
         assert_eq!(r.actions[1].name.as_deref(), Some("a2"));
         let dump = v.config.dump();
-        assert_eq!(dump["rules"][0]["actions"][1]["handler"], "nothing-h.team");
-        assert_eq!(dump["rules"][0]["actions"][1]["instances"][0], "span.team");
+        assert_eq!(
+            dump["rules"][0]["actions"][1]["handler"],
+            "nothing-h.handler.team"
+        );
+        assert_eq!(
+            dump["rules"][0]["actions"][1]["instances"][0],
+            "span.instance.team"
+        );
     }
 
     #[test]
@@ -348,7 +422,7 @@ mod tests {
                 "kind: rule\nmetadata: {name: r}\nspec:\n  actions:\n  - {handler: denyall, instances: [span.team]}\n"
             )),
             [
-                "c.yaml: rule r: spec.actions[0].instances[0]: instance span.team is of template tracespan, which handler denyall.istio-system (adapter denier) does not support (it supports checknothing, listentry, quota)"
+                "c.yaml: rule r: spec.actions[0].instances[0]: instance span.instance.team is of template tracespan, which handler denyall.handler.istio-system (adapter denier) does not support (it supports checknothing, listentry, quota)"
             ]
         );
         assert_eq!(

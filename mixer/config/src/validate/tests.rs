@@ -48,6 +48,7 @@ fn language_annotation_and_default_syntax() {
     let options = ConfigOptions {
         default_namespace: "mesh".into(),
         default_syntax: Syntax::Cexl,
+        ..ConfigOptions::default()
     };
     let v = crate::validate(
         &[SourceFile::new(
@@ -58,7 +59,7 @@ fn language_annotation_and_default_syntax() {
         &options,
     )
     .expect("valid");
-    assert_eq!(&*v.config.rules[0].name, "r.mesh");
+    assert_eq!(&*v.config.rules[0].name, "r.rule.mesh");
     assert_eq!(&*v.config.default_namespace, "mesh");
 }
 
@@ -141,7 +142,7 @@ spec:
     assert_eq!(dump["instances"][0]["template"], "checknothing");
     assert_eq!(
         dump["rules"][0]["actions"][0]["handler"],
-        "denycurl.istio-system"
+        "denycurl.handler.istio-system"
     );
 }
 
@@ -161,5 +162,187 @@ fn empty_input_is_an_empty_config() {
     assert_eq!(
         crate::Config::empty().vocabulary.len(),
         v.config.vocabulary.len()
+    );
+}
+
+fn skip(files: &[(&str, &str)]) -> Result<crate::Validated, Vec<String>> {
+    let sources: Vec<SourceFile> = files.iter().map(|(n, t)| SourceFile::new(*n, *t)).collect();
+    let options = ConfigOptions {
+        invalid_config: crate::InvalidConfig::Skip,
+        ..ConfigOptions::default()
+    };
+    crate::validate(&sources, &registry(), &options)
+        .map_err(|errs| errs.iter().map(ToString::to_string).collect())
+}
+
+/// Istio 1.4's rules (mixer/pkg/runtime/config/ephemeral.go, processRuleConfigs): an action
+/// loses an instance that is invalid and is elided when its handler is, or when no instance is
+/// left; a rule with no action left (and no header operation) is elided.
+const PARTLY_INVALID: &str = r#"
+kind: handler
+metadata: {name: deny}
+spec: {compiledAdapter: denier}
+---
+kind: handler
+metadata: {name: broken}
+spec: {compiledAdapter: denier, params: {status: {code: 99}}}
+---
+kind: denier
+metadata: {name: oldbroken}
+spec: {status: {code: 99}}
+---
+kind: instance
+metadata: {name: nothing}
+spec: {compiledTemplate: checknothing}
+---
+kind: instance
+metadata: {name: bad}
+spec: {compiledTemplate: checknothing, params: {nope: 1}}
+---
+kind: attributemanifest
+metadata: {name: extra}
+spec:
+  attributes:
+    my.attr: {valueType: STRING}
+    bad.attr: {valueType: NOPE}
+---
+kind: rule
+metadata: {name: only-broken}
+spec: {actions: [{handler: broken, instances: [nothing]}]}
+---
+kind: rule
+metadata: {name: one-of-two}
+spec:
+  actions:
+  - {handler: deny, instances: [nothing]}
+  - {handler: broken, instances: [nothing]}
+---
+kind: rule
+metadata: {name: only-bad-instance}
+spec: {actions: [{handler: deny, instances: [bad]}]}
+---
+kind: rule
+metadata: {name: bad-and-good-instance}
+spec: {actions: [{handler: deny, instances: [bad, nothing]}]}
+---
+kind: rule
+metadata: {name: old-style}
+spec: {actions: [{handler: oldbroken.denier, instances: [nothing]}]}
+---
+kind: rule
+metadata: {name: bad-match}
+spec: {match: 'source.nmespace == "x"', actions: [{handler: deny, instances: [nothing]}]}
+---
+kind: rule
+metadata: {name: needs-manifest}
+spec: {match: 'my.attr == "x"', actions: [{handler: deny, instances: [nothing]}]}
+"#;
+
+#[test]
+fn skip_drops_invalid_documents_and_what_needs_them() {
+    let v = skip(&[("c.yaml", PARTLY_INVALID)]).expect("served");
+    let dropped: Vec<String> = v.config.dropped.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        dropped,
+        [
+            "broken.handler.istio-system (c.yaml): invalid: spec.params.status.code: 99 is not a status code (0-16 or a name such as PERMISSION_DENIED)",
+            "oldbroken.denier.istio-system (c.yaml): invalid: spec.status.code: 99 is not a status code (0-16 or a name such as PERMISSION_DENIED)",
+            "bad.instance.istio-system (c.yaml): invalid: spec.params.nope: unknown field: template checknothing has no fields",
+            "extra.attributemanifest.istio-system (c.yaml): invalid: spec.attributes.bad.attr.valueType: unknown value type \"NOPE\"",
+            "only-broken.rule.istio-system (c.yaml): depends on dropped broken.handler.istio-system",
+            "only-bad-instance.rule.istio-system (c.yaml): depends on dropped bad.instance.istio-system",
+            "old-style.rule.istio-system (c.yaml): depends on dropped oldbroken.denier.istio-system",
+            "bad-match.rule.istio-system (c.yaml): invalid: spec.match: unknown attribute \"source.nmespace\" (did you mean source.namespace?)",
+            "needs-manifest.rule.istio-system (c.yaml): invalid: spec.match: unknown attribute \"my.attr\"",
+        ]
+    );
+    let reasons: Vec<&str> = v.config.dropped.iter().map(|d| d.reason_label()).collect();
+    assert_eq!(
+        reasons,
+        [
+            "invalid",
+            "invalid",
+            "invalid",
+            "invalid",
+            "dependency",
+            "dependency",
+            "dependency",
+            "invalid",
+            "invalid"
+        ]
+    );
+    let c = &v.config;
+    let rules: Vec<(&str, usize)> = c
+        .rules
+        .iter()
+        .map(|r| (&*r.name, r.actions.len()))
+        .collect();
+    assert_eq!(
+        rules,
+        [
+            ("one-of-two.rule.istio-system", 1),
+            ("bad-and-good-instance.rule.istio-system", 1)
+        ]
+    );
+    let kept = &c.rules[1].actions[0];
+    assert_eq!(
+        &*c.instances[kept.instances[0]].name,
+        "nothing.instance.istio-system"
+    );
+    assert_eq!(kept.instances.len(), 1);
+    let warnings: Vec<String> = v.warnings.iter().map(ToString::to_string).collect();
+    assert!(
+        warnings.contains(&"c.yaml: rule one-of-two: spec.actions[1]: action left out: it needs dropped broken.handler.istio-system".to_string()),
+        "{warnings:#?}"
+    );
+    assert!(
+        warnings.contains(&"c.yaml: rule bad-and-good-instance: spec.actions[0].instances[0]: instance left out of the action: bad.instance.istio-system was dropped".to_string()),
+        "{warnings:#?}"
+    );
+}
+
+#[test]
+fn refuse_is_the_default_and_reports_the_same_errors() {
+    // One pass: the documents' own errors (needs-manifest compiles while the manifest's
+    // valid attribute is still there).
+    let e = errors(PARTLY_INVALID);
+    let documents: Vec<&str> = e
+        .iter()
+        .map(|e| e.split(':').nth(1).unwrap_or(""))
+        .collect();
+    assert_eq!(
+        documents,
+        [
+            " attributemanifest extra",
+            " handler broken",
+            " denier oldbroken",
+            " instance bad",
+            " rule bad-match"
+        ],
+        "{e:#?}"
+    );
+}
+
+#[test]
+fn skip_names_unparsable_documents_and_keeps_refusing_when_no_rule_is_left() {
+    let good = "kind: handler\nmetadata: {name: deny}\nspec: {compiledAdapter: denier}\n---\nkind: instance\nmetadata: {name: nothing}\nspec: {compiledTemplate: checknothing}\n---\nkind: rule\nmetadata: {name: r}\nspec: {actions: [{handler: deny, instances: [nothing]}]}\n";
+    let v = skip(&[
+        ("good.yaml", good),
+        ("bad.yaml", "kind: rule\nmetadata: [1\n"),
+    ])
+    .expect("served");
+    let dropped: Vec<String> = v.config.dropped.iter().map(|d| d.name.clone()).collect();
+    assert_eq!(dropped, ["bad.yaml: document 1"]);
+    assert_eq!(v.config.rules.len(), 1);
+    // Every rule dropped: refused, with every error and why.
+    let only_broken = "kind: rule\nmetadata: {name: r}\nspec: {actions: [{handler: nope, instances: [nothing]}]}\n";
+    let e = skip(&[("r.yaml", only_broken)]).expect_err("nothing left");
+    assert_eq!(
+        e,
+        [
+            "r.yaml: rule r: spec.actions[0].handler: unknown handler \"nope\": no handler by that name",
+            "r.yaml: rule r: spec.actions[0].instances[0]: unknown instance \"nothing\": no instance by that name",
+            "r.yaml: no rule is left once the 1 invalid or dependent documents are dropped; the config is refused",
+        ]
     );
 }

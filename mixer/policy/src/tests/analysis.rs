@@ -5,11 +5,20 @@ fn risks(src: &str) -> Vec<String> {
     compile(src, Syntax::Compat).absent_failure_risks()
 }
 
+fn cel_risks(src: &str) -> Vec<String> {
+    compile(src, Syntax::Cel).absent_failure_risks()
+}
+
 #[test]
 fn absent_failure_risks() {
     assert_eq!(risks(r#"request.method == "GET""#), vec!["request.method"]);
+    // An absent key reads "" (Istio's CEXL): only the map itself can be missing.
     assert_eq!(
         risks(r#"request.headers["x-user"] == "a""#),
+        vec!["request.headers"]
+    );
+    assert_eq!(
+        cel_risks(r#"request.headers["x-user"] == "a""#),
         vec!["request.headers[x-user]"]
     );
     assert!(risks(r#"request.method | "GET""#).is_empty());
@@ -27,8 +36,9 @@ fn absent_failure_risks() {
         risks(r#"has(source.ip) ? true : source.ip == "1.2.3.4""#),
         vec!["source.ip"]
     );
+    assert!(risks(r#"has(request.headers) && request.headers["x"] == "y""#).is_empty());
     assert_eq!(
-        risks(r#"has(request.headers) && request.headers["x"] == "y""#),
+        cel_risks(r#"has(request.headers) && request.headers["x"] == "y""#),
         vec!["request.headers[x]"]
     );
     assert_eq!(
@@ -41,7 +51,7 @@ fn absent_failure_risks() {
         r#"request.headers["x"] == "y" && has(request.headers.x)"#,
         Syntax::Cexl,
     );
-    assert_eq!(e.absent_failure_risks(), vec!["request.headers[x]"]);
+    assert_eq!(e.absent_failure_risks(), vec!["request.headers"]);
 }
 
 #[test]

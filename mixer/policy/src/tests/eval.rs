@@ -171,7 +171,32 @@ fn map_access_and_errors() {
         compile_err(r#"request.headers.x_user | "n""#, Syntax::Cel).starts_with("syntax error")
     );
     assert_eq!(eval(r#"request.headers.x_user | "n""#), Value::from("n"));
-    let err = eval_in(r#"request.headers["x-admin"]"#, Syntax::Compat).expect_err("missing");
+    // Istio's default language (CEXL) reads an absent key as "", and so does COMPAT, the
+    // default here; CEL fails, as cel-go does.
+    assert_eq!(
+        eval_in(r#"request.headers["x-admin"]"#, Syntax::Compat).expect("empty"),
+        Value::from("")
+    );
+    assert_eq!(
+        eval_in(r#"request.headers["x-admin"]"#, Syntax::Cexl).expect("empty"),
+        Value::from("")
+    );
+    assert_eq!(
+        eval_in(r#"request.headers.x_admin"#, Syntax::Compat).expect("empty"),
+        Value::from("")
+    );
+    assert_eq!(
+        eval_in(r#"request.headers["x-admin"] | "nobody""#, Syntax::Compat).expect("default"),
+        Value::from("nobody")
+    );
+    assert_eq!(
+        eval_in(r#"request.headers["x-admin"] != "yes""#, Syntax::Compat).expect("compares"),
+        Value::Bool(true)
+    );
+    // The map itself absent is still an error.
+    let err = eval_in(r#"source.labels["version"]"#, Syntax::Compat).expect_err("no map");
+    assert_eq!(err.to_string(), r#"attribute "source.labels" is absent"#);
+    let err = eval_in(r#"request.headers["x-admin"]"#, Syntax::Cel).expect_err("missing");
     assert_eq!(
         err.to_string(),
         r#"attribute "request.headers" has no key "x-admin""#
@@ -184,7 +209,11 @@ fn map_access_and_errors() {
         Value::from("alice")
     );
     assert_eq!(eval(r#"size(request.headers)"#), Value::Int64(2));
-    assert!(eval_in(r#"emptyStringMap()["k"]"#, Syntax::Compat).is_err());
+    assert!(eval_in(r#"emptyStringMap()["k"]"#, Syntax::Cel).is_err());
+    assert_eq!(
+        eval_in(r#"emptyStringMap()["k"]"#, Syntax::Compat).expect("empty"),
+        Value::from("")
+    );
 }
 
 #[test]

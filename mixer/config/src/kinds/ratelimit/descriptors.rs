@@ -7,12 +7,17 @@ use super::super::Doc;
 use crate::document::{as_map, check_keys, opt_string, type_name};
 use crate::error::{Diagnostics, did_you_mean, index, join};
 
+/// Every descriptor key envoyproxy/ratelimit reads (src/config/config_impl.go, `validKeys`).
 pub(super) const DESCRIPTOR_KEYS: &[&str] = &[
     "key",
     "value",
     "rate_limit",
     "shadow_mode",
+    "quota_mode",
     "detailed_metric",
+    "value_to_metric",
+    "share_threshold",
+    "metadata",
     "descriptors",
 ];
 pub(super) const RATE_LIMIT_KEYS: &[&str] =
@@ -30,7 +35,21 @@ pub(super) const UNITS: [(&str, &str); 5] = [
 pub(super) enum Matcher {
     Any,
     Exact(String),
-    Prefix(String),
+    /// A value with `*`s, split at them: each `*` matches any run of characters
+    /// (`["/api/", ""]` for `/api/*`).
+    Wildcard(Vec<String>),
+}
+
+impl Matcher {
+    fn of(value: Option<String>) -> Matcher {
+        match value {
+            None => Matcher::Any,
+            Some(v) if v.contains('*') => {
+                Matcher::Wildcard(v.split('*').map(str::to_string).collect())
+            }
+            Some(v) => Matcher::Exact(v),
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -39,20 +58,30 @@ pub(super) struct Level {
     pub(super) matcher: Matcher,
     /// Values of same-key siblings this level must not take (they have entries of their own).
     pub(super) not_exact: Vec<String>,
-    /// Prefixes of same-key wildcard siblings that take precedence.
-    pub(super) not_prefix: Vec<String>,
+    /// Patterns (split at `*`) of same-key wildcard siblings that take precedence.
+    pub(super) not_wildcard: Vec<Vec<String>>,
+    /// `share_threshold`: every value the wildcard matches counts on one counter, so the
+    /// dimension is the pattern, not the value.
+    pub(super) shared: Option<String>,
 }
 
 pub(super) struct Limit {
-    pub(super) requests_per_unit: u32,
-    pub(super) window: &'static str,
+    /// `(requests_per_unit, window)`; `None` for an unlimited one.
+    pub(super) counted: Option<(u32, &'static str)>,
     pub(super) shadow: bool,
+    pub(super) quota_mode: bool,
+    pub(super) name: Option<String>,
+    pub(super) replaces: Vec<String>,
 }
 
 pub(super) struct Leaf {
     pub(super) levels: Vec<Level>,
     pub(super) limit: Limit,
 }
+
+/// One entry of a descriptor list once its key and value are read: its index, key, matcher,
+/// shared wildcard pattern (`share_threshold`) and the entry itself.
+type Parsed = (usize, String, Matcher, Option<String>, Map<String, Value>);
 
 /// Walks one descriptor list: checks each entry, then recurses into nested lists.
 pub(super) fn walk(
@@ -65,7 +94,8 @@ pub(super) fn walk(
 ) {
     let raw = doc.raw;
     // First the keys and values of this level, for duplicates and exclusions.
-    let mut parsed: Vec<(usize, String, Matcher, Map<String, Value>)> = Vec::new();
+    #[allow(clippy::type_complexity)]
+    let mut parsed: Vec<Parsed> = Vec::new();
     let mut seen: Vec<(String, Option<String>, String)> = Vec::new();
     for (i, item) in list.iter().enumerate() {
         let here = index(path, i);
@@ -117,61 +147,83 @@ pub(super) fn walk(
             );
             continue;
         }
-        seen.push((key.clone(), value.clone(), here));
-        let matcher = match value {
-            None => Matcher::Any,
-            Some(v) => match v.strip_suffix('*') {
-                Some(p) => Matcher::Prefix(p.to_string()),
-                None => Matcher::Exact(v),
-            },
+        seen.push((key.clone(), value.clone(), here.clone()));
+        let shared = flag(doc, &map, "share_threshold", &here, diags);
+        let shared = match (&value, shared) {
+            (Some(v), true) if v.contains('*') => Some(v.clone()),
+            (_, true) => {
+                let full = match &value {
+                    Some(v) => format!("{key}_{v}"),
+                    None => key.clone(),
+                };
+                diags.error(
+                    &raw.doc,
+                    join(&here, "share_threshold"),
+                    format!(
+                        "share_threshold can only be used with wildcard values (containing '*'), but found key '{full}'"
+                    ),
+                );
+                continue;
+            }
+            _ => None,
         };
-        parsed.push((i, key, matcher, map));
+        let matcher = Matcher::of(value);
+        parsed.push((i, key, matcher, shared, map));
     }
 
-    for (n, (i, key, matcher, map)) in parsed.iter().enumerate() {
+    for (n, (i, key, matcher, shared, map)) in parsed.iter().enumerate() {
         let here = index(path, *i);
-        let same_key = || parsed.iter().filter(|(_, k, _, _)| k == key);
+        let same_key = || parsed.iter().filter(|(_, k, ..)| k == key);
         let exact_siblings: Vec<String> = same_key()
-            .filter_map(|(_, _, m, _)| match m {
+            .filter_map(|(_, _, m, ..)| match m {
                 Matcher::Exact(v) => Some(v.clone()),
                 _ => None,
             })
             .collect();
-        let (not_exact, not_prefix) = match matcher {
+        let wildcards = |among: &[Parsed]| {
+            among
+                .iter()
+                .filter(|(_, k, ..)| k == key)
+                .filter_map(|(_, _, m, ..)| match m {
+                    Matcher::Wildcard(parts) => Some(parts.clone()),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        // envoyproxy/ratelimit looks a value up exactly, then tries the wildcards in order,
+        // then the key-only entry.
+        let (not_exact, not_wildcard) = match matcher {
             Matcher::Exact(_) => (Vec::new(), Vec::new()),
-            Matcher::Prefix(_) => {
-                let earlier = parsed[..n]
-                    .iter()
-                    .filter(|(_, k, _, _)| k == key)
-                    .filter_map(|(_, _, m, _)| match m {
-                        Matcher::Prefix(p) => Some(p.clone()),
-                        _ => None,
-                    })
-                    .collect();
-                (exact_siblings, earlier)
-            }
-            Matcher::Any => {
-                let prefixes = same_key()
-                    .filter_map(|(_, _, m, _)| match m {
-                        Matcher::Prefix(p) => Some(p.clone()),
-                        _ => None,
-                    })
-                    .collect();
-                (exact_siblings, prefixes)
-            }
+            Matcher::Wildcard(_) => (exact_siblings, wildcards(&parsed[..n])),
+            Matcher::Any => (exact_siblings, wildcards(&parsed)),
         };
         let mut levels = prefix.to_vec();
         levels.push(Level {
             key: key.clone(),
             matcher: matcher.clone(),
             not_exact,
-            not_prefix,
+            not_wildcard,
+            shared: shared.clone(),
         });
         let shadow = flag(doc, map, "shadow_mode", &here, diags);
+        let quota_mode = flag(doc, map, "quota_mode", &here, diags);
+        // Only envoyproxy/ratelimit's own statistics' names depend on these.
         flag(doc, map, "detailed_metric", &here, diags);
+        flag(doc, map, "value_to_metric", &here, diags);
+        // Only sent back as response metadata, which envoyproxy/ratelimit does not do unless
+        // RESPONSE_DYNAMIC_METADATA is set; the mixer never does.
+        match map.get("metadata") {
+            None | Some(Value::Null | Value::Object(_)) => {}
+            Some(other) => diags.error(
+                &raw.doc,
+                join(&here, "metadata"),
+                format!("expected a mapping, found {}", type_name(other)),
+            ),
+        }
         if let Some(rl) = map.get("rate_limit").filter(|v| !v.is_null())
-            && let Some(limit) = rate_limit(doc, rl, &join(&here, "rate_limit"), shadow, diags)
+            && let Some(mut limit) = rate_limit(doc, rl, &join(&here, "rate_limit"), shadow, diags)
         {
+            limit.quota_mode = quota_mode;
             leaves.push(Leaf {
                 levels: levels.clone(),
                 limit,
@@ -223,26 +275,27 @@ pub(super) fn rate_limit(
     let raw = doc.raw;
     let map = as_map(value, path, &raw.doc, diags)?;
     check_keys(&map, RATE_LIMIT_KEYS, path, &raw.doc, diags);
-    opt_string(&map, "name", path, &raw.doc, diags);
-    if map.get("replaces").is_some_and(|v| !v.is_null()) {
-        diags.error(
-            &raw.doc,
-            join(path, "replaces"),
-            "replaces is not supported",
-        );
-        return None;
-    }
+    let name = opt_string(&map, "name", path, &raw.doc, diags).filter(|n| !n.is_empty());
+    let replaces = replaces(doc, &map, path, name.as_deref(), diags);
     let unlimited = flag(doc, &map, "unlimited", path, diags);
     let unit = map.get("unit").filter(|v| !v.is_null());
     if unlimited {
-        if unit.is_some() || map.get("requests_per_unit").is_some_and(|v| !v.is_null()) {
+        // envoyproxy/ratelimit refuses a unit beside `unlimited` and ignores a count.
+        if unit.is_some() {
             diags.error(
                 &raw.doc,
-                path,
-                "an unlimited rate_limit takes no unit or requests_per_unit",
+                join(path, "unit"),
+                "should not specify rate limit unit when unlimited",
             );
+            return None;
         }
-        return None;
+        return Some(Limit {
+            counted: None,
+            shadow,
+            quota_mode: false,
+            name,
+            replaces: replaces?,
+        });
     }
     let window = match unit {
         None => {
@@ -312,8 +365,62 @@ pub(super) fn rate_limit(
         }
     };
     Some(Limit {
-        requests_per_unit: requests?,
-        window: window?,
+        counted: Some((requests?, window?)),
         shadow,
+        quota_mode: false,
+        name,
+        replaces: replaces?,
     })
+}
+
+/// `replaces: [{name: ...}]`: the names, each non-empty and not the limit's own.
+fn replaces(
+    doc: &Doc<'_>,
+    map: &Map<String, Value>,
+    path: &str,
+    own: Option<&str>,
+    diags: &mut Diagnostics,
+) -> Option<Vec<String>> {
+    let raw = doc.raw;
+    let here = join(path, "replaces");
+    let list = match map.get("replaces") {
+        None | Some(Value::Null) => return Some(Vec::new()),
+        Some(Value::Array(list)) => list,
+        Some(other) => {
+            diags.error(
+                &raw.doc,
+                here,
+                format!("expected a list, found {}", type_name(other)),
+            );
+            return None;
+        }
+    };
+    let before = diags.errors.len();
+    let mut names = Vec::new();
+    for (i, item) in list.iter().enumerate() {
+        let at = index(&here, i);
+        let Some(entry) = as_map(item, &at, &raw.doc, diags) else {
+            continue;
+        };
+        check_keys(&entry, &["name"], &at, &raw.doc, diags);
+        // The messages are envoyproxy/ratelimit's own.
+        match opt_string(&entry, "name", &at, &raw.doc, diags) {
+            Some(n) if !n.is_empty() => {
+                if Some(n.as_str()) == own {
+                    diags.error(
+                        &raw.doc,
+                        join(&at, "name"),
+                        "replaces should not contain name of same descriptor",
+                    );
+                }
+                names.push(n);
+            }
+            _ => diags.error(
+                &raw.doc,
+                join(&at, "name"),
+                "should not have an empty replaces entry",
+            ),
+        }
+    }
+    (diags.errors.len() == before).then_some(names)
 }

@@ -17,10 +17,9 @@ pub(super) fn unique_name(doc: &str, levels: &[Level], taken: &mut HashSet<Strin
                 name.push('-');
                 name.push_str(v);
             }
-            Matcher::Prefix(p) => {
+            Matcher::Wildcard(parts) => {
                 name.push('-');
-                name.push_str(p);
-                name.push_str("_any");
+                name.push_str(&parts.join("_any"));
             }
         }
     }
@@ -54,8 +53,8 @@ pub(super) fn match_source(domain: &str, levels: &[Level]) -> String {
         let entry = format!("ratelimit.descriptor[{}]", quote(&level.key));
         match &level.matcher {
             Matcher::Exact(v) => parts.push(format!("{entry} == {}", quote(v))),
-            Matcher::Prefix(p) => parts.push(format!("{entry}.startsWith({})", quote(p))),
-            Matcher::Any if level.not_exact.is_empty() && level.not_prefix.is_empty() => {
+            Matcher::Wildcard(pattern) => parts.push(wildcard_test(&entry, pattern)),
+            Matcher::Any if level.not_exact.is_empty() && level.not_wildcard.is_empty() => {
                 parts.push(format!("{} in ratelimit.descriptor", quote(&level.key)));
             }
             Matcher::Any => {}
@@ -64,11 +63,25 @@ pub(super) fn match_source(domain: &str, levels: &[Level]) -> String {
             let values: Vec<String> = level.not_exact.iter().map(|v| quote(v)).collect();
             parts.push(format!("!({entry} in [{}])", values.join(", ")));
         }
-        for p in &level.not_prefix {
-            parts.push(format!("!{entry}.startsWith({})", quote(p)));
+        for pattern in &level.not_wildcard {
+            parts.push(format!("!{}", wildcard_test(&entry, pattern)));
         }
     }
     parts.join(" && ")
+}
+
+/// A test of `entry` against a value pattern split at its `*`s: `startsWith` for the common
+/// trailing `*`, else an anchored regular expression (each `*` any run of characters, as
+/// envoyproxy/ratelimit's `wildcardMatch`), compiled once with the config.
+fn wildcard_test(entry: &str, pattern: &[String]) -> String {
+    match pattern {
+        [prefix, last] if last.is_empty() => format!("{entry}.startsWith({})", quote(prefix)),
+        _ => {
+            let literal: Vec<String> = pattern.iter().map(|p| regex::escape(p)).collect();
+            let re = format!("(?s)^{}$", literal.join(".*"));
+            format!("{entry}.matches({})", quote(&re))
+        }
+    }
 }
 
 /// A CEL string literal.
