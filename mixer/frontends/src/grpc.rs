@@ -1,16 +1,24 @@
-//! The front ends' unary gRPC methods, served straight from their implementations by
-//! [`mixer_grpc`]; the streaming access log service, health and unknown paths stay with
-//! tonic's routes.
+//! What the mixer's gRPC port serves, each path once: the unary methods straight from their
+//! implementations ([`unary_methods`], served by [`mixer_grpc`] without tonic's layers), and
+//! tonic's [`routes`] for the one streaming method (Envoy's access log stream). The server adds
+//! health to the routes; any other path gets UNIMPLEMENTED naming the method.
+//!
+//! ```no_run
+//! # async fn run(runtime: std::sync::Arc<mixer_runtime::Runtime>) -> std::io::Result<()> {
+//! use mixer_frontends::grpc;
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:9091").await?;
+//! mixer_grpc::Server::new(grpc::unary_methods(&runtime), grpc::routes(&runtime).routes())
+//!     .streaming_requests([grpc::ACCESS_LOG_STREAM])
+//!     .serve(listener, std::future::pending())
+//!     .await
+//! # }
+//! ```
 
 use std::sync::Arc;
 
 use bytes::Bytes;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use mixer_grpc::{Methods, unary};
-use mixer_proto::istio::mixer::v1::mixer_server::Mixer;
 use mixer_runtime::Runtime;
-use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::LogsService;
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceService;
 
 use crate::ext_authz::ExtAuthz;
 use crate::mixer_v1::MixerV1;
@@ -29,21 +37,35 @@ pub const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitServic
 pub const OTLP_LOGS: &str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
 /// OTLP traces.
 pub const OTLP_TRACES: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+/// OTLP metrics.
+pub const OTLP_METRICS: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
+
+/// Envoy's access log stream, the one client-streaming method (served by [`routes`]).
+pub const ACCESS_LOG_STREAM: &str = "/envoy.service.accesslog.v3.AccessLogService/StreamAccessLogs";
 
 /// The paths served directly.
-pub const PATHS: [&str; 6] = [
+pub const PATHS: [&str; 7] = [
     EXT_AUTHZ_CHECK,
     MIXER_CHECK,
     MIXER_REPORT,
     SHOULD_RATE_LIMIT,
     OTLP_LOGS,
     OTLP_TRACES,
+    OTLP_METRICS,
 ];
 
 /// Envoy's ext_authz Check, Mixer v1 Check and Report, Envoy's ShouldRateLimit and OTLP's
-/// logs and traces Export, each deciding with `runtime`.
+/// logs, traces and metrics Export, each deciding with `runtime`.
 pub fn unary_methods(runtime: &Arc<Runtime>) -> Methods {
-    let [authz, mixer_check, mixer_report, rate_limit, logs, traces] = PATHS;
+    let [
+        authz,
+        mixer_check,
+        mixer_report,
+        rate_limit,
+        logs,
+        traces,
+        otlp_metrics,
+    ] = PATHS;
     let mut methods = Methods::new();
     // ext_authz reads its request where it lies and writes its answer straight to its frame
     // rather than through the generated messages, which would be built only to be mapped
@@ -63,56 +85,89 @@ pub fn unary_methods(runtime: &Arc<Runtime>) -> Methods {
     );
     methods.add(
         mixer_report,
-        unary(mixer, |s, r| async move { Mixer::report(&s, r).await }),
+        unary(mixer, |s, r| async move {
+            s.report(r.into_inner()).await.map(tonic::Response::new)
+        }),
     );
+    // Rate limit requests have their descriptors counted on the wire before prost builds
+    // them: one over the limits costs a pass over its bytes.
+    let rate_limit_decoded = unary(RateLimit::new(runtime.clone()), |s, r| async move {
+        s.decide(r.get_ref()).await.map(tonic::Response::new)
+    });
+    let limits_of = runtime.clone();
     methods.add(
         rate_limit,
-        unary(RateLimit::new(runtime.clone()), |s, r| async move {
-            RateLimitService::should_rate_limit(&s, r).await
+        Arc::new(move |message: Bytes| {
+            match crate::ratelimit::check_encoded_limits(&message, limits_of.limits()) {
+                Ok(()) => rate_limit_decoded(message),
+                Err(status) => Box::pin(std::future::ready(Err(status))),
+            }
         }),
     );
     let otlp = Otlp::new(runtime.clone());
     methods.add(
         logs,
         unary(otlp.clone(), |s, r| async move {
-            LogsService::export(&s, r).await
+            s.answer_logs(r.into_inner())
+                .await
+                .map(tonic::Response::new)
         }),
     );
     methods.add(
         traces,
-        unary(
-            otlp,
-            |s, r| async move { TraceService::export(&s, r).await },
-        ),
+        unary(otlp.clone(), |s, r| async move {
+            s.answer_traces(r.into_inner())
+                .await
+                .map(tonic::Response::new)
+        }),
+    );
+    methods.add(
+        otlp_metrics,
+        unary(otlp, |s, r| async move {
+            s.answer_metrics(r.into_inner())
+                .await
+                .map(tonic::Response::new)
+        }),
     );
     methods
+}
+
+/// tonic's routes for what [`unary_methods`] does not serve: Envoy's access log stream
+/// ([`ACCESS_LOG_STREAM`]). The server adds its health service.
+pub fn routes(runtime: &Arc<Runtime>) -> tonic::service::RoutesBuilder {
+    let mut routes = tonic::service::RoutesBuilder::default();
+    routes.add_service(crate::access_log::service(runtime.clone()));
+    routes
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tonic::server::NamedService;
 
-    /// A path that named no real method would only fall back to tonic, slower: each must be
+    /// A path that named no real method would only be answered UNIMPLEMENTED: each must be
     /// `/<generated service name>/<method>`.
     #[test]
     fn every_path_names_a_generated_service() {
-        use envoy_types::pb::envoy::service::auth::v3::authorization_server::AuthorizationServer;
-        use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
-        use mixer_proto::istio::mixer::v1::mixer_server::MixerServer;
-        use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::LogsServiceServer;
-        use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
+        use envoy_types::pb::envoy::service::accesslog::v3::access_log_service_server as access_log;
+        use envoy_types::pb::envoy::service::auth::v3::authorization_server as authorization;
+        use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server as rate_limit;
+        use mixer_proto::istio::mixer::v1::mixer_server as mixer;
+        use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server as logs;
+        use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server as metrics;
+        use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server as trace;
         let expected = [
-            format!("/{}/Check", AuthorizationServer::<ExtAuthz>::NAME),
-            format!("/{}/Check", MixerServer::<MixerV1>::NAME),
-            format!("/{}/Report", MixerServer::<MixerV1>::NAME),
-            format!(
-                "/{}/ShouldRateLimit",
-                RateLimitServiceServer::<RateLimit>::NAME
-            ),
-            format!("/{}/Export", LogsServiceServer::<Otlp>::NAME),
-            format!("/{}/Export", TraceServiceServer::<Otlp>::NAME),
+            format!("/{}/Check", authorization::SERVICE_NAME),
+            format!("/{}/Check", mixer::SERVICE_NAME),
+            format!("/{}/Report", mixer::SERVICE_NAME),
+            format!("/{}/ShouldRateLimit", rate_limit::SERVICE_NAME),
+            format!("/{}/Export", logs::SERVICE_NAME),
+            format!("/{}/Export", trace::SERVICE_NAME),
+            format!("/{}/Export", metrics::SERVICE_NAME),
         ];
         assert_eq!(PATHS.map(String::from), expected);
+        assert_eq!(
+            ACCESS_LOG_STREAM,
+            format!("/{}/StreamAccessLogs", access_log::SERVICE_NAME)
+        );
     }
 }

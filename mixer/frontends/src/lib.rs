@@ -12,6 +12,7 @@
 //! | [`otlp`] | OTLP logs and traces, gRPC `opentelemetry.proto.collector.{logs,trace}.v1.{LogsService,TraceService}/Export` | the gRPC address |
 
 pub mod access_log;
+mod check_quota;
 mod envoy_core;
 pub mod ext_authz;
 pub mod forward_auth;

@@ -22,7 +22,10 @@ pub enum WireError {
         wire: u8,
     },
     /// A string field that is not UTF-8.
-    Utf8,
+    Utf8 {
+        /// The field's number.
+        field: u32,
+    },
     /// A group left open, or one nested past the limit.
     Group,
     /// `metadata_context` or `route_metadata_context` did not decode.
@@ -38,7 +41,7 @@ impl fmt::Display for WireError {
             WireError::WireType { field, wire } => {
                 write!(f, "field {field} has the wrong wire type {wire}")
             }
-            WireError::Utf8 => f.write_str("a string field is not valid UTF-8"),
+            WireError::Utf8 { field } => write!(f, "string field {field} is not valid UTF-8"),
             WireError::Group => f.write_str("a group is unterminated or nested too deep"),
             WireError::Metadata(e) => write!(f, "metadata: {e}"),
         }
@@ -125,7 +128,8 @@ impl<'a> Reader<'a> {
     }
 
     pub(crate) fn string(&mut self, wire: u8) -> Result<&'a str, WireError> {
-        std::str::from_utf8(self.len(wire)?).map_err(|_| WireError::Utf8)
+        let field = self.field;
+        std::str::from_utf8(self.len(wire)?).map_err(|_| WireError::Utf8 { field })
     }
 
     pub(crate) fn take(&mut self, len: usize) -> Result<&'a [u8], WireError> {

@@ -17,10 +17,15 @@
 //! # }
 //! ```
 
+mod deadline;
 mod fallback;
+pub mod limits;
 mod methods;
 
+use std::collections::HashSet;
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -29,26 +34,44 @@ use futures_util::stream::FuturesUnordered;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 pub use fallback::Fallback;
+use limits::{Event, Events, Gate, Limits, NoEvents, Refusal, StreamRefusal, Timeout};
 pub use methods::{Guard, Methods, Unary, framed, unary};
 
-/// A gRPC server: its methods, its fallback, TLS if any, and how long shutdown waits.
+/// A gRPC server: its methods, its fallback, TLS if any, its limits, and how long shutdown
+/// waits.
 pub struct Server<S> {
     methods: Methods,
     fallback: S,
     tls: Option<tokio_rustls::TlsAcceptor>,
     drain: Duration,
+    limits: Limits,
+    events: Arc<dyn Events>,
+    streaming: HashSet<String>,
+}
+
+/// What every connection of a server shares.
+struct Shared {
+    limits: Limits,
+    events: Arc<dyn Events>,
+    /// Paths whose requests stream: the body timeout ends at their first data.
+    streaming: HashSet<String>,
 }
 
 impl<S: Fallback> Server<S> {
-    /// Serves `methods` directly and every other path with `fallback`, in plaintext.
+    /// Serves `methods` directly and every other path with `fallback`, in plaintext, with
+    /// the default [`Limits`].
     pub fn new(methods: Methods, fallback: S) -> Server<S> {
         Server {
             methods,
             fallback,
             tls: None,
             drain: Duration::from_secs(10),
+            limits: Limits::default(),
+            events: Arc::new(NoEvents),
+            streaming: HashSet::new(),
         }
     }
 
@@ -65,6 +88,29 @@ impl<S: Fallback> Server<S> {
         self
     }
 
+    /// Connection and stream limits other than the defaults.
+    pub fn limits(mut self, limits: Limits) -> Server<S> {
+        self.limits = limits;
+        self
+    }
+
+    /// Where the limits report what they refused or closed.
+    pub fn events(mut self, events: Arc<dyn Events>) -> Server<S> {
+        self.events = events;
+        self
+    }
+
+    /// Paths (`/package.Service/Method`) of client-streaming methods, whose request bodies
+    /// stay open as long as the client has messages to send (Envoy's access log stream): on
+    /// them the body timeout bounds the wait for the first data only.
+    pub fn streaming_requests<P: Into<String>>(
+        mut self,
+        paths: impl IntoIterator<Item = P>,
+    ) -> Server<S> {
+        self.streaming.extend(paths.into_iter().map(Into::into));
+        self
+    }
+
     /// Accepts connections on `listener` until `shutdown`, then asks every connection to
     /// finish (GOAWAY) and waits for their calls, at most the drain time.
     pub async fn serve(
@@ -74,35 +120,48 @@ impl<S: Fallback> Server<S> {
     ) -> std::io::Result<()> {
         let (stop, stopped) = watch::channel(false);
         let mut connections = tokio::task::JoinSet::new();
+        let shared = Arc::new(Shared {
+            limits: self.limits,
+            events: self.events,
+            streaming: self.streaming,
+        });
+        let gate = Gate::new(shared.limits.max_connections, shared.events.clone());
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
-                accepted = listener.accept() => {
-                    let (tcp, _) = match accepted {
-                        Ok(a) => a,
-                        // A connection that died in the backlog, or no file descriptors
-                        // left for a moment: neither should end the server.
-                        Err(_) => {
-                            tokio::time::sleep(Duration::from_millis(5)).await;
-                            continue;
-                        }
-                    };
+                (tcp, _, permit) = gate.accept(&listener) => {
                     // Without TCP_NODELAY an answer could wait for the peer's delayed ACK.
                     let _ = tcp.set_nodelay(true);
                     let (methods, fallback) = (self.methods.clone(), self.fallback.clone());
                     let (stopped, tls) = (stopped.clone(), self.tls.clone());
+                    let shared = shared.clone();
                     connections.spawn(async move {
-                        let io: Box<dyn Io> = match tls {
-                            None => Box::new(tcp),
-                            Some(acceptor) => match acceptor.accept(tcp).await {
-                                Ok(io) => Box::new(io),
+                        let _permit = permit;
+                        let handshake = async {
+                            let io: Box<dyn Io> = match tls {
+                                None => Box::new(tcp),
                                 // A failed handshake (no client certificate under mutual
                                 // TLS, an unknown CA) ends only this connection.
-                                Err(_) => return,
-                            },
+                                Some(acceptor) => match acceptor.accept(tcp).await {
+                                    Ok(tls) => Box::new(tls),
+                                    Err(_) => {
+                                        shared.events.event(Event::Refused(Refusal::TlsHandshake));
+                                        return None;
+                                    }
+                                },
+                            };
+                            h2_builder(&shared.limits).handshake::<_, Bytes>(io).await.ok()
                         };
-                        connection(io, methods, fallback, stopped).await;
+                        let h2 = match tokio::time::timeout(shared.limits.handshake_timeout, handshake).await {
+                            Ok(Some(h2)) => h2,
+                            Ok(None) => return,
+                            Err(_) => {
+                                shared.events.event(Event::TimedOut(Timeout::Handshake));
+                                return;
+                            }
+                        };
+                        connection(h2, methods, fallback, stopped, shared).await;
                     });
                 }
             }
@@ -121,27 +180,86 @@ impl<S: Fallback> Server<S> {
 trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
 
-async fn connection<S: Fallback>(
-    io: Box<dyn Io>,
-    methods: Methods,
-    fallback: S,
-    mut stopped: watch::Receiver<bool>,
-) {
+fn h2_builder(limits: &Limits) -> h2::server::Builder {
     let mut builder = h2::server::Builder::new();
     // Large windows, as the mixer's adapter client has: a report batch is not held back by
-    // WINDOW_UPDATEs. Header lists are capped as hyper caps them.
+    // WINDOW_UPDATEs. The codec takes header lists well past the limit, which is applied
+    // per stream (see `refusal`).
     builder
         .initial_window_size(1 << 20)
         .initial_connection_window_size(1 << 20)
-        .max_concurrent_streams(1024)
-        .max_header_list_size(16 << 10);
-    let Ok(mut h2) = builder.handshake::<_, Bytes>(io).await else {
-        return;
-    };
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .max_header_list_size(limits::codec_header_list_ceiling(
+            limits.max_header_list_bytes,
+        ));
+    builder
+}
+
+/// The streams of one connection open now, and when the last one opened or closed, for the
+/// idle timeout.
+struct Streams {
+    open: AtomicUsize,
+    /// Milliseconds from `epoch` to the last stream's opening or closing.
+    last: AtomicU64,
+    epoch: Instant,
+}
+
+/// One open stream, counted in [`Streams`] until dropped.
+struct StreamGuard(Arc<Streams>);
+
+impl Streams {
+    fn new() -> Arc<Streams> {
+        Arc::new(Streams {
+            open: AtomicUsize::new(0),
+            last: AtomicU64::new(0),
+            epoch: Instant::now(),
+        })
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last.store(ms, Ordering::Relaxed);
+    }
+
+    fn opened(self: &Arc<Streams>) -> StreamGuard {
+        self.open.fetch_add(1, Ordering::Relaxed);
+        self.touch();
+        StreamGuard(self.clone())
+    }
+
+    /// When the connection turns idle: `None` while a stream is open.
+    fn idle_since(&self) -> Option<Instant> {
+        (self.open.load(Ordering::Relaxed) == 0)
+            .then(|| self.epoch + Duration::from_millis(self.last.load(Ordering::Relaxed)))
+    }
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+        self.0.touch();
+    }
+}
+
+async fn connection<S: Fallback>(
+    mut h2: h2::server::Connection<Box<dyn Io>, Bytes>,
+    methods: Methods,
+    fallback: S,
+    mut stopped: watch::Receiver<bool>,
+    shared: Arc<Shared>,
+) {
+    let limits = &shared.limits;
     let mut closing = *stopped.borrow();
     if closing {
         h2.graceful_shutdown();
     }
+    let streams = Streams::new();
+    // Checked when it fires rather than reset on every stream: streams come and go far more
+    // often than a connection turns idle. Once the connection is closing, it is the time
+    // left to the peer to acknowledge the GOAWAY.
+    let timer = tokio::time::sleep(limits.idle_timeout);
+    tokio::pin!(timer);
+    let mut idle_closed = false;
     // Direct calls run inside the connection's task rather than each in a task of its own:
     // nearly all finish at their first poll, and a spawned task cost an allocation, a trip
     // through the scheduler and a wake of this task to send the answer. Calls still wait on
@@ -150,17 +268,47 @@ async fn connection<S: Fallback>(
     loop {
         tokio::select! {
             next = h2.accept() => match next {
-                Some(Ok((request, respond))) => match methods.get(request.uri().path()) {
-                    Some((method, guard)) => {
-                        calls.push(methods::call(method, guard, request, respond));
+                Some(Ok((request, mut respond))) => {
+                    if let Some(answer) = refusal(&request, &shared) {
+                        let _ = respond.send_response(answer, true);
+                        continue;
                     }
-                    None => {
-                        tokio::spawn(fallback::call(fallback.clone(), request, respond));
+                    let stream = streams.opened();
+                    let path = request.uri().path();
+                    match methods.get(path) {
+                        Some((method, guard)) => {
+                            let shared = shared.clone();
+                            calls.push(async move {
+                                methods::call(method, guard, request, respond, &shared).await;
+                                drop(stream);
+                            });
+                        }
+                        None => {
+                            let call = fallback::call(fallback.clone(), request, respond, shared.clone(), stream);
+                            tokio::spawn(call);
+                        }
                     }
-                },
+                }
                 Some(Err(_)) | None => break,
             },
             Some(()) = calls.next(), if !calls.is_empty() => {}
+            () = &mut timer => {
+                if idle_closed {
+                    // The peer never acknowledged the GOAWAY; nothing is in flight.
+                    break;
+                }
+                match streams.idle_since() {
+                    Some(since) if since + limits.idle_timeout <= Instant::now() => {
+                        shared.events.event(Event::TimedOut(Timeout::Idle));
+                        idle_closed = true;
+                        closing = true;
+                        h2.graceful_shutdown();
+                        timer.as_mut().reset(Instant::now() + limits.handshake_timeout);
+                    }
+                    Some(since) => timer.as_mut().reset(since + limits.idle_timeout),
+                    None => timer.as_mut().reset(Instant::now() + limits.idle_timeout),
+                }
+            }
             changed = stopped.changed(), if !closing => {
                 if changed.is_err() || *stopped.borrow() {
                     closing = true;
@@ -175,3 +323,48 @@ async fn connection<S: Fallback>(
         tokio::spawn(async move { while calls.next().await.is_some() {} });
     }
 }
+
+/// The answer to a stream refused before any method sees it: a header list over the limit
+/// (RESOURCE_EXHAUSTED, as gRPC core answers metadata over its limit), or a content type
+/// that is not gRPC's (HTTP 415, as the gRPC over HTTP/2 protocol asks, so that an HTTP
+/// client does not take the 200 of a gRPC error for success).
+fn refusal<B>(request: &http::Request<B>, shared: &Shared) -> Option<http::Response<()>> {
+    let size = limits::header_list_size(request);
+    let max = shared.limits.max_header_list_bytes;
+    if size > max {
+        shared
+            .events
+            .event(Event::StreamRefused(StreamRefusal::HeaderListTooLarge));
+        let status = tonic::Status::resource_exhausted(format!(
+            "the request's header list is {size} bytes, more than the {max} this server accepts"
+        ));
+        return Some(status.into_http());
+    }
+    let content_type = request.headers().get(http::header::CONTENT_TYPE);
+    if content_type.is_some_and(|c| is_grpc(c.as_bytes())) {
+        return None;
+    }
+    // grpc-go answers the same way: 415, with an INTERNAL status for gRPC clients.
+    let shown = content_type.map_or_else(
+        || "none".to_string(),
+        |c| format!("{:?}", String::from_utf8_lossy(c.as_bytes())),
+    );
+    let status = tonic::Status::internal(format!(
+        "content-type {shown} is not gRPC's (application/grpc)"
+    ));
+    let mut answer = status.into_http();
+    *answer.status_mut() = http::StatusCode::UNSUPPORTED_MEDIA_TYPE;
+    Some(answer)
+}
+
+/// `application/grpc`, alone or followed by `+format` or `;parameters` (the protocol's
+/// Content-Type rule).
+fn is_grpc(content_type: &[u8]) -> bool {
+    const GRPC: &[u8] = b"application/grpc";
+    content_type.len() >= GRPC.len()
+        && content_type[..GRPC.len()].eq_ignore_ascii_case(GRPC)
+        && matches!(content_type.get(GRPC.len()), None | Some(b'+' | b';'))
+}
+
+#[cfg(test)]
+mod tests;

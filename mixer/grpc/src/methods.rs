@@ -7,10 +7,15 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use bytes::{BufMut, Bytes, BytesMut};
 use tonic::Status;
 
-type Answer = Pin<Box<dyn Future<Output = Result<Bytes, Status>> + Send>>;
+use crate::limits::{Event, StreamRefusal};
+use crate::{Shared, deadline};
+
+pub(crate) type Answer = Pin<Box<dyn Future<Output = Result<Bytes, Status>> + Send>>;
 
 /// A unary method served without tonic's layers: the request message's bytes in, the
 /// answer message's bytes out.
@@ -92,21 +97,41 @@ impl Methods {
     }
 }
 
-/// A call to one of the [`Methods`]: the guard, the one request message, the method, and
-/// the answer queued whole (headers, message, trailers) so it leaves in one write.
+/// A call to one of the [`Methods`]: the guard, the one request message (within the body
+/// timeout), the method, and the answer queued whole (headers, message, trailers) so it
+/// leaves in one write. All of it runs within the client's deadline (`grpc-timeout`, see
+/// [`crate::deadline`]): past it the method's future is dropped, cancelling what it waits
+/// for, and the answer is DEADLINE_EXCEEDED.
 pub(crate) async fn call(
     method: Unary,
     guard: Option<Guard>,
     request: http::Request<h2::RecvStream>,
     mut respond: h2::server::SendResponse<Bytes>,
+    shared: &Shared,
 ) {
     let (parts, mut recv) = request.into_parts();
-    let answer = match guard.map(|g| g(&parts.headers)) {
-        Some(Err(status)) => Err(status),
-        _ => match request_message(&parts.headers, &mut recv).await {
-            Ok(message) => method(message).await,
-            Err(status) => Err(status),
-        },
+    let body_timeout = shared.limits.body_timeout;
+    let answer = match (
+        guard.map(|g| g(&parts.headers)),
+        deadline::of(&parts.headers),
+    ) {
+        (Some(Err(status)), _) | (_, Err(status)) => Err(status),
+        (_, Ok(timeout)) => {
+            let answer = async {
+                let read = request_message(&parts.headers, &mut recv);
+                match tokio::time::timeout(body_timeout, read).await {
+                    Ok(Ok(message)) => method(message).await,
+                    Ok(Err(status)) => Err(status),
+                    Err(_) => {
+                        shared
+                            .events
+                            .event(Event::StreamRefused(StreamRefusal::BodyTimeout));
+                        Err(body_timed_out(body_timeout))
+                    }
+                }
+            };
+            deadline::within(timeout, answer, &*shared.events).await
+        }
     };
     match answer {
         Ok(message) => {
@@ -124,10 +149,18 @@ pub(crate) async fn call(
             }
         }
         // Trailers-only: the status in the one HEADERS frame, as gRPC defines for errors.
+        // A request still open is then reset (its receiving half dropped), which frees it.
         Err(status) => {
             let _ = respond.send_response(status.into_http::<()>(), true);
         }
     }
+}
+
+/// The status of a stream whose request body did not arrive within the body timeout.
+pub(crate) fn body_timed_out(timeout: Duration) -> Status {
+    Status::deadline_exceeded(format!(
+        "the request body did not arrive within {timeout:?}"
+    ))
 }
 
 /// The one message of a unary request, unframed.
@@ -151,11 +184,6 @@ async fn request_message(
         let data = data.map_err(|e| Status::cancelled(format!("the request broke off: {e}")))?;
         let _ = recv.flow_control().release_capacity(data.len());
         len += data.len();
-        if len > MAX_MESSAGE + 5 {
-            return Err(Status::out_of_range(format!(
-                "the request message is larger than {MAX_MESSAGE} bytes"
-            )));
-        }
         match (&mut joined, first.take()) {
             (Some(all), _) => all.extend_from_slice(&data),
             (None, None) => first = Some(data),
@@ -166,11 +194,28 @@ async fn request_message(
                 joined = Some(all);
             }
         }
+        // The length its frame announces, once known, refuses a message too large before it
+        // is all read; the bytes read so far bound what a frame that lies can make us hold.
+        let read = joined.as_deref().or(first.as_deref()).unwrap_or_default();
+        let announced = read
+            .get(1..5)
+            .map_or(0, |l| u32::from_be_bytes([l[0], l[1], l[2], l[3]]) as usize);
+        if announced.max(len.saturating_sub(5)) > MAX_MESSAGE {
+            return Err(too_large(announced.max(len.saturating_sub(5))));
+        }
     }
     unframe(match joined {
         Some(all) => all.freeze(),
         None => first.unwrap_or_default(),
     })
+}
+
+/// RESOURCE_EXHAUSTED, with gRPC core's and grpc-go's wording, as they answer a message
+/// over their receive limit.
+fn too_large(len: usize) -> Status {
+    Status::resource_exhausted(format!(
+        "received message larger than max ({len} vs. {MAX_MESSAGE})"
+    ))
 }
 
 /// The message inside a unary request's body: exactly one uncompressed gRPC frame.

@@ -19,14 +19,14 @@ use mixer_proto::istio::mixer::adapter::model::v1beta1 as model;
 use prost_types::Any;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
-use tonic::{Code, Request};
+use tonic::Request;
 
 use crate::breaker::CircuitBreaker;
 use crate::connection::AdapterConnection;
 use crate::convert;
 use crate::metrics::{HandlerMetrics, MetricsSet};
 use crate::options::OopOptions;
-use crate::transport::{AdapterChannel, Transport};
+use crate::transport::{AdapterChannel, Transport, map_status};
 use session::Session;
 
 /// A handler whose adapter runs in another process and speaks Istio 1.4's adapter protocol
@@ -137,31 +137,6 @@ fn wrong_variety(t: Template, call: &str) -> AdapterError {
         ErrorKind::InvalidInstance,
         format!("template {t} cannot go to a {call} call"),
     )
-}
-
-/// A gRPC status from the adapter (or the transport) as an adapter error.
-pub(crate) fn map_status(s: &tonic::Status) -> AdapterError {
-    let message = format!("adapter answered {:?}: {}", s.code(), s.message());
-    match s.code() {
-        // tonic's own client-side deadline (the `grpc-timeout` we set) ends the call so.
-        Code::Cancelled if s.message().contains("Timeout expired") => {
-            AdapterError::transient(ErrorKind::Timeout, message)
-        }
-        Code::Unavailable | Code::Cancelled | Code::Aborted => {
-            AdapterError::transient(ErrorKind::Unavailable, message)
-        }
-        Code::DeadlineExceeded => AdapterError::transient(ErrorKind::Timeout, message),
-        Code::ResourceExhausted => AdapterError::transient(ErrorKind::Overloaded, message),
-        Code::Unimplemented | Code::InvalidArgument | Code::OutOfRange => {
-            AdapterError::permanent(ErrorKind::InvalidInstance, message)
-        }
-        Code::Internal | Code::Unknown | Code::DataLoss
-            if s.message().contains("decode") || s.message().contains("protocol") =>
-        {
-            AdapterError::permanent(ErrorKind::InvalidResponse, message)
-        }
-        _ => AdapterError::permanent(ErrorKind::Internal, message),
-    }
 }
 
 #[async_trait]

@@ -11,7 +11,7 @@
 //! What a remote handler does for each call:
 //!
 //! 1. **Circuit breaker** ([`BreakerOptions`]): after 5 consecutive failures calls fail at
-//!    once (`Overloaded`) for 500 ms, then one probe goes through.
+//!    once (`CircuitOpen`, counted as `circuit_open`) for 500 ms, then one probe goes through.
 //! 2. **Concurrency limit** ([`OopOptions::max_concurrency`], 256): over it, `Overloaded`.
 //! 3. **Deadline**: `connection.timeout`, or 1 s; it covers session creation and the call,
 //!    is sent to the adapter as `grpc-timeout`, and past it the call is `Timeout` and the
@@ -156,8 +156,8 @@ mod handler;
 pub mod metrics;
 mod oauth;
 mod options;
+mod tls;
 mod token;
-mod token_request;
 mod transport;
 mod typed;
 

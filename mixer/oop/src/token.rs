@@ -87,7 +87,7 @@ impl Credentials {
         ca: Option<&PemFile>,
         timeout: std::time::Duration,
     ) -> Result<Credentials, String> {
-        let source = OAuthSource::new(client, ca, timeout)?;
+        let source = OAuthSource::new(client, header_key(&client.header)?, ca, timeout)?;
         Ok(Credentials(Some(Source::OAuth(Arc::new(source)))))
     }
 

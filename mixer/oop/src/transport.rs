@@ -3,31 +3,22 @@
 
 use std::time::Duration;
 
-use mixer_adapter_api::{
-    AdapterError, Authentication, ErrorKind, PemFile, RemoteConnection, TokenSource,
-};
+use mixer_adapter_api::{AdapterError, Authentication, ErrorKind, RemoteConnection, TokenSource};
 use std::sync::Arc;
 
 use rustls::RootCertStore;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, TrustAnchor};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio_rustls::TlsConnector;
+use tonic::Code;
 use tonic::service::interceptor::InterceptedService;
 
 use crate::connection::{AdapterConnection, Connector, TransportError};
-use crate::handler::map_status;
+use crate::tls::{describe, trust_anchors};
 use crate::token::Credentials;
 
 /// The channel every call goes through: HTTP/2 (over TLS when configured), plus the token.
 pub(crate) type AdapterChannel = InterceptedService<AdapterConnection, Credentials>;
-
-/// Where system CA bundles live (Debian/Ubuntu, Fedora/RHEL, Alpine/macOS); `SSL_CERT_FILE`
-/// comes first. Istio 1.4 trusted the system's CAs as well as `caCertificates`.
-const SYSTEM_BUNDLES: &[&str] = &[
-    "/etc/ssl/certs/ca-certificates.crt",
-    "/etc/pki/tls/certs/ca-bundle.crt",
-    "/etc/ssl/cert.pem",
-];
 
 /// An endpoint and the credentials to use on it.
 #[derive(Clone, Debug)]
@@ -242,50 +233,29 @@ fn tls_config(
     ))
 }
 
-/// The system's CAs (unparsable ones skipped, as the system may hold odd ones) and every
-/// certificate of `ca` (each must parse: a typo in the mixer's own config is an error).
-pub(crate) fn trust_anchors(ca: Option<&PemFile>) -> Result<Vec<TrustAnchor<'static>>, String> {
-    let mut roots = RootCertStore::empty();
-    if let Some(bundle) = system_bundle() {
-        let certs = CertificateDer::pem_slice_iter(&bundle).filter_map(Result::ok);
-        roots.add_parsable_certificates(certs);
-    }
-    if let Some(ca) = ca {
-        for (i, cert) in CertificateDer::pem_slice_iter(&ca.pem).enumerate() {
-            let cert = cert.map_err(|e| format!("{}: {e}", ca.path.display()))?;
-            roots.add(cert).map_err(|e| {
-                format!(
-                    "{}: certificate {} is not a usable CA certificate: {e}",
-                    ca.path.display(),
-                    i + 1
-                )
-            })?;
+/// A gRPC status from the adapter (or the transport) as an adapter error.
+pub(crate) fn map_status(s: &tonic::Status) -> AdapterError {
+    let message = format!("adapter answered {:?}: {}", s.code(), s.message());
+    match s.code() {
+        // tonic's own client-side deadline (the `grpc-timeout` we set) ends the call so.
+        Code::Cancelled if s.message().contains("Timeout expired") => {
+            AdapterError::transient(ErrorKind::Timeout, message)
         }
-    }
-    Ok(roots.roots)
-}
-
-fn system_bundle() -> Option<Vec<u8>> {
-    let from_env = std::env::var_os("SSL_CERT_FILE").map(std::path::PathBuf::from);
-    from_env
-        .into_iter()
-        .chain(SYSTEM_BUNDLES.iter().map(std::path::PathBuf::from))
-        .find_map(|p| std::fs::read(p).ok())
-}
-
-/// A tonic transport error with its causes: the outermost one alone says only "transport
-/// error", while the cause says what went wrong (an unknown issuer, a refused certificate).
-pub(crate) fn describe(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
+        Code::Unavailable | Code::Cancelled | Code::Aborted => {
+            AdapterError::transient(ErrorKind::Unavailable, message)
         }
-        source = s.source();
+        Code::DeadlineExceeded => AdapterError::transient(ErrorKind::Timeout, message),
+        Code::ResourceExhausted => AdapterError::transient(ErrorKind::Overloaded, message),
+        Code::Unimplemented | Code::InvalidArgument | Code::OutOfRange => {
+            AdapterError::permanent(ErrorKind::InvalidInstance, message)
+        }
+        Code::Internal | Code::Unknown | Code::DataLoss
+            if s.message().contains("decode") || s.message().contains("protocol") =>
+        {
+            AdapterError::permanent(ErrorKind::InvalidResponse, message)
+        }
+        _ => AdapterError::permanent(ErrorKind::Internal, message),
     }
-    parts.join(": ")
 }
 
 /// The error of a failed call, naming the handler. A status that tonic made from a

@@ -122,7 +122,7 @@ fn bag(snap: &Snapshot, user: &str) -> AttributeBag {
 fn errors_counted(metrics: &RuntimeMetrics, kind: &str) -> u64 {
     metrics
         .handler_calls
-        .with_label_values(&["h.istio-system", "check", kind])
+        .with_label_values(&["h.handler.istio-system", "check", kind])
         .get()
 }
 
@@ -177,12 +177,13 @@ async fn tls_with_the_ca_reaches_the_adapter_and_server_name_overrides_the_host(
         .check(&bag(&snap, "good"))
         .await
         .expect_err("wrong name");
+    let (_, error) = handler_failure(err);
     assert!(
-        err.error
+        error
             .message
             .contains("not valid for name \"adapter.example\""),
         "{}",
-        err.error.message
+        error.message
     );
 }
 
@@ -214,8 +215,9 @@ async fn mutual_tls_works_and_a_client_without_a_certificate_is_refused() {
     let tls_only = format!("{{tls: {{caCertificates: {}}}}}", pki.path("ca.pem"));
     let snap = snapshot(yaml(&address, &tls_only, "CLOSED"), metrics.clone()).await;
     let err = snap.check(&bag(&snap, "good")).await.expect_err("refused");
-    assert_eq!(&*err.handler, "h.istio-system");
-    assert_eq!(err.error.kind, mixer_adapter_api::ErrorKind::Unavailable);
+    let (handler, error) = handler_failure(err);
+    assert_eq!(&*handler, "h.handler.istio-system");
+    assert_eq!(error.kind, mixer_adapter_api::ErrorKind::Unavailable);
     assert_eq!(errors_counted(&metrics, "unavailable"), 1);
     // An open handler lets the request through, and the failure is still counted.
     let snap = snapshot(yaml(&address, &tls_only, "OPEN"), metrics.clone()).await;
@@ -243,8 +245,9 @@ async fn a_wrong_ca_fails_with_an_error_naming_the_handler_and_the_cause() {
         .check(&bag(&snap, "good"))
         .await
         .expect_err("untrusted");
-    let message = &err.error.message;
-    assert!(message.contains("h.istio-system"), "{message}");
+    let (_, error) = handler_failure(err);
+    let message = &error.message;
+    assert!(message.contains("h.handler.istio-system"), "{message}");
     assert!(message.contains("UnknownIssuer"), "{message}");
     assert_eq!(errors_counted(&metrics, "unavailable"), 1);
 }
@@ -267,11 +270,12 @@ async fn without_an_oauth_token_the_fail_policy_decides() {
     // be called either, which only warns), and the failure is counted as unavailable.
     let snap = snapshot(yaml(&address, &auth, "CLOSED"), metrics.clone()).await;
     let err = snap.check(&bag(&snap, "good")).await.expect_err("no token");
-    assert_eq!(err.error.kind, mixer_adapter_api::ErrorKind::Unavailable);
+    let (_, error) = handler_failure(err);
+    assert_eq!(error.kind, mixer_adapter_api::ErrorKind::Unavailable);
     assert!(
-        err.error.message.contains("invalid_client"),
+        error.message.contains("invalid_client"),
         "{}",
-        err.error.message
+        error.message
     );
     assert_eq!(errors_counted(&metrics, "unavailable"), 1);
     // An open one lets the request through.
@@ -310,7 +314,7 @@ async fn validate_goes_over_tls_and_rustls_refusals_are_config_errors() {
     let auth = format!("{{tls: {{caCertificates: {}}}}}", pki.path("ca.pem"));
     let connection = spec_for(&yaml(&format!("127.0.0.1:{port}"), &auth, "CLOSED"));
     let spec = RemoteHandlerSpec {
-        handler_name: "h.istio-system".into(),
+        handler_name: "h.handler.istio-system".into(),
         adapter: "allow",
         params: &params,
         params_descriptor: None,
@@ -352,4 +356,14 @@ async fn validate_goes_over_tls_and_rustls_refusals_are_config_errors() {
     };
     let errors = tokio::task::block_in_place(|| f.validate(&spec)).expect_err("refused");
     assert_eq!(errors[0].path, "connection.address");
+}
+
+/// The handler and error of a check a handler could not decide.
+fn handler_failure(
+    err: mixer_runtime::CheckError,
+) -> (std::sync::Arc<str>, mixer_adapter_api::AdapterError) {
+    match err {
+        mixer_runtime::CheckError::Handler { handler, error } => (handler, error),
+        other => panic!("a handler should have failed: {other}"),
+    }
 }

@@ -8,13 +8,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use mixer_adapter_api::{AdapterError, FailPolicy};
+use mixer_adapter_api::{AdapterError, ErrorKind, FailPolicy};
 use mixer_config::{FieldExprValue, HeaderOperationConfig, InstanceConfig, MatchErrorPolicy};
 use mixer_model::{
     Bag, Code, FieldValue, HeaderOperation, Instance, Presence, ReferencedAttributes, Status,
     Value, Variety, Verdict,
 };
 
+use crate::deadline;
 use crate::shared_exprs::Memo;
 use crate::snapshot::{RuleSet, Snapshot};
 
@@ -30,6 +31,8 @@ pub struct Dispatch {
     pub handler: usize,
     /// The built instance.
     pub instance: Instance,
+    /// Index of its config in [`Config::instances`](mixer_config::Config::instances).
+    pub instance_index: usize,
 }
 
 /// A rule whose match could not be evaluated.
@@ -58,6 +61,22 @@ pub struct Evaluation {
     pub response_header_ops: Vec<HeaderOperation>,
     /// Matches that failed to evaluate.
     pub match_failures: Vec<MatchFailure>,
+    /// Instances of matched rules that could not be built (not in `dispatches`).
+    pub instance_errors: Vec<InstanceError>,
+}
+
+/// An instance a matched rule names that could not be built: one of its fields reads an
+/// absent attribute (with no `|` default) or fails to evaluate. Istio 1.4 fails the Check
+/// RPC itself on such an instance (INTERNAL) and fails a Report (UNKNOWN) without sending it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("instance {instance}: field {field}: {message}")]
+pub struct InstanceError {
+    /// The instance's full name.
+    pub instance: Arc<str>,
+    /// The field (`value`, `dimensions[source]`, ...).
+    pub field: String,
+    /// Why its expression failed, naming the attribute.
+    pub message: String,
 }
 
 /// What one evaluation reuses across rule sets: the index's candidate list and, for reports,
@@ -67,15 +86,22 @@ struct Scratch {
     memo: Option<Memo>,
 }
 
-/// The mixer could not decide a check: a handler failed and its policy is to fail closed.
-/// Front ends answer this with an error (gRPC UNAVAILABLE, HTTP 503), not a denial.
+/// The mixer could not decide a check. Front ends answer this with an error, never a
+/// denial, so the proxy's own failure setting applies.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("handler {handler} could not decide: {error}")]
-pub struct CheckError {
-    /// The handler that failed.
-    pub handler: Arc<str>,
-    /// Its error.
-    pub error: AdapterError,
+pub enum CheckError {
+    /// A handler failed and its policy is to fail closed (gRPC UNAVAILABLE, HTTP 503).
+    #[error("handler {handler} could not decide: {error}")]
+    Handler {
+        /// The handler that failed.
+        handler: Arc<str>,
+        /// Its error.
+        error: AdapterError,
+    },
+    /// An instance of a matched rule could not be built from the request (gRPC INTERNAL,
+    /// HTTP 500, as Istio 1.4 answers).
+    #[error("performing check operation failed: {0}")]
+    Instance(InstanceError),
 }
 
 /// What a report did.
@@ -85,6 +111,8 @@ pub struct ReportOutcome {
     pub queued: usize,
     /// Instances dropped because a queue was full (also counted in metrics).
     pub dropped: usize,
+    /// Instances that could not be built, and so were not sent (also counted in metrics).
+    pub instance_errors: Vec<InstanceError>,
 }
 
 impl Snapshot {
@@ -247,17 +275,20 @@ impl Snapshot {
                     if ic.template.variety() != variety {
                         continue;
                     }
-                    let instance = self.build_instance(
+                    match self.build_instance(
                         ic,
                         i,
                         bag,
                         &mut eval.referenced,
                         scratch.memo.as_mut(),
-                    );
-                    eval.dispatches.push(Dispatch {
-                        handler: action.handler,
-                        instance,
-                    });
+                    ) {
+                        Ok(instance) => eval.dispatches.push(Dispatch {
+                            handler: action.handler,
+                            instance,
+                            instance_index: i,
+                        }),
+                        Err(e) => eval.instance_errors.push(e),
+                    }
                 }
             }
             if variety == Variety::Check {
@@ -279,6 +310,8 @@ impl Snapshot {
 
     /// Builds instance `index` (configured as `ic`). With a `memo` (reports), an expression
     /// text shared by several instances is evaluated once per record ([`crate::shared_exprs`]).
+    /// The first field that fails fails the instance, as Istio's template builders do; the
+    /// failure is counted by instance.
     fn build_instance(
         &self,
         ic: &InstanceConfig,
@@ -286,7 +319,7 @@ impl Snapshot {
         bag: &dyn Bag,
         refs: &mut ReferencedAttributes,
         mut memo: Option<&mut Memo>,
-    ) -> Instance {
+    ) -> Result<Instance, InstanceError> {
         let mut slots = self.shared_exprs.of_instance(index).iter();
         let mut value = |expr: &mixer_policy::Expression, refs: &mut ReferencedAttributes| {
             let slot = slots.next();
@@ -295,43 +328,53 @@ impl Snapshot {
                 .zip(slot)
                 .and_then(|(memo, &s)| memo.get_mut(s as usize));
             match entry {
-                Some(entry) => entry
-                    .get_or_insert_with(|| expr.eval(bag, refs).ok())
-                    .clone(),
-                None => expr.eval(bag, refs).ok(),
+                Some(entry) => entry.get_or_insert_with(|| expr.eval(bag, refs)).clone(),
+                None => expr.eval(bag, refs),
             }
+        };
+        let failed = |field: String, e: mixer_policy::EvalError| {
+            self.metrics
+                .instance_errors
+                .with_label_values(&[ic.name.as_ref()])
+                .inc();
+            let error = InstanceError {
+                instance: ic.name.clone(),
+                field,
+                message: e.to_string(),
+            };
+            // An attribute a proxy never sends fails every request like this one: a line
+            // per 10 s, the counter has them all.
+            static FAILING: mixer_adapter_api::Occasional =
+                mixer_adapter_api::Occasional::new(Duration::from_secs(10));
+            if let Some(held_back) = FAILING.due() {
+                tracing::warn!(%error, held_back, "instance not built; counted in mixer_instance_errors_total");
+            }
+            error
         };
         let mut fields = Vec::with_capacity(ic.fields.len());
         for field in &ic.fields {
             match &field.value {
                 FieldExprValue::Value(expr) => match value(expr, refs) {
-                    Some(v) => fields.push((field.name, FieldValue::Value(v))),
-                    None => self.field_error(ic),
+                    Ok(v) => fields.push((field.name, FieldValue::Value(v))),
+                    Err(e) => return Err(failed(field.name.to_string(), e)),
                 },
                 FieldExprValue::Map(entries) => {
                     let mut map = Vec::with_capacity(entries.len());
                     for (key, expr) in entries {
                         match value(expr, refs) {
-                            Some(v) => map.push((key.clone(), v)),
-                            None => self.field_error(ic),
+                            Ok(v) => map.push((key.clone(), v)),
+                            Err(e) => return Err(failed(format!("{}[{key}]", field.name), e)),
                         }
                     }
                     fields.push((field.name, FieldValue::Map(map)));
                 }
             }
         }
-        Instance {
+        Ok(Instance {
             name: ic.name.clone(),
             template: ic.template,
             fields,
-        }
-    }
-
-    fn field_error(&self, ic: &InstanceConfig) {
-        self.metrics
-            .field_errors
-            .with_label_values(&[ic.name.as_ref()])
-            .inc();
+        })
     }
 
     /// Decides a check: evaluates the rules, calls the check handlers of matched rules and
@@ -355,6 +398,7 @@ impl Snapshot {
         let mut cacheable = true;
         let mut verdict = Verdict {
             status: Status::OK,
+            denied_by: None,
             valid_duration: DEFAULT_VALID_DURATION,
             valid_use_count: DEFAULT_VALID_USE_COUNT,
             referenced: eval.referenced,
@@ -362,6 +406,10 @@ impl Snapshot {
             request_header_ops: eval.request_header_ops,
             response_header_ops: eval.response_header_ops,
         };
+        if let Some(error) = eval.instance_errors.into_iter().next() {
+            self.metrics.check_results.error.inc();
+            return Err(CheckError::Instance(error));
+        }
         if let Some(failure) = eval
             .match_failures
             .iter()
@@ -377,25 +425,46 @@ impl Snapshot {
             self.metrics.check_results.denied.inc();
             return Ok((verdict, cacheable));
         }
+        // As Istio 1.4's dispatcher combines: the first handler's answer sets the validity and
+        // later ones can only shorten it; the defaults above stand only when no handler was
+        // asked.
+        let mut answered = false;
         for dispatch in &eval.dispatches {
             let Some(built) = self.handlers.get(dispatch.handler) else {
                 continue;
             };
-            let Some(handler) = built.handler.as_check() else {
-                continue;
-            };
             cacheable &= built.cacheable;
-            match handler.check(&dispatch.instance).await {
+            // A handler that cannot answer checks is refused when the snapshot is built; if
+            // one ever gets here it fails by its fail policy rather than being skipped, which
+            // would allow the request without asking it.
+            let answer = match built.handler.as_check() {
+                Some(handler) => {
+                    deadline::within(built.deadline, handler.check(&dispatch.instance)).await
+                }
+                None => Err(AdapterError::permanent(
+                    ErrorKind::Internal,
+                    "the handler does not answer checks",
+                )),
+            };
+            match answer {
                 Ok(result) => {
                     match &built.check_calls {
                         Some(calls) if result.status.is_ok() => calls.ok.inc(),
                         Some(calls) => calls.denied.inc(),
                         None => {}
                     }
-                    verdict.valid_duration = verdict.valid_duration.min(result.valid_duration);
-                    verdict.valid_use_count = verdict.valid_use_count.min(result.valid_use_count);
+                    if answered {
+                        verdict.valid_duration = verdict.valid_duration.min(result.valid_duration);
+                        verdict.valid_use_count =
+                            verdict.valid_use_count.min(result.valid_use_count);
+                    } else {
+                        verdict.valid_duration = result.valid_duration;
+                        verdict.valid_use_count = result.valid_use_count;
+                        answered = true;
+                    }
                     if !result.status.is_ok() {
                         verdict.status = result.status;
+                        verdict.denied_by = Some(built.name.clone());
                         break;
                     }
                 }
@@ -407,10 +476,11 @@ impl Snapshot {
                         FailPolicy::Open => {
                             verdict.valid_duration = Duration::ZERO;
                             verdict.valid_use_count = 0;
+                            answered = true;
                         }
                         FailPolicy::Closed => {
                             self.metrics.check_results.error.inc();
-                            return Err(CheckError {
+                            return Err(CheckError::Handler {
                                 handler: built.name.clone(),
                                 error,
                             });
@@ -431,7 +501,10 @@ impl Snapshot {
     /// task delivers them in batches.
     pub async fn report(&self, bag: &dyn Bag) -> ReportOutcome {
         let eval = self.evaluate_with(bag, Variety::Report, false, false);
-        let mut outcome = ReportOutcome::default();
+        let mut outcome = ReportOutcome {
+            instance_errors: eval.instance_errors,
+            ..ReportOutcome::default()
+        };
         for d in eval.dispatches {
             let Some(queue) = self.handlers.get(d.handler).and_then(|h| h.queue.as_ref()) else {
                 continue;

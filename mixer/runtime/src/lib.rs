@@ -10,8 +10,11 @@
 //! snapshot and swaps it in, so a request never sees half a config.
 
 mod cache;
+mod content;
+mod deadline;
 mod dispatch;
 mod index;
+mod limits;
 mod metrics;
 mod quota;
 mod reads;
@@ -24,17 +27,24 @@ mod store;
 mod watch;
 
 pub use cache::{CacheOptions, Checked};
+pub use content::{CheckOutcome, ConfigContent, DiskState, FileHash};
+pub use deadline::DEFAULT_HANDLER_TIMEOUT;
 pub use dispatch::{
     CheckError, DEFAULT_VALID_DURATION, DEFAULT_VALID_USE_COUNT, Dispatch, Evaluation,
-    MatchFailure, ReportOutcome,
+    InstanceError, MatchFailure, ReportOutcome,
 };
 pub use index::RuleIndex;
+pub use limits::{
+    DEFAULT_ACCESS_LOG_ENTRIES, DEFAULT_ATTRIBUTES, DEFAULT_CHECK_QUOTAS,
+    DEFAULT_DESCRIPTOR_ENTRIES, DEFAULT_EXPORT_RECORDS, DEFAULT_RATELIMIT_DESCRIPTORS,
+    DEFAULT_REPORT_RECORDS, Limit, RequestLimits,
+};
 pub use metrics::{CheckCalls, CheckResults, RuntimeMetrics};
-pub use quota::{QuotaOutcome, quota_name_matches};
+pub use quota::{QuotaAsk, QuotaOutcome, QuotaPlan, quota_name_matches};
 pub use report_executor::{
     CHECKS_RECENT, CheckActivity, ExecutorStopped, REPORT_NICE, ReportExecutor,
 };
 pub use report_queue::{Overflow, QueueOptions};
 pub use snapshot::{BuildError, Built, BuiltHandler, RuntimeOptions, Snapshot};
 pub use store::{ConfigOrigin, ReloadError, Runtime};
-pub use watch::{WatchGuard, watch};
+pub use watch::{WatchGuard, WatchOptions, watch, watch_with};

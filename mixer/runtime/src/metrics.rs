@@ -15,18 +15,31 @@ pub struct RuntimeMetrics {
     pub reloads: IntCounterVec,
     /// `mixer_config_reload_failures_total`.
     pub reload_failures: IntCounter,
+    /// `mixer_config_info{hash}`: 1, labelled with the content hash of the active config
+    /// (see `ConfigContent`), so dashboards and alerts can compare replicas.
+    pub config_info: IntGaugeVec,
+    /// `mixer_config_stale`: 1 while the last reload was rejected and an older content
+    /// serves.
+    pub config_stale: IntGauge,
+    /// `mixer_config_checks_total{trigger="event|interval"}`: looks at the config files by
+    /// the watcher, whether or not they changed.
+    pub config_checks: IntCounterVec,
     /// `mixer_config_snapshot_id`: id of the active snapshot.
     pub snapshot_id: IntGauge,
     /// `mixer_config_handlers`: handlers in the active snapshot.
     pub handlers: IntGauge,
     /// `mixer_config_rules`: rules in the active snapshot.
     pub rules: IntGauge,
+    /// `mixer_config_dropped_documents{name,reason}`: 1 for each document the active snapshot
+    /// was built without (`--invalid-config skip`); `reason` is `invalid` or `dependency`.
+    pub dropped_documents: IntGaugeVec,
     /// `mixer_rule_matches_total{rule}`.
     pub rule_matches: IntCounterVec,
     /// `mixer_rule_match_errors_total{rule,policy}`: matches that could not be evaluated.
     pub match_errors: IntCounterVec,
-    /// `mixer_instance_field_errors_total{instance}`: fields left out because they failed.
-    pub field_errors: IntCounterVec,
+    /// `mixer_instance_errors_total{instance}`: instances that could not be built (a field
+    /// read an absent attribute or failed), so were not sent.
+    pub instance_errors: IntCounterVec,
     /// `mixer_handler_calls_total{handler,variety,result}`.
     pub handler_calls: IntCounterVec,
     /// `mixer_checks_total{result="allowed|denied|error"}`.
@@ -113,6 +126,26 @@ impl RuntimeMetrics {
                 &["result"],
             )?,
             reload_failures,
+            config_info: {
+                let g = IntGaugeVec::new(
+                    Opts::new(
+                        "mixer_config_info",
+                        "1, labelled with the content hash of the active config",
+                    ),
+                    &["hash"],
+                )?;
+                registry.register(Box::new(g.clone()))?;
+                g
+            },
+            config_stale: gauge(
+                "mixer_config_stale",
+                "1 while the config on disk was rejected and an older content serves",
+            )?,
+            config_checks: counter_vec(
+                "mixer_config_checks_total",
+                "Looks at the config files by the watcher, by what prompted them",
+                &["trigger"],
+            )?,
             snapshot_id: gauge(
                 "mixer_config_snapshot_id",
                 "Id of the active config snapshot",
@@ -132,9 +165,9 @@ impl RuntimeMetrics {
                 "Rule matches that failed to evaluate, by the policy applied",
                 &["rule", "policy"],
             )?,
-            field_errors: counter_vec(
-                "mixer_instance_field_errors_total",
-                "Instance fields left out because their expression failed",
+            instance_errors: counter_vec(
+                "mixer_instance_errors_total",
+                "Instances not built because a field's expression failed (the check fails INTERNAL; the report's other instances are sent and it fails UNKNOWN)",
                 &["instance"],
             )?,
             handler_calls: counter_vec(
@@ -170,6 +203,17 @@ impl RuntimeMetrics {
                 "Report records dropped, by handler and reason",
                 &["handler", "reason"],
             )?,
+            dropped_documents: {
+                let g = IntGaugeVec::new(
+                    Opts::new(
+                        "mixer_config_dropped_documents",
+                        "Documents the active config snapshot was built without: invalid, or needing one that is",
+                    ),
+                    &["name", "reason"],
+                )?;
+                registry.register(Box::new(g.clone()))?;
+                g
+            },
             report_queued: {
                 let g = IntGaugeVec::new(
                     Opts::new(

@@ -1,57 +1,118 @@
 //! Quota dispatch: from a bag and a quota request to the quota handlers of matched rules.
+//!
+//! In two steps, so that a front end can look at every descriptor of a request before any is
+//! counted: [`Snapshot::plan_quota`] finds the instances a bag selects, and
+//! [`Snapshot::allocate_all`] asks their handlers, each handler once per request with every
+//! allocation that goes to it (redisquota answers a request in one round trip).
 
 use std::time::Duration;
 
-use mixer_adapter_api::{FailPolicy, QuotaArgs};
-use mixer_model::{Bag, Code, Instance, QuotaResult, ReferencedAttributes, Status, Variety};
+use mixer_adapter_api::{AdapterError, FailPolicy, QuotaArgs, QuotaCall};
+use mixer_config::RateLimitBehaviour;
+use mixer_model::{Bag, QuotaResult, ReferencedAttributes, Status, Template, Variety};
 
-use crate::dispatch::{CheckError, DEFAULT_VALID_DURATION};
-use crate::snapshot::Snapshot;
+use crate::deadline;
+use crate::dispatch::{CheckError, DEFAULT_VALID_DURATION, Dispatch, InstanceError};
+use crate::snapshot::{BuiltHandler, Snapshot};
+
+/// The quota instances one bag selects, before any handler is asked: what
+/// [`Snapshot::plan_quota`] finds and [`Snapshot::allocate_all`] spends.
+#[derive(Clone, Debug)]
+pub struct QuotaPlan {
+    dispatches: Vec<Dispatch>,
+    referenced: ReferencedAttributes,
+    /// An instance asked for that could not be built: the allocation fails, as in Istio.
+    not_built: Option<InstanceError>,
+}
+
+impl QuotaPlan {
+    /// The envoyproxy/ratelimit behaviour of each selected instance that has one.
+    pub fn rate_limits<'s>(
+        &'s self,
+        snapshot: &'s Snapshot,
+    ) -> impl Iterator<Item = &'s RateLimitBehaviour> + 's {
+        self.dispatches
+            .iter()
+            .filter_map(|d| snapshot.config.rate_limit(d.instance_index))
+    }
+}
 
 /// What a quota request came to.
 #[derive(Clone, Debug, PartialEq)]
 pub struct QuotaOutcome {
-    /// The combined answer: the smallest grant and the first refusal's status.
+    /// The combined answer: the smallest grant and every refusal's status.
     pub result: QuotaResult,
     /// What the rule evaluation read.
     pub referenced: ReferencedAttributes,
     /// Names of the quota instances consulted (empty: no rule asked for this quota, and
     /// everything was granted).
     pub instances: Vec<String>,
+    /// Whether the request is refused: some handler answered a status other than OK, or
+    /// granted less than asked without best effort (Istio's memquota refuses with status OK
+    /// and 0 granted, and the proxy denies). The rate limit front end answers OVER_LIMIT.
+    pub refused: bool,
+    /// True when the only limits selected were envoyproxy/ratelimit `unlimited` ones (no
+    /// handler was asked).
+    pub unlimited: bool,
+    /// True when an instance consulted is an envoyproxy/ratelimit `quota_mode` limit.
+    pub quota_mode: bool,
 }
 
 /// Whether `result`'s limit says more about the request than the one `combined` holds: a
 /// refusal's limit over a grant's, then the one with less remaining.
-fn more_constraining(result: &QuotaResult, combined: &QuotaResult) -> bool {
+fn more_constraining(result: &QuotaResult, combined: &QuotaResult, args: &QuotaArgs) -> bool {
     let Some(new) = &result.limit else {
         return false;
     };
     let Some(old) = &combined.limit else {
         return true;
     };
-    let refused = !result.status.is_ok();
-    let was_refused = !combined.status.is_ok();
+    let refused = refuses(result, args);
+    let was_refused = refuses(combined, args);
     (refused, -new.remaining) > (was_refused, -old.remaining)
 }
 
-/// Whether `instance` answers the quota called `quota` in a request. Istio proxies name
-/// quotas by instance, in either the current form (`name.namespace`) or the older
-/// kind-qualified one (`name.quota.namespace`, `name.instance.namespace`); a bare name matches
-/// too.
-pub fn quota_name_matches(quota: &str, instance: &Instance) -> bool {
-    let full = instance.name.as_ref();
-    if quota == full {
+/// Whether the instance named `instance` (its full name, `name.kind.namespace`) answers the
+/// quota called `quota` in a request. Istio 1.4 compares the short name, ignoring case
+/// (`mixer/pkg/runtime/dispatcher/session.go`); qualified forms are accepted too:
+/// `name.namespace`, `name.instance.namespace`, `name.<template>.namespace` and the full name.
+pub fn quota_name_matches(quota: &str, instance: &str, template: Template) -> bool {
+    if quota == instance {
         return true;
     }
-    let (short, namespace) = full.split_once('.').unwrap_or((full, ""));
-    if quota == short {
+    let (short, rest) = instance.split_once('.').unwrap_or((instance, ""));
+    if quota.eq_ignore_ascii_case(short) {
         return true;
     }
-    let template = instance.template.name();
-    [template, "instance"].iter().any(|kind| {
-        quota.len() == short.len() + kind.len() + namespace.len() + 2
-            && quota == format!("{short}.{kind}.{namespace}")
-    })
+    let namespace = rest.rsplit('.').next().unwrap_or("");
+    let Some(after) = quota.strip_prefix(short).and_then(|q| q.strip_prefix('.')) else {
+        return false;
+    };
+    after == namespace
+        || [template.name(), "instance"].iter().any(|kind| {
+            after.strip_prefix(kind).and_then(|a| a.strip_prefix('.')) == Some(namespace)
+        })
+}
+
+/// One quota request of a batch given to [`Snapshot::quota_many`]: the bag the quota rules
+/// are evaluated on, the quota asked for (only the instances answering that name, when given)
+/// and what is asked.
+#[derive(Clone, Copy)]
+pub struct QuotaAsk<'a> {
+    /// The request's attributes.
+    pub bag: &'a dyn Bag,
+    /// The quota's name (Mixer v1 names it; Envoy's rate limit service does not).
+    pub quota: Option<&'a str>,
+    /// Amount, best effort, deduplication id, limit override.
+    pub args: &'a QuotaArgs,
+}
+
+/// The `at`th call of the batch going to one handler.
+struct Planned {
+    /// Index into the groups (one per handler).
+    group: usize,
+    /// Index of the call in its group.
+    at: usize,
 }
 
 impl Snapshot {
@@ -64,70 +125,232 @@ impl Snapshot {
         quota: Option<&str>,
         args: &QuotaArgs,
     ) -> Result<QuotaOutcome, CheckError> {
+        let ask = QuotaAsk { bag, quota, args };
+        let mut outcomes = self.quota_many(&[ask]).await;
+        outcomes.pop().unwrap_or_else(|| Ok(granted_whole(args)))
+    }
+
+    /// Allocates every quota of one request: each ask as [`quota`](Self::quota) would, each
+    /// handler called once (see [`allocate_all`](Self::allocate_all)). Answers are in the
+    /// order of `asks`.
+    pub async fn quota_many(&self, asks: &[QuotaAsk<'_>]) -> Vec<Result<QuotaOutcome, CheckError>> {
+        let plans: Vec<(QuotaPlan, &QuotaArgs)> = asks
+            .iter()
+            .map(|ask| (self.plan_quota(ask.bag, ask.quota), ask.args))
+            .collect();
+        self.allocate_all(plans, &[]).await
+    }
+
+    /// The first step of a quota request: the quota instances `bag` selects (those
+    /// answering `quota`, when given), without asking any handler.
+    pub fn plan_quota(&self, bag: &dyn Bag, quota: Option<&str>) -> QuotaPlan {
         self.metrics.check_activity.mark(std::time::Instant::now());
-        let eval = self.evaluate(bag, Variety::Quota);
-        let mut outcome = QuotaOutcome {
-            result: QuotaResult {
-                status: Status::OK,
-                valid_duration: DEFAULT_VALID_DURATION,
-                granted_amount: args.amount,
-                limit: None,
-            },
+        let mut eval = self.evaluate(bag, Variety::Quota);
+        if let Some(q) = quota {
+            eval.dispatches
+                .retain(|d| quota_name_matches(q, &d.instance.name, d.instance.template));
+        }
+        let not_built = eval.instance_errors.into_iter().find(|e| {
+            quota.is_none_or(|q| {
+                self.config
+                    .instance(&e.instance)
+                    .is_some_and(|ic| quota_name_matches(q, &ic.name, ic.template))
+            })
+        });
+        QuotaPlan {
+            dispatches: eval.dispatches,
             referenced: eval.referenced,
-            instances: Vec::new(),
-        };
-        for dispatch in &eval.dispatches {
-            if quota.is_some_and(|q| !quota_name_matches(q, &dispatch.instance)) {
-                continue;
+            not_built,
+        }
+    }
+
+    /// The second step: asks the handlers of every plan's instances for its amount, each
+    /// handler once, with all of the request's allocations that go to it
+    /// ([`QuotaHandler::allocate_many`](mixer_adapter_api::QuotaHandler::allocate_many)), and
+    /// the handlers concurrently. envoyproxy/ratelimit limits that are `unlimited`, or whose
+    /// `rate_limit.name` is in `replaced` (a limit another limit of the same request replaces),
+    /// are not counted. Answers are in the order of `plans`.
+    ///
+    /// A refusal's status message is prefixed with the handler's name and `:`, and further
+    /// refusals of the same plan are added after `, `, as Istio 1.4's dispatcher wrote them
+    /// (`mixer/pkg/runtime/dispatcher/session.go`, `waitForDispatched`).
+    pub async fn allocate_all(
+        &self,
+        plans: Vec<(QuotaPlan, &QuotaArgs)>,
+        replaced: &[String],
+    ) -> Vec<Result<QuotaOutcome, CheckError>> {
+        // Which handler each plan's instances go to, in dispatch order; calls grouped by
+        // handler.
+        let mut groups: Vec<(usize, Vec<QuotaCall<'_>>)> = Vec::new();
+        let mut routes: Vec<Vec<Planned>> = Vec::with_capacity(plans.len());
+        let mut outcomes = Vec::with_capacity(plans.len());
+        for (plan, args) in &plans {
+            let mut route = Vec::new();
+            let mut outcome = QuotaOutcome {
+                result: QuotaResult {
+                    status: Status::OK,
+                    valid_duration: DEFAULT_VALID_DURATION,
+                    granted_amount: args.amount,
+                    limit: None,
+                },
+                referenced: plan.referenced.clone(),
+                instances: Vec::new(),
+                refused: false,
+                unlimited: false,
+                quota_mode: false,
+            };
+            let mut saw_unlimited = false;
+            for dispatch in &plan.dispatches {
+                if let Some(behaviour) = self.config.rate_limit(dispatch.instance_index) {
+                    if behaviour
+                        .name
+                        .as_ref()
+                        .is_some_and(|n| replaced.contains(n))
+                    {
+                        continue;
+                    }
+                    if behaviour.unlimited {
+                        saw_unlimited = true;
+                        continue;
+                    }
+                    outcome.quota_mode |= behaviour.quota_mode;
+                }
+                let Some(built) = self.handlers.get(dispatch.handler) else {
+                    continue;
+                };
+                if built.handler.as_quota().is_none() {
+                    continue;
+                }
+                outcome.instances.push(dispatch.instance.name.to_string());
+                let group = match groups.iter().position(|(h, _)| *h == dispatch.handler) {
+                    Some(g) => g,
+                    None => {
+                        groups.push((dispatch.handler, Vec::new()));
+                        groups.len() - 1
+                    }
+                };
+                let calls = &mut groups[group].1;
+                route.push(Planned {
+                    group,
+                    at: calls.len(),
+                });
+                calls.push((&dispatch.instance, *args));
             }
-            let Some(built) = self.handlers.get(dispatch.handler) else {
-                continue;
-            };
-            let Some(handler) = built.handler.as_quota() else {
-                continue;
-            };
-            outcome.instances.push(dispatch.instance.name.to_string());
-            match handler.allocate(&dispatch.instance, args).await {
-                Ok(result) => {
-                    let label = if result.status.is_ok() {
-                        "ok"
-                    } else {
-                        "denied"
+            outcome.unlimited = saw_unlimited && outcome.instances.is_empty();
+            routes.push(route);
+            outcomes.push(outcome);
+        }
+        let answers: Vec<Vec<Result<QuotaResult, AdapterError>>> =
+            futures_util::future::join_all(groups.iter().map(|(handler, calls)| async move {
+                let built = &self.handlers[*handler];
+                match built.handler.as_quota() {
+                    // Past the deadline every allocation of the call has failed.
+                    Some(quota) => match built.deadline {
+                        Some(after) => tokio::time::timeout(after, quota.allocate_many(calls))
+                            .await
+                            .unwrap_or_else(|_| {
+                                calls
+                                    .iter()
+                                    .map(|_| Err(deadline::timed_out(after)))
+                                    .collect()
+                            }),
+                        None => quota.allocate_many(calls).await,
+                    },
+                    None => Vec::new(),
+                }
+            }))
+            .await;
+        plans
+            .iter()
+            .zip(routes)
+            .zip(outcomes)
+            .map(|(((plan, args), route), mut outcome)| {
+                if let Some(error) = &plan.not_built {
+                    return Err(CheckError::Instance(error.clone()));
+                }
+                for Planned { group, at } in route {
+                    let built = &self.handlers[groups[group].0];
+                    let Some(answer) = answers[group].get(at) else {
+                        continue;
                     };
-                    self.metrics.handler_call(&built.name, "quota", label);
-                    let combined = &mut outcome.result;
-                    combined.granted_amount = combined.granted_amount.min(result.granted_amount);
-                    combined.valid_duration = combined.valid_duration.min(result.valid_duration);
-                    let refused = !result.status.is_ok();
-                    if more_constraining(&result, combined) {
-                        combined.limit = result.limit;
-                    }
-                    if combined.status.is_ok() && refused {
-                        combined.status = result.status;
+                    self.combine(&mut outcome, built, answer, args)?;
+                }
+                outcome.refused = refuses(&outcome.result, args);
+                Ok(outcome)
+            })
+            .collect()
+    }
+
+    /// Adds one handler's answer to an ask's outcome: the smallest grant and validity, the
+    /// most constraining limit, every refusal's status (prefixed with the handler's name); an
+    /// error applies the handler's fail policy.
+    fn combine(
+        &self,
+        outcome: &mut QuotaOutcome,
+        built: &BuiltHandler,
+        answer: &Result<QuotaResult, AdapterError>,
+        args: &QuotaArgs,
+    ) -> Result<(), CheckError> {
+        match answer {
+            Ok(result) => {
+                let refused = refuses(result, args);
+                let label = if refused { "denied" } else { "ok" };
+                self.metrics.handler_call(&built.name, "quota", label);
+                let combined = &mut outcome.result;
+                // Before the grant is combined: whether the request was refused so far.
+                if more_constraining(result, combined, args) {
+                    combined.limit = result.limit.clone();
+                }
+                combined.granted_amount = combined.granted_amount.min(result.granted_amount);
+                combined.valid_duration = combined.valid_duration.min(result.valid_duration);
+                if !result.status.is_ok() {
+                    let said = format!("{}:{}", built.name, result.status.message);
+                    if combined.status.is_ok() {
+                        combined.status = Status::new(result.status.code, said);
+                    } else {
+                        combined.status.message = format!("{}, {said}", combined.status.message);
                     }
                 }
-                Err(error) => {
-                    self.metrics
-                        .handler_call(&built.name, "quota", error.kind.label());
-                    match built.fail_policy_for(Variety::Quota) {
-                        // Failing open grants the request, for no longer than this call.
-                        FailPolicy::Open => outcome.result.valid_duration = Duration::ZERO,
-                        FailPolicy::Closed => {
-                            return Err(CheckError {
-                                handler: built.name.clone(),
-                                error,
-                            });
-                        }
+                Ok(())
+            }
+            Err(error) => {
+                self.metrics
+                    .handler_call(&built.name, "quota", error.kind.label());
+                match built.fail_policy_for(Variety::Quota) {
+                    // Failing open grants the request, for no longer than this call.
+                    FailPolicy::Open => {
+                        outcome.result.valid_duration = Duration::ZERO;
+                        Ok(())
                     }
+                    FailPolicy::Closed => Err(CheckError::Handler {
+                        handler: built.name.clone(),
+                        error: error.clone(),
+                    }),
                 }
             }
         }
-        if outcome.result.granted_amount < args.amount
-            && outcome.result.status.is_ok()
-            && !args.best_effort
-        {
-            outcome.result.status = Status::new(Code::ResourceExhausted, "quota exhausted");
-        }
-        Ok(outcome)
+    }
+}
+
+/// Whether an answer refuses what was asked: a status other than OK, or (as Istio's memquota
+/// refuses, with status OK) less than the amount when not asked with best effort.
+fn refuses(result: &QuotaResult, args: &QuotaArgs) -> bool {
+    !result.status.is_ok() || (result.granted_amount < args.amount && !args.best_effort)
+}
+
+/// Everything granted: the answer when no plan was asked about.
+fn granted_whole(args: &QuotaArgs) -> QuotaOutcome {
+    QuotaOutcome {
+        result: QuotaResult {
+            status: Status::OK,
+            valid_duration: DEFAULT_VALID_DURATION,
+            granted_amount: args.amount,
+            limit: None,
+        },
+        referenced: ReferencedAttributes::default(),
+        instances: Vec::new(),
+        refused: false,
+        unlimited: false,
+        quota_mode: false,
     }
 }

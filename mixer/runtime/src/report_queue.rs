@@ -41,7 +41,18 @@ pub struct QueueOptions {
     pub call_timeout: Duration,
     /// What to drop when full.
     pub overflow: Overflow,
+    /// How long a record may wait to be delivered while its handler keeps failing with a
+    /// retryable error (down, timing out, circuit open): the batch is retried with backoff
+    /// (and the queue keeps taking records up to its bounds) until its records are this old;
+    /// then they are dropped, oldest first, as `max_age`.
+    pub max_age: Duration,
+    /// Wait before the first retry of a failed batch; doubled after each, up to
+    /// [`MAX_RETRY_BACKOFF`].
+    pub retry_backoff: Duration,
 }
+
+/// Longest wait between two retries of a batch.
+pub const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(1);
 
 impl Default for QueueOptions {
     fn default() -> QueueOptions {
@@ -52,13 +63,16 @@ impl Default for QueueOptions {
             batch_timeout: Duration::from_millis(200),
             call_timeout: Duration::from_secs(10),
             overflow: Overflow::DropNewest,
+            max_age: Duration::from_secs(30),
+            retry_backoff: Duration::from_millis(100),
         }
     }
 }
 
 #[derive(Default)]
 struct State {
-    items: VecDeque<(Instance, usize)>,
+    /// Records with their size and when they were queued.
+    items: VecDeque<(Instance, usize, tokio::time::Instant)>,
     bytes: usize,
     closed: bool,
 }
@@ -139,7 +153,7 @@ impl ReportQueue {
                 }
                 Overflow::DropOldest => {
                     while full(&state) {
-                        let Some((_, old)) = state.items.pop_front() else {
+                        let Some((_, old, _)) = state.items.pop_front() else {
                             break;
                         };
                         state.bytes -= old;
@@ -150,7 +164,9 @@ impl ReportQueue {
             let before = state.items.len();
             if push {
                 state.bytes += size;
-                state.items.push_back((instance, size));
+                state
+                    .items
+                    .push_back((instance, size, tokio::time::Instant::now()));
             }
             // The worker waits either for a first record or for a full batch (or its timeout):
             // waking it for every record would cost a task wake-up per record for nothing.
@@ -192,7 +208,7 @@ impl ReportQueue {
 
     /// Takes the next batch: waits for a first record, then up to `batch_timeout` for the
     /// batch to fill. `None` once closed and empty.
-    async fn next_batch(&self) -> Option<Vec<Instance>> {
+    async fn next_batch(&self) -> Option<Vec<(Instance, tokio::time::Instant)>> {
         loop {
             let notified = self.notify.notified();
             {
@@ -222,12 +238,12 @@ impl ReportQueue {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let n = state.items.len().min(self.options.batch_size);
         let mut taken = 0;
-        let batch: Vec<Instance> = state
+        let batch: Vec<(Instance, tokio::time::Instant)> = state
             .items
             .drain(..n)
-            .map(|(i, size)| {
+            .map(|(i, size, queued)| {
                 taken += size;
-                i
+                (i, queued)
             })
             .collect();
         state.bytes -= taken;
@@ -244,24 +260,66 @@ impl ReportQueue {
                 self.drop_records("not_a_report_handler", batch.len());
                 continue;
             };
+            self.deliver(report, batch).await;
+        }
+    }
+
+    /// Delivers one batch, retrying it with backoff while the handler fails with a retryable
+    /// error, until its records reach `max_age` (an adapter restarting for a few seconds
+    /// loses nothing; records keep queueing meanwhile, within the queue's bounds).
+    async fn deliver(
+        &self,
+        report: &dyn mixer_adapter_api::ReportHandler,
+        mut batch: Vec<(Instance, tokio::time::Instant)>,
+    ) {
+        let mut backoff = self.options.retry_backoff;
+        let mut instances: Vec<Instance> = batch.iter().map(|(i, _)| i.clone()).collect();
+        loop {
             self.in_flight
-                .store(batch.len(), std::sync::atomic::Ordering::SeqCst);
+                .store(instances.len(), std::sync::atomic::Ordering::SeqCst);
             let result =
-                tokio::time::timeout(self.options.call_timeout, report.report(&batch)).await;
-            self.in_flight.store(0, std::sync::atomic::Ordering::SeqCst);
-            let (label, delivered) = match &result {
-                Ok(Ok(())) => ("ok", true),
-                Ok(Err(e)) => (e.kind.label(), false),
-                Err(_) => ("timeout", false),
+                tokio::time::timeout(self.options.call_timeout, report.report(&instances)).await;
+            let (label, retryable) = match &result {
+                Ok(Ok(())) => ("ok", false),
+                Ok(Err(e)) => (e.kind.label(), e.retryable),
+                Err(_) => ("timeout", true),
             };
             self.metrics.handler_call(&self.name, "report", label);
-            if delivered {
+            if result.as_ref().is_ok_and(Result::is_ok) {
+                self.in_flight.store(0, std::sync::atomic::Ordering::SeqCst);
                 self.metrics
                     .report_delivered
                     .with_label_values(&[self.name.as_ref()])
-                    .inc_by(batch.len() as u64);
-            } else {
-                self.drop_records("handler_error", batch.len());
+                    .inc_by(instances.len() as u64);
+                return;
+            }
+            if !retryable {
+                self.in_flight.store(0, std::sync::atomic::Ordering::SeqCst);
+                self.drop_records("handler_error", instances.len());
+                return;
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = backoff.saturating_mul(2).min(MAX_RETRY_BACKOFF);
+            // The batch holds the oldest records: those past the age limit go first.
+            let now = tokio::time::Instant::now();
+            let old = batch
+                .iter()
+                .take_while(|(_, queued)| now.duration_since(*queued) >= self.options.max_age)
+                .count();
+            if old > 0 {
+                batch.drain(..old);
+                instances.drain(..old);
+                self.in_flight
+                    .store(instances.len(), std::sync::atomic::Ordering::SeqCst);
+                self.drop_records("max_age", old);
+                tracing::warn!(
+                    handler = %self.name,
+                    dropped = old,
+                    "report records dropped: the handler failed for longer than the report age limit"
+                );
+            }
+            if instances.is_empty() {
+                return;
             }
         }
     }
@@ -275,12 +333,13 @@ impl ReportQueue {
         }
         self.notify.notify_one();
         let worker = self.worker.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let mut cut = 0;
         if let Some(mut worker) = worker
             && tokio::time::timeout(deadline, &mut worker).await.is_err()
         {
             worker.abort();
             let _ = worker.await;
-            let cut = self.in_flight.swap(0, std::sync::atomic::Ordering::SeqCst);
+            cut = self.in_flight.swap(0, std::sync::atomic::Ordering::SeqCst);
             if cut > 0 {
                 self.drop_records("shutdown_deadline", cut);
             }
@@ -292,6 +351,14 @@ impl ReportQueue {
         drop(state);
         if left > 0 {
             self.drop_records("shutdown_deadline", left);
+        }
+        let lost = cut + left;
+        if lost > 0 {
+            tracing::warn!(
+                handler = %self.name,
+                dropped = lost,
+                "{lost} report records were not delivered before the shutdown deadline"
+            );
         }
     }
 }

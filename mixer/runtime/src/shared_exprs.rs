@@ -25,7 +25,7 @@ pub(crate) struct SharedExprs {
 
 /// One record's values, by slot: `None` until evaluated, then the value or `None` when the
 /// expression found nothing.
-pub(crate) type Memo = Vec<Option<Option<Value>>>;
+pub(crate) type Memo = Vec<Option<Result<Value, mixer_policy::EvalError>>>;
 
 impl SharedExprs {
     /// Numbers the distinct expressions of `config`'s instances.

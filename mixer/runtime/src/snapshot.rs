@@ -31,6 +31,11 @@ pub struct RuntimeOptions {
     /// Low-priority threads that turn report records into instances
     /// ([`crate::ReportExecutor`]); 0 does that work on the calling task.
     pub report_threads: usize,
+    /// What one request may ask of the front ends.
+    pub limits: crate::RequestLimits,
+    /// How long a built-in handler's check or quota call may take before it fails with a
+    /// timeout and its fail policy decides ([`crate::deadline`]).
+    pub handler_timeout: std::time::Duration,
 }
 
 impl Default for RuntimeOptions {
@@ -40,6 +45,8 @@ impl Default for RuntimeOptions {
             cache: CacheOptions::default(),
             reports: QueueOptions::default(),
             report_threads: 0,
+            limits: crate::RequestLimits::default(),
+            handler_timeout: crate::DEFAULT_HANDLER_TIMEOUT,
         }
     }
 }
@@ -61,6 +68,9 @@ pub struct BuiltHandler {
     pub(crate) queue: Option<Arc<ReportQueue>>,
     /// Its check call counters, for a check handler.
     pub(crate) check_calls: Option<CheckCalls>,
+    /// The dispatcher's bound on its check and quota calls ([`crate::deadline`]); `None` for
+    /// an out-of-process handler, whose transport ends each call at its connection's timeout.
+    pub(crate) deadline: Option<std::time::Duration>,
 }
 
 impl BuiltHandler {
@@ -251,10 +261,11 @@ impl Snapshot {
                 handlers.push(prev.handlers[i].clone());
                 continue;
             }
+            // An adapter's error may quote its params: never with their secrets.
             let fail = |message: String| BuildError {
                 file: hc.file.clone(),
                 handler: hc.name.to_string(),
-                message,
+                message: hc.scrub(&message),
             };
             if let Some(connection) = &hc.connection {
                 match build_remote(&config, hc, connection, registry) {
@@ -274,6 +285,7 @@ impl Snapshot {
                         fail_policy: hc.fail_policy,
                         // The adapter bounds reuse itself with each result's validity.
                         cacheable: true,
+                        deadline: None,
                     }),
                     Err(message) => errors.push(fail(message)),
                 }
@@ -290,6 +302,9 @@ impl Snapshot {
                 handler_name: hc.name.clone(),
             };
             match adapter.build(&hc.params, &ctx) {
+                Ok(handler) if let Some(message) = missing_variety(adapter.info(), &*handler) => {
+                    errors.push(fail(message));
+                }
                 Ok(handler) => handlers.push(BuiltHandler {
                     name: hc.name.clone(),
                     adapter: hc.adapter.clone(),
@@ -300,6 +315,7 @@ impl Snapshot {
                     handler,
                     fail_policy: hc.fail_policy,
                     cacheable: adapter.info().cacheable,
+                    deadline: Some(options.handler_timeout),
                 }),
                 Err(e) => errors.push(fail(e.message)),
             }
@@ -398,6 +414,16 @@ impl Snapshot {
         &self.config.vocabulary
     }
 
+    /// Whether any rule, in any namespace, sends instances of `variety` (so a front end can
+    /// skip asking, say, for quota when no rule charges any).
+    pub fn has_rules(&self, variety: Variety) -> bool {
+        !self.default_rules.get(variety).rules.is_empty()
+            || self
+                .namespaced
+                .values()
+                .any(|set| !set.get(variety).rules.is_empty())
+    }
+
     /// How many rules are filed in the literal index (the rest are evaluated every time).
     pub fn indexed_rules(&self) -> usize {
         self.default_rules.indexed()
@@ -420,4 +446,24 @@ impl Snapshot {
         }
         while closing.join_next().await.is_some() {}
     }
+}
+
+/// Why a built handler cannot serve what its adapter declares: a template of a variety whose
+/// handler trait the handler does not implement. Serving such a config would skip the handler
+/// on every request, so a check routed to it would be allowed without being asked.
+fn missing_variety(info: &mixer_adapter_api::AdapterInfo, handler: &dyn Handler) -> Option<String> {
+    info.templates.iter().find_map(|template| {
+        let (serves, what) = match template.variety() {
+            Variety::Check => (handler.as_check().is_some(), "checks"),
+            Variety::Quota => (handler.as_quota().is_some(), "quotas"),
+            Variety::Report => (handler.as_report().is_some(), "reports"),
+        };
+        (!serves).then(|| {
+            format!(
+                "adapter {:?} declares template {} but its handler does not answer {what}",
+                info.name,
+                template.name()
+            )
+        })
+    })
 }

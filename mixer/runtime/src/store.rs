@@ -4,6 +4,12 @@
 //! handlers) and swaps it in atomically. Anything wrong on the way leaves the running
 //! snapshot in place and is reported: in the log, in [`Runtime::last_error`] (shown by the
 //! admin endpoints) and in `mixer_config_reload_failures_total`.
+//!
+//! With `--invalid-config skip` ([`InvalidConfig::Skip`](mixer_config::InvalidConfig)) a
+//! config with invalid documents is served without them and what depends on them; each
+//! dropped document is logged, counted in `mixer_config_dropped_documents{name,reason}` and
+//! listed in the snapshot's [`Config::dropped`](mixer_config::Config::dropped). A config
+//! whose every rule was dropped is still refused, so the running snapshot stays.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -15,6 +21,7 @@ use arc_swap::ArcSwap;
 use mixer_adapter_api::AdapterRegistry;
 use mixer_config::{ConfigError, ConfigOptions, SourceFile};
 
+use crate::content::{CheckOutcome, ConfigContent, DiskState};
 use crate::metrics::RuntimeMetrics;
 use crate::report_executor::{ExecutorStopped, ReportExecutor};
 use crate::snapshot::{BuiltHandler, RuntimeOptions, Snapshot};
@@ -47,8 +54,29 @@ pub struct Runtime {
     options: RuntimeOptions,
     metrics: RuntimeMetrics,
     last_error: Mutex<Option<ReloadError>>,
+    content: Mutex<ContentState>,
+    /// The files of the active snapshot, to tell a file caught empty from one never filled.
+    active_sources: Mutex<Vec<SourceFile>>,
     reloading: Mutex<()>,
     report_executor: Option<ReportExecutor>,
+}
+
+/// The content the active snapshot was built from, and what was read at the last attempt.
+#[derive(Default)]
+struct ContentState {
+    active: Option<ConfigContent>,
+    tried: Option<Tried>,
+    /// The tried content validated but its handlers could not be built: that may depend on
+    /// more than the config's text (a file a handler reads, such as a certificate or a
+    /// `<param>File` secret, not there yet), so every look tries it again.
+    build_failed: bool,
+}
+
+/// What the last reload attempt read.
+#[derive(Clone, PartialEq, Eq)]
+enum Tried {
+    Content(String),
+    Unreadable(String),
 }
 
 impl Runtime {
@@ -78,6 +106,8 @@ impl Runtime {
             options,
             metrics,
             last_error: Mutex::new(None),
+            content: Mutex::new(ContentState::default()),
+            active_sources: Mutex::new(Vec::new()),
             reloading: Mutex::new(()),
             report_executor,
         }
@@ -112,9 +142,83 @@ impl Runtime {
         self.last_error.lock().ok().and_then(|e| e.clone())
     }
 
+    /// The content the active snapshot was built from (`None` before the first load).
+    pub fn active_content(&self) -> Option<ConfigContent> {
+        self.content_state().active.clone()
+    }
+
+    /// Reads the config now and compares it with the active content, for `/readyz`: a
+    /// snapshot is only called current when the files on disk hold what it was built from.
+    pub fn disk_state(&self) -> DiskState {
+        let read = self.read();
+        let state = self.content_state();
+        match read {
+            Err(e) => DiskState::Unreadable {
+                error: e.messages.join("; "),
+            },
+            Ok(sources) => {
+                let disk = ConfigContent::of(&sources).hash;
+                if state.active.as_ref().is_some_and(|a| a.hash == disk) {
+                    DiskState::Current
+                } else if state.tried == Some(Tried::Content(disk.clone())) {
+                    DiskState::Stale { disk_hash: disk }
+                } else {
+                    DiskState::Pending { disk_hash: disk }
+                }
+            }
+        }
+    }
+
+    /// Reads the config and reloads only if its content differs from what was last tried:
+    /// a watcher calls this on every burst of file events and periodically, so a swap that
+    /// leaves the content as it was (a ConfigMap update touching another key, a git-sync
+    /// of a commit that changed nothing here) rebuilds nothing, and an invalid content is
+    /// not retried (and logged) over and over. A content whose handlers failed to build is
+    /// tried again at every look, as what failed may lie outside the config's text.
+    pub fn reload_if_changed(&self) -> CheckOutcome {
+        let _one_at_a_time = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
+        let read = self.read();
+        let tried = match &read {
+            Ok(sources) => Tried::Content(ConfigContent::of(sources).hash),
+            Err(e) => Tried::Unreadable(e.messages.join("; ")),
+        };
+        {
+            let mut state = self.content_state();
+            if state.tried.as_ref() == Some(&tried) && !state.build_failed {
+                return CheckOutcome::Unchanged;
+            }
+            if let (Tried::Content(hash), Some(active)) = (&tried, &state.active)
+                && *hash == active.hash
+            {
+                // Back to the active content after a rejected one: nothing is stale now.
+                state.tried = Some(tried);
+                state.build_failed = false;
+                drop(state);
+                self.metrics.config_stale.set(0);
+                if let Ok(mut e) = self.last_error.lock() {
+                    *e = None;
+                }
+                return CheckOutcome::Unchanged;
+            }
+        }
+        match self.finish(read) {
+            Ok(id) => CheckOutcome::Reloaded(id),
+            Err(_) => CheckOutcome::Rejected,
+        }
+    }
+
+    fn content_state(&self) -> std::sync::MutexGuard<'_, ContentState> {
+        self.content.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Where config comes from.
     pub fn origin(&self) -> &ConfigOrigin {
         &self.origin
+    }
+
+    /// What one request may ask of the front ends (`RuntimeOptions::limits`).
+    pub fn limits(&self) -> &crate::RequestLimits {
+        &self.options.limits
     }
 
     /// The runtime's metrics.
@@ -146,7 +250,28 @@ impl Runtime {
     /// Reads, validates and builds the config, then swaps it in. Returns the new snapshot id.
     pub fn reload(&self) -> Result<u64, ReloadError> {
         let _one_at_a_time = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
-        let result = self.try_reload();
+        self.finish(self.read())
+    }
+
+    /// Loads what `read` gave (under the reload lock), counts and logs the result, then
+    /// records it as tried: last, so that `/readyz` calls the files `stale` only once the
+    /// failure it reports beside is there.
+    fn finish(&self, read: Result<Vec<SourceFile>, ReloadError>) -> Result<u64, ReloadError> {
+        self.content_state().build_failed = false;
+        let (result, tried) = match read {
+            Ok(sources) => {
+                let content = ConfigContent::of(&sources);
+                let tried = Tried::Content(content.hash.clone());
+                (self.try_reload(&sources, content), tried)
+            }
+            Err(e) => {
+                let tried = Tried::Unreadable(e.messages.join("; "));
+                (Err(e), tried)
+            }
+        };
+        self.metrics
+            .config_stale
+            .set(i64::from(result.is_err() && self.is_ready()));
         let label = if result.is_ok() { "success" } else { "failure" };
         self.metrics.reloads.with_label_values(&[label]).inc();
         match &result {
@@ -164,25 +289,51 @@ impl Runtime {
                 }
             }
         }
+        self.content_state().tried = Some(tried);
         result
     }
 
-    fn try_reload(&self) -> Result<u64, ReloadError> {
-        let sources = match &self.origin {
-            ConfigOrigin::Embedded(files) => files.clone(),
-            ConfigOrigin::Path(path) => {
-                mixer_config::read_sources(path).map_err(|e| ReloadError {
-                    messages: vec![format!("{}: {e}", path.display())],
-                })?
+    fn read(&self) -> Result<Vec<SourceFile>, ReloadError> {
+        match &self.origin {
+            ConfigOrigin::Embedded(files) => Ok(files.clone()),
+            ConfigOrigin::Path(path) => mixer_config::read_sources(path).map_err(|e| ReloadError {
+                messages: vec![format!("{}: {e}", path.display())],
+            }),
+        }
+    }
+
+    fn try_reload(
+        &self,
+        sources: &[SourceFile],
+        content: ConfigContent,
+    ) -> Result<u64, ReloadError> {
+        if !self.config_options.allow_empty_files {
+            let active = self
+                .active_sources
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let emptied = mixer_config::emptied_files(&active, sources);
+            if !emptied.is_empty() {
+                return Err(ReloadError {
+                    messages: emptied
+                        .iter()
+                        .map(|name| {
+                            format!(
+                                "{name}: empty, but its documents are in the running config: refused, as the file may be caught part way through a write (mixer serve --allow-empty-config accepts it)"
+                            )
+                        })
+                        .collect(),
+                });
             }
-        };
-        let validated = mixer_config::validate(&sources, &self.registry, &self.config_options)
+        }
+        let validated = mixer_config::validate(sources, &self.registry, &self.config_options)
             .map_err(|errors| ReloadError {
                 messages: errors.iter().map(ConfigError::to_string).collect(),
             })?;
         for w in &validated.warnings {
             tracing::warn!("config warning: {w}");
         }
+        let dropped = validated.config.dropped.clone();
         let previous = self.current.load_full();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let built = Snapshot::build(
@@ -193,8 +344,11 @@ impl Runtime {
             &self.options,
             &self.metrics,
         )
-        .map_err(|errors| ReloadError {
-            messages: errors.iter().map(ToString::to_string).collect(),
+        .map_err(|errors| {
+            self.content_state().build_failed = true;
+            ReloadError {
+                messages: errors.iter().map(ToString::to_string).collect(),
+            }
         })?;
         let snapshot = built.snapshot;
         self.metrics
@@ -202,9 +356,28 @@ impl Runtime {
             .set(i64::try_from(id).unwrap_or(i64::MAX));
         self.metrics.handlers.set(snapshot.handlers.len() as i64);
         self.metrics.rules.set(snapshot.config.rules.len() as i64);
+        // Only what the active snapshot lacks: a reload that fixes a document clears it.
+        self.metrics.dropped_documents.reset();
+        for d in &dropped {
+            tracing::error!("config: dropped {d}");
+            self.metrics
+                .dropped_documents
+                .with_label_values(&[d.name.as_str(), d.reason_label()])
+                .set(1);
+        }
         self.metrics.cache_entries.set(0);
+        self.metrics.config_info.reset();
+        self.metrics
+            .config_info
+            .with_label_values(&[content.hash.as_str()])
+            .set(1);
         self.current.store(Arc::new(snapshot));
+        self.content_state().active = Some(content);
         self.ready.store(true, Ordering::Release);
+        *self
+            .active_sources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = sources.to_vec();
         drop(previous);
         retire(built.retired);
         Ok(id)

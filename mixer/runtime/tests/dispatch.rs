@@ -58,10 +58,15 @@ async fn denial_wins_and_validity_is_the_minimum() {
     let v = snap.check(&b).await.expect("decided");
     assert_eq!(v.status.code, Code::PermissionDenied);
     assert_eq!(v.status.message, "no bob");
+    assert_eq!(v.denied_by.as_deref(), Some("deny.handler.istio-system"));
+    assert_eq!(v.istio_message(), "deny.handler.istio-system:no bob");
     assert_eq!(v.valid_duration, std::time::Duration::from_secs(3));
     assert_eq!(v.valid_use_count, 5);
     let names: Vec<&str> = v.matched_rules.iter().map(|r| r.as_ref()).collect();
-    assert_eq!(names, ["deny-bob.istio-system", "list-users.istio-system"]);
+    assert_eq!(
+        names,
+        ["deny-bob.rule.istio-system", "list-users.rule.istio-system"]
+    );
 }
 
 #[tokio::test]
@@ -131,13 +136,13 @@ spec: {compiledTemplate: checknothing}
 kind: rule
 metadata: {name: needs-header, namespace: istio-system}
 spec:
-  match: request.headers["x-user"].startsWith("mallory")
+  match: source.principal.startsWith("mallory")
   actions: [{handler: deny, instances: [nothing]}]
 ---
 kind: rule
 metadata: {name: strict, namespace: istio-system}
 spec:
-  match: request.headers["x-strict"] == "on"
+  match: request.host == "strict.example"
   matchErrorPolicy: DENY
   actions: [{handler: deny, instances: [nothing]}]
 "#;
@@ -145,8 +150,9 @@ spec:
 #[tokio::test]
 async fn match_errors_are_no_match_by_default_and_can_deny() {
     let snap = snapshot(MATCH_ERRORS, &RuntimeOptions::default());
-    // x-strict present so the strict rule evaluates; x-user absent makes needs-header fail.
-    let b = bag(&snap, &[("request.headers", map(&[("x-strict", "off")]))]);
+    // request.host present so the strict rule evaluates; source.principal absent makes
+    // needs-header fail.
+    let b = bag(&snap, &[("request.host", Value::from("other.example"))]);
     let v = snap.check(&b).await.expect("decided");
     assert!(v.is_allowed(), "Istio 1.4: a failed match is no match");
     let eval = snap.evaluate(&b, Variety::Check);
@@ -154,7 +160,7 @@ async fn match_errors_are_no_match_by_default_and_can_deny() {
     assert_eq!(eval.match_failures[0].policy, MatchErrorPolicy::NoMatch);
 
     // The per-rule DENY applies when its own match fails.
-    let b = bag(&snap, &[("request.headers", map(&[("x-user", "amy")]))]);
+    let b = bag(&snap, &[("source.principal", Value::from("amy"))]);
     let v = snap.check(&b).await.expect("decided");
     assert_eq!(v.status.code, Code::PermissionDenied);
     assert!(v.status.message.contains("strict"), "{}", v.status.message);
@@ -165,7 +171,7 @@ async fn match_errors_are_no_match_by_default_and_can_deny() {
         ..RuntimeOptions::default()
     };
     let snap = snapshot(MATCH_ERRORS, &strict);
-    let b = bag(&snap, &[("request.headers", map(&[("x-strict", "off")]))]);
+    let b = bag(&snap, &[("request.host", Value::from("other.example"))]);
     let v = snap.check(&b).await.expect("decided");
     assert_eq!(v.status.code, Code::PermissionDenied);
     assert!(
@@ -195,7 +201,7 @@ impl std::io::Write for Captured {
 fn a_failing_match_is_logged_once_and_counted_every_time() {
     let metrics = RuntimeMetrics::unregistered();
     let snap = snapshot_metered(MATCH_ERRORS, &metrics);
-    let b = bag(&snap, &[("request.headers", map(&[("x-strict", "off")]))]);
+    let b = bag(&snap, &[("request.host", Value::from("other.example"))]);
     let captured = Captured::default();
     let writer = captured.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -213,7 +219,7 @@ fn a_failing_match_is_logged_once_and_counted_every_time() {
     assert!(text.contains("needs-header") && text.contains("mixer_rule_match_errors_total"));
     let failures = metrics
         .match_errors
-        .with_label_values(&["needs-header.istio-system", "no_match"])
+        .with_label_values(&["needs-header.rule.istio-system", "no_match"])
         .get();
     assert_eq!(failures, 5);
 }
@@ -251,7 +257,10 @@ async fn failing_handlers_follow_their_fail_policy() {
         .check(&bag(&snap, &[("request.method", Value::from("POST"))]))
         .await
         .expect_err("cannot decide");
-    assert_eq!(err.handler.as_ref(), "closed.istio-system");
+    assert!(
+        matches!(&err, mixer_runtime::CheckError::Handler { handler, .. } if handler.as_ref() == "closed.handler.istio-system"),
+        "{err}"
+    );
     let v = snap
         .check(&bag(&snap, &[("request.method", Value::from("GET"))]))
         .await
@@ -328,12 +337,12 @@ async fn unchanged_handlers_are_reused_across_snapshots() {
             .clone()
     };
     assert!(std::sync::Arc::ptr_eq(
-        &find(&first, "allow.istio-system"),
-        &find(second, "allow.istio-system")
+        &find(&first, "allow.handler.istio-system"),
+        &find(second, "allow.handler.istio-system")
     ));
     assert!(!std::sync::Arc::ptr_eq(
-        &find(&first, "deny.istio-system"),
-        &find(second, "deny.istio-system")
+        &find(&first, "deny.handler.istio-system"),
+        &find(second, "deny.handler.istio-system")
     ));
     assert_eq!(built.retired.len(), 1, "the old denier is retired");
 }
@@ -361,10 +370,55 @@ async fn checks_and_handler_calls_are_counted_by_outcome() {
             .get()
     };
     // bob is denied by `deny` before `allow` is called; amy and cid reach `allow` only.
-    assert_eq!(calls("deny.istio-system", "denied"), 1);
-    assert_eq!(calls("deny.istio-system", "ok"), 0);
-    assert_eq!(calls("allow.istio-system", "ok"), 2);
+    assert_eq!(calls("deny.handler.istio-system", "denied"), 1);
+    assert_eq!(calls("deny.handler.istio-system", "ok"), 0);
+    assert_eq!(calls("allow.handler.istio-system", "ok"), 2);
     assert_eq!(metrics.checks.with_label_values(&["allowed"]).get(), 2);
     assert_eq!(metrics.checks.with_label_values(&["denied"]).get(), 1);
     assert_eq!(metrics.checks.with_label_values(&["error"]).get(), 0);
+}
+
+#[test]
+fn a_handler_that_cannot_answer_its_declared_template_is_refused_at_build() {
+    let yaml = r#"
+kind: handler
+metadata: {name: hollow, namespace: istio-system}
+spec: {compiledAdapter: hollow}
+---
+kind: instance
+metadata: {name: nothing, namespace: istio-system}
+spec: {compiledTemplate: checknothing}
+---
+kind: rule
+metadata: {name: all, namespace: istio-system}
+spec:
+  actions: [{handler: hollow, instances: [nothing]}]
+"#;
+    let sources = vec![mixer_config::SourceFile {
+        name: "test.yaml".into(),
+        text: yaml.into(),
+    }];
+    let validated = mixer_config::validate(
+        &sources,
+        &registry(),
+        &mixer_config::ConfigOptions::default(),
+    )
+    .expect("the config itself is valid");
+    let errors = match mixer_runtime::Snapshot::build(
+        1,
+        validated.config,
+        &registry(),
+        None,
+        &RuntimeOptions::default(),
+        &mixer_runtime::RuntimeMetrics::unregistered(),
+    ) {
+        Ok(_) => panic!("a handler that answers no checks was built"),
+        Err(errors) => errors,
+    };
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].handler, "hollow.handler.istio-system");
+    assert_eq!(
+        errors[0].message,
+        "adapter \"hollow\" declares template checknothing but its handler does not answer checks"
+    );
 }

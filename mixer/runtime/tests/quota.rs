@@ -63,7 +63,11 @@ async fn quotas_go_to_the_instances_they_name() {
             .quota(&b, Some(name), &args(3, false))
             .await
             .expect("decided");
-        assert_eq!(out.instances, ["requestcount.istio-system"], "{name}");
+        assert_eq!(
+            out.instances,
+            ["requestcount.instance.istio-system"],
+            "{name}"
+        );
         assert_eq!(out.result.granted_amount, 3);
         assert!(out.result.status.is_ok());
     }
@@ -87,6 +91,18 @@ async fn the_smallest_grant_and_the_first_refusal_win() {
     assert_eq!(out.instances.len(), 2);
     assert_eq!(out.result.granted_amount, 0);
     assert_eq!(out.result.status.code, Code::ResourceExhausted);
+    assert!(out.refused);
+    // The refusal is prefixed with the handler's name, as Istio 1.4's dispatcher wrote it
+    // (`mixer/pkg/runtime/dispatcher/session.go`, `waitForDispatched`).
+    let refuse = snap
+        .handlers
+        .iter()
+        .find(|h| h.adapter == "denier")
+        .expect("built");
+    assert_eq!(
+        out.result.status.message,
+        format!("{}:no more", refuse.name)
+    );
     let path = snap.vocabulary().lookup("request.path").expect("declared");
     assert!(out.referenced.find(path, None).is_some());
 }
@@ -150,7 +166,10 @@ async fn the_limit_reported_is_the_most_constraining_one() {
         .quota(&req("amy"), None, &args(3, false))
         .await
         .expect("decided");
-    assert_eq!(out.result.status.code, Code::ResourceExhausted);
+    // memquota refuses as Istio's did: OK with nothing granted; the outcome is a refusal.
+    assert_eq!(out.result.status.code, Code::Ok);
+    assert_eq!(out.result.granted_amount, 0);
+    assert!(out.refused);
     let limit = out.result.limit.expect("reported");
     assert_eq!((&*limit.name, limit.max_amount), ("per-user", 3));
 }

@@ -137,3 +137,147 @@ async fn watched_files_reload_and_invalid_ones_keep_the_old_snapshot() {
     assert_eq!(rt.metrics().reload_failures.get(), 1);
     assert!(rt.is_ready());
 }
+
+/// What a watcher's look at the files does, content by content: the same content is never
+/// reloaded, a rejected content is not retried (nor counted again) until it changes, and
+/// going back to the active content after a rejected one clears the failure.
+#[test]
+fn reload_if_changed_compares_content_with_what_was_last_tried() {
+    use mixer_runtime::{CheckOutcome, DiskState};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("c.yaml");
+    std::fs::write(&file, version(1)).expect("write");
+    let rt = runtime(dir.path());
+    let first = rt.reload().expect("valid");
+    assert_eq!(rt.disk_state(), DiskState::Current);
+    let active = rt.active_content().expect("content").hash;
+
+    // Written again, byte for byte: nothing to do.
+    std::fs::write(&file, version(1)).expect("write");
+    assert_eq!(rt.reload_if_changed(), CheckOutcome::Unchanged);
+    assert_eq!(rt.snapshot().id, first);
+
+    std::fs::write(
+        &file,
+        "kind: rule\nmetadata: {name: x}\nspec: {match: nope.nope == 1}\n",
+    )
+    .expect("write");
+    assert!(matches!(rt.disk_state(), DiskState::Pending { .. }));
+    assert_eq!(rt.reload_if_changed(), CheckOutcome::Rejected);
+    assert!(matches!(rt.disk_state(), DiskState::Stale { .. }));
+    assert_eq!(rt.reload_if_changed(), CheckOutcome::Unchanged);
+    assert_eq!(
+        rt.metrics().reload_failures.get(),
+        1,
+        "retried the same content"
+    );
+    assert_eq!(rt.metrics().config_stale.get(), 1);
+    assert_eq!(rt.active_content().expect("content").hash, active);
+
+    // Back to what is active: not stale any more, no reload needed.
+    std::fs::write(&file, version(1)).expect("write");
+    assert_eq!(rt.reload_if_changed(), CheckOutcome::Unchanged);
+    assert_eq!(rt.disk_state(), DiskState::Current);
+    assert!(rt.last_error().is_none());
+    assert_eq!(rt.metrics().config_stale.get(), 0);
+    assert_eq!(rt.snapshot().id, first);
+
+    std::fs::write(&file, version(2)).expect("write");
+    assert!(matches!(rt.reload_if_changed(), CheckOutcome::Reloaded(id) if id > first));
+    assert_ne!(rt.active_content().expect("content").hash, active);
+
+    // Gone: unreadable, reported once.
+    std::fs::remove_file(&file).expect("rm");
+    std::fs::remove_dir(dir.path()).expect("rmdir");
+    assert!(matches!(rt.disk_state(), DiskState::Unreadable { .. }));
+    assert_eq!(rt.reload_if_changed(), CheckOutcome::Rejected);
+    assert_eq!(rt.reload_if_changed(), CheckOutcome::Unchanged);
+    assert_eq!(rt.metrics().reload_failures.get(), 2);
+}
+
+/// An adapter whose handlers need a file (as a handler reading a certificate or a secret
+/// file does): building fails until the file named by `params.file` exists.
+struct NeedsFile;
+
+static NEEDS_FILE: mixer_adapter_api::AdapterInfo = mixer_adapter_api::AdapterInfo {
+    name: "needsfile",
+    description: "needs a file at build",
+    templates: &[mixer_model::Template::CheckNothing],
+    cacheable: false,
+    stability: mixer_adapter_api::Stability::Alpha,
+};
+
+impl mixer_adapter_api::Adapter for NeedsFile {
+    fn info(&self) -> &mixer_adapter_api::AdapterInfo {
+        &NEEDS_FILE
+    }
+    fn validate(
+        &self,
+        _: &mixer_adapter_api::Params,
+    ) -> Result<(), Vec<mixer_adapter_api::ParamError>> {
+        Ok(())
+    }
+    fn build(
+        &self,
+        params: &mixer_adapter_api::Params,
+        _: &mixer_adapter_api::BuildContext,
+    ) -> Result<Arc<dyn mixer_adapter_api::Handler>, mixer_adapter_api::AdapterError> {
+        let file = params["file"].as_str().unwrap_or_default();
+        if std::path::Path::new(file).exists() {
+            Ok(Arc::new(mixer_adapter_noop::NoopHandler))
+        } else {
+            Err(mixer_adapter_api::AdapterError::permanent(
+                mixer_adapter_api::ErrorKind::Internal,
+                format!("{file}: not there"),
+            ))
+        }
+    }
+}
+
+/// A content whose handlers failed to build is tried again at every look, unchanged: what
+/// failed (a file a handler reads) is not in the config's text.
+#[test]
+fn a_build_failure_is_retried_with_the_same_content() {
+    use mixer_runtime::CheckOutcome;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let needed = dir.path().join("ca.pem.later");
+    let config = dir.path().join("config");
+    std::fs::create_dir(&config).expect("mkdir");
+    std::fs::write(
+        config.join("c.yaml"),
+        format!(
+            r#"
+kind: handler
+metadata: {{name: h, namespace: istio-system}}
+spec: {{compiledAdapter: needsfile, params: {{file: "{}"}}}}
+---
+kind: instance
+metadata: {{name: nothing, namespace: istio-system}}
+spec: {{compiledTemplate: checknothing}}
+---
+kind: rule
+metadata: {{name: r, namespace: istio-system}}
+spec:
+  actions: [{{handler: h, instances: [nothing]}}]
+"#,
+            needed.display()
+        ),
+    )
+    .expect("write");
+    let mut registry = registry();
+    registry.register(Arc::new(NeedsFile));
+    let rt = Runtime::new(
+        ConfigOrigin::Path(config.clone()),
+        registry,
+        ConfigOptions::default(),
+        RuntimeOptions::default(),
+        RuntimeMetrics::unregistered(),
+    );
+    assert!(rt.reload().is_err());
+    assert_eq!(rt.reload_if_changed(), CheckOutcome::Rejected);
+    assert!(!rt.is_ready());
+    std::fs::write(&needed, "cert").expect("write");
+    assert!(matches!(rt.reload_if_changed(), CheckOutcome::Reloaded(_)));
+    assert!(rt.is_ready());
+    assert_eq!(rt.reload_if_changed(), CheckOutcome::Unchanged);
+}

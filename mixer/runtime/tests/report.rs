@@ -1,5 +1,5 @@
 //! Report queues: lossless below capacity, counted drops above it, batching, isolation between
-//! handlers, and delivery on shutdown.
+//! handlers, retries of a failing handler within the age limit, and delivery on shutdown.
 
 mod common;
 
@@ -38,6 +38,9 @@ static RECORDER: AdapterInfo = AdapterInfo {
 struct RecorderParams {
     #[serde(default)]
     delay_ms: u64,
+    /// Every call fails (retryable, as an adapter that is down) for this long after build.
+    #[serde(default)]
+    fail_for_ms: u64,
 }
 
 impl Adapter for Recorder {
@@ -56,6 +59,7 @@ impl Adapter for Recorder {
         Ok(Arc::new(RecorderHandler {
             sink: self.0.clone(),
             delay: Duration::from_millis(p.delay_ms),
+            down_until: tokio::time::Instant::now() + Duration::from_millis(p.fail_for_ms),
         }))
     }
 }
@@ -63,6 +67,7 @@ impl Adapter for Recorder {
 struct RecorderHandler {
     sink: Arc<Sink>,
     delay: Duration,
+    down_until: tokio::time::Instant,
 }
 
 impl Handler for RecorderHandler {
@@ -76,6 +81,12 @@ impl ReportHandler for RecorderHandler {
     async fn report(&self, instances: &[Instance]) -> Result<(), AdapterError> {
         if !self.delay.is_zero() {
             tokio::time::sleep(self.delay).await;
+        }
+        if tokio::time::Instant::now() < self.down_until {
+            return Err(AdapterError::transient(
+                mixer_adapter_api::ErrorKind::Unavailable,
+                "down",
+            ));
         }
         self.sink
             .batches
@@ -119,12 +130,16 @@ spec:
 "#;
 
 fn build(queues: QueueOptions) -> (Snapshot, Arc<Sink>, RuntimeMetrics) {
+    build_config(CONFIG, queues)
+}
+
+fn build_config(config: &str, queues: QueueOptions) -> (Snapshot, Arc<Sink>, RuntimeMetrics) {
     let sink = Arc::new(Sink::default());
     let mut registry = AdapterRegistry::new();
     registry.register(Arc::new(Recorder(sink.clone())));
     let sources = vec![SourceFile {
         name: "r.yaml".into(),
-        text: CONFIG.into(),
+        text: config.into(),
     }];
     let validated =
         mixer_config::validate(&sources, &registry, &ConfigOptions::default()).expect("valid");
@@ -167,11 +182,14 @@ async fn below_capacity_every_record_arrives_in_batches() {
     assert_eq!(
         metrics
             .report_delivered
-            .with_label_values(&["fast.istio-system"])
+            .with_label_values(&["fast.handler.istio-system"])
             .get(),
         1_050
     );
-    assert_eq!(dropped(&metrics, "fast.istio-system", "queue_full"), 0);
+    assert_eq!(
+        dropped(&metrics, "fast.handler.istio-system", "queue_full"),
+        0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -193,13 +211,13 @@ async fn overflow_drops_are_counted_and_other_handlers_are_unaffected() {
         "only {dropped_here} dropped"
     );
     assert_eq!(
-        dropped(&metrics, "slow.istio-system", "queue_full") as usize,
+        dropped(&metrics, "slow.handler.istio-system", "queue_full") as usize,
         dropped_here
     );
     assert!(
         metrics
             .report_queued
-            .with_label_values(&["slow.istio-system"])
+            .with_label_values(&["slow.handler.istio-system"])
             .get()
             <= 100
     );
@@ -227,11 +245,11 @@ async fn overflow_drops_are_counted_and_other_handlers_are_unaffected() {
     snap.close_report_queues(Duration::from_millis(100)).await;
     let delivered = metrics
         .report_delivered
-        .with_label_values(&["slow.istio-system"])
+        .with_label_values(&["slow.handler.istio-system"])
         .get() as usize;
     let total_dropped: u64 = ["queue_full", "shutdown_deadline"]
         .iter()
-        .map(|r| dropped(&metrics, "slow.istio-system", r))
+        .map(|r| dropped(&metrics, "slow.handler.istio-system", r))
         .sum();
     assert_eq!(
         delivered + total_dropped as usize,
@@ -260,7 +278,95 @@ async fn drop_oldest_keeps_the_newest_records() {
         );
         snap.report(&b).await;
     }
-    assert_eq!(dropped(&metrics, "fast.istio-system", "queue_full"), 15);
+    assert_eq!(
+        dropped(&metrics, "fast.handler.istio-system", "queue_full"),
+        15
+    );
     snap.close_report_queues(Duration::from_secs(1)).await;
     assert_eq!(sink.records.load(Ordering::SeqCst), 5);
+}
+
+/// A handler that fails for `fail_for_ms` after it is built (an adapter restarting).
+fn failing(fail_for_ms: u64) -> String {
+    CONFIG.replace(
+        "spec: {compiledAdapter: recorder}\n",
+        &format!("spec: {{compiledAdapter: recorder, params: {{fail_for_ms: {fail_for_ms}}}}}\n"),
+    )
+}
+
+async fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_down_for_seconds_loses_nothing_within_the_age_limit() {
+    let (snap, sink, metrics) = build_config(
+        &failing(4_000),
+        QueueOptions {
+            batch_size: 10,
+            ..QueueOptions::default()
+        },
+    );
+    let b = bag(&snap, &[("context.protocol", Value::from("fast"))]);
+    for _ in 0..100 {
+        assert_eq!(snap.report(&b).await.dropped, 0);
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    wait_until(Duration::from_secs(10), || {
+        sink.records.load(Ordering::SeqCst) == 100
+    })
+    .await;
+    for reason in ["handler_error", "max_age", "queue_full"] {
+        assert_eq!(
+            dropped(&metrics, "fast.handler.istio-system", reason),
+            0,
+            "{reason}"
+        );
+    }
+    // Retried with backoff, not in a busy loop: 4 s down at 100 ms doubling up to 1 s.
+    let failed = metrics
+        .handler_calls
+        .with_label_values(&["fast.handler.istio-system", "report", "unavailable"])
+        .get();
+    assert!((4..=10).contains(&failed), "{failed} failed calls");
+}
+
+#[tokio::test(start_paused = true)]
+async fn past_the_age_limit_the_oldest_records_are_dropped_and_counted() {
+    let (snap, sink, metrics) = build_config(
+        &failing(3_000),
+        QueueOptions {
+            batch_size: 100,
+            batch_timeout: Duration::from_millis(10),
+            max_age: Duration::from_secs(2),
+            ..QueueOptions::default()
+        },
+    );
+    let b = bag(&snap, &[("context.protocol", Value::from("fast"))]);
+    for _ in 0..10 {
+        snap.report(&b).await;
+    }
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    for _ in 0..7 {
+        snap.report(&b).await;
+    }
+    wait_until(Duration::from_secs(10), || {
+        sink.records.load(Ordering::SeqCst) == 7
+    })
+    .await;
+    assert_eq!(
+        dropped(&metrics, "fast.handler.istio-system", "max_age"),
+        10
+    );
+    assert_eq!(
+        dropped(&metrics, "fast.handler.istio-system", "handler_error"),
+        0
+    );
 }

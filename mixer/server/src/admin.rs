@@ -6,23 +6,49 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use mixer_runtime::{ConfigOrigin, Runtime};
+use mixer_runtime::{ConfigOrigin, DiskState, Runtime};
 use prometheus::{Encoder, Registry, TextEncoder};
+use tokio::sync::watch;
 
 #[derive(Clone)]
 struct Admin {
     runtime: Arc<Runtime>,
     registry: Registry,
+    /// True from SIGTERM on.
+    draining: watch::Receiver<bool>,
 }
 
-/// The admin routes.
-pub fn router(runtime: Arc<Runtime>, registry: Registry) -> Router {
+/// The admin routes, and gRPC's `grpc.health.v1.Health` served by `health`. `/readyz`
+/// answers 503 once `draining` turns true.
+pub fn router<H>(
+    runtime: Arc<Runtime>,
+    registry: Registry,
+    health: H,
+    draining: watch::Receiver<bool>,
+) -> Router
+where
+    H: tonic::server::NamedService
+        + tower_service::Service<
+            axum::http::Request<axum::body::Body>,
+            Response = axum::http::Response<tonic::body::Body>,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + Sync
+        + 'static,
+    H::Future: Send + 'static,
+{
     Router::new()
+        .route_service(&format!("/{}/{{*method}}", H::NAME), health)
         .route("/metrics", axum::routing::get(metrics))
         .route("/healthz", axum::routing::get(|| async { "ok\n" }))
         .route("/readyz", axum::routing::get(readyz))
         .route("/config_dump", axum::routing::get(config_dump))
-        .with_state(Admin { runtime, registry })
+        .with_state(Admin {
+            runtime,
+            registry,
+            draining,
+        })
 }
 
 /// The mixer's own metrics (`mixer_*`), then those of handlers that serve metrics (the
@@ -41,38 +67,115 @@ async fn metrics(State(admin): State<Admin>) -> Response {
     ([(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], text).into_response()
 }
 
+/// Ready (200) while a valid config is active and SIGTERM has not come. The body says
+/// which content is active, by hash, and whether the files on disk still hold it: a
+/// snapshot is called `current` only then. A rejected or unreadable config on disk leaves
+/// the mixer ready (the older content still serves, as it would after a restart that
+/// failed to load) but says `stale` or `unreadable`, and `mixer_config_stale` is 1.
 async fn readyz(State(admin): State<Admin>) -> Response {
-    let runtime = &admin.runtime;
+    let runtime = admin.runtime.clone();
+    let disk = disk_state(&runtime).await;
+    let snapshot = runtime.snapshot();
+    let active = runtime.active_content();
     let last_error = runtime
         .last_error()
         .map(|e| format!("last reload failed: {e}\n"))
         .unwrap_or_default();
-    if runtime.is_ready() {
+    let hash = active.as_ref().map_or("none", |c| c.hash.as_str());
+    let config = match &disk {
+        DiskState::Current => "config: current (the files on disk hold this content)".into(),
+        DiskState::Pending { disk_hash } => {
+            format!("config: pending: the files on disk ({disk_hash}) are not loaded yet")
+        }
+        DiskState::Stale { disk_hash } => format!(
+            "config: stale: the files on disk ({disk_hash}) were rejected; an older content serves"
+        ),
+        DiskState::Unreadable { error } => {
+            format!("config: unreadable: {error}; an older content serves")
+        }
+    };
+    let dropped: String = snapshot
+        .config
+        .dropped
+        .iter()
+        .map(|d| format!("dropped: {d}\n"))
+        .collect();
+    let details = format!("config_hash: {hash}\n{config}\n{dropped}{last_error}");
+    if *admin.draining.borrow() {
         let body = format!(
-            "ready: config snapshot {}\n{last_error}",
-            runtime.snapshot().id
+            "not ready: draining (SIGTERM received); calls are still answered until the \
+             drain ends\n{details}"
         );
+        (StatusCode::SERVICE_UNAVAILABLE, body).into_response()
+    } else if runtime.is_ready() {
+        let body = format!("ready: config snapshot {}\n{details}", snapshot.id);
         (StatusCode::OK, body).into_response()
     } else {
-        let body = format!("not ready: no valid config is active\n{last_error}");
+        let body = format!("not ready: no valid config is active\n{details}");
         (StatusCode::SERVICE_UNAVAILABLE, body).into_response()
     }
 }
 
+/// Reads the config files (off the async workers) and compares them with the active content.
+async fn disk_state(runtime: &Arc<Runtime>) -> DiskState {
+    let rt = runtime.clone();
+    tokio::task::spawn_blocking(move || rt.disk_state())
+        .await
+        .unwrap_or_else(|e| DiskState::Unreadable {
+            error: e.to_string(),
+        })
+}
+
 async fn config_dump(State(admin): State<Admin>) -> Response {
     let runtime = &admin.runtime;
+    let disk = disk_state(runtime).await;
     let snapshot = runtime.snapshot();
     let origin = match runtime.origin() {
         ConfigOrigin::Embedded(_) => "embedded default".to_string(),
         ConfigOrigin::Path(p) => p.display().to_string(),
     };
+    let active = runtime.active_content();
+    let disk_hash = match &disk {
+        DiskState::Current => active.as_ref().map(|c| c.hash.clone()),
+        other => other.disk_hash().map(str::to_string),
+    };
     let dump = serde_json::json!({
         "ready": runtime.is_ready(),
+        "draining": *admin.draining.borrow(),
         "snapshot_id": snapshot.id,
         "origin": origin,
+        "config_hash": active.as_ref().map(|c| c.hash.clone()),
+        "config_files": active.as_ref().map(|c| c.files.iter().map(|f| serde_json::json!({
+            "name": f.name,
+            "sha256": f.sha256,
+        })).collect::<Vec<_>>()),
+        "disk": {
+            "state": disk.label(),
+            "hash": disk_hash,
+            "error": match &disk { DiskState::Unreadable { error } => Some(error), _ => None },
+        },
         "last_error": runtime.last_error().map(|e| e.messages),
         "indexed_rules": snapshot.indexed_rules(),
+        "dropped_documents": snapshot.config.dropped.iter().map(dropped_json).collect::<Vec<_>>(),
         "config": snapshot.config.dump(),
     });
     axum::Json(dump).into_response()
+}
+
+/// A dropped document for `/config_dump`: its full name, file, reason (`invalid` or
+/// `dependency`) and the errors or the dropped documents it needed.
+fn dropped_json(d: &mixer_config::DroppedDocument) -> serde_json::Value {
+    let (errors, needs): (Vec<String>, &[String]) = match &d.reason {
+        mixer_config::DropReason::Invalid(errors) => {
+            (errors.iter().map(ToString::to_string).collect(), &[])
+        }
+        mixer_config::DropReason::Dependency(needs) => (Vec::new(), needs),
+    };
+    serde_json::json!({
+        "name": d.name,
+        "file": d.file,
+        "reason": d.reason_label(),
+        "errors": errors,
+        "needs": needs,
+    })
 }

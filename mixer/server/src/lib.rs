@@ -6,8 +6,13 @@
 mod adapters;
 mod admin;
 mod defaults;
+mod http_listener;
+mod lifecycle;
+mod listeners;
 mod policytest;
 mod serve;
+mod tls;
+mod tls_reload;
 mod validate;
 
 use std::net::SocketAddr;
@@ -60,6 +65,83 @@ pub struct ConfigArgs {
     /// What a full report queue drops.
     #[arg(long, value_enum, default_value = "drop-newest")]
     pub report_overflow: OverflowArg,
+    /// How long report records are kept and retried while their handler fails with a
+    /// retryable error (an out-of-process adapter restarting); older ones are dropped, oldest
+    /// first, counted as `max_age`.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub report_max_age: std::time::Duration,
+    /// What an invalid document does: refuse the whole config, or (Istio 1.4's behaviour)
+    /// skip it and what depends on it, serve the rest and report each dropped document.
+    #[arg(long, value_enum, default_value = "refuse")]
+    pub invalid_config: InvalidConfigArg,
+    /// The memquota or redisquota handler whose adapter and params count the limits of bare
+    /// envoyproxy/ratelimit files (default: the only such handler, else in-memory memquota).
+    #[arg(long, value_name = "HANDLER")]
+    pub ratelimit_backend: Option<String>,
+    /// Accept a reload in which a config file that held documents is empty; without it such
+    /// a reload is refused (a file caught truncated would drop its rules).
+    #[arg(long)]
+    pub allow_empty_config: bool,
+    /// Longest a built-in handler's check or quota call may take; past it the call fails as
+    /// a timeout and the handler's fail policy decides. Out-of-process handlers keep their
+    /// `connection.timeout`.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub handler_timeout: std::time::Duration,
+}
+
+/// What an invalid document does to the config.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum InvalidConfigArg {
+    /// The whole config is refused (a running one is kept).
+    Refuse,
+    /// The document and what depends on it are dropped; the rest is served.
+    Skip,
+}
+
+/// What one request may ask of `serve` (README: "Operations: limits and timeouts"). Over a
+/// limit the request is refused with INVALID_ARGUMENT naming the limit and its flag, before
+/// any of its work is done.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LimitArgs {
+    /// Most descriptors in one rate limit (`ShouldRateLimit`) request.
+    #[arg(long, default_value_t = mixer_runtime::DEFAULT_RATELIMIT_DESCRIPTORS)]
+    pub max_ratelimit_descriptors: usize,
+    /// Most entries in one rate limit descriptor.
+    #[arg(long, default_value_t = mixer_runtime::DEFAULT_DESCRIPTOR_ENTRIES)]
+    pub max_descriptor_entries: usize,
+    /// Most quotas one Mixer v1 Check asks for.
+    #[arg(long, default_value_t = mixer_runtime::DEFAULT_CHECK_QUOTAS)]
+    pub max_check_quotas: usize,
+    /// Most records in one Mixer v1 Report.
+    #[arg(long, default_value_t = mixer_runtime::DEFAULT_REPORT_RECORDS)]
+    pub max_report_records: usize,
+    /// Most attributes in one Mixer v1 attribute set (a Check's, a Report record's), each
+    /// string map entry counted as one.
+    #[arg(long, default_value_t = mixer_runtime::DEFAULT_ATTRIBUTES)]
+    pub max_attributes: usize,
+    /// Most log records or spans in one OTLP export.
+    #[arg(long, default_value_t = mixer_runtime::DEFAULT_EXPORT_RECORDS)]
+    pub max_export_records: usize,
+    /// Most entries in one message of an access log stream.
+    #[arg(long, default_value_t = mixer_runtime::DEFAULT_ACCESS_LOG_ENTRIES)]
+    pub max_access_log_entries: usize,
+}
+
+impl LimitArgs {
+    /// The runtime's limits, each with the flag that set it.
+    pub fn limits(&self) -> mixer_runtime::RequestLimits {
+        let d = mixer_runtime::RequestLimits::default();
+        let set = |limit: mixer_runtime::Limit, max| mixer_runtime::Limit { max, ..limit };
+        mixer_runtime::RequestLimits {
+            ratelimit_descriptors: set(d.ratelimit_descriptors, self.max_ratelimit_descriptors),
+            descriptor_entries: set(d.descriptor_entries, self.max_descriptor_entries),
+            check_quotas: set(d.check_quotas, self.max_check_quotas),
+            report_records: set(d.report_records, self.max_report_records),
+            attributes: set(d.attributes, self.max_attributes),
+            export_records: set(d.export_records, self.max_export_records),
+            access_log_entries: set(d.access_log_entries, self.max_access_log_entries),
+        }
+    }
 }
 
 /// What a full report queue drops.
@@ -71,6 +153,23 @@ pub enum OverflowArg {
     DropOldest,
 }
 
+/// The header a trusted proxy names the client in.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum RealIpHeaderArg {
+    /// `X-Forwarded-For`, read from the right.
+    XForwardedFor,
+    /// `X-Real-IP`.
+    XRealIp,
+}
+
+fn parse_trusted_proxies(
+    text: &str,
+) -> Result<mixer_frontends::forward_auth::TrustedProxies, String> {
+    mixer_frontends::forward_auth::TrustedProxies::parse(text)
+}
+
+// Parsed once at start: the size of the `serve` variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Serve checks and reports.
@@ -87,7 +186,8 @@ enum Command {
         /// Address of /metrics, /healthz, /readyz and /config_dump.
         #[arg(long, default_value = "127.0.0.1:9093")]
         admin_addr: SocketAddr,
-        /// Do not reload when config files change.
+        /// Do not reload when config files change (neither on file events nor by the
+        /// periodic `--config-check-interval` look).
         #[arg(long)]
         no_watch: bool,
         /// How long to wait, after SIGTERM, for requests in flight.
@@ -97,13 +197,30 @@ enum Command {
         /// Fewer leave cores to processes sharing the machine, such as a load generator.
         #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
         worker_threads: Option<u16>,
+        /// Address ranges (CIDR) or addresses of proxies whose forwarding headers forward-auth
+        /// believes, comma-separated (as nginx's `set_real_ip_from`). Without it `source.ip`
+        /// is the connection's peer, whatever headers the call carries.
+        #[arg(long, value_name = "CIDR,...", default_value = "", value_parser = parse_trusted_proxies)]
+        trusted_proxies: mixer_frontends::forward_auth::TrustedProxies,
+        /// The header a trusted proxy names the client in: `x-forwarded-for` (read from the
+        /// right, past every trusted proxy) or `x-real-ip` (as nginx's `real_ip_header`).
+        #[arg(long, value_enum, default_value = "x-forwarded-for")]
+        real_ip_header: RealIpHeaderArg,
         /// Threads that turn report records into instances, at a lower priority than the
         /// threads serving checks, so reports cannot slow checks down; 0 does that work on
         /// the serving threads. Default: half the cores, at least one.
         #[arg(long)]
         report_threads: Option<usize>,
         #[command(flatten)]
+        listener_args: listeners::ListenerArgs,
+        #[command(flatten)]
         config_args: ConfigArgs,
+        #[command(flatten)]
+        limit_args: LimitArgs,
+        #[command(flatten)]
+        tls_args: tls::TlsArgs,
+        #[command(flatten)]
+        lifecycle_args: lifecycle::LifecycleArgs,
     },
     /// Check a config without serving; print every error.
     Validate {
@@ -141,7 +258,13 @@ pub fn main() -> ExitCode {
             drain_timeout,
             worker_threads,
             report_threads,
+            trusted_proxies,
+            real_ip_header,
+            listener_args,
             config_args,
+            limit_args,
+            tls_args,
+            lifecycle_args,
         } => {
             init_logging();
             let settings = serve::Settings {
@@ -155,7 +278,24 @@ pub fn main() -> ExitCode {
                 report_threads: report_threads.unwrap_or_else(|| {
                     std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
                 }),
+                listener_args,
+                forward_auth: mixer_frontends::forward_auth::ForwardAuthOptions {
+                    client_address: mixer_frontends::forward_auth::ClientAddress {
+                        trusted_proxies,
+                        header: match real_ip_header {
+                            RealIpHeaderArg::XForwardedFor => {
+                                mixer_frontends::forward_auth::RealIpHeader::XForwardedFor
+                            }
+                            RealIpHeaderArg::XRealIp => {
+                                mixer_frontends::forward_auth::RealIpHeader::XRealIp
+                            }
+                        },
+                    },
+                },
                 config_args,
+                limits: limit_args.limits(),
+                tls: tls_args,
+                lifecycle: lifecycle_args,
             };
             match serve::run(settings) {
                 Ok(()) => ExitCode::SUCCESS,

@@ -12,12 +12,22 @@
 //!   expect:
 //!     allowed: false
 //!     code: PERMISSION_DENIED           # name or number
-//!     message: x-mixer-deny             # a substring of the status message
+//!     message: x-mixer-deny             # a substring of the status message, as Istio words it (handler:message)
 //!     matchedRules: [deny-on-header]    # exactly these, in order (short or full names)
 //!     instances:                        # each must be produced, with these field values
 //!     - name: denyrequest
 //!     requestHeaders: {x-mixer-user: anonymous}
+//!     validDuration: 300s               # how long, and how often, the proxy may reuse it
+//!     validUseCount: 10000
 //! ```
+//!
+//! `error: TEXT` expects the mixer not to decide (a handler failing closed, an instance that
+//! cannot be built), with an error containing `TEXT`.
+//! `variety: ratelimit` sends Envoy's `RateLimitRequest` (`domain`, `descriptors`: a list of
+//! descriptors, each a list of `{key, value}`) through the rate limit front end's decision,
+//! `repeat` times, and compares the last response's `overallCode` and per-descriptor `codes`
+//! (`OK`, `OVER_LIMIT`): what a request of several descriptors comes to, with
+//! envoyproxy/ratelimit's `replaces` and `quota_mode`.
 //!
 //! `variety: report` evaluates the report rules instead and checks `matchedRules` and
 //! `instances`.
@@ -25,8 +35,10 @@
 //! `variety: quota` evaluates the quota rules (`matchedRules`, `instances`) and then allocates
 //! through the handlers: `amount` units (default 1) of the quota named `quota` (default: every
 //! quota instance of the matched rules, as the rate limit front end asks), one allocation per
-//! `repeat` (default 1); `allowed`, `code` and `message` are compared with the last
-//! allocation's status and `granted` with its granted amount. Counters live as long as the test
+//! `repeat` (default 1); `allowed`, `code` and `message` are compared with what a proxy makes
+//! of the last allocation (a refusal with status OK and less granted than asked, as Istio's
+//! memquota answers, is RESOURCE_EXHAUSTED "Quota is exhausted for: INSTANCES", the Istio
+//! proxy's words) and `granted` with its granted amount. Counters live as long as the test
 //! file: cases run in order on one snapshot.
 //!
 //! ```yaml
@@ -50,7 +62,7 @@ use std::process::ExitCode;
 
 use mixer_adapter_api::QuotaArgs;
 use mixer_model::{
-    AttributeBag, FieldValue, HeaderOp, Instance, StringMap, Value, Variety, Verdict,
+    AttributeBag, Code, FieldValue, HeaderOp, Instance, Status, StringMap, Value, Variety, Verdict,
 };
 use mixer_runtime::{RuntimeMetrics, Snapshot};
 use serde::Deserialize;
@@ -78,10 +90,25 @@ struct TestCase {
     /// `variety: quota`: units per allocation (default 1).
     #[serde(default)]
     amount: Option<i64>,
-    /// `variety: quota`: allocations made (default 1).
+    /// `variety: quota` and `ratelimit`: allocations made (default 1).
     #[serde(default)]
     repeat: Option<u32>,
+    /// `variety: ratelimit`: the request's domain.
+    #[serde(default)]
+    domain: Option<String>,
+    /// `variety: ratelimit`: the request's descriptors, each a list of entries.
+    #[serde(default)]
+    descriptors: Vec<Vec<DescriptorEntry>>,
     expect: Expect,
+}
+
+/// One entry of a rate limit descriptor.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DescriptorEntry {
+    key: String,
+    #[serde(default)]
+    value: String,
 }
 
 #[derive(Deserialize, Default)]
@@ -96,6 +123,16 @@ struct Expect {
     response_headers: Option<BTreeMap<String, String>>,
     /// `variety: quota`: the granted amount of the last allocation.
     granted: Option<i64>,
+    /// How long the verdict may be reused (`300s`).
+    valid_duration: Option<String>,
+    /// How many times the verdict may be reused.
+    valid_use_count: Option<i32>,
+    /// The check is not decided: its error contains this text.
+    error: Option<String>,
+    /// `variety: ratelimit`: the last response's `overall_code` (`OK`, `OVER_LIMIT`).
+    overall_code: Option<String>,
+    /// `variety: ratelimit`: the last response's code of each descriptor.
+    codes: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -230,6 +267,9 @@ async fn run_file(file: &Path, args: &ConfigArgs) -> Result<Vec<(String, Vec<Str
 }
 
 async fn run_case(snapshot: &Snapshot, case: &TestCase) -> Vec<String> {
+    if case.variety.as_deref() == Some("ratelimit") {
+        return run_ratelimit(snapshot, case).await;
+    }
     let mut problems = Vec::new();
     let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
     for (name, value) in &case.attributes {
@@ -249,7 +289,11 @@ async fn run_case(snapshot: &Snapshot, case: &TestCase) -> Vec<String> {
         None | Some("check") => Variety::Check,
         Some("report") => Variety::Report,
         Some("quota") => Variety::Quota,
-        Some(other) => return vec![format!("variety: {other:?} is not check, report or quota")],
+        Some(other) => {
+            return vec![format!(
+                "variety: {other:?} is not check, report, quota or ratelimit"
+            )];
+        }
     };
     let eval = snapshot.evaluate(&bag, variety);
     let expect = &case.expect;
@@ -274,9 +318,17 @@ async fn run_case(snapshot: &Snapshot, case: &TestCase) -> Vec<String> {
         }
     }
     if variety == Variety::Check {
-        match snapshot.check(&bag).await {
-            Ok(verdict) => compare_verdict(expect, &verdict, &mut problems),
-            Err(e) => problems.push(format!("the mixer could not decide: {e}")),
+        match (snapshot.check(&bag).await, &expect.error) {
+            (Ok(verdict), None) => compare_verdict(expect, &verdict, &mut problems),
+            (Ok(verdict), Some(want)) => problems.push(format!(
+                "error: expected the mixer not to decide ({want:?}), got {}",
+                verdict.status
+            )),
+            (Err(e), Some(want)) if e.to_string().contains(want.as_str()) => {}
+            (Err(e), Some(want)) => {
+                problems.push(format!("error: expected to contain {want:?}, got {e:?}"))
+            }
+            (Err(e), None) => problems.push(format!("the mixer could not decide: {e}")),
         }
     }
     if variety == Variety::Quota {
@@ -300,16 +352,25 @@ async fn run_quota(
     let mut last = None;
     for _ in 0..case.repeat.unwrap_or(1).max(1) {
         match snapshot.quota(bag, case.quota.as_deref(), &args).await {
-            Ok(outcome) => last = Some(outcome.result),
+            Ok(outcome) => last = Some(outcome),
             Err(e) => {
                 problems.push(format!("the mixer could not decide: {e}"));
                 return;
             }
         }
     }
-    let Some(result) = last else { return };
+    let Some(outcome) = last else { return };
+    let result = &outcome.result;
+    let status = if outcome.refused && result.status.is_ok() {
+        Status::new(
+            Code::ResourceExhausted,
+            format!("Quota is exhausted for: {}", outcome.instances.join(", ")),
+        )
+    } else {
+        result.status.clone()
+    };
     let verdict = Verdict {
-        status: result.status,
+        status,
         ..Verdict::default()
     };
     compare_verdict(&case.expect, &verdict, problems);
@@ -321,6 +382,75 @@ async fn run_quota(
             result.granted_amount
         ));
     }
+}
+
+/// A `variety: ratelimit` case: Envoy's `RateLimitRequest` through the rate limit front end's
+/// own decision (replaces, unlimited and quota_mode included), `repeat` times.
+async fn run_ratelimit(snapshot: &Snapshot, case: &TestCase) -> Vec<String> {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+
+    let Some(domain) = &case.domain else {
+        return vec!["variety ratelimit needs a domain".to_string()];
+    };
+    if case.descriptors.is_empty() || !case.attributes.is_empty() {
+        return vec!["variety ratelimit takes descriptors, not attributes".to_string()];
+    }
+    let request = RateLimitRequest {
+        domain: domain.clone(),
+        descriptors: case
+            .descriptors
+            .iter()
+            .map(|entries| RateLimitDescriptor {
+                entries: entries
+                    .iter()
+                    .map(|e| Entry {
+                        key: e.key.clone(),
+                        value: e.value.clone(),
+                    })
+                    .collect(),
+                ..RateLimitDescriptor::default()
+            })
+            .collect(),
+        hits_addend: 0,
+    };
+    let mut last = None;
+    for _ in 0..case.repeat.unwrap_or(1).max(1) {
+        match mixer_frontends::ratelimit::decide_on(
+            snapshot,
+            &request,
+            mixer_model::Timestamp::now(),
+        )
+        .await
+        {
+            Ok(r) => last = Some(r),
+            Err(status) => return vec![format!("the mixer could not decide: {status}")],
+        }
+    }
+    let Some(response) = last else {
+        return Vec::new();
+    };
+    let name = |code: i32| {
+        Code::try_from(code).map_or_else(|_| code.to_string(), |c| c.as_str_name().to_string())
+    };
+    let mut problems = Vec::new();
+    if let Some(want) = &case.expect.overall_code
+        && *want != name(response.overall_code)
+    {
+        problems.push(format!(
+            "overallCode: expected {want}, got {}",
+            name(response.overall_code)
+        ));
+    }
+    if let Some(want) = &case.expect.codes {
+        let got: Vec<String> = response.statuses.iter().map(|s| name(s.code)).collect();
+        if *want != got {
+            problems.push(format!("codes: expected {want:?}, got {got:?}"));
+        }
+    }
+    problems
 }
 
 fn same_name(want: &str, got: &str) -> bool {
@@ -352,11 +482,29 @@ fn compare_verdict(expect: &Expect, verdict: &Verdict, problems: &mut Vec<String
         }
     }
     if let Some(want) = &expect.message
-        && !verdict.status.message.contains(want.as_str())
+        && !verdict.istio_message().contains(want.as_str())
     {
         problems.push(format!(
             "message: expected to contain {want:?}, got {:?}",
-            verdict.status.message
+            verdict.istio_message()
+        ));
+    }
+    if let Some(want) = &expect.valid_duration {
+        match mixer_model::Duration::parse(want) {
+            Some(d) if d.to_std() == verdict.valid_duration => {}
+            Some(_) => problems.push(format!(
+                "validDuration: expected {want}, got {:?}",
+                verdict.valid_duration
+            )),
+            None => problems.push(format!("validDuration: {want:?} is not a duration")),
+        }
+    }
+    if let Some(want) = expect.valid_use_count
+        && want != verdict.valid_use_count
+    {
+        problems.push(format!(
+            "validUseCount: expected {want}, got {}",
+            verdict.valid_use_count
         ));
     }
     let headers = |ops: &[mixer_model::HeaderOperation]| -> BTreeMap<String, String> {

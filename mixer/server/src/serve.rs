@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::ConfigArgs;
+use crate::listeners::{ListenerArgs, ListenerMetrics};
 
 /// Everything `serve` is told.
 pub struct Settings {
@@ -30,8 +31,18 @@ pub struct Settings {
     pub worker_threads: Option<usize>,
     /// Low-priority report threads; 0 = none.
     pub report_threads: usize,
+    /// The listeners' connection caps, timeouts and sizes.
+    pub listener_args: ListenerArgs,
+    /// How forward-auth finds the client's address.
+    pub forward_auth: mixer_frontends::forward_auth::ForwardAuthOptions,
     /// Config options.
     pub config_args: ConfigArgs,
+    /// What one request may ask.
+    pub limits: mixer_runtime::RequestLimits,
+    /// TLS on the gRPC and forward-auth listeners.
+    pub tls: crate::tls::TlsArgs,
+    /// Config checks and the shutdown delay.
+    pub lifecycle: crate::lifecycle::LifecycleArgs,
 }
 
 /// Runs the server until SIGTERM or Ctrl-C.
@@ -48,8 +59,34 @@ pub fn run(settings: Settings) -> anyhow::Result<()> {
 }
 
 async fn serve(settings: Settings) -> anyhow::Result<()> {
+    let mut signals = crate::lifecycle::Signals::install();
     let registry = prometheus::Registry::new();
     let metrics = RuntimeMetrics::new(&registry).context("registering metrics")?;
+    let listener_metrics = ListenerMetrics::new(&registry).context("registering metrics")?;
+    // Before anything else: a certificate that cannot be served stops the start.
+    let tls = crate::tls_reload::start(&settings.tls, &registry)?;
+    let limits = &settings.listener_args;
+    let asked = limits.caps();
+    let caps = match crate::listeners::raise_fd_limit() {
+        Some(fd_limit) => {
+            let caps = crate::listeners::fit_caps(asked, fd_limit);
+            if caps != asked {
+                let why = "the connection caps do not fit in the open-file limit beside the \
+                           descriptors kept for other uses: the gRPC and forward-auth caps \
+                           are lowered (raise `ulimit -n` to keep them)";
+                let (grpc, http, admin) = (caps.grpc, caps.http, caps.admin);
+                // Caps set on the command line and not kept deserve a warning; the
+                // defaults fitted to a small limit, a note.
+                if asked == ListenerArgs::DEFAULT_CAPS {
+                    tracing::info!(fd_limit, grpc, http, admin, "{why}");
+                } else {
+                    tracing::warn!(fd_limit, grpc, http, admin, "{why}");
+                }
+            }
+            caps
+        }
+        None => asked,
+    };
     let origin = match &settings.config {
         Some(path) => ConfigOrigin::Path(path.clone()),
         None => ConfigOrigin::Embedded(crate::defaults::config()),
@@ -60,6 +97,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         crate::validate::config_options(&settings.config_args),
         mixer_runtime::RuntimeOptions {
             report_threads: settings.report_threads,
+            limits: settings.limits,
             ..crate::validate::runtime_options(&settings.config_args)
         },
         metrics,
@@ -82,8 +120,16 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     let _ = tokio::task::spawn_blocking(move || first.reload()).await;
     let _watch = match (&settings.config, settings.watch) {
         (Some(path), true) => Some(
-            mixer_runtime::watch(runtime.clone(), path, Duration::from_millis(300))
-                .with_context(|| format!("watching {}", path.display()))?,
+            mixer_runtime::watch_with(
+                runtime.clone(),
+                path,
+                mixer_runtime::WatchOptions {
+                    debounce: Duration::from_millis(300),
+                    check_interval: Some(settings.lifecycle.config_check_interval)
+                        .filter(|d| !d.is_zero()),
+                },
+            )
+            .with_context(|| format!("watching {}", path.display()))?,
         ),
         _ => None,
     };
@@ -93,63 +139,67 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         let _ = rx.wait_for(|s| *s).await;
     };
 
+    // Not ready from SIGTERM on, before the drain (see `lifecycle`).
+    let (draining_tx, draining_rx) = watch::channel(false);
     let (health, health_service) = tonic_health::server::health_reporter();
-    let health_runtime = runtime.clone();
-    let mut health_stop = stop_rx.clone();
-    tokio::spawn(async move {
-        loop {
-            let status = if health_runtime.is_ready() {
-                tonic_health::ServingStatus::Serving
-            } else {
-                tonic_health::ServingStatus::NotServing
-            };
-            health.set_service_status("", status).await;
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-                _ = health_stop.changed() => {
-                    health.set_service_status("", tonic_health::ServingStatus::NotServing).await;
-                    return;
-                }
-            }
-        }
-    });
+    let health_task = crate::lifecycle::report_health(health, runtime.clone(), draining_rx.clone());
     // Unary methods are served straight from the front ends; the streaming access log
-    // service, health and unknown paths by tonic's routes.
-    let mut routes = tonic::service::RoutesBuilder::default();
-    routes
-        .add_service(health_service)
-        .add_service(mixer_frontends::ext_authz::service(runtime.clone()))
-        .add_service(mixer_frontends::mixer_v1::service(runtime.clone()))
-        .add_service(mixer_frontends::ratelimit::service(runtime.clone()))
-        .add_service(mixer_frontends::access_log::service(runtime.clone()))
-        .add_service(mixer_frontends::otlp::logs_service(runtime.clone()))
-        .add_service(mixer_frontends::otlp::trace_service(runtime.clone()));
+    // service, health and unknown paths by tonic's routes (see `mixer_frontends::grpc`).
+    let mut routes = mixer_frontends::grpc::routes(&runtime);
+    routes.add_service(health_service.clone());
     let grpc_server = mixer_grpc::Server::new(
         mixer_frontends::grpc::unary_methods(&runtime),
         routes.routes(),
     )
+    .limits(limits.grpc(caps.grpc))
+    .events(listener_metrics.events("grpc"))
+    // Envoy keeps its access log stream open for as long as it has entries to send.
+    .streaming_requests([mixer_frontends::grpc::ACCESS_LOG_STREAM])
     .drain(settings.drain_timeout);
+    let grpc_server = match &tls {
+        Some(tls) => grpc_server.tls(tls.grpc.clone()),
+        None => grpc_server,
+    };
     let grpc_task = tokio::spawn(grpc_server.serve(grpc, stopped(stop_rx.clone())));
-    let http_app = mixer_frontends::forward_auth::router(runtime.clone())
-        .into_make_service_with_connect_info::<SocketAddr>();
-    let http_task = tokio::spawn(
-        axum::serve(http, http_app)
-            .with_graceful_shutdown(stopped(stop_rx.clone()))
-            .into_future(),
-    );
-    let admin_app = crate::admin::router(runtime.clone(), registry);
-    let admin_task = tokio::spawn(
-        axum::serve(admin, admin_app)
-            .with_graceful_shutdown(stopped(stop_rx.clone()))
-            .into_future(),
-    );
+    let http_task = tokio::spawn(crate::http_listener::serve_with_tls(
+        http,
+        mixer_frontends::forward_auth::router(runtime.clone(), settings.forward_auth),
+        limits.http(caps.http),
+        listener_metrics.events("http"),
+        tls.map(|tls| tls.http),
+        stopped(stop_rx.clone()),
+    ));
+    // gRPC health is answered on the admin listener too (HTTP/2 without TLS), so a probe
+    // pointed there is answered while the gRPC listener is at its cap.
+    let admin_app = crate::admin::router(runtime.clone(), registry, health_service, draining_rx);
+    let admin_task = tokio::spawn(crate::http_listener::serve(
+        admin,
+        admin_app,
+        limits.http(caps.admin),
+        listener_metrics.events("admin"),
+        stopped(stop_rx.clone()),
+    ));
     tracing::info!(
         grpc = %settings.grpc_addr, http = %settings.http_addr, admin = %settings.admin_addr,
         "mixer serving"
     );
 
-    shutdown_signal().await;
-    tracing::info!("shutting down: draining requests in flight");
+    signals.recv().await;
+    let _ = draining_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(1), health_task).await;
+    let delay = settings.lifecycle.shutdown_delay;
+    tracing::info!("shutting down: not ready (gRPC health NOT_SERVING, /readyz 503)");
+    if !delay.is_zero() {
+        tracing::info!(
+            ?delay,
+            "answering calls for the shutdown delay before the drain"
+        );
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = signals.recv() => tracing::info!("second signal: draining now"),
+        }
+    }
+    tracing::info!("draining requests in flight");
     let _ = stop_tx.send(true);
     let drain = async {
         let _ = grpc_task.await;
@@ -168,25 +218,4 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     runtime.shutdown(settings.drain_timeout).await;
     tracing::info!("stopped");
     Ok(())
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
-    }
 }

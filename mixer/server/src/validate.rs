@@ -20,8 +20,17 @@ pub fn run(path: &Path, args: &ConfigArgs) -> ExitCode {
                 eprintln!("warning: {w}");
             }
             let c = &validated.config;
+            // With --invalid-config skip: what `serve` would leave out, dependents included.
+            for d in &c.dropped {
+                println!("dropped: {d}");
+            }
+            let dropped = if c.dropped.is_empty() {
+                String::new()
+            } else {
+                format!(", {} documents dropped", c.dropped.len())
+            };
             println!(
-                "{}: valid ({} files, {} handlers, {} instances, {} rules, {} warnings)",
+                "{}: valid ({} files, {} handlers, {} instances, {} rules, {} warnings{dropped})",
                 path.display(),
                 sources.len(),
                 c.handlers.len(),
@@ -45,6 +54,12 @@ pub fn run(path: &Path, args: &ConfigArgs) -> ExitCode {
 pub fn config_options(args: &ConfigArgs) -> mixer_config::ConfigOptions {
     mixer_config::ConfigOptions {
         default_namespace: args.default_namespace.clone(),
+        invalid_config: match args.invalid_config {
+            crate::InvalidConfigArg::Refuse => mixer_config::InvalidConfig::Refuse,
+            crate::InvalidConfigArg::Skip => mixer_config::InvalidConfig::Skip,
+        },
+        ratelimit_backend: args.ratelimit_backend.clone(),
+        allow_empty_files: args.allow_empty_config,
         ..mixer_config::ConfigOptions::default()
     }
 }
@@ -65,6 +80,7 @@ pub fn runtime_options(args: &ConfigArgs) -> mixer_runtime::RuntimeOptions {
             max_bytes: args.report_queue_megabytes.saturating_mul(1 << 20),
             batch_size: args.report_batch_size.max(1),
             batch_timeout: args.report_batch_timeout,
+            max_age: args.report_max_age,
             overflow: match args.report_overflow {
                 crate::OverflowArg::DropNewest => mixer_runtime::Overflow::DropNewest,
                 crate::OverflowArg::DropOldest => mixer_runtime::Overflow::DropOldest,
@@ -73,5 +89,8 @@ pub fn runtime_options(args: &ConfigArgs) -> mixer_runtime::RuntimeOptions {
         },
         // `mixer validate` and `mixer test` have no reports to run; `serve` sets its own.
         report_threads: 0,
+        // Requests come only to `serve`, which sets its own.
+        limits: mixer_runtime::RequestLimits::default(),
+        handler_timeout: args.handler_timeout,
     }
 }

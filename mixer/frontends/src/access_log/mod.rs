@@ -3,14 +3,8 @@
 //! stream to. Every entry becomes one attribute bag, reported through the active snapshot (the
 //! report rules pick what to do with it), like a Mixer v1 Report record.
 //!
-//! ```no_run
-//! # async fn serve(runtime: std::sync::Arc<mixer_runtime::Runtime>) -> Result<(), Box<dyn std::error::Error>> {
-//! tonic::transport::Server::builder()
-//!     .add_service(mixer_frontends::access_log::service(runtime))
-//!     .serve("0.0.0.0:9091".parse()?)
-//!     .await?;
-//! # Ok(()) }
-//! ```
+//! A client-streaming method, so the one front end the mixer's gRPC server hands to tonic's
+//! routes ([`crate::grpc::routes`]) rather than serving it directly.
 //!
 //! ## The stream
 //!
@@ -81,7 +75,11 @@
 //! * A message that does not decode: INVALID_ARGUMENT for the stream (tonic reports it as
 //!   INTERNAL; it is the client's bytes that are wrong). Entries of earlier messages have
 //!   been reported; the server keeps serving other streams.
-//! * A message over the 4 MiB limit: tonic's OUT_OF_RANGE, as for the other front ends.
+//! * A message over the 4 MiB limit: RESOURCE_EXHAUSTED (tonic's OUT_OF_RANGE, recoded by
+//!   `mixer-grpc`), as for the other front ends.
+//! * A message with more entries than `--max-access-log-entries` (10,000): INVALID_ARGUMENT
+//!   naming the limit and its flag, for the stream; none of that message's entries are
+//!   reported (those of earlier messages have been).
 //! * A queue that is full drops instances (counted in `mixer_report_dropped_total`); Envoy
 //!   never reads an answer, so nothing else is said.
 //! * Otherwise, when Envoy closes its side, the empty `StreamAccessLogsResponse`.
@@ -163,6 +161,22 @@ impl AccessLog {
         mut state: StreamState,
         message: StreamAccessLogsMessage,
     ) -> Result<StreamState, Status> {
+        let entries = match &message.log_entries {
+            Some(LogEntries::HttpLogs(logs)) => logs.log_entry.len(),
+            Some(LogEntries::TcpLogs(logs)) => logs.log_entry.len(),
+            None => 0,
+        };
+        self.runtime
+            .limits()
+            .access_log_entries
+            .check(
+                entries,
+                &format!(
+                    "entries in message {} of the stream",
+                    state.summary.messages
+                ),
+            )
+            .map_err(Status::invalid_argument)?;
         let snapshot = self.runtime.snapshot();
         self.runtime
             .run_report(async move {

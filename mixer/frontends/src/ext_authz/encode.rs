@@ -87,7 +87,7 @@ fn header_option(m: &mut Vec<u8>, field: u32, op: &HeaderOperation) {
     });
 }
 
-/// The Struct of `matched_rules` (a list), `cache_hit` and `status`.
+/// The Struct of `matched_rules` (a list), `cache_hit`, `status` and `denied_by`.
 fn decision_metadata(m: &mut Vec<u8>, verdict: &Verdict, cache_hit: bool) {
     // Each field is a map entry: key (1) and google.protobuf.Value (2).
     message(m, 1, |e| {
@@ -113,4 +113,10 @@ fn decision_metadata(m: &mut Vec<u8>, verdict: &Verdict, cache_hit: bool) {
         string(e, 1, metadata_keys::STATUS);
         message(e, 2, |v| string_always(v, 3, verdict.status.code.name()));
     });
+    if let Some(handler) = &verdict.denied_by {
+        message(m, 1, |e| {
+            string(e, 1, metadata_keys::DENIED_BY);
+            message(e, 2, |v| string_always(v, 3, handler));
+        });
+    }
 }

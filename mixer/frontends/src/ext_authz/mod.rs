@@ -1,15 +1,17 @@
 //! Envoy external authorization: `envoy.service.auth.v3.Authorization/Check`, the gRPC
 //! service Envoy's `ext_authz` filter (HTTP or network) calls before letting a request through.
 //!
-//! Wire it into a tonic server:
+//! Served by the mixer's gRPC server straight from its encoded message
+//! ([`ExtAuthz::answer_encoded`], registered by [`crate::grpc::unary_methods`]):
 //!
 //! ```no_run
-//! # async fn run(runtime: std::sync::Arc<mixer_runtime::Runtime>) -> Result<(), Box<dyn std::error::Error>> {
-//! tonic::transport::Server::builder()
-//!     .add_service(mixer_frontends::ext_authz::service(runtime))
-//!     .serve("127.0.0.1:9091".parse()?)
-//!     .await?;
-//! # Ok(()) }
+//! # async fn run(runtime: std::sync::Arc<mixer_runtime::Runtime>) -> std::io::Result<()> {
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:9091").await?;
+//! let routes = mixer_frontends::grpc::routes(&runtime);
+//! mixer_grpc::Server::new(mixer_frontends::grpc::unary_methods(&runtime), routes.routes())
+//!     .serve(listener, std::future::pending())
+//!     .await
+//! # }
 //! ```
 //!
 //! ## From `AttributeContext` to attributes
@@ -47,8 +49,10 @@
 //! |---|---|
 //! | allowed | `status` OK; `ok_response`: `headers` from the rules' request header operations (REPLACE overwrites, APPEND appends), `headers_to_remove` from REMOVE, `response_headers_to_add` from response header operations |
 //! | denied | `status` = the verdict's code and message; `denied_response`: HTTP 401 for UNAUTHENTICATED, 429 for RESOURCE_EXHAUSTED, 403 otherwise; body = the message; `headers` from response header operations |
-//! | both | `dynamic_metadata`: `matched_rules` (list of the matched rules' names), `cache_hit` (bool), `status` (the code name) |
+//! | a quota a matching rule charges is exhausted (one unit per allowed check, deduplicated by `request.id`; [`crate::check_quota`]) | denied with RESOURCE_EXHAUSTED: HTTP 429 with `Retry-After`, `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` |
+//! | both | `dynamic_metadata`: `matched_rules` (list of the matched rules' names), `cache_hit` (bool), `status` (the code name), `denied_by` (the denying handler's full name, on a denial a handler gave) |
 //! | could not decide (a handler failed closed), or no valid config yet | gRPC error UNAVAILABLE, so that Envoy's `failure_mode_allow` decides |
+//! | an instance cannot be built from the request (a field reads an absent attribute) | gRPC error INTERNAL naming it, as Istio 1.4; Envoy's `failure_mode_allow` decides alike |
 
 mod attributes;
 mod encode;
@@ -64,9 +68,6 @@ use envoy_types::pb::envoy::config::core::v3::address::Address as AddressKind;
 use envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier;
 use envoy_types::pb::envoy::config::core::v3::{Address, SocketAddress};
 use envoy_types::pb::envoy::service::auth::v3::attribute_context::Peer;
-use envoy_types::pb::envoy::service::auth::v3::authorization_server::{
-    Authorization, AuthorizationServer,
-};
 use envoy_types::pb::envoy::service::auth::v3::{CheckRequest, CheckResponse};
 use mixer_adapter_api::Occasional;
 use mixer_model::{AttributeBag, Timestamp};
@@ -97,12 +98,7 @@ pub fn socket_peer(ip: &str, port: u32, principal: &str) -> Peer {
     }
 }
 
-/// The ext_authz service: ready to add to a tonic server.
-pub fn service(runtime: Arc<Runtime>) -> AuthorizationServer<ExtAuthz> {
-    AuthorizationServer::new(ExtAuthz::new(runtime))
-}
-
-/// The `Authorization` implementation; [`service`] wraps it in its tonic server type.
+/// The ext_authz Check over a runtime.
 #[derive(Clone)]
 pub struct ExtAuthz {
     runtime: Arc<Runtime>,
@@ -166,7 +162,12 @@ impl ExtAuthz {
 }
 
 async fn checked(snapshot: &Snapshot, bag: AttributeBag) -> Result<Checked, tonic::Status> {
-    let checked = snapshot.check_cached_without_reads(&bag).await;
+    // Quota rules that match are charged once the check allows ([`crate::check_quota`]):
+    // over a limit, a denial Envoy answers with 429.
+    let checked = match snapshot.check_cached_without_reads(&bag).await {
+        Ok(checked) => crate::check_quota::charged(snapshot, &bag, checked).await,
+        Err(e) => Err(e),
+    };
     keep_spare(bag);
     match checked {
         Ok(checked) => Ok(checked),
@@ -186,17 +187,5 @@ async fn checked(snapshot: &Snapshot, bag: AttributeBag) -> Result<Checked, toni
 impl std::fmt::Debug for ExtAuthz {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ExtAuthz").finish_non_exhaustive()
-    }
-}
-
-#[tonic::async_trait]
-impl Authorization for ExtAuthz {
-    async fn check(
-        &self,
-        request: tonic::Request<CheckRequest>,
-    ) -> Result<tonic::Response<CheckResponse>, tonic::Status> {
-        self.decide(request.get_ref())
-            .await
-            .map(tonic::Response::new)
     }
 }

@@ -22,6 +22,9 @@ pub mod metadata_keys {
     pub const CACHE_HIT: &str = "cache_hit";
     /// The verdict's status code name (`OK`, `PERMISSION_DENIED`...).
     pub const STATUS: &str = "status";
+    /// The full name of the handler that denied (`deny.handler.istio-system`); only on a
+    /// denial a handler gave.
+    pub const DENIED_BY: &str = "denied_by";
 }
 
 /// The answer for a decided check: allowed (`OkResponse`) or denied (`DeniedResponse`).
@@ -43,13 +46,17 @@ pub fn check_response(checked: &Checked) -> CheckResponse {
     }
 }
 
-/// The gRPC error for a check the mixer could not decide (a handler failed closed).
+/// The gRPC error for a check the mixer could not decide: UNAVAILABLE when a handler failed
+/// closed, INTERNAL when an instance could not be built from the request (Istio's answer).
 ///
-/// UNAVAILABLE, never a denial: Envoy counts an error answer as a failed call and applies its
-/// own `failure_mode_allow` setting (let through, or `status_on_error`, 403 by default), which
+/// Never a denial: Envoy counts an error answer as a failed call and applies its own
+/// `failure_mode_allow` setting (let through, or `status_on_error`, 403 by default), which
 /// is the operator's choice to make, not ours.
 pub fn could_not_decide(error: &CheckError) -> tonic::Status {
-    tonic::Status::unavailable(error.to_string())
+    match error {
+        CheckError::Handler { .. } => tonic::Status::unavailable(error.to_string()),
+        CheckError::Instance(_) => tonic::Status::internal(error.to_string()),
+    }
 }
 
 /// The gRPC error before any valid config is active; UNAVAILABLE for the same reason as
@@ -176,5 +183,13 @@ fn decision_metadata(verdict: &Verdict, cache_hit: bool) -> Struct {
             kind: Some(Kind::StringValue(verdict.status.code.name().to_string())),
         },
     );
+    if let Some(handler) = &verdict.denied_by {
+        s.fields.insert(
+            metadata_keys::DENIED_BY.to_string(),
+            PbValue {
+                kind: Some(Kind::StringValue(handler.to_string())),
+            },
+        );
+    }
     s
 }

@@ -160,6 +160,19 @@ pub(crate) trait Compressed {
     fn bytes(&self) -> impl Iterator<Item = (i32, &[u8])>;
     fn string_maps(&self)
     -> impl Iterator<Item = (i32, impl ExactSizeIterator<Item = (i32, i32)>)>;
+
+    /// How many attributes the message holds, each entry of a string map counted as one:
+    /// what `--max-attributes` bounds.
+    fn attribute_count(&self) -> usize {
+        self.strings().count()
+            + self.int64s().count()
+            + self.doubles().count()
+            + self.bools().count()
+            + self.timestamps().count()
+            + self.durations().count()
+            + self.bytes().count()
+            + self.string_maps().map(|(_, m)| m.len()).sum::<usize>()
+    }
 }
 
 impl Compressed for pb::CompressedAttributes {

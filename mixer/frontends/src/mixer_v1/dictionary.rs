@@ -4,9 +4,12 @@
 //! server (`mixer/pkg/attribute/list.gen.go`, `GlobalList()`) and the proxy's mixer client
 //! (`global_dictionary.cc`) compile it. Both generators copy each `- word` line's text verbatim,
 //! so YAML quotes stay part of the word (`'200'` and `"-"` are words with their quotes; the bare
-//! `200` is a different word). The file is append-only; this is the 221-word list Istio 1.1-1.4
-//! ship (the proxy's own tests expect `global_word_count: 221`). Istio 1.0 clients know a prefix
-//! of it and say so in `global_word_count`.
+//! `200` is a different word). The file is append-only; this is the 222-word list of
+//! istio/api release-1.3, release-1.4 and release-1.5, which added `context.proxy_version` as word
+//! 221 in August 2019. Older clients (Istio 1.0-1.2, 221 words or fewer) know a prefix of it
+//! and say so in `global_word_count`; the answer to them uses only the words they know. A copy
+//! of the upstream file is `proto/istio/mixer/v1/global_dictionary.yaml`, and the tests compare
+//! this table with it word by word.
 //!
 //! Two rbac words were once inserted in the middle (istio/api#608) and reverted a day later
 //! (istio/api#611); they are not here.
@@ -19,7 +22,7 @@ use std::sync::{Arc, LazyLock, Weak};
 use mixer_model::{AttrId, Vocabulary};
 
 /// Number of words in [`GLOBAL_WORDS`]: what this server answers clients about.
-pub const GLOBAL_WORD_COUNT: usize = 221;
+pub const GLOBAL_WORD_COUNT: usize = 222;
 
 /// The global dictionary, in order: index `i` on the wire means `GLOBAL_WORDS[i]`.
 pub static GLOBAL_WORDS: [&str; GLOBAL_WORD_COUNT] = [
@@ -244,6 +247,7 @@ pub static GLOBAL_WORDS: [&str; GLOBAL_WORD_COUNT] = [
     "\"-\"",    // 218 (the quotes are part of the word: both generators copy the YAML text)
     "inbound",  // 219
     "outbound", // 220
+    "context.proxy_version", // 221
 ];
 
 /// Words are looked up for every name and key a check response refers to: a fast hash, seeded,
@@ -368,8 +372,38 @@ mod tests {
             assert_eq!(global_index(word), Some(index), "{word}");
         }
         assert_eq!(GLOBAL_WORDS[94], "'200'");
-        assert_eq!(GLOBAL_WORDS[GLOBAL_WORD_COUNT - 1], "outbound");
+        assert_eq!(GLOBAL_WORDS[GLOBAL_WORD_COUNT - 1], "context.proxy_version");
         assert_eq!(GLOBAL_INDEX.len(), GLOBAL_WORD_COUNT, "words are unique");
+    }
+
+    /// Each `- word` line of istio/api's `mixer/v1/global_dictionary.yaml`, its text verbatim,
+    /// as Istio's generators read it (`mixer/pkg/attribute/list.gen.go` on the server side).
+    fn upstream_words(file: &str) -> Vec<&str> {
+        file.lines()
+            .filter_map(|line| line.strip_prefix("- "))
+            .map(str::trim_end)
+            .collect()
+    }
+
+    #[test]
+    fn the_table_is_istio_1_4s_word_for_word() {
+        // A copy of istio/api release-1.4 `mixer/v1/global_dictionary.yaml` (the same file
+        // on release-1.3 and release-1.5).
+        let upstream = upstream_words(include_str!(
+            "../../../../proto/istio/mixer/v1/global_dictionary.yaml"
+        ));
+        assert_eq!(upstream.len(), 222);
+        assert_eq!(upstream.len(), GLOBAL_WORD_COUNT);
+        for (i, (ours, theirs)) in GLOBAL_WORDS.iter().zip(&upstream).enumerate() {
+            assert_eq!(ours, theirs, "word {i}");
+        }
+        // A copy of istio/api release-1.2's file: 221 words, a prefix of 1.4's, so a 1.2
+        // client's indices mean the same words here.
+        let older = upstream_words(include_str!(
+            "../../../../proto/testdata/global_dictionary-release-1.2.yaml"
+        ));
+        assert_eq!(older.len(), 221);
+        assert_eq!(&upstream[..older.len()], older.as_slice());
     }
 
     #[test]
@@ -379,7 +413,7 @@ mod tests {
         for (i, word) in GLOBAL_WORDS.iter().enumerate() {
             assert_eq!(ids[i], istio.lookup(word), "{word}");
         }
-        assert!(ids[0].is_some() && ids[GLOBAL_WORD_COUNT - 1].is_none());
+        assert!(ids[0].is_some() && ids[220].is_none() && ids[221].is_some());
         // Another vocabulary, even one built alike, gets a table of its own.
         let small = Arc::new(Vocabulary::empty());
         assert!(global_ids(&small).iter().all(Option::is_none));
@@ -393,7 +427,7 @@ mod tests {
         assert_eq!(lookup(-2, &words), Some("b"));
         assert_eq!(lookup(-3, &words), None);
         assert_eq!(lookup(i32::MIN, &words), None);
-        assert_eq!(lookup(221, &words), None);
+        assert_eq!(lookup(222, &words), None);
         let mut e = WordEncoder::new(16);
         assert_eq!(e.index("request.headers"), 15);
         assert_eq!(e.index("request.id"), -1); // global 16, beyond the limit

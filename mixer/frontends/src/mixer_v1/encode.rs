@@ -24,7 +24,7 @@ pub fn framed_check_response(
         // google.rpc.Status.
         message(p, 1, |s| {
             int(s, 1, verdict.status.code as i32);
-            string(s, 2, &verdict.status.message);
+            string(s, 2, &verdict.istio_message());
         });
         // google.protobuf.Duration.
         let valid = duration(verdict.valid_duration);

@@ -1,14 +1,9 @@
 //! Istio's Mixer v1 API (`istio.mixer.v1.Mixer`, gRPC): what Istio 1.0–1.4 sidecars and
 //! gateways call with the Mixer filter. Check decides a request; Report takes telemetry.
 //!
-//! ```no_run
-//! # async fn serve(runtime: std::sync::Arc<mixer_runtime::Runtime>) -> Result<(), Box<dyn std::error::Error>> {
-//! tonic::transport::Server::builder()
-//!     .add_service(mixer_frontends::mixer_v1::service(runtime))
-//!     .serve("0.0.0.0:9091".parse()?)
-//!     .await?;
-//! # Ok(()) }
-//! ```
+//! Both are served by the mixer's gRPC server ([`crate::grpc::unary_methods`]): Check from its
+//! encoded message ([`MixerV1::check_encoded`]), Report through the generated message
+//! ([`MixerV1::report`]).
 //!
 //! ## What is decoded from where
 //!
@@ -36,14 +31,19 @@
 //! ## Quota
 //!
 //! As Istio 1.4's `grpcServer.Check`: quotas are allocated only when the precondition is
-//! allowed (a denied check answers no quota result), one quota at a time (in name order),
-//! each with [`Snapshot::quota`](mixer_runtime::Snapshot::quota) for the quota instances that
-//! answer its name (`name.namespace`, `name.quota.namespace` or `name`). A quota no rule
-//! produces is granted in full for the default validity. `quotas[name]` carries the grant, its
-//! validity, its status (RESOURCE_EXHAUSTED when refused) and the attributes the quota rules read,
-//! encoded like the precondition's. A quota handler failing closed makes the whole check
-//! UNAVAILABLE (Istio put the error into the precondition status instead; a gRPC error lets the
-//! proxy's fail policy decide, as for a check handler).
+//! allowed (a denied check answers no quota result), in name order, for the quota instances
+//! that answer each name (`name.namespace`, `name.quota.namespace` or `name`); all of a
+//! check's quotas go to [`Snapshot::quota_many`](mixer_runtime::Snapshot::quota_many)
+//! together, so each handler is called once per check (Istio called it once per quota). A
+//! quota no rule produces is granted in full for the default validity. `quotas[name]` carries
+//! the grant, its validity, its status and the attributes the quota rules read, encoded like
+//! the precondition's. A refusal is answered as Istio 1.4's adapters answer it: memquota
+//! grants 0 with status OK, redisquota RESOURCE_EXHAUSTED `redisquota: Resource exhausted`,
+//! both valid for 0 (no proxy caches a refusal), and a non-OK status's message is prefixed
+//! with the handler's name (`handler.redisquota.istio-system:redisquota: Resource
+//! exhausted`), as Istio's dispatcher wrote it. A quota handler failing closed makes the
+//! whole check UNAVAILABLE (Istio put the error into the precondition status instead; a gRPC
+//! error lets the proxy's fail policy decide, as for a check handler).
 //!
 //! ## Protocol quirks
 //!
@@ -62,8 +62,14 @@
 //!   the answer is UNAVAILABLE "no valid config" too.
 //! * **Message size.** A request message is capped at 4 MiB, tonic's default (grpc-go's
 //!   too, which Istio's server used). A bigger one is refused by the gRPC stack before it
-//!   reaches us, with OUT_OF_RANGE (grpc-go said RESOURCE_EXHAUSTED; the proxy treats both as
-//!   a failed call), and the server keeps serving.
+//!   reaches us, with RESOURCE_EXHAUSTED (as grpc-go said; the proxy treats it as a failed
+//!   call), and the server keeps serving.
+//! * **Limits.** A Check asking for more quotas than `--max-check-quotas` (64), a Report with
+//!   more records than `--max-report-records` (10,000), and an attribute set (a Check's, or
+//!   any record of a Report) with more attributes than `--max-attributes` (1,024, each string
+//!   map entry counted as one) are refused with INVALID_ARGUMENT naming the limit and its
+//!   flag, before any rule is evaluated or any record reported. A Check read in place counts
+//!   its quota entries on the wire, before prost would build them.
 //! * **Reading in place.** Check reads its request where it lies ([`decode_check_in_place`])
 //!   unless it asks for quota or holds something only prost should judge (a group, a
 //!   malformed field); those go through the generated message. A property test holds the two
@@ -88,11 +94,10 @@ use bytes::Bytes;
 use mixer_adapter_api::QuotaArgs;
 use mixer_model::AttributeBag;
 use mixer_proto::istio::mixer::v1 as pb;
-use mixer_runtime::{Runtime, Snapshot};
-use pb::mixer_server::{Mixer, MixerServer};
+use mixer_runtime::{CheckError, QuotaAsk, RequestLimits, Runtime, Snapshot};
 use pb::report_request::RepeatedAttributesSemantics;
 use prost::Message;
-use tonic::{Request, Response, Status};
+use tonic::Status;
 
 use crate::spare::{keep_spare, spare_bag};
 
@@ -111,11 +116,6 @@ impl std::fmt::Debug for MixerV1 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MixerV1").finish_non_exhaustive()
     }
-}
-
-/// The gRPC service to add to a tonic server: `istio.mixer.v1.Mixer` (Check and Report).
-pub fn service(runtime: Arc<Runtime>) -> MixerServer<MixerV1> {
-    MixerServer::new(MixerV1::new(runtime))
 }
 
 impl MixerV1 {
@@ -141,7 +141,12 @@ impl MixerV1 {
     ) -> impl Future<Output = Result<Bytes, Status>> + Send + 'static {
         // Only a request left to prost needs the service (and the message) after this call.
         let path = match wire::CheckView::decode(&message) {
-            Ok(view) if !view.has_quotas => Path::InPlace(self.filled(&view)),
+            Ok(view) if view.quotas == 0 => Path::InPlace(self.filled(&view)),
+            // Too many quotas to be worth building the generated message for.
+            Ok(view) => match check_quota_count(view.quotas, self.runtime.limits()) {
+                Ok(()) => Path::Prost(self.clone(), message),
+                Err(status) => Path::InPlace(Err(status)),
+            },
             _ => Path::Prost(self.clone(), message),
         };
         async move {
@@ -175,6 +180,9 @@ impl MixerV1 {
     ) -> Result<(Arc<Snapshot>, AttributeBag, usize), Status> {
         self.ready()?;
         let client_words = check_word_count(view.global_word_count)?;
+        if let Some(attributes) = &view.attributes {
+            check_attribute_count(attributes, self.runtime.limits(), "the check")?;
+        }
         let snapshot = self.runtime.snapshot();
         let mut bag = spare_bag(snapshot.vocabulary());
         if let Err(e) = fill_from_view(view, &mut bag) {
@@ -188,6 +196,11 @@ impl MixerV1 {
     async fn check_decoded(&self, request: pb::CheckRequest) -> Result<pb::CheckResponse, Status> {
         self.ready()?;
         let client_words = check_word_count(request.global_word_count)?;
+        let limits = self.runtime.limits();
+        if let Some(attributes) = &request.attributes {
+            check_attribute_count(attributes, limits, "the check")?;
+        }
+        check_quota_count(request.quotas.len(), limits)?;
         let snapshot = self.runtime.snapshot();
         let mut bag = spare_bag(snapshot.vocabulary());
         if let Some(attributes) = &request.attributes
@@ -212,7 +225,7 @@ pub fn decode_check_in_place(
 ) -> Option<Result<u32, DecodeError>> {
     let view = wire::CheckView::decode(message)
         .ok()
-        .filter(|v| !v.has_quotas)?;
+        .filter(|v| v.quotas == 0)?;
     Some(fill_from_view(&view, bag).map(|()| view.global_word_count))
 }
 
@@ -263,29 +276,47 @@ async fn respond(
     }
     let mut names: Vec<&String> = quotas.keys().collect();
     names.sort();
-    for name in names {
-        let params = &quotas[name];
-        let args = QuotaArgs {
-            amount: params.amount,
-            best_effort: params.best_effort,
-            // Istio's: one id per quota of the request.
-            // No id from the proxy means no deduplication, not one shared id.
-            deduplication_id: if deduplication_id.is_empty() {
-                String::new()
-            } else {
-                format!("{deduplication_id}{name}")
-            },
-            limit_override: None,
-        };
-        match snapshot.quota(bag, Some(name), &args).await {
+    let args: Vec<QuotaArgs> = names
+        .iter()
+        .map(|name| {
+            let params = &quotas[*name];
+            QuotaArgs {
+                amount: params.amount,
+                best_effort: params.best_effort,
+                // Istio's: one id per quota of the request.
+                // No id from the proxy means no deduplication, not one shared id.
+                deduplication_id: if deduplication_id.is_empty() {
+                    String::new()
+                } else {
+                    format!("{deduplication_id}{name}")
+                },
+                limit_override: None,
+            }
+        })
+        .collect();
+    let asks: Vec<QuotaAsk<'_>> = names
+        .iter()
+        .zip(&args)
+        .map(|(name, args)| QuotaAsk {
+            bag,
+            quota: Some(name.as_str()),
+            args,
+        })
+        .collect();
+    // All quotas at once: each quota handler is called once for the check (redisquota: one
+    // script call, one round trip), instead of once per quota as Istio did.
+    let outcomes = snapshot.quota_many(&asks).await;
+    for (name, outcome) in names.into_iter().zip(outcomes) {
+        match outcome {
             Ok(outcome) => {
                 response.quotas.insert(
                     name.clone(),
                     quota_result(&outcome, snapshot.vocabulary(), bag, client_words),
                 );
             }
-            // A quota handler failed closed: as for a check handler, UNAVAILABLE.
-            Err(e) => return Err(Status::unavailable(e.to_string())),
+            // A quota handler failed closed, or the quota's instance cannot be built: as for
+            // a check.
+            Err(e) => return Err(could_not_decide(&e)),
         }
     }
     Ok(response)
@@ -296,11 +327,43 @@ async fn checked(
     snapshot: &Snapshot,
     bag: &AttributeBag,
 ) -> Result<mixer_runtime::Checked, Status> {
-    match snapshot.check_cached(bag).await {
-        Ok(checked) => Ok(checked),
-        // Could not decide: UNAVAILABLE, so the proxy's fail-open/closed setting applies.
-        Err(e) => Err(Status::unavailable(e.to_string())),
+    snapshot
+        .check_cached(bag)
+        .await
+        .map_err(|e| could_not_decide(&e))
+}
+
+/// Could not decide: UNAVAILABLE (a handler failed closed), so the proxy's fail-open/closed
+/// setting applies; INTERNAL for an instance that cannot be built, as Istio 1.4 answers it
+/// (`mixer/pkg/api/grpcServer.go`), which the proxy's network fail policy handles alike.
+fn could_not_decide(error: &CheckError) -> Status {
+    match error {
+        CheckError::Handler { .. } => Status::unavailable(error.to_string()),
+        CheckError::Instance(_) => Status::internal(error.to_string()),
     }
+}
+
+/// INVALID_ARGUMENT when a Check asks for more quotas than `--max-check-quotas`.
+fn check_quota_count(quotas: usize, limits: &RequestLimits) -> Result<(), Status> {
+    limits
+        .check_quotas
+        .check(quotas, "quotas in the check")
+        .map_err(Status::invalid_argument)
+}
+
+/// INVALID_ARGUMENT when an attribute set holds more than `--max-attributes`.
+fn check_attribute_count(
+    attributes: &impl decode::Compressed,
+    limits: &RequestLimits,
+    what: &str,
+) -> Result<(), Status> {
+    limits
+        .attributes
+        .check(
+            attributes.attribute_count(),
+            &format!("attributes in {what}"),
+        )
+        .map_err(Status::invalid_argument)
 }
 
 /// Istio's answer to a client whose dictionary is newer than ours.
@@ -318,26 +381,24 @@ fn invalid(e: DecodeError) -> Status {
     Status::invalid_argument(e.to_string())
 }
 
-#[tonic::async_trait]
-impl Mixer for MixerV1 {
-    async fn check(
-        &self,
-        request: Request<pb::CheckRequest>,
-    ) -> Result<Response<pb::CheckResponse>, Status> {
-        self.check_decoded(request.into_inner())
-            .await
-            .map(Response::new)
-    }
-
-    async fn report(
-        &self,
-        request: Request<pb::ReportRequest>,
-    ) -> Result<Response<pb::ReportResponse>, Status> {
+impl MixerV1 {
+    /// Report: every record of `request` reported through the active snapshot (see the
+    /// module documentation).
+    pub async fn report(&self, request: pb::ReportRequest) -> Result<pb::ReportResponse, Status> {
         self.ready()?;
-        let request = request.into_inner();
         check_word_count(request.global_word_count)?;
         if request.attributes.is_empty() {
-            return Ok(Response::new(pb::ReportResponse {}));
+            return Ok(pb::ReportResponse {});
+        }
+        let limits = self.runtime.limits();
+        limits
+            .report_records
+            .check(request.attributes.len(), "records in the report")
+            .map_err(Status::invalid_argument)?;
+        // Every record is counted before any is reported, so that a refused report reports
+        // nothing.
+        for (i, record) in request.attributes.iter().enumerate() {
+            check_attribute_count(record, limits, &format!("record {i}"))?;
         }
         let delta =
             match RepeatedAttributesSemantics::try_from(request.repeated_attributes_semantics) {
@@ -355,17 +416,22 @@ impl Mixer for MixerV1 {
             .run_report(async move { report_records(&snapshot, &request, delta).await })
             .await
             .map_err(|e| Status::unavailable(e.to_string()))??;
-        Ok(Response::new(pb::ReportResponse {}))
+        Ok(pb::ReportResponse {})
     }
 }
 
 /// Decodes the records of a Report and puts their instances on the report queues.
+///
+/// An instance that cannot be built is not sent; the other instances of its record and the
+/// other records are, and the Report fails UNKNOWN naming what failed, as Istio 1.4 answers
+/// (`mixer/pkg/api/grpcServer.go`, `codes.Unknown`). Proxies do not retry reports.
 async fn report_records(
     snapshot: &Snapshot,
     request: &pb::ReportRequest,
     delta: bool,
 ) -> Result<(), Status> {
     let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
+    let mut failed = Vec::new();
     for (i, record) in request.attributes.iter().enumerate() {
         if !delta {
             bag.clear();
@@ -383,7 +449,21 @@ async fn report_records(
         .map_err(|e| Status::invalid_argument(format!("record {i}: {e}")))?;
         // Instances go onto their handlers' bounded queues; a record that does not fit is
         // counted in mixer_report_dropped_total, and the proxy is not made to wait.
-        snapshot.report(&bag).await;
+        let outcome = snapshot.report(&bag).await;
+        failed.extend(
+            outcome
+                .instance_errors
+                .into_iter()
+                .map(|e| format!("record {i}: {e}")),
+        );
     }
-    Ok(())
+    match failed.as_slice() {
+        [] => Ok(()),
+        [one] => Err(Status::unknown(one.clone())),
+        [first, rest @ ..] => Err(Status::unknown(format!(
+            "{} instances could not be built; {first} (and {} more)",
+            rest.len() + 1,
+            rest.len()
+        ))),
+    }
 }

@@ -27,7 +27,7 @@ pub fn check_response(
         precondition: Some(pb::check_response::PreconditionResult {
             status: Some(rpc::Status {
                 code: verdict.status.code as i32,
-                message: verdict.status.message.clone(),
+                message: verdict.istio_message().into_owned(),
                 details: Vec::new(),
             }),
             valid_duration: Some(duration(verdict.valid_duration)),

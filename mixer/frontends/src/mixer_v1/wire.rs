@@ -18,8 +18,9 @@ pub(crate) struct CheckView<'a> {
     /// `attributes`, when sent.
     pub attributes: Option<AttributesView<'a>>,
     pub global_word_count: u32,
-    /// Whether `quotas` has entries; the quota path reads the generated message.
-    pub has_quotas: bool,
+    /// Entries of `quotas` on the wire (a key sent twice counts twice); the quota path
+    /// reads the generated message.
+    pub quotas: usize,
 }
 
 /// `CompressedAttributes`: each map in key order, one entry per key.
@@ -52,7 +53,7 @@ impl<'a> CheckView<'a> {
                 }
                 4 => {
                     r.len(wire)?;
-                    view.has_quotas = true;
+                    view.quotas += 1;
                 }
                 _ => r.skip(field, wire, 0)?,
             }

@@ -75,6 +75,11 @@ impl<'a> Origin<'a> {
         }
     }
 
+    /// The instrumentation scope, if the records have one.
+    pub(super) fn scope(&self) -> Option<&'a InstrumentationScope> {
+        self.scope
+    }
+
     /// Resource, then scope, then the record's own attributes: a later one wins on a key.
     fn merged<'b>(&'b self, own: &'b [KeyValue]) -> BTreeMap<&'b str, &'b AnyValue> {
         let scope = self.scope.map(|s| s.attributes.as_slice()).unwrap_or(&[]);
@@ -92,7 +97,7 @@ impl<'a> Origin<'a> {
             .collect()
     }
 
-    fn common(&self, set: &mut impl FnMut(&str, Value), own: &[KeyValue]) {
+    pub(super) fn common(&self, set: &mut impl FnMut(&str, Value), own: &[KeyValue]) {
         let merged = self.merged(own);
         if let Some(resource) = &self.resource_map {
             set("otel.resource", resource.clone());
@@ -209,7 +214,7 @@ pub fn fill_span(bag: &mut AttributeBag, origin: &Origin<'_>, span: &Span, now: 
 /// Sets a value, converted to the declared type where it can be (`"10.0.0.1"` to an IP
 /// address, an integer to text for a STRING attribute). One that does not fit is left out:
 /// telemetry is not refused for one odd attribute.
-fn setter(bag: &mut AttributeBag) -> impl FnMut(&str, Value) + '_ {
+pub(super) fn setter(bag: &mut AttributeBag) -> impl FnMut(&str, Value) + '_ {
     |name: &str, value: Value| {
         if let Err(BagError::WrongType { .. }) = bag.set(name, value.clone())
             && value.as_str().is_none()
@@ -316,7 +321,7 @@ fn typed(value: &Any) -> Value {
 }
 
 /// Every key with its value as text.
-fn text_map(map: &BTreeMap<&str, &AnyValue>) -> StringMap {
+pub(super) fn text_map(map: &BTreeMap<&str, &AnyValue>) -> StringMap {
     StringMap::from_pairs(
         map.iter()
             .filter_map(|(k, v)| v.value.as_ref().map(|v| (*k, plain_text(v)))),
@@ -437,7 +442,7 @@ fn hex(bytes: &[u8]) -> String {
     out
 }
 
-fn nanos(n: u64) -> Option<Timestamp> {
+pub(super) fn nanos(n: u64) -> Option<Timestamp> {
     (n != 0).then(|| Timestamp(i64::try_from(n).unwrap_or(i64::MAX)))
 }
 

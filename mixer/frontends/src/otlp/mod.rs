@@ -1,17 +1,14 @@
-//! OTLP ingest: `opentelemetry.proto.collector.logs.v1.LogsService/Export` and
-//! `opentelemetry.proto.collector.trace.v1.TraceService/Export`, what OpenTelemetry SDKs and
-//! collectors (the `otlp` exporter over gRPC) send. Every log record and every span becomes one
-//! attribute bag, reported through the active snapshot like a Mixer v1 Report record.
+//! OTLP ingest: `opentelemetry.proto.collector.logs.v1.LogsService/Export`,
+//! `opentelemetry.proto.collector.trace.v1.TraceService/Export` and
+//! `opentelemetry.proto.collector.metrics.v1.MetricsService/Export`, what OpenTelemetry SDKs
+//! and collectors (the `otlp` exporter over gRPC) send. Every log record, every span and every
+//! metric data point becomes one attribute bag, reported through the active snapshot like a
+//! Mixer v1 Report record. Metric points add the `otel.metric.*` attributes listed in the
+//! README's "OTLP metrics ingest" (and in [`metrics`]); the common attributes below apply to
+//! them too, with the point's attributes as the record's.
 //!
-//! ```no_run
-//! # async fn serve(runtime: std::sync::Arc<mixer_runtime::Runtime>) -> Result<(), Box<dyn std::error::Error>> {
-//! tonic::transport::Server::builder()
-//!     .add_service(mixer_frontends::otlp::logs_service(runtime.clone()))
-//!     .add_service(mixer_frontends::otlp::trace_service(runtime))
-//!     .serve("0.0.0.0:9091".parse()?)
-//!     .await?;
-//! # Ok(()) }
-//! ```
+//! The three methods are served by the mixer's gRPC server ([`crate::grpc::unary_methods`]):
+//! [`Otlp::answer_logs`], [`Otlp::answer_traces`] and [`Otlp::answer_metrics`].
 //!
 //! ## From a record to attributes
 //!
@@ -85,50 +82,49 @@
 //! ## Answers
 //!
 //! * Every record reported: the empty (successful) export response.
+//! * Some metric data points cannot be mapped (a NaN value, an unspecified temporality,
+//!   bucket counts that do not match their bounds...: see [`metrics::fill_point`]): success
+//!   with `partial_success`, `rejected_data_points` counting them and `error_message` naming
+//!   the first; the other points are reported.
 //! * Some instances did not fit their handler's queue: success with `partial_success`:
-//!   `rejected_log_records` / `rejected_spans` counts the records at least one of whose
-//!   instances was dropped, and `error_message` says why. That is what OTLP's partial success
+//!   `rejected_log_records` / `rejected_spans` / `rejected_data_points` counts the records at
+//!   least one of whose instances was dropped, and `error_message` says why. That is what OTLP's partial success
 //!   is for; the exporter must not retry the whole request, which would duplicate the rest.
+//! * Some instances could not be built (a field reads an attribute the record lacks, with no
+//!   `|` default): the same `partial_success`, counted as rejected, naming the first failure.
+//!   Those instances are not sent; the record's other instances are.
 //! * No valid config: UNAVAILABLE "no valid config" (retryable for OTLP exporters).
+//! * More log records, spans or data points than `--max-export-records` (10,000) in one
+//!   export: INVALID_ARGUMENT naming the limit and its flag, which OTLP exporters do not retry;
+//!   nothing of it is reported. Keep exporter batches under it (the SDKs send 512, the
+//!   Collector's batch processor 8,192).
 //! * A request that does not decode: tonic's INTERNAL (decoding happens before the service
-//!   sees the request); OTLP exporters do not retry it. Over tonic's 4 MiB limit:
-//!   OUT_OF_RANGE, which OTLP counts as retryable, so an exporter retries a too-large batch
-//!   until its retry budget runs out: keep exporter batches under 4 MiB. Nothing of such a
-//!   request is reported, and the server keeps serving.
+//!   sees the request); OTLP exporters do not retry it. Over the 4 MiB limit:
+//!   RESOURCE_EXHAUSTED, as gRPC core answers, which OTLP exporters do not retry without a
+//!   RetryInfo: keep exporter batches under 4 MiB. Nothing of such a request is reported,
+//!   and the server keeps serving.
 
 mod attributes;
+pub mod metrics;
 
 use std::sync::Arc;
 
 use mixer_model::{AttributeBag, Timestamp};
 use mixer_runtime::{Runtime, Snapshot};
-use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{
-    LogsService, LogsServiceServer,
-};
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse,
 };
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsPartialSuccess, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
 };
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
-use tonic::{Request, Response, Status};
+use tonic::Status;
 
 pub use attributes::{MAPPED, Origin, fill_log, fill_span, plain_text};
 
-/// The OTLP logs service, ready to add to a tonic server.
-pub fn logs_service(runtime: Arc<Runtime>) -> LogsServiceServer<Otlp> {
-    LogsServiceServer::new(Otlp::new(runtime))
-}
-
-/// The OTLP trace service, ready to add to a tonic server.
-pub fn trace_service(runtime: Arc<Runtime>) -> TraceServiceServer<Otlp> {
-    TraceServiceServer::new(Otlp::new(runtime))
-}
-
-/// Both OTLP services over one runtime; [`logs_service`] and [`trace_service`] wrap it.
+/// The OTLP services (logs, traces, metrics) over one runtime.
 #[derive(Clone)]
 pub struct Otlp {
     runtime: Arc<Runtime>,
@@ -145,25 +141,73 @@ impl std::fmt::Debug for Otlp {
 pub struct ExportOutcome {
     /// Records (log records or spans) reported.
     pub records: usize,
-    /// Records at least one of whose instances was dropped because a queue was full.
+    /// Records at least one of whose instances was dropped because a queue was full, or
+    /// could not be built.
     pub rejected: usize,
     /// Instances dropped.
     pub dropped: usize,
+    /// Instances that could not be built (a field read an absent attribute), and the first
+    /// such failure.
+    pub not_built: usize,
+    /// The first instance that could not be built, and why.
+    pub first_not_built: Option<String>,
+    /// Metric data points that could not be mapped to a bag at all (and were not reported).
+    pub invalid: usize,
+    /// The first such point (its metric's name), and why.
+    pub first_invalid: Option<String>,
 }
 
 impl ExportOutcome {
     fn add(&mut self, outcome: &mixer_runtime::ReportOutcome) {
         self.records += 1;
-        if outcome.dropped > 0 {
+        if outcome.dropped > 0 || !outcome.instance_errors.is_empty() {
             self.rejected += 1;
             self.dropped += outcome.dropped;
         }
+        if let Some(first) = outcome.instance_errors.first() {
+            self.not_built += outcome.instance_errors.len();
+            self.first_not_built
+                .get_or_insert_with(|| first.to_string());
+        }
+    }
+
+    /// A point that was not reported at all.
+    fn reject(&mut self, metric: &str, why: String) {
+        self.invalid += 1;
+        self.first_invalid
+            .get_or_insert_with(|| format!("metric {metric:?}: {why}"));
+    }
+
+    /// Records and points not (fully) accepted.
+    pub fn rejected_total(&self) -> usize {
+        self.rejected + self.invalid
     }
 
     fn message(&self, what: &str) -> String {
+        let mut why = Vec::new();
+        if let Some(first) = &self.first_invalid {
+            why.push(format!(
+                "{} could not be mapped (the first: {first})",
+                self.invalid
+            ));
+        }
+        if self.dropped > 0 {
+            why.push(format!(
+                "{} report instance(s) dropped because a handler's queue was full",
+                self.dropped
+            ));
+        }
+        if let Some(first) = &self.first_not_built {
+            why.push(format!(
+                "{} report instance(s) could not be built ({first})",
+                self.not_built
+            ));
+        }
         format!(
-            "{} of {} {what} not fully accepted: {} report instance(s) dropped because a handler's queue was full",
-            self.rejected, self.records, self.dropped
+            "{} of {} {what} not fully accepted: {}",
+            self.rejected_total(),
+            self.records + self.invalid,
+            why.join("; ")
         )
     }
 }
@@ -183,12 +227,29 @@ impl Otlp {
         }
     }
 
+    /// INVALID_ARGUMENT (which OTLP exporters do not retry) for an export with more records
+    /// than `--max-export-records`.
+    fn check_records(&self, records: usize, what: &str) -> Result<(), Status> {
+        self.runtime
+            .limits()
+            .export_records
+            .check(records, what)
+            .map_err(Status::invalid_argument)
+    }
+
     /// Reports every log record of `request` (on the report threads), without the transport.
     pub async fn export_logs(
         &self,
         request: ExportLogsServiceRequest,
     ) -> Result<ExportOutcome, Status> {
         let snapshot = self.snapshot()?;
+        let records = request
+            .resource_logs
+            .iter()
+            .flat_map(|r| &r.scope_logs)
+            .map(|s| s.log_records.len())
+            .sum();
+        self.check_records(records, "log records in the export")?;
         self.runtime
             .run_report(async move { report_logs(&snapshot, &request).await })
             .await
@@ -201,11 +262,62 @@ impl Otlp {
         request: ExportTraceServiceRequest,
     ) -> Result<ExportOutcome, Status> {
         let snapshot = self.snapshot()?;
+        let spans = request
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .map(|s| s.spans.len())
+            .sum();
+        self.check_records(spans, "spans in the export")?;
         self.runtime
             .run_report(async move { report_spans(&snapshot, &request).await })
             .await
             .map_err(|e| Status::unavailable(e.to_string()))
     }
+
+    /// Reports every data point of `request` (on the report threads), without the transport.
+    /// Points that cannot be mapped are counted in [`ExportOutcome::invalid`].
+    pub async fn export_metrics(
+        &self,
+        request: ExportMetricsServiceRequest,
+    ) -> Result<ExportOutcome, Status> {
+        let snapshot = self.snapshot()?;
+        let points = request
+            .resource_metrics
+            .iter()
+            .flat_map(|r| &r.scope_metrics)
+            .flat_map(|s| &s.metrics)
+            .map(metrics::count_points)
+            .sum();
+        self.check_records(points, "metric data points in the export")?;
+        self.runtime
+            .run_report(async move { report_metrics(&snapshot, &request).await })
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))
+    }
+}
+
+async fn report_metrics(
+    snapshot: &Snapshot,
+    request: &ExportMetricsServiceRequest,
+) -> ExportOutcome {
+    let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
+    let mut outcome = ExportOutcome::default();
+    for resource_metrics in &request.resource_metrics {
+        for scope_metrics in &resource_metrics.scope_metrics {
+            let source = metrics::Source::new(resource_metrics, scope_metrics);
+            for metric in &scope_metrics.metrics {
+                for point in metrics::points(metric) {
+                    bag.clear();
+                    match metrics::fill_point(&mut bag, &source, metric, point, Timestamp::now()) {
+                        Ok(()) => outcome.add(&snapshot.report(&bag).await),
+                        Err(why) => outcome.reject(&metric.name, why),
+                    }
+                }
+            }
+        }
+    }
+    outcome
 }
 
 async fn report_logs(snapshot: &Snapshot, request: &ExportLogsServiceRequest) -> ExportOutcome {
@@ -244,13 +356,13 @@ fn to_i64(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-#[tonic::async_trait]
-impl LogsService for Otlp {
-    async fn export(
+impl Otlp {
+    /// LogsService/Export: [`Otlp::export_logs`], its outcome as OTLP answers it.
+    pub async fn answer_logs(
         &self,
-        request: Request<ExportLogsServiceRequest>,
-    ) -> Result<Response<ExportLogsServiceResponse>, Status> {
-        let outcome = self.export_logs(request.into_inner()).await?;
+        request: ExportLogsServiceRequest,
+    ) -> Result<ExportLogsServiceResponse, Status> {
+        let outcome = self.export_logs(request).await?;
         let partial_success = (outcome.rejected > 0).then(|| {
             tracing::debug!(?outcome, "otlp logs: records dropped");
             ExportLogsPartialSuccess {
@@ -258,17 +370,15 @@ impl LogsService for Otlp {
                 error_message: outcome.message("log records"),
             }
         });
-        Ok(Response::new(ExportLogsServiceResponse { partial_success }))
+        Ok(ExportLogsServiceResponse { partial_success })
     }
-}
 
-#[tonic::async_trait]
-impl TraceService for Otlp {
-    async fn export(
+    /// TraceService/Export: [`Otlp::export_spans`], its outcome as OTLP answers it.
+    pub async fn answer_traces(
         &self,
-        request: Request<ExportTraceServiceRequest>,
-    ) -> Result<Response<ExportTraceServiceResponse>, Status> {
-        let outcome = self.export_spans(request.into_inner()).await?;
+        request: ExportTraceServiceRequest,
+    ) -> Result<ExportTraceServiceResponse, Status> {
+        let outcome = self.export_spans(request).await?;
         let partial_success = (outcome.rejected > 0).then(|| {
             tracing::debug!(?outcome, "otlp traces: spans dropped");
             ExportTracePartialSuccess {
@@ -276,8 +386,23 @@ impl TraceService for Otlp {
                 error_message: outcome.message("spans"),
             }
         });
-        Ok(Response::new(ExportTraceServiceResponse {
-            partial_success,
-        }))
+        Ok(ExportTraceServiceResponse { partial_success })
+    }
+
+    /// MetricsService/Export: [`Otlp::export_metrics`], its outcome as OTLP answers it.
+    pub async fn answer_metrics(
+        &self,
+        request: ExportMetricsServiceRequest,
+    ) -> Result<ExportMetricsServiceResponse, Status> {
+        let outcome = self.export_metrics(request).await?;
+        let rejected = outcome.rejected_total();
+        let partial_success = (rejected > 0).then(|| {
+            tracing::debug!(?outcome, "otlp metrics: data points rejected");
+            ExportMetricsPartialSuccess {
+                rejected_data_points: to_i64(rejected),
+                error_message: outcome.message("data points"),
+            }
+        });
+        Ok(ExportMetricsServiceResponse { partial_success })
     }
 }

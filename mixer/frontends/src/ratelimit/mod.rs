@@ -1,16 +1,8 @@
 //! Envoy's rate limit service: `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`,
 //! the gRPC service Envoy's `ratelimit` filters (HTTP and network) call for global rate limits.
 //!
-//! Wire it into a tonic server:
-//!
-//! ```no_run
-//! # async fn run(runtime: std::sync::Arc<mixer_runtime::Runtime>) -> Result<(), Box<dyn std::error::Error>> {
-//! tonic::transport::Server::builder()
-//!     .add_service(mixer_frontends::ratelimit::service(runtime))
-//!     .serve("127.0.0.1:9091".parse()?)
-//!     .await?;
-//! # Ok(()) }
-//! ```
+//! Served by the mixer's gRPC server ([`crate::grpc::unary_methods`]): the request's limits
+//! counted on the wire ([`check_encoded_limits`]), then [`RateLimit::decide`].
 //!
 //! ## From a `RateLimitRequest` to quota calls
 //!
@@ -39,6 +31,12 @@
 //! selects stays unlimited even with an override: rules decide which descriptors are counted
 //! and where.
 //!
+//! Limits written in envoyproxy/ratelimit's format keep its semantics beyond counting (see
+//! [`decide_on`]): a limit another limit of the same request `replaces` is neither applied nor
+//! counted; an `unlimited` one is answered OK with `limit_remaining` at `u32::MAX` without a
+//! handler; `quota_mode` descriptors over their limit refuse the request only when all of them
+//! are (see [`response_of`]).
+//!
 //! Not supported: `is_negative_hits` (nothing can be handed back; such a descriptor is answered
 //! OK without calling any handler).
 //!
@@ -53,6 +51,7 @@
 //! | a handler failed closed, or no valid config yet | gRPC error UNAVAILABLE (see [`respond::could_not_decide`]) |
 //! | empty `domain` or no descriptor | gRPC error INVALID_ARGUMENT (envoyproxy/ratelimit refuses them too) |
 //! | a `limit` override with unit UNKNOWN | gRPC error INVALID_ARGUMENT |
+//! | more descriptors than `--max-ratelimit-descriptors` (64), or a descriptor with more entries than `--max-descriptor-entries` (64) | gRPC error INVALID_ARGUMENT naming the limit and its flag, counted on the wire before the request is decoded ([`check_encoded_limits`]), so that such a request costs a pass over its bytes and nothing else |
 //!
 //! The limit is known when the handler reports it (memquota and redisquota do); `current_limit`
 //! is left out when the window is not a whole second, minute, hour, day or week, since the
@@ -64,18 +63,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::DescriptorStatus;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
-    RateLimitService, RateLimitServiceServer,
-};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use futures_util::future::try_join_all;
 use mixer_adapter_api::{LimitOverride, Occasional, QuotaArgs};
 use mixer_model::{AttributeBag, StringMap, Timestamp, Value};
-use mixer_runtime::{Runtime, Snapshot};
+use mixer_runtime::{QuotaPlan, RequestLimits, Runtime, Snapshot};
 
-pub use respond::{could_not_decide, descriptor_status, not_ready, response, window_of};
+use crate::protowire::{self, Reader, WireError};
+
+pub use respond::{
+    could_not_decide, descriptor_status, not_ready, response, response_of, window_of,
+};
 
 /// `ratelimit.domain`: the request's domain.
 pub const DOMAIN: &str = "ratelimit.domain";
@@ -86,12 +84,7 @@ pub const DESCRIPTOR_KEYS: &str = "ratelimit.descriptor_keys";
 /// `ratelimit.hits_addend`: the units the descriptor asks for.
 pub const HITS_ADDEND: &str = "ratelimit.hits_addend";
 
-/// The rate limit service: ready to add to a tonic server.
-pub fn service(runtime: Arc<Runtime>) -> RateLimitServiceServer<RateLimit> {
-    RateLimitServiceServer::new(RateLimit::new(runtime))
-}
-
-/// The `RateLimitService` implementation; [`service`] wraps it in its tonic server type.
+/// Envoy's rate limit service over a runtime.
 #[derive(Clone)]
 pub struct RateLimit {
     runtime: Arc<Runtime>,
@@ -128,32 +121,78 @@ impl RateLimit {
                 "rate limit descriptor list must not be empty",
             ));
         }
+        check_limits(
+            request.descriptors.len(),
+            request.descriptors.iter().map(|d| d.entries.len()),
+            self.runtime.limits(),
+        )?;
         // One snapshot for the whole request, whatever reloads happen meanwhile.
         let snapshot = self.runtime.snapshot();
-        let now = Timestamp::now();
-        let one = |(i, d)| decide_descriptor(&snapshot, request, i, d, now);
-        let statuses = if request.descriptors.len() == 1 {
-            vec![one((0, &request.descriptors[0])).await?]
-        } else {
-            // Concurrently: redisquota's multiplexed connections then pipeline the descriptors'
-            // scripts, so a request costs about one round trip however many it carries.
-            try_join_all(request.descriptors.iter().enumerate().map(one)).await?
-        };
-        Ok(response(statuses))
+        decide_on(&snapshot, request, Timestamp::now()).await
     }
 }
 
-/// Decides one descriptor (the `i`th of `request`) with a bag of its own.
-async fn decide_descriptor(
+/// Decides `request` on `snapshot` (no readiness or argument checks: see
+/// [`RateLimit::decide`]); `mixer test` runs its rate limit cases through this too.
+///
+/// First every descriptor's limits are looked up; then, as envoyproxy/ratelimit does, a
+/// limit whose `rate_limit.name` another limit of the request `replaces` is dropped before
+/// anything is counted; then the descriptors are counted.
+pub async fn decide_on(
+    snapshot: &Snapshot,
+    request: &RateLimitRequest,
+    now: Timestamp,
+) -> Result<RateLimitResponse, tonic::Status> {
+    let mut planned = Vec::with_capacity(request.descriptors.len());
+    for (i, descriptor) in request.descriptors.iter().enumerate() {
+        planned.push(plan_descriptor(snapshot, request, i, descriptor, now)?);
+    }
+    let replaced: Vec<String> = planned
+        .iter()
+        .flatten()
+        .flat_map(|(plan, _)| plan.rate_limits(snapshot))
+        .flat_map(|b| b.replaces.iter().cloned())
+        .collect();
+    // Every descriptor at once: each quota handler is called once for the request
+    // (redisquota: one script call, one round trip).
+    let (asked, plans): (Vec<usize>, Vec<(QuotaPlan, &QuotaArgs)>) = planned
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| p.as_ref().map(|(plan, args)| (i, (plan.clone(), args))))
+        .unzip();
+    let mut outcomes = vec![None; planned.len()];
+    for (i, outcome) in asked
+        .into_iter()
+        .zip(snapshot.allocate_all(plans, &replaced).await)
+    {
+        match outcome {
+            Ok(outcome) => outcomes[i] = Some(outcome),
+            // A handler failed closed (storage down...). UNAVAILABLE, so that Envoy's
+            // `failure_mode_deny` decides; never an OK response by accident.
+            Err(e) => {
+                // Storage that is down fails every call: a line per interval, not per call.
+                static FAILED: Occasional = Occasional::new(Duration::from_secs(10));
+                if let Some(held_back) = FAILED.due() {
+                    tracing::warn!(held_back, "ratelimit: {e}");
+                }
+                return Err(could_not_decide(&e));
+            }
+        }
+    }
+    Ok(response_of(&outcomes))
+}
+
+/// One descriptor's quota plan and arguments; `None` for one that asks for nothing.
+fn plan_descriptor(
     snapshot: &Snapshot,
     request: &RateLimitRequest,
     i: usize,
     descriptor: &RateLimitDescriptor,
     now: Timestamp,
-) -> Result<DescriptorStatus, tonic::Status> {
+) -> Result<Option<(QuotaPlan, QuotaArgs)>, tonic::Status> {
     if descriptor.is_negative_hits {
         // A refund: nothing to allocate, nothing to limit.
-        return Ok(respond::granted_without_rule());
+        return Ok(None);
     }
     let hits = hits_addend(request, descriptor);
     let args = QuotaArgs {
@@ -169,19 +208,7 @@ async fn decide_descriptor(
     };
     let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
     fill_bag(&mut bag, &request.domain, descriptor, hits, now);
-    match snapshot.quota(&bag, None, &args).await {
-        Ok(outcome) => Ok(descriptor_status(&outcome)),
-        // A handler failed closed (storage down...). UNAVAILABLE, so that Envoy's
-        // `failure_mode_deny` decides; never an OK response by accident.
-        Err(e) => {
-            // Storage that is down fails every call: a line per interval, not per call.
-            static FAILED: Occasional = Occasional::new(Duration::from_secs(10));
-            if let Some(held_back) = FAILED.due() {
-                tracing::warn!(held_back, "ratelimit: {e}");
-            }
-            Err(could_not_decide(&e))
-        }
-    }
+    Ok(Some((snapshot.plan_quota(&bag, None), args)))
 }
 
 /// The units a descriptor asks for: its own `hits_addend` when set, else the request's when
@@ -235,14 +262,62 @@ pub fn fill_bag(
     let _ = bag.set("context.time", Value::Timestamp(now));
 }
 
-#[tonic::async_trait]
-impl RateLimitService for RateLimit {
-    async fn should_rate_limit(
-        &self,
-        request: tonic::Request<RateLimitRequest>,
-    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
-        self.decide(request.get_ref())
-            .await
-            .map(tonic::Response::new)
+/// Refuses a request with more descriptors, or a descriptor with more entries, than `limits`
+/// allow: INVALID_ARGUMENT naming the limit and its flag.
+pub fn check_limits(
+    descriptors: usize,
+    entries: impl IntoIterator<Item = usize>,
+    limits: &RequestLimits,
+) -> Result<(), tonic::Status> {
+    let invalid = tonic::Status::invalid_argument;
+    limits
+        .ratelimit_descriptors
+        .check(descriptors, "rate limit descriptors in the request")
+        .map_err(invalid)?;
+    for (i, n) in entries.into_iter().enumerate() {
+        limits
+            .descriptor_entries
+            .check(n, &format!("entries in descriptors[{i}]"))
+            .map_err(invalid)?;
     }
+    Ok(())
+}
+
+/// [`check_limits`] on an encoded `RateLimitRequest`, counting its descriptors and their
+/// entries on the wire, without decoding them: a request over a limit costs one pass over its
+/// bytes, not the allocation of every descriptor. A message that does not parse is left to
+/// prost (`Ok`), which then says why.
+pub fn check_encoded_limits(message: &[u8], limits: &RequestLimits) -> Result<(), tonic::Status> {
+    let Ok((descriptors, entries)) = count_encoded(message) else {
+        return Ok(());
+    };
+    check_limits(descriptors, entries, limits)
+}
+
+/// The descriptors (field 2 of `RateLimitRequest`) of an encoded request, and the entry
+/// counts (field 1 of `RateLimitDescriptor`) up to the first descriptor with the most, as an
+/// entry list for [`check_limits`] (zeros before it keep its index).
+fn count_encoded(message: &[u8]) -> Result<(usize, Vec<usize>), WireError> {
+    let mut descriptors = 0usize;
+    let (mut most, mut most_at) = (0usize, 0usize);
+    let mut r = Reader::new(message);
+    while let Some((field, wire)) = r.key()? {
+        if field == 2 && wire == protowire::LEN {
+            let mut d = Reader::new(r.len(wire)?);
+            let mut entries = 0usize;
+            while let Some((field, wire)) = d.key()? {
+                entries += usize::from(field == 1);
+                d.skip(field, wire, 0)?;
+            }
+            if entries > most {
+                (most, most_at) = (entries, descriptors);
+            }
+            descriptors += 1;
+        } else {
+            r.skip(field, wire, 0)?;
+        }
+    }
+    let mut entries = vec![0; most_at];
+    entries.push(most);
+    Ok((descriptors, entries))
 }

@@ -49,19 +49,22 @@ pub fn window_of(unit: Unit) -> Option<Duration> {
     }))
 }
 
-/// One descriptor's status from its quota outcome: OVER_LIMIT when any handler refused (any
-/// non-OK status), OK otherwise. The limit, what is left of it and the time to reset come
-/// from the handler that constrained the descriptor most (see
-/// [`QuotaLimit`](mixer_model::QuotaLimit)); a handler that does not say them (the denier, an
-/// out-of-process adapter) leaves `current_limit` unset and `limit_remaining` 0.
+/// One descriptor's status from its quota outcome: OVER_LIMIT when any handler refused (a
+/// non-OK status such as redisquota's RESOURCE_EXHAUSTED, or less granted than asked, as
+/// memquota refuses with status OK; see [`QuotaOutcome::refused`]), OK otherwise. The limit,
+/// what is left of it and the time to reset come from the handler that constrained the
+/// descriptor most (see [`QuotaLimit`](mixer_model::QuotaLimit)); a handler that does not say
+/// them (the denier, an out-of-process adapter) leaves `current_limit` unset and
+/// `limit_remaining` 0.
 pub fn descriptor_status(outcome: &QuotaOutcome) -> DescriptorStatus {
-    let over = !outcome.result.status.is_ok();
+    let over = outcome.refused;
     let limit = outcome.result.limit.as_ref();
     let reset = match limit {
-        // Refused: until units come back (the grant's valid duration says just that).
-        // Granted: until the counter is full again.
-        Some(l) if !over => Some(l.reset_after),
-        _ => (!outcome.instances.is_empty()).then_some(outcome.result.valid_duration),
+        // Refused: until units come back. Granted: until the counter is full again.
+        Some(l) if over => Some(l.retry_after),
+        Some(l) => Some(l.reset_after),
+        // A handler that says no limit: the grant's validity is all there is to go by.
+        None => (!outcome.instances.is_empty()).then_some(outcome.result.valid_duration),
     };
     DescriptorStatus {
         code: if over { Code::OverLimit } else { Code::Ok } as i32,
@@ -87,6 +90,53 @@ pub fn granted_without_rule() -> DescriptorStatus {
         code: Code::Ok as i32,
         ..DescriptorStatus::default()
     }
+}
+
+/// The status of a descriptor whose limit is envoyproxy/ratelimit's `unlimited`: OK with
+/// `limit_remaining` at its largest, as that service answers.
+pub fn unlimited() -> DescriptorStatus {
+    DescriptorStatus {
+        code: Code::Ok as i32,
+        limit_remaining: u32::MAX,
+        ..DescriptorStatus::default()
+    }
+}
+
+/// The response for the outcomes of a request's descriptors, in request order (`None`: the
+/// descriptor asked for nothing).
+///
+/// As envoyproxy/ratelimit decides: the request is over the limit when a descriptor that is not
+/// in `quota_mode` is, or when every `quota_mode` descriptor is (a quota-mode descriptor over its
+/// limit alone lets the request through; its status still says OVER_LIMIT).
+pub fn response_of(outcomes: &[Option<QuotaOutcome>]) -> RateLimitResponse {
+    let statuses: Vec<DescriptorStatus> = outcomes
+        .iter()
+        .map(|o| match o {
+            None => granted_without_rule(),
+            Some(o) if o.unlimited => unlimited(),
+            Some(o) => descriptor_status(o),
+        })
+        .collect();
+    let over = |s: &DescriptorStatus| s.code == Code::OverLimit as i32;
+    let quota_mode = |o: &Option<QuotaOutcome>| o.as_ref().is_some_and(|o| o.quota_mode);
+    let limited = statuses
+        .iter()
+        .zip(outcomes)
+        .any(|(s, o)| over(s) && !quota_mode(o));
+    let quotas: Vec<bool> = statuses
+        .iter()
+        .zip(outcomes)
+        .filter(|(_, o)| quota_mode(o))
+        .map(|(s, _)| over(s))
+        .collect();
+    let quotas_spent = !quotas.is_empty() && quotas.iter().all(|o| *o);
+    let mut r = response(statuses);
+    r.overall_code = if limited || quotas_spent {
+        Code::OverLimit
+    } else {
+        Code::Ok
+    } as i32;
+    r
 }
 
 /// The response for decided descriptors (in request order).
@@ -153,7 +203,12 @@ fn pb_duration(d: Duration) -> envoy_types::pb::google::protobuf::Duration {
 /// applies its `failure_mode_deny` (allow by default, or 500 when set), the operator's choice.
 /// Never UNKNOWN and never an OK response.
 pub fn could_not_decide(error: &CheckError) -> tonic::Status {
-    tonic::Status::unavailable(error.to_string())
+    match error {
+        CheckError::Handler { .. } => tonic::Status::unavailable(error.to_string()),
+        // A quota instance that cannot be built from the descriptor: INTERNAL, as Istio
+        // answers an instance it cannot build; Envoy's failure mode applies all the same.
+        CheckError::Instance(_) => tonic::Status::internal(error.to_string()),
+    }
 }
 
 /// The gRPC error before any valid config is active; UNAVAILABLE for the same reason as

@@ -40,27 +40,30 @@ kind: instance
 metadata: {name: entry, namespace: istio-system}
 spec:
   compiledTemplate: logentry
+  # Defaults for what an entry of one kind lacks (a TCP entry has no method), as Istio's
+  # own access log instances have: an instance with a field that cannot be evaluated is
+  # not sent at all.
   params:
-    timestamp: request.time
+    timestamp: request.time | timestamp("1970-01-01T00:00:00Z")
     variables:
-      method: request.method
-      path: request.path
-      code: response.code
-      duration: response.duration
-      flags: response.flags
-      protocol: context.protocol
-      reporter: context.reporter.uid
-      kind: context.reporter.kind
-      log: envoy.log_name
-      cluster: envoy.upstream_cluster
-      source: source.ip
-      destination: destination.ip
-      user: request.headers["x-user"]
-      event: connection.event
-      received: connection.received.bytes
-      received_total: connection.received.bytes_total
-      sent: connection.sent.bytes
-      mtls: connection.mtls
+      method: request.method | ""
+      path: request.path | ""
+      code: response.code | 0
+      duration: response.duration | "0ms"
+      flags: response.flags | ""
+      protocol: context.protocol | ""
+      reporter: context.reporter.uid | ""
+      kind: context.reporter.kind | ""
+      log: envoy.log_name | ""
+      cluster: envoy.upstream_cluster | ""
+      source: source.ip | ip("0.0.0.0")
+      destination: destination.ip | ip("0.0.0.0")
+      user: request.headers["x-user"] | ""
+      event: connection.event | ""
+      received: connection.received.bytes | 0
+      received_total: connection.received.bytes_total | 0
+      sent: connection.sent.bytes | 0
+      mtls: connection.mtls | false
 ---
 kind: rule
 metadata: {name: record-all, namespace: istio-system}

@@ -94,7 +94,7 @@ async fn allowed_request_gets_header_operations_and_metadata() {
 
     assert_eq!(
         matched_rules(&response),
-        vec!["tag-user.istio-system".to_string()]
+        vec!["tag-user.rule.istio-system".to_string()]
     );
     assert_eq!(
         metadata_field(&response, "cache_hit"),
@@ -142,7 +142,7 @@ async fn header_rule_denies_with_403_body_and_response_headers() {
     assert!(header(&denied.headers, "x-mixer-user").is_none());
     let rules = matched_rules(&response);
     assert!(
-        rules.contains(&"deny-on-header.istio-system".to_string()),
+        rules.contains(&"deny-on-header.rule.istio-system".to_string()),
         "{rules:?}"
     );
     assert_eq!(
@@ -195,7 +195,7 @@ async fn source_ip_rule_uses_the_socket_address() {
     assert_eq!(status_code(&response), 7);
     let rules = matched_rules(&response);
     assert!(
-        rules.contains(&"deny-source-ip.istio-system".to_string()),
+        rules.contains(&"deny-source-ip.rule.istio-system".to_string()),
         "{rules:?}"
     );
 }

@@ -44,11 +44,13 @@ fn checked() -> BoxedStrategy<Checked> {
         header_ops(),
         rules,
         any::<bool>(),
+        prop::option::of("[a-z-]{1,20}\\.handler\\.istio-system"),
     )
         .prop_map(
-            |(code, message, request, response, rules, cache_hit)| Checked {
+            |(code, message, request, response, rules, cache_hit, denied_by)| Checked {
                 verdict: Arc::new(Verdict {
                     status: Status::new(Code::from_i32(code), message),
+                    denied_by: denied_by.map(Arc::from),
                     request_header_ops: request,
                     response_header_ops: response,
                     matched_rules: rules.into_iter().map(Arc::from).collect(),

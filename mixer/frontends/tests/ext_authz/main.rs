@@ -6,10 +6,12 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod deadline;
 mod decisions;
 mod encode;
 mod golden;
 mod hostile_input;
+mod quota;
 mod wire;
 
 use std::collections::HashMap;
@@ -236,9 +238,10 @@ async fn serve(runtime: Arc<Runtime>) -> (AuthorizationClient<Channel>, SocketAd
     let addr = listener.local_addr().expect("local addr");
     // The stack the mixer serves with: Check straight from its encoded message, tonic's
     // routes behind it.
-    let mut routes = tonic::service::RoutesBuilder::default();
-    routes.add_service(ext_authz::service(runtime.clone()));
-    let server = mixer_grpc::Server::new(grpc::unary_methods(&runtime), routes.routes());
+    let server = mixer_grpc::Server::new(
+        grpc::unary_methods(&runtime),
+        grpc::routes(&runtime).routes(),
+    );
     tokio::spawn(server.serve(listener, std::future::pending()));
     (connect(addr).await, addr)
 }

@@ -299,7 +299,10 @@ fn a_header_name_that_is_not_utf8_is_refused_but_a_skipped_body_is_not_examined(
     let request = [&[key(2, 2), http.len() as u8][..], &http].concat();
     let attributes = [&[key(4, 2), request.len() as u8][..], &request].concat();
     let method = [&[key(1, 2), attributes.len() as u8][..], &attributes].concat();
-    assert_eq!(from_wire(&method), Err(WireError::Utf8));
+    let refused = from_wire(&method).expect_err("not UTF-8");
+    assert_eq!(refused, WireError::Utf8 { field: 2 });
+    // Named as a field of the wrong wire type is.
+    assert_eq!(refused.to_string(), "string field 2 is not valid UTF-8");
 }
 
 #[test]

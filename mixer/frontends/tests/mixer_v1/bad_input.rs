@@ -126,9 +126,30 @@ async fn malformed_protobuf_is_refused_and_the_server_keeps_serving() {
 }
 
 #[tokio::test]
-async fn a_string_map_with_ten_thousand_entries_is_handled() {
+async fn a_string_map_with_ten_thousand_entries_is_refused_naming_the_limit() {
     let mut h = start().await;
-    let mut pairs: Vec<(String, String)> = (0..10_000)
+    let pairs = (0..10_000).map(|i| (format!("x-header-{i}"), format!("value-{i}")));
+    let map = StringMap::from_pairs(pairs);
+    let err = h
+        .client
+        .check(check_request(
+            &[("request.headers", Value::from(map))],
+            GLOBAL_WORD_COUNT,
+        ))
+        .await
+        .expect_err("over --max-attributes");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert_eq!(
+        err.message(),
+        "attributes in the check: 10000 is over the limit of 1024 (mixer serve --max-attributes)"
+    );
+    assert_still_serving(&mut h).await;
+}
+
+#[tokio::test]
+async fn a_string_map_with_a_thousand_entries_is_handled() {
+    let mut h = start().await;
+    let mut pairs: Vec<(String, String)> = (0..1_000)
         .map(|i| (format!("x-header-{i}"), format!("value-{i}")))
         .collect();
     pairs.push(("x-user".into(), "bob".into()));
@@ -150,7 +171,7 @@ async fn a_string_map_with_ten_thousand_entries_is_handled() {
         Code::PermissionDenied as i32,
         "bob is found among them"
     );
-    // Only the key the rules read is referenced, not the other 10,000.
+    // Only the key the rules read is referenced, not the other 1,000.
     assert_eq!(
         decoded_refs(&p.referenced_attributes.expect("refs")),
         vec![
@@ -177,11 +198,11 @@ async fn a_ten_megabyte_attribute_is_over_the_limit_and_the_server_keeps_serving
         })
         .await
         .expect_err("over the 4 MiB limit");
-    // OUT_OF_RANGE, as tonic says it, where grpc-go (Istio's server) said
-    // RESOURCE_EXHAUSTED; the proxy treats both as a failed call.
-    assert_eq!(err.code(), Code::OutOfRange, "{}", err.message());
+    // RESOURCE_EXHAUSTED, as grpc-go (Istio's server) and gRPC core say it.
+    assert_eq!(err.code(), Code::ResourceExhausted, "{}", err.message());
     assert!(
-        err.message().contains("larger than 4194304 bytes"),
+        err.message()
+            .contains("larger than max (10485790 vs. 4194304)"),
         "{}",
         err.message()
     );

@@ -4,9 +4,11 @@
 
 mod bad_input;
 mod check;
+mod client_versions;
 #[path = "../common/mod.rs"]
 mod common;
 mod decoding;
+mod instance_errors;
 mod properties;
 mod quota;
 mod report;
@@ -21,7 +23,7 @@ use mixer_adapter_api::{
     Handler, ParamError, Params, Stability,
 };
 use mixer_config::{ConfigOptions, SourceFile};
-use mixer_frontends::mixer_v1::{self, dictionary, encode};
+use mixer_frontends::mixer_v1::{dictionary, encode};
 use mixer_model::{CheckResult, Instance, StringMap, Template, Value};
 use mixer_proto::istio::mixer::v1 as pb;
 use mixer_runtime::{ConfigOrigin, Runtime, RuntimeMetrics, RuntimeOptions};
@@ -147,6 +149,10 @@ struct Harness {
 }
 
 fn runtime(records: Arc<Mutex<Vec<Instance>>>) -> Runtime {
+    runtime_with(CONFIG, records)
+}
+
+fn runtime_with(config: &str, records: Arc<Mutex<Vec<Instance>>>) -> Runtime {
     let mut registry = AdapterRegistry::new();
     registry.register(Arc::new(mixer_adapter_denier::Denier));
     registry.register(Arc::new(mixer_adapter_noop::Noop));
@@ -155,7 +161,7 @@ fn runtime(records: Arc<Mutex<Vec<Instance>>>) -> Runtime {
     Runtime::new(
         ConfigOrigin::Embedded(vec![SourceFile {
             name: "test.yaml".into(),
-            text: CONFIG.into(),
+            text: config.into(),
         }]),
         registry,
         ConfigOptions::default(),
@@ -172,11 +178,9 @@ async fn serve(runtime: Runtime) -> Harness {
     let addr = listener.local_addr().expect("bound");
     // The stack the mixer serves with: Check read in place, Report through the generated
     // message, tonic's routes behind them.
-    let mut routes = tonic::service::RoutesBuilder::default();
-    routes.add_service(mixer_v1::service(runtime.clone()));
     let server = mixer_grpc::Server::new(
         mixer_frontends::grpc::unary_methods(&runtime),
-        routes.routes(),
+        mixer_frontends::grpc::routes(&runtime).routes(),
     );
     tokio::spawn(server.serve(listener, std::future::pending()));
     let channel = Channel::from_shared(format!("http://{addr}"))

@@ -240,6 +240,7 @@ proptest! {
     fn the_check_response_written_directly_is_prosts(
         code in 0i32..17,
         message in ".{0,12}",
+        denied_by in proptest::option::of("[a-z.-]{1,20}"),
         valid_nanos in 0u64..200_000_000_000,
         valid_use_count in any::<i32>(),
         reads in vec((0usize..40, proptest::option::of("[a-z-]{0,6}|:method|GET"), any::<bool>()), 0..8),
@@ -271,6 +272,7 @@ proptest! {
         referenced.normalize();
         let verdict = Verdict {
             status: Status::new(Code::from_i32(code), message),
+            denied_by: denied_by.map(Into::into),
             valid_duration: std::time::Duration::from_nanos(valid_nanos),
             valid_use_count,
             referenced,

@@ -128,6 +128,10 @@ impl QuotaHandler for QuotaRecorderHandler {
     }
 }
 
+/// The runtime's name for the handler of `adapter` (Istio's dispatcher prefixes a refusal
+/// with it, whatever form the names take).
+static EXHAUSTED_HANDLER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 async fn start_quota() -> (Harness, Allocations) {
     let allocations: Allocations = Arc::default();
     let mut registry = AdapterRegistry::new();
@@ -142,6 +146,14 @@ async fn start_quota() -> (Harness, Allocations) {
         RuntimeMetrics::unregistered(),
     );
     rt.reload().expect("quota config loads");
+    let exhausted = rt
+        .snapshot()
+        .handlers
+        .iter()
+        .find(|h| h.name.starts_with("exhausted."))
+        .map(|h| h.name.to_string())
+        .expect("the exhausted handler is built");
+    let _ = EXHAUSTED_HANDLER.set(exhausted);
     (serve(rt).await, allocations)
 }
 
@@ -215,13 +227,13 @@ async fn quotas_are_allocated_after_an_allowed_check() {
         calls,
         [
             (
-                "requestcount.istio-system".to_string(),
+                "requestcount.instance.istio-system".to_string(),
                 3,
                 false,
                 "dedup-1requestcount".to_string()
             ),
             (
-                "requestcount.istio-system".to_string(),
+                "requestcount.instance.istio-system".to_string(),
                 1,
                 true,
                 "dedup-1requestcount.quota.istio-system".to_string()
@@ -266,7 +278,11 @@ async fn a_refused_quota_answers_resource_exhausted() {
     assert_eq!(q.granted_amount, 0);
     let status = q.status.as_ref().expect("status");
     assert_eq!(status.code, mixer_model::Code::ResourceExhausted as i32);
-    assert_eq!(status.message, "no more");
+    // Prefixed with the handler's name and ":", as Istio 1.4's dispatcher did
+    // (`mixer/pkg/runtime/dispatcher/session.go`: `state.destination.HandlerName + ":" +
+    // st.Message`).
+    let handler = EXHAUSTED_HANDLER.get().expect("set at start");
+    assert_eq!(status.message, format!("{handler}:no more"));
     assert_eq!(q.valid_duration.map(|d| d.seconds), Some(7));
     // The other quota is unaffected.
     assert_eq!(response.quotas["requestcount"].granted_amount, 1);

@@ -10,6 +10,7 @@ mod bad_input;
 mod common;
 mod exports;
 mod golden;
+mod metrics;
 mod samples;
 
 use common::{Recorder, recorded, var, wait_recorded};
@@ -19,7 +20,6 @@ use std::time::Duration;
 
 use mixer_adapter_api::AdapterRegistry;
 use mixer_config::{ConfigOptions, SourceFile};
-use mixer_frontends::otlp;
 use mixer_model::Instance;
 use mixer_runtime::{ConfigOrigin, QueueOptions, Runtime, RuntimeMetrics, RuntimeOptions};
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
@@ -36,25 +36,27 @@ metadata: {name: entry, namespace: istio-system}
 spec:
   compiledTemplate: logentry
   params:
+    # Defaults for what a record of one kind lacks (a log has no span name): an instance
+    # with a field that cannot be evaluated is not sent at all, as in Istio.
     variables:
-      method: request.method
-      path: request.path
-      code: response.code
-      host: request.host
-      source: source.ip
-      time: request.time
-      duration: response.duration
-      service: otel.resource["service.name"]
-      route: otel.attributes["http.route"]
-      env: otel.attributes["deployment.environment"]
-      severity: otel.severity
-      body: otel.body
-      trace: otel.trace_id
-      span: otel.span_id
-      parent: otel.parent_span_id
-      name: otel.span_name
-      kind: otel.span_kind
-      reporter: context.reporter.kind
+      method: request.method | ""
+      path: request.path | ""
+      code: response.code | 0
+      host: request.host | ""
+      source: source.ip | ip("0.0.0.0")
+      time: request.time | timestamp("1970-01-01T00:00:00Z")
+      duration: response.duration | "0ms"
+      service: otel.resource["service.name"] | ""
+      route: otel.attributes["http.route"] | ""
+      env: otel.attributes["deployment.environment"] | ""
+      severity: otel.severity | ""
+      body: otel.body | ""
+      trace: otel.trace_id | ""
+      span: otel.span_id | ""
+      parent: otel.parent_span_id | ""
+      name: otel.span_name | ""
+      kind: otel.span_kind | ""
+      reporter: context.reporter.kind | ""
 ---
 kind: rule
 metadata: {name: record-all, namespace: istio-system}
@@ -112,12 +114,13 @@ async fn start_with(setup: Setup) -> Harness {
         .await
         .expect("bind loopback");
     let addr = listener.local_addr().expect("bound");
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(otlp::logs_service(runtime.clone()))
-            .add_service(otlp::trace_service(runtime))
-            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    // The mixer's own server: the methods are served from `grpc::unary_methods`, as in
+    // `mixer serve`.
+    let server = mixer_grpc::Server::new(
+        mixer_frontends::grpc::unary_methods(&runtime),
+        mixer_frontends::grpc::routes(&runtime).routes(),
     );
+    tokio::spawn(server.serve(listener, std::future::pending()));
     let channel = Channel::from_shared(format!("http://{addr}"))
         .expect("uri")
         .connect()

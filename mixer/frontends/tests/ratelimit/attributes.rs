@@ -23,7 +23,7 @@ async fn domain_and_descriptor_attributes_reach_rules_and_instances() {
     assert_eq!(
         h.calls(),
         [(
-            "per-path.istio-system".to_string(),
+            "per-path.instance.istio-system".to_string(),
             vec![
                 ("path".to_string(), "/x".to_string()),
                 ("method".to_string(), "GET".to_string())

@@ -116,6 +116,7 @@ impl QuotaHandler for CountingHandler {
             window,
             remaining: max - *count,
             reset_after: window,
+            retry_after: if over { window } else { Duration::ZERO },
         });
         if over {
             return Ok(QuotaResult {

@@ -37,7 +37,7 @@ spec:
   compiledAdapter: memquota
   params:
     quotas:
-    - {name: per-user.istio-system, maxAmount: 2, validDuration: 60s}
+    - {name: per-user.instance.istio-system, maxAmount: 2, validDuration: 60s}
     - {name: per-path, maxAmount: 5, validDuration: 1s}
     - {name: odd-window, maxAmount: 5, validDuration: 7s}
 ---
@@ -144,11 +144,13 @@ async fn serve(runtime: Runtime, calls: Calls) -> Harness {
         .await
         .expect("bind loopback");
     let addr = listener.local_addr().expect("bound");
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(ratelimit::service(runtime))
-            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    // The mixer's own server: the method is served from `grpc::unary_methods`, as in
+    // `mixer serve`.
+    let server = mixer_grpc::Server::new(
+        mixer_frontends::grpc::unary_methods(&runtime),
+        mixer_frontends::grpc::routes(&runtime).routes(),
     );
+    tokio::spawn(server.serve(listener, std::future::pending()));
     let channel = Channel::from_shared(format!("http://{addr}"))
         .expect("uri")
         .connect()

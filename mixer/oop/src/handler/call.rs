@@ -24,7 +24,7 @@ impl RemoteHandler {
         let Some(admission) = self.breaker.admit() else {
             self.metrics.record(call, "circuit_open", started.elapsed());
             return Err(AdapterError::transient(
-                ErrorKind::Overloaded,
+                ErrorKind::CircuitOpen,
                 format!("adapter of handler {}: circuit open", self.name),
             ));
         };

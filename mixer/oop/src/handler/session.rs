@@ -8,8 +8,9 @@ use prost_types::Any;
 use tokio::time::Instant;
 use tonic::{Code, Request};
 
-use super::{RemoteHandler, map_status};
+use super::RemoteHandler;
 use crate::convert;
+use crate::transport::map_status;
 
 /// How the handler passes its config to the adapter.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -91,7 +91,8 @@ async fn the_circuit_opens_on_a_down_adapter_and_closes_when_it_is_back() {
         assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
     }
     let e = check.check(&listentry("good")).await.unwrap_err();
-    assert_eq!(e.kind, ErrorKind::Overloaded, "open: {e}");
+    assert_eq!(e.kind, ErrorKind::CircuitOpen, "open: {e}");
+    assert_eq!(e.kind.label(), "circuit_open");
     assert!(e.message.contains("circuit open"));
 
     let state = Arc::new(State::default());
@@ -99,7 +100,7 @@ async fn the_circuit_opens_on_a_down_adapter_and_closes_when_it_is_back() {
     // Still open until the cool-down is over.
     assert_eq!(
         check.check(&listentry("good")).await.unwrap_err().kind,
-        ErrorKind::Overloaded
+        ErrorKind::CircuitOpen
     );
     tokio::time::sleep(Duration::from_millis(250)).await;
     let ok = check

@@ -54,13 +54,115 @@ impl CheckHandler for BrokenHandler {
     }
 }
 
-/// denier + noop + memquota + broken.
+/// An adapter that declares a check template but whose handler answers nothing: a build
+/// must refuse it rather than let checks routed to it through unasked.
+pub struct Hollow;
+
+static HOLLOW: AdapterInfo = AdapterInfo {
+    name: "hollow",
+    description: "declares checknothing, answers nothing",
+    templates: &[Template::CheckNothing],
+    cacheable: false,
+    stability: Stability::Alpha,
+};
+
+impl Adapter for Hollow {
+    fn info(&self) -> &AdapterInfo {
+        &HOLLOW
+    }
+    fn validate(&self, _: &Params) -> Result<(), Vec<ParamError>> {
+        Ok(())
+    }
+    fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+        Ok(Arc::new(HollowHandler))
+    }
+}
+
+struct HollowHandler;
+
+impl Handler for HollowHandler {}
+
+/// An adapter whose handlers never answer a check or a quota call: each call's future
+/// counts itself in [`STALLED_CANCELLED`] when dropped.
+pub struct Stalled;
+
+/// Calls to a [`Stalled`] handler dropped (cancelled) before they answered.
+pub static STALLED_CANCELLED: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
+static STALLED: AdapterInfo = AdapterInfo {
+    name: "stalled",
+    description: "never answers",
+    templates: &[Template::CheckNothing, Template::Quota],
+    cacheable: false,
+    stability: Stability::Alpha,
+};
+
+impl Adapter for Stalled {
+    fn info(&self) -> &AdapterInfo {
+        &STALLED
+    }
+    fn validate(&self, _: &Params) -> Result<(), Vec<ParamError>> {
+        Ok(())
+    }
+    fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+        Ok(Arc::new(StalledHandler))
+    }
+}
+
+struct StalledHandler;
+
+/// Counts a call in [`STALLED_CANCELLED`] when dropped unanswered.
+struct Cancelled;
+
+impl Drop for Cancelled {
+    fn drop(&mut self) {
+        STALLED_CANCELLED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Never answers; ends only by being dropped.
+async fn stall<T>() -> T {
+    let _cancelled = Cancelled;
+    std::future::pending().await
+}
+
+impl Handler for StalledHandler {
+    fn as_check(&self) -> Option<&dyn CheckHandler> {
+        Some(self)
+    }
+    fn as_quota(&self) -> Option<&dyn mixer_adapter_api::QuotaHandler> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl CheckHandler for StalledHandler {
+    async fn check(&self, _: &Instance) -> Result<CheckResult, AdapterError> {
+        stall().await
+    }
+}
+
+#[async_trait]
+impl mixer_adapter_api::QuotaHandler for StalledHandler {
+    async fn allocate(
+        &self,
+        _: &Instance,
+        _: &mixer_adapter_api::QuotaArgs,
+    ) -> Result<mixer_model::QuotaResult, AdapterError> {
+        stall().await
+    }
+}
+
+/// denier + noop + memquota + broken + hollow + stalled.
 pub fn registry() -> AdapterRegistry {
     let mut r = AdapterRegistry::new();
     r.register(Arc::new(mixer_adapter_denier::Denier));
     r.register(Arc::new(mixer_adapter_memquota::MemQuota));
     r.register(Arc::new(mixer_adapter_noop::Noop));
     r.register(Arc::new(Broken));
+    r.register(Arc::new(Hollow));
+    r.register(Arc::new(Stalled));
     r
 }
 
