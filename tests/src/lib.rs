@@ -1,6 +1,8 @@
 //! Helpers for the integration and end-to-end tests in `tests/tests/`: start the real mixer
 //! binary on free loopback ports, talk HTTP to it, stop it with SIGTERM.
 
+pub mod nginx;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
@@ -47,15 +49,77 @@ pub struct Mixer {
 impl Mixer {
     /// Starts `mixer serve` with extra arguments (e.g. `--config PATH`).
     pub fn start(binary: &Path, extra: &[&str]) -> Mixer {
+        Mixer::spawn(Command::new(binary), extra, Stdio::null())
+    }
+
+    /// Starts `mixer serve` in a shell that first sets the open-file limit (soft and hard) to
+    /// `fd_limit`, as `ulimit -n` does.
+    pub fn start_with_fd_limit(binary: &Path, fd_limit: u64, extra: &[&str]) -> Mixer {
+        let mut shell = Command::new("bash");
+        shell
+            .args(["-c", &format!("ulimit -n {fd_limit} && exec \"$0\" \"$@\"")])
+            .arg(binary);
+        Mixer::spawn(shell, extra, Stdio::null())
+    }
+
+    /// [`Mixer::start`], with the mixer's standard output (where the stdio adapter writes by
+    /// default) readable line by line.
+    pub fn start_capturing_stdout(
+        binary: &Path,
+        extra: &[&str],
+    ) -> (Mixer, std::sync::mpsc::Receiver<String>) {
+        let mut mixer = Mixer::spawn(Command::new(binary), extra, Stdio::piped());
+        let stdout = mixer
+            .child
+            .as_mut()
+            .and_then(|c| c.stdout.take())
+            .expect("piped stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        (mixer, rx)
+    }
+
+    /// [`Mixer::start`] with environment variables set and the log (standard error) written
+    /// to `log`.
+    pub fn start_with_env_and_log(
+        binary: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        log: &Path,
+    ) -> Mixer {
+        let mut command = Command::new(binary);
+        command.envs(env.iter().copied());
+        let file = std::fs::File::create(log).expect("create the log file");
+        Mixer::spawn_with_stderr(command, extra, Stdio::null(), file.into())
+    }
+
+    fn spawn(command: Command, extra: &[&str], stdout: Stdio) -> Mixer {
+        Mixer::spawn_with_stderr(command, extra, stdout, Stdio::inherit())
+    }
+
+    fn spawn_with_stderr(
+        mut command: Command,
+        extra: &[&str],
+        stdout: Stdio,
+        stderr: Stdio,
+    ) -> Mixer {
         let (grpc, http, admin) = (free_addr(), free_addr(), free_addr());
-        let child = Command::new(binary)
+        let child = command
             .arg("serve")
             .args(["--grpc-addr", &grpc.to_string()])
             .args(["--http-addr", &http.to_string()])
             .args(["--admin-addr", &admin.to_string()])
             .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stdout(stdout)
+            .stderr(stderr)
             .spawn()
             .expect("start the mixer");
         Mixer {
@@ -64,6 +128,39 @@ impl Mixer {
             http,
             admin,
         }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// CPU time the process has used so far (user + system, from `/proc/PID/stat`).
+    pub fn cpu_time(&self) -> Duration {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()))
+            .expect("read /proc/PID/stat");
+        // Fields after the command name, which is in parentheses and may hold spaces:
+        // utime and stime are the 12th and 13th of them, in clock ticks (100 per second).
+        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        Duration::from_millis((ticks(11) + ticks(12)) * 10)
+    }
+
+    /// The value of a sample on `/metrics`, by its full name and labels as the text format
+    /// writes them (`mixer_connections_open{listener="grpc"}`); `None` if it is absent.
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        let (_, _, body) = http_request(self.admin, "GET", "/metrics", &[]).expect("metrics");
+        body.lines().find_map(|line| {
+            line.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+                .and_then(|value| value.trim().parse().ok())
+        })
     }
 
     /// Polls `/readyz` until it answers 200; returns how long that took.
@@ -100,6 +197,25 @@ impl Mixer {
     }
 }
 
+impl Mixer {
+    /// Waits for the process to exit by itself (after a signal the test sent) within
+    /// `limit`; returns its status and how long the wait took.
+    pub fn wait_exit(mut self, limit: Duration) -> (ExitStatus, Duration) {
+        let mut child = self.child.take().expect("running");
+        let start = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                return (status, start.elapsed());
+            }
+            assert!(
+                start.elapsed() < limit,
+                "mixer did not exit within {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
 impl Drop for Mixer {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -119,9 +235,38 @@ pub fn http_request(
     path: &str,
     headers: &[(&str, &str)],
 ) -> std::io::Result<HttpAnswer> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    exchange(stream, addr, method, path, headers)
+}
+
+/// [`http_request`] from the loopback address `source` (any of 127.0.0.0/8 on Linux), so a
+/// test can stand for clients at different addresses.
+pub fn http_request_from(
+    source: std::net::Ipv4Addr,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<HttpAnswer> {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    socket.bind(&SocketAddr::from((source, 0)).into())?;
+    socket.connect_timeout(&addr.into(), Duration::from_secs(2))?;
+    exchange(socket.into(), addr, method, path, headers)
+}
+
+fn exchange(
+    mut stream: TcpStream,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<HttpAnswer> {
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    // A Host header given replaces the default one (a second Host is a 400 to nginx).
+    let mut request = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        request.push_str(&format!("Host: {addr}\r\n"));
+    }
     for (k, v) in headers {
         request.push_str(&format!("{k}: {v}\r\n"));
     }

@@ -118,3 +118,72 @@ fn grpcio_calls_the_mixer_direct_and_fallback_paths() {
 
     assert!(mixer.terminate().success());
 }
+
+/// Calls on one channel, each printing `CODE_NAME DETAILS` (`OK` for an answer): an unknown
+/// method, a 5 MiB message to a direct method and to tonic's client-streaming access log
+/// service, 100 KB of metadata, then a plain check.
+const LIMITS_CLIENT: &str = r#"
+import sys, grpc
+channel = grpc.insecure_channel(sys.argv[1])
+check = bytes.fromhex(sys.argv[2])
+def show(call):
+    try:
+        call()
+        print("OK")
+    except grpc.RpcError as e:
+        print(e.code().name, e.details())
+unknown = channel.unary_unary("/envoy.service.auth.v3.Authorization/Nope")
+authz = channel.unary_unary("/envoy.service.auth.v3.Authorization/Check")
+logs = channel.stream_unary("/envoy.service.accesslog.v3.AccessLogService/StreamAccessLogs")
+big = b"\x0a" + b"\xff\xff\xff\x02" + b"x" * (5 << 20)
+show(lambda: unknown(b"", timeout=10))
+show(lambda: authz(big, timeout=10))
+show(lambda: logs(iter([big]), timeout=10))
+show(lambda: authz(check, timeout=10, metadata=[("x-huge", "x" * (100 << 10))]))
+show(lambda: authz(check, timeout=10))
+"#;
+
+#[test]
+fn grpcio_gets_grpc_cores_codes_at_the_limits() {
+    let Some(python) = python_or_skip() else {
+        return;
+    };
+    let mixer = Mixer::start(Path::new(env!("CARGO_BIN_EXE_mixer-under-test")), &[]);
+    mixer.wait_ready(Duration::from_secs(10));
+    let check: String = authz_request(&[("x-user", "bob")])
+        .iter()
+        .map(|x| format!("{x:02x}"))
+        .collect();
+    let out = Command::new(&python)
+        .args(["-c", LIMITS_CLIENT, &mixer.grpc.to_string(), &check])
+        .output()
+        .expect("run the Python client");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 5, "{stdout}");
+    assert_eq!(
+        lines[0],
+        "UNIMPLEMENTED unknown method /envoy.service.auth.v3.Authorization/Nope"
+    );
+    // gRPC core's own code for a message over the receiver's limit, from the direct method
+    // and from tonic's streaming service behind it alike.
+    assert!(
+        lines[1].starts_with("RESOURCE_EXHAUSTED received message larger than max"),
+        "{}",
+        lines[1]
+    );
+    assert!(lines[2].starts_with("RESOURCE_EXHAUSTED"), "{}", lines[2]);
+    assert!(
+        lines[3].starts_with("RESOURCE_EXHAUSTED") && lines[3].contains("header list"),
+        "{}",
+        lines[3]
+    );
+    // The channel's connection survived all of it.
+    assert_eq!(lines[4], "OK");
+    assert!(mixer.terminate().success());
+}

@@ -7,12 +7,12 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use mixer_tests::{Mixer, free_addr, http_request};
+use mixer_tests::nginx::{self, Nginx};
+use mixer_tests::{Mixer, free_addr, http_request, http_request_from};
 
 const CONFIG: &str = r#"
 kind: handler
@@ -79,39 +79,29 @@ fn upstream(hits: Arc<AtomicUsize>) -> SocketAddr {
     addr
 }
 
-struct Nginx(Child);
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn nginx_binary() -> &'static str {
-    for candidate in ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"] {
-        if Path::new(candidate).exists() {
-            return candidate;
-        }
-    }
-    panic!("nginx is not installed: `apt-get install -y nginx` (.ci/run does)");
-}
-
-fn start_nginx(dir: &Path, listen: SocketAddr, mixer: SocketAddr, upstream: SocketAddr) -> Nginx {
-    let prefix = dir.display();
-    let conf = format!(
+/// The nginx `auth_request` location every server block here uses, calling `mixer`'s
+/// forward-auth endpoint; `extra` adds directives (forwarding headers).
+fn check_location(mixer: SocketAddr, extra: &str) -> String {
+    format!(
         r#"
-worker_processes 1;
-pid {prefix}/nginx.pid;
-error_log {prefix}/error.log info;
-events {{ worker_connections 64; }}
-http {{
-    access_log off;
-    client_body_temp_path {prefix}/client_body;
-    proxy_temp_path {prefix}/proxy;
-    fastcgi_temp_path {prefix}/fastcgi;
-    uwsgi_temp_path {prefix}/uwsgi;
-    scgi_temp_path {prefix}/scgi;
+        location = /_mixer_check {{
+            internal;
+            proxy_pass http://{mixer}/check;
+            proxy_pass_request_body off;
+            proxy_set_header Content-Length "";
+            proxy_set_header X-Original-URI $request_uri;
+            proxy_set_header X-Original-Method $request_method;
+            proxy_set_header X-Forwarded-Host $host;
+            {extra}
+        }}"#
+    )
+}
+
+/// A server block on `listen` whose every request asks `mixer` first, then goes to `upstream`.
+fn server(listen: SocketAddr, mixer: SocketAddr, upstream: SocketAddr, extra: &str) -> String {
+    let check = check_location(mixer, extra);
+    format!(
+        r#"
     server {{
         listen {listen};
         location / {{
@@ -120,56 +110,39 @@ http {{
             proxy_set_header X-Mixer-User $mixer_user;
             proxy_pass http://{upstream};
         }}
-        location = /_mixer_check {{
-            internal;
-            proxy_pass http://{mixer}/check;
-            proxy_pass_request_body off;
-            proxy_set_header Content-Length "";
-            proxy_set_header X-Original-URI $request_uri;
-            proxy_set_header X-Original-Method $request_method;
-        }}
-    }}
-}}
-"#
-    );
-    let path = dir.join("nginx.conf");
-    std::fs::write(&path, conf).expect("write nginx.conf");
-    let child = Command::new(nginx_binary())
-        .arg("-c")
-        .arg(&path)
-        .arg("-p")
-        .arg(dir)
-        .args(["-g", "daemon off;"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start nginx");
-    let nginx = Nginx(child);
-    let start = Instant::now();
-    while std::net::TcpStream::connect(listen).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "nginx did not start listening"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    nginx
+        {check}
+    }}"#
+    )
+}
+
+fn start_nginx(dir: &Path, servers: &[(SocketAddr, String)]) -> Nginx {
+    let binary = nginx::binary().expect("nginx is installed (.ci/run installs it)");
+    let blocks: String = servers.iter().map(|(_, block)| block.as_str()).collect();
+    let listens: Vec<SocketAddr> = servers.iter().map(|(listen, _)| *listen).collect();
+    Nginx::start(&binary, dir, &blocks, &listens)
+}
+
+fn start_mixer(dir: &Path, name: &str, config: &str, flags: &[&str]) -> Mixer {
+    let path = dir.join(name);
+    std::fs::write(&path, config).expect("write config");
+    let mut args = vec!["--config", path.to_str().expect("utf-8")];
+    args.extend_from_slice(flags);
+    let mixer = Mixer::start(Path::new(env!("CARGO_BIN_EXE_mixer-under-test")), &args);
+    mixer.wait_ready(Duration::from_secs(10));
+    mixer
 }
 
 #[test]
 fn nginx_auth_request_lets_the_mixer_decide() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("mixer.yaml");
-    std::fs::write(&config, CONFIG).expect("write config");
-    let mixer = Mixer::start(
-        Path::new(env!("CARGO_BIN_EXE_mixer-under-test")),
-        &["--config", config.to_str().expect("utf-8")],
-    );
-    mixer.wait_ready(Duration::from_secs(10));
+    let mixer = start_mixer(dir.path(), "mixer.yaml", CONFIG, &[]);
     let hits = Arc::new(AtomicUsize::new(0));
     let upstream = upstream(hits.clone());
     let listen = free_addr();
-    let _nginx = start_nginx(dir.path(), listen, mixer.http, upstream);
+    let _nginx = start_nginx(
+        dir.path(),
+        &[(listen, server(listen, mixer.http, upstream, ""))],
+    );
 
     // Allowed: reaches the upstream with the header the rule added.
     let (status, _, body) =
@@ -210,5 +183,145 @@ fn nginx_auth_request_lets_the_mixer_decide() {
     .expect("request");
     assert_eq!(status, 200);
     assert_eq!(hits.load(Ordering::SeqCst), 4);
+    assert!(mixer.terminate().success());
+}
+
+/// Istio 1.4's "denials by IP" task, for forward-auth: only clients from 10.57.0.0/16 (and,
+/// here on loopback, the test client 127.0.0.5) may pass.
+const IP_ALLOW_LIST: &str = include_str!("../configs/ip_allow_list.yaml");
+
+/// A client cannot choose its own `source.ip` with a forwarding header: by default the mixer
+/// takes the peer (nginx) and ignores the headers; told to trust nginx (`--trusted-proxies`),
+/// it takes the address nginx saw, from `X-Real-IP` (`proxy_set_header X-Real-IP
+/// $remote_addr`) or from the right of `X-Forwarded-For` (`$proxy_add_x_forwarded_for`),
+/// never the address the client wrote.
+#[test]
+fn a_spoofed_forwarding_header_does_not_pass_an_ip_allow_list() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plain = start_mixer(dir.path(), "plain.yaml", IP_ALLOW_LIST, &[]);
+    let real_ip = start_mixer(
+        dir.path(),
+        "real-ip.yaml",
+        IP_ALLOW_LIST,
+        &[
+            "--trusted-proxies",
+            "127.0.0.1",
+            "--real-ip-header",
+            "x-real-ip",
+        ],
+    );
+    let forwarded = start_mixer(
+        dir.path(),
+        "forwarded.yaml",
+        IP_ALLOW_LIST,
+        &["--trusted-proxies", "127.0.0.1/32"],
+    );
+    let hits = Arc::new(AtomicUsize::new(0));
+    let upstream = upstream(hits.clone());
+    let (a, b, c) = (free_addr(), free_addr(), free_addr());
+    let set_real_ip = "proxy_set_header X-Real-IP $remote_addr;";
+    let append_xff = "proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;";
+    let _nginx = start_nginx(
+        dir.path(),
+        &[
+            (a, server(a, plain.http, upstream, set_real_ip)),
+            (b, server(b, real_ip.http, upstream, set_real_ip)),
+            (c, server(c, forwarded.http, upstream, append_xff)),
+        ],
+    );
+    let allowed = std::net::Ipv4Addr::new(127, 0, 0, 5);
+    let outsider = std::net::Ipv4Addr::new(127, 0, 0, 9);
+    let spoof = [("x-forwarded-for", "10.57.1.1"), ("x-real-ip", "10.57.1.1")];
+    let status = |from, listen, headers: &[(&str, &str)]| {
+        http_request_from(from, listen, "GET", "/", headers)
+            .expect("request")
+            .0
+    };
+    for listen in [a, b, c] {
+        assert_eq!(
+            status(outsider, listen, &spoof),
+            403,
+            "spoofed through {listen}"
+        );
+        assert_eq!(status(outsider, listen, &[]), 403);
+    }
+    // Trusting nginx, the client nginx saw is the one checked.
+    assert_eq!(status(allowed, b, &[]), 200);
+    assert_eq!(status(allowed, c, &[]), 200);
+    assert_eq!(status(allowed, c, &[("x-forwarded-for", "192.0.2.1")]), 200);
+    // Without trust, every call is nginx's own (127.0.0.1), which the list does not hold.
+    assert_eq!(status(allowed, a, &[]), 403);
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        3,
+        "only the allowed client got through"
+    );
+}
+
+/// Quota through forward-auth alone (no nginx `limit_req`): a memquota limit of 3 per minute
+/// for one host stops the 4th request with 429 and the rate limit headers, which nginx passes
+/// on with the `error_page` recipe the README gives.
+const QUOTA: &str = include_str!("../configs/forward_auth_quota.yaml");
+
+#[test]
+fn nginx_forward_auth_stops_the_fourth_request_with_429() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mixer = start_mixer(dir.path(), "quota.yaml", QUOTA, &[]);
+    let hits = Arc::new(AtomicUsize::new(0));
+    let upstream = upstream(hits.clone());
+    let listen = free_addr();
+    let check = check_location(mixer.http, "");
+    let block = format!(
+        r#"
+    server {{
+        listen {listen};
+        location / {{
+            auth_request /_mixer_check;
+            auth_request_set $mixer_status $upstream_status;
+            auth_request_set $mixer_retry_after $upstream_http_retry_after;
+            auth_request_set $mixer_limit $upstream_http_x_ratelimit_limit;
+            auth_request_set $mixer_remaining $upstream_http_x_ratelimit_remaining;
+            auth_request_set $mixer_reset $upstream_http_x_ratelimit_reset;
+            error_page 500 = @mixer_error;
+            proxy_pass http://{upstream};
+        }}
+        location @mixer_error {{
+            if ($mixer_status = 429) {{
+                add_header Retry-After $mixer_retry_after always;
+                add_header X-RateLimit-Limit $mixer_limit always;
+                add_header X-RateLimit-Remaining $mixer_remaining always;
+                add_header X-RateLimit-Reset $mixer_reset always;
+                return 429;
+            }}
+            return 500;
+        }}
+        {check}
+    }}"#
+    );
+    let _nginx = start_nginx(dir.path(), &[(listen, block)]);
+    let host = [("host", "quota.example.com")];
+    for i in 1..=3 {
+        let (status, _, body) = http_request(listen, "GET", "/", &host).expect("request");
+        assert_eq!(status, 200, "request {i}: {body}");
+    }
+    let (status, headers, _) = http_request(listen, "GET", "/", &host).expect("request");
+    assert_eq!(status, 429);
+    let header = |name| mixer_tests::header(&headers, name).map(str::to_string);
+    assert_eq!(header("x-ratelimit-limit").as_deref(), Some("3"));
+    assert_eq!(header("x-ratelimit-remaining").as_deref(), Some("0"));
+    let retry: u64 = header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .expect("Retry-After in seconds");
+    assert!((1..=60).contains(&retry), "Retry-After {retry}");
+    assert_eq!(header("x-ratelimit-reset"), Some(retry.to_string()));
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        3,
+        "the 4th never reached the upstream"
+    );
+    // Another host is not charged.
+    let (status, _, _) =
+        http_request(listen, "GET", "/", &[("host", "other.example.com")]).expect("request");
+    assert_eq!(status, 200);
     assert!(mixer.terminate().success());
 }

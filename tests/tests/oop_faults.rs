@@ -285,10 +285,22 @@ fn a_killed_adapter_gets_the_fail_policy_and_is_used_again_after_a_restart() {
     let (status, _, body) = http_request(mixer.admin, "GET", "/metrics", &[]).expect("metrics");
     assert_eq!(status, 200);
     assert!(
-        body.contains("mixer_oop_calls_total{handler=\"closed.istio-system\""),
+        body.contains("mixer_oop_calls_total{handler=\"closed.handler.istio-system\""),
         "{body}"
     );
-    assert!(body.contains("mixer_oop_circuit_opened_total{handler=\"closed.istio-system\"}"));
+    assert!(
+        body.contains("mixer_oop_circuit_opened_total{handler=\"closed.handler.istio-system\"}")
+    );
+    // Checks refused while the circuit was open are counted as such, not as overload.
+    let calls = |result: &str| {
+        body.lines().any(|l| {
+            l.starts_with("mixer_handler_calls_total{")
+                && l.contains("closed.handler.istio-system")
+                && l.contains(&format!("result=\"{result}\""))
+        })
+    };
+    assert!(calls("circuit_open"), "{body}");
+    assert!(!calls("overloaded"), "{body}");
     assert_eq!(body.matches("# TYPE mixer_oop_calls_total").count(), 1);
 
     drop(adapter);

@@ -184,7 +184,7 @@ async fn what_one_mixer_exports_the_other_receives() {
     assert_eq!(
         metric(
             sender.admin,
-            r#"mixer_report_delivered_total{handler="otlp.istio-system"}"#
+            r#"mixer_report_delivered_total{handler="otlp.handler.istio-system"}"#
         ),
         Some((2 * REQUESTS) as f64)
     );

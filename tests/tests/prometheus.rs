@@ -5,7 +5,6 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::core::v3::{Node, RequestMethod};
@@ -22,6 +21,10 @@ use mixer_model::Value;
 use mixer_proto::istio::mixer::v1 as pb;
 use mixer_proto::istio::mixer::v1::mixer_client::MixerClient;
 use mixer_tests::{Mixer, free_addr, http_request};
+
+#[path = "support/prometheus.rs"]
+mod prometheus_support;
+use prometheus_support::{samples, start_prometheus};
 
 const CONFIG: &str = r#"
 kind: handler
@@ -68,74 +71,9 @@ spec:
     instances: [requestcount, requestduration]
 "#;
 
-struct Prometheus(Child);
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn prometheus_binary() -> &'static str {
-    for candidate in ["/usr/bin/prometheus", "/usr/local/bin/prometheus"] {
-        if Path::new(candidate).exists() {
-            return candidate;
-        }
-    }
-    panic!("prometheus is not installed: `apt-get install -y prometheus` (.ci/run does)");
-}
-
-fn start_prometheus(dir: &Path, listen: SocketAddr, target: SocketAddr) -> Prometheus {
-    let config = dir.join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n- job_name: mixer\n  static_configs:\n  - targets: ['{target}']\n"
-        ),
-    )
-    .expect("write prometheus.yml");
-    let child = Command::new(prometheus_binary())
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address={listen}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start prometheus");
-    Prometheus(child)
-}
-
-fn encode_query(q: &str) -> String {
-    q.bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-/// The value of a PromQL query returning one sample, if it returns one.
+/// The first sample of a PromQL query, if it returns one.
 fn query(prometheus: SocketAddr, q: &str) -> Option<f64> {
-    let (status, _, body) = http_request(
-        prometheus,
-        "GET",
-        &format!("/api/v1/query?query={}", encode_query(q)),
-        &[],
-    )
-    .ok()?;
-    if status != 200 {
-        return None;
-    }
-    let json: serde_json::Value = serde_json::from_str(&body).ok()?;
-    let result = json["data"]["result"].as_array()?;
-    let sample = result.first()?;
-    sample["value"][1].as_str()?.parse().ok()
+    samples(prometheus, q).first().copied()
 }
 
 fn wait_for(prometheus: SocketAddr, q: &str, want: f64) {
@@ -307,7 +245,7 @@ async fn prometheus_scrapes_what_reports_counted() {
         );
         wait_for(
             listen,
-            r#"mixer_report_delivered_total{handler="prom.istio-system"}"#,
+            r#"mixer_report_delivered_total{handler="prom.handler.istio-system"}"#,
             34.0,
         );
     })

@@ -47,7 +47,7 @@ fn default_config_decides_and_sigterm_exits_cleanly() {
         "{body}"
     );
     assert!(
-        body.contains(r#"mixer_rule_matches_total{rule="deny-on-header.istio-system"} 1"#),
+        body.contains(r#"mixer_rule_matches_total{rule="deny-on-header.rule.istio-system"} 1"#),
         "{body}"
     );
     // Every decision is timed, whichever protocol asked.

@@ -9,6 +9,7 @@ use std::time::Duration;
 use mixer_adapter_api::{Adapter, Handler};
 use mixer_adapter_memquota::MemQuota;
 use mixer_adapter_redisquota::RedisQuota;
+use mixer_model::{Code, Status};
 use serde_json::{Value as Json, json};
 
 use crate::support::ctx;
@@ -19,6 +20,8 @@ pub trait Backend {
     fn build(&self, params: Json) -> Arc<dyn Handler>;
     /// Metric name prefix.
     fn prefix(&self) -> &'static str;
+    /// The status of a refusal, as Istio 1.4's adapter of the same name answers it.
+    fn refusal(&self) -> Status;
 }
 
 pub struct Mem;
@@ -30,6 +33,11 @@ impl Backend for Mem {
     }
     fn prefix(&self) -> &'static str {
         "mixer_memquota"
+    }
+    /// istio/istio release-1.4 `mixer/adapter/memquota/memquota.go`, `alloc`: a refusal is
+    /// `status.OK` with amount 0 (and no expiration).
+    fn refusal(&self) -> Status {
+        Status::OK
     }
 }
 
@@ -97,6 +105,11 @@ impl Drop for RedisServer {
 impl Backend for RedisServer {
     fn build(&self, mut params: Json) -> Arc<dyn Handler> {
         params["redisServerUrl"] = json!(self.url());
+        // These tests are about what is counted, on a machine busy with other tests: a call
+        // budget far above the 5 ms default keeps a slow moment from failing an allocation.
+        if params.get("callTimeout").is_none() {
+            params["callTimeout"] = json!("2s");
+        }
         RedisQuota
             .validate(&params)
             .expect("valid redisquota params");
@@ -106,5 +119,11 @@ impl Backend for RedisServer {
     }
     fn prefix(&self) -> &'static str {
         "mixer_redisquota"
+    }
+    /// istio/istio release-1.4 `mixer/adapter/redisquota/redisquota.go`, `HandleQuota`:
+    /// `status.WithResourceExhausted("redisquota: Resource exhausted")` when nothing is
+    /// allocated (and the scripts answer a refusal's expiration as 0).
+    fn refusal(&self) -> Status {
+        Status::new(Code::ResourceExhausted, "redisquota: Resource exhausted")
     }
 }

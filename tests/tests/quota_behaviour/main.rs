@@ -17,7 +17,7 @@ use mixer_adapter_memquota::MemQuota;
 use serde_json::json;
 use tokio::time::{Instant, sleep};
 
-use backends::{Backend, RedisServer};
+use backends::{Backend, Mem, RedisServer};
 use support::*;
 
 macro_rules! behaviour_suite {
@@ -80,7 +80,7 @@ async fn memquota_memory_stays_bounded() {
     assert!(h.remembered_ids() <= 1000, "{} ids", h.remembered_ids());
     // The most recent keys are still counted.
     granted(&alloc(&handler, &user("user-99999"), 4).await, 4);
-    denied(&alloc(&handler, &user("user-99999"), 1).await);
+    denied(&Mem, &alloc(&handler, &user("user-99999"), 1).await);
     let text = exposition(&handler);
     let gauge = text
         .lines()

@@ -1,0 +1,113 @@
+//! A `redis-server` of the test's own on a free loopback port: killed, stopped (SIGSTOP, a
+//! hung Redis: connections are accepted and nothing is answered), continued and restarted on
+//! the same port; and what it counted (`INFO commandstats`, through `redis-cli`).
+
+// Each test file uses the part it needs.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Redis {
+    child: Option<Child>,
+    pub port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Redis {
+    pub fn start() -> Redis {
+        let mut redis = Redis {
+            child: None,
+            port: mixer_tests::free_addr().port(),
+            dir: tempfile::tempdir().expect("temp dir"),
+        };
+        redis.restart();
+        redis
+    }
+
+    /// Starts it again (empty: no keys, no scripts) on the same port.
+    pub fn restart(&mut self) {
+        let dir: PathBuf = self.dir.path().into();
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed (.ci/run installs it)");
+        self.child = Some(child);
+        let start = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "redis did not start"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// SIGKILL: connections are refused from now on.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("running").id().to_string();
+        let ok = Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {signal} {pid}");
+    }
+
+    /// SIGSTOP: the process hangs; the kernel still accepts connections and their bytes.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after [`pause`](Self::pause).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    /// Empties every database (`FLUSHALL`).
+    pub fn flush(&self) {
+        let ok = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "FLUSHALL"])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "redis-cli FLUSHALL");
+    }
+
+    /// How many times Redis ran `command` (`INFO commandstats`, `cmdstat_<command>:calls=N`).
+    pub fn calls(&self, command: &str) -> u64 {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "INFO", "commandstats"])
+            .output()
+            .expect("redis-cli is installed with redis-server");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let prefix = format!("cmdstat_{command}:calls=");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            // A stopped process must be continued to die cleanly under some kernels' job
+            // control; SIGKILL works either way.
+            self.kill();
+        }
+    }
+}
