@@ -57,8 +57,6 @@
 
 mod analysis;
 mod cel_lower;
-mod check;
-mod convert;
 mod error;
 mod eval;
 mod functions;
@@ -67,6 +65,8 @@ mod parse;
 mod syntax;
 #[cfg(test)]
 mod tests;
+mod typecheck;
+mod val;
 
 use std::fmt;
 use std::sync::Arc;
@@ -157,8 +157,8 @@ impl Expression {
         expected: ValueType,
     ) -> Result<Expression, CompileError> {
         let typed = Self::lower(source, syntax, vocabulary)?;
-        let node =
-            check::coerce(typed, expected, 0).map_err(|e| CompileError::new(e.message, None))?;
+        let node = typecheck::coerce(typed, expected, 0)
+            .map_err(|e| CompileError::new(e.message, None))?;
         Ok(Self::build(source, syntax, node, expected))
     }
 
@@ -166,12 +166,12 @@ impl Expression {
         source: &str,
         syntax: Syntax,
         vocabulary: &Vocabulary,
-    ) -> Result<check::Typed, CompileError> {
+    ) -> Result<typecheck::Typed, CompileError> {
         let syn = match syntax {
             Syntax::Cel => cel_lower::parse(source)?,
             Syntax::Cexl | Syntax::Compat => parse::parse(source)?,
         };
-        check::Checker {
+        typecheck::Checker {
             vocab: vocabulary,
             syntax,
         }
@@ -207,7 +207,7 @@ impl Expression {
 
     /// Evaluates against `bag`, recording every attribute and map key read into `refs`.
     pub fn eval(&self, bag: &dyn Bag, refs: &mut ReferencedAttributes) -> Result<Value, EvalError> {
-        eval::eval(&self.inner.node, bag, refs).map(eval::Val::into_value)
+        eval::eval(&self.inner.node, bag, refs).map(val::Val::into_value)
     }
 
     /// Evaluates a BOOL expression without building a [`Value`].

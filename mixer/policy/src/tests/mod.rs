@@ -1,10 +1,10 @@
 //! Unit tests, grouped by concern.
 
 mod analysis;
-mod check;
 mod eval;
 mod parse;
 mod refs;
+mod typecheck;
 
 use std::sync::Arc;
 

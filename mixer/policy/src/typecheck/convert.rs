@@ -2,7 +2,7 @@
 
 use mixer_model::{Value, ValueType};
 
-use crate::check::Typed;
+use super::Typed;
 use crate::error::CompileError;
 use crate::eval;
 use crate::ir::Node;

@@ -6,12 +6,16 @@ use std::sync::Arc;
 
 use mixer_model::{Value, ValueType, Vocabulary};
 
+mod calls;
+mod convert;
+
 use crate::Syntax;
-use crate::convert::literal;
-pub(crate) use crate::convert::{coerce, fold, unify};
+
 use crate::error::CompileError;
 use crate::ir::{ArithOp, AttrRef, CmpOp, Node};
 use crate::syntax::{BinOp, Syn, SynKind, UnOp};
+use convert::literal;
+pub(crate) use convert::{coerce, fold, unify};
 
 /// A lowered node with its static type.
 #[derive(Clone, Debug)]
