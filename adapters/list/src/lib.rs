@@ -40,6 +40,7 @@
 //! ```
 
 mod config;
+mod entry_type;
 mod fetch;
 mod handler;
 mod list;
@@ -55,7 +56,8 @@ use mixer_adapter_api::{
 };
 use mixer_model::Template;
 
-pub use config::{EntryType, HttpUrl, ListConfig, ListParams, Provider, parse_provider_url};
+pub use config::{HttpUrl, ListConfig, ListParams, Provider, parse_provider_url};
+pub use entry_type::EntryType;
 pub use handler::ListHandler;
 pub use list::{IpRanges, List, Lookup, parse_cidr};
 

@@ -14,7 +14,7 @@ use std::net::IpAddr;
 
 use regex::{RegexSet, RegexSetBuilder};
 
-use crate::config::EntryType;
+use crate::entry_type::EntryType;
 
 /// Compiled regexes may grow large for long lists; allow more than the crate's default.
 const REGEX_SIZE_LIMIT: usize = 256 << 20;
