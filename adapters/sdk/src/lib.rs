@@ -66,6 +66,7 @@ mod config;
 mod convert;
 mod server;
 mod services;
+mod sessions;
 mod tls;
 mod token;
 mod traits;

@@ -8,7 +8,7 @@ use mixer_proto::{
 use tonic::{Request, Response, Status};
 
 use crate::convert;
-use crate::server::Shared;
+use crate::sessions::Shared;
 use crate::traits::{
     Adapter, Authorization, CheckNothing, ListEntry, LogEntry, Metric, Quota, ReportNothing,
     TraceSpan,
