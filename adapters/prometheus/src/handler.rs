@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use mixer_adapter_api::{AdapterError, ErrorKind, Exposition, Handler, ReportHandler};
@@ -16,6 +16,7 @@ use prometheus::{
 use tokio::time::Instant;
 
 use crate::config::{Expiry, Kind, MetricSpec, PrometheusConfig, instance_key};
+use crate::lock::lock;
 use crate::precounted::{Point, PrecountedSeries, PrecountedVec};
 
 /// The label value used when an instance has no dimension for a configured label.
@@ -98,11 +99,6 @@ pub struct PrometheusHandler {
     /// Instance key (see [`instance_key`]) to index in `metrics`.
     by_instance: HashMap<String, usize>,
     expiry: Option<ExpiryState>,
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding the lock leaves only timestamps behind: keep going.
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl PrometheusHandler {

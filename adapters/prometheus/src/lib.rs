@@ -53,6 +53,7 @@
 
 mod config;
 mod handler;
+mod lock;
 mod precounted;
 
 #[cfg(test)]

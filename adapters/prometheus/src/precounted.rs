@@ -11,7 +11,7 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::{Bucket, Histogram, LabelPair, Metric, MetricFamily, MetricType};
 
 use crate::config::{MAX_BUCKETS, Precounted};
-use crate::handler::lock;
+use crate::lock::lock;
 
 /// One point: finite upper bounds (rising) with the observations at or below each, the
 /// total (the `+Inf` bucket) and the sum.

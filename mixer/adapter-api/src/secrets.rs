@@ -35,8 +35,6 @@
 
 use serde_json::Value;
 
-use crate::adapter::Params;
-
 impl std::fmt::Debug for Redactor {
     // A debug print of a config must not show what this hides.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -162,7 +160,7 @@ pub struct Redactor {
 
 impl Redactor {
     /// Finds the secrets of `params` by the three rules of this module.
-    pub fn new(params: &Params, declared: &[SecretParam]) -> Redactor {
+    pub fn new(params: &serde_json::Value, declared: &[SecretParam]) -> Redactor {
         let mut secrets = Vec::new();
         let mut redacted = params.clone();
         for d in declared {
