@@ -29,6 +29,7 @@ mod compare;
 mod lean;
 mod load;
 mod noop;
+mod observe;
 mod oop;
 mod overload;
 mod pacer;

@@ -18,6 +18,7 @@ use mixer_adapter_sdk::{
 };
 
 use crate::load::{self, Report, Spec};
+use crate::observe;
 use crate::platform;
 use crate::process::{Mixer, TempDir, bench_server};
 use crate::{LoadArgs, Target, bags, drive, report};
@@ -174,10 +175,10 @@ fn alone(args: &Args) -> LoadArgs {
 }
 
 async fn measure(args: &Args, mixer: &Mixer) -> anyhow::Result<Measured> {
-    let cpu_before = report::cpu_seconds(mixer.pid()).unwrap_or(0.0);
+    let cpu_before = observe::cpu_seconds(mixer.pid()).unwrap_or(0.0);
     let loaded = drive(Target::ExtAuthz, mixer.grpc, &args.load, None).await?;
     // The run's warm-up is in the CPU time but not in the count; scale by the whole run.
-    let cpu = report::cpu_seconds(mixer.pid()).unwrap_or(0.0) - cpu_before;
+    let cpu = observe::cpu_seconds(mixer.pid()).unwrap_or(0.0) - cpu_before;
     let whole_run = (args.load.warmup + args.load.duration).as_secs_f64();
     let checks_in_run = loaded.throughput() * whole_run;
     let mixer_cpu_us = cpu * 1e6 / checks_in_run.max(1.0);
@@ -186,7 +187,7 @@ async fn measure(args: &Args, mixer: &Mixer) -> anyhow::Result<Measured> {
     let prepared = report::report_requests(&requests, args.records);
     let chans = crate::channels(mixer.grpc, args.load.channels).await?;
     let series = "mixer_report_delivered_total";
-    let before = report::scrape(mixer.admin, series);
+    let before = observe::scrape(mixer.admin, series);
     let spec = Spec {
         concurrency: args.reporters.max(1),
         duration: args.load.duration,
@@ -199,7 +200,7 @@ async fn measure(args: &Args, mixer: &Mixer) -> anyhow::Result<Measured> {
     .await;
     // Delivered while the reporters ran: what the handler kept up with, not what the queue
     // held afterwards.
-    let delivered = report::scrape(mixer.admin, series) - before;
+    let delivered = observe::scrape(mixer.admin, series) - before;
     Ok(Measured {
         loaded,
         mixer_cpu_us,

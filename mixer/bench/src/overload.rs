@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 use crate::load::{self, Report, Spec};
+use crate::observe;
 use crate::process::{Mixer, TempDir};
 use crate::{LoadArgs, Target, bags, report, slow};
 
@@ -159,12 +160,12 @@ struct Counters {
 }
 
 fn counters(admin: SocketAddr) -> Counters {
-    let page = report::metrics_page(admin);
+    let page = observe::metrics_page(admin);
     let label = format!("handler=\"{HANDLER}\"");
     Counters {
-        dropped: report::sum(&page, "mixer_report_dropped_total", &label),
-        delivered: report::sum(&page, "mixer_report_delivered_total", &label),
-        queued: report::sum(&page, "mixer_report_queued", &label),
+        dropped: observe::sum(&page, "mixer_report_dropped_total", &label),
+        delivered: observe::sum(&page, "mixer_report_delivered_total", &label),
+        queued: observe::sum(&page, "mixer_report_queued", &label),
     }
 }
 
@@ -396,10 +397,10 @@ mod tests {
             mixer_report_dropped_total_extra{handler=\"slow.istio-system\"} 100\n";
         let label = format!("handler=\"{HANDLER}\"");
         assert_eq!(
-            report::sum(page, "mixer_report_dropped_total", &label),
+            observe::sum(page, "mixer_report_dropped_total", &label),
             42.0
         );
-        assert_eq!(report::sum(page, "mixer_report_dropped_total", ""), 49.0);
+        assert_eq!(observe::sum(page, "mixer_report_dropped_total", ""), 49.0);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use crate::report;
+use crate::observe;
 
 /// A child process, sent SIGTERM (then SIGKILL after 10 s) when dropped.
 pub struct Killed(pub Child);
@@ -120,7 +120,7 @@ impl Mixer {
         let process = Killed(
             crate::pin::spawn(&mut cmd).with_context(|| format!("starting {}", bin.display()))?,
         );
-        report::wait_ready(admin).context("the mixer did not become ready with its config")?;
+        observe::wait_ready(admin).context("the mixer did not become ready with its config")?;
         wait_port(grpc)?;
         wait_port(http)?;
         Ok(Mixer {
