@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use mixer_adapter_api::breaker::CircuitBreaker;
 use mixer_adapter_api::{
-    AdapterError, ErrorKind, Exposition, Handler, Occasional, QuotaArgs, QuotaCall, QuotaHandler,
+    AdapterError, ErrorKind, Exposition, Handler, LogGate, QuotaArgs, QuotaCall, QuotaHandler,
 };
 use mixer_adapter_quota_common::{Decision, Metrics, Refusal, Selected, finish, render_one};
 use mixer_model::{Instance, QuotaResult};
@@ -45,7 +45,7 @@ pub struct RedisQuotaHandler {
     /// Calls answered at once because the circuit was open.
     short_circuited: AtomicU64,
     /// Redis down fails every call: the warning goes out once per interval.
-    warning: Occasional,
+    warning: LogGate,
     name: Arc<str>,
 }
 
@@ -102,7 +102,7 @@ impl RedisQuotaHandler {
             metrics,
             errors: AtomicU64::new(0),
             short_circuited: AtomicU64::new(0),
-            warning: Occasional::new(Duration::from_secs(10)),
+            warning: LogGate::new(Duration::from_secs(10)),
             name,
         })
     }

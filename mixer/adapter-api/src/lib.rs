@@ -62,7 +62,7 @@ mod adapter;
 pub mod breaker;
 mod error;
 mod handler;
-mod occasional;
+mod log_gate;
 mod registry;
 mod remote;
 pub mod secrets;
@@ -73,7 +73,7 @@ pub use handler::{
     CheckHandler, Exposition, Handler, LimitOverride, QuotaArgs, QuotaCall, QuotaHandler,
     ReportHandler,
 };
-pub use occasional::Occasional;
+pub use log_gate::LogGate;
 pub use registry::AdapterRegistry;
 pub use remote::{
     AccessToken, Authentication, InferredField, MutualTls, OAuthClient, ParamsDescriptor, PemFile,

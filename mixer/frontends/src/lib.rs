@@ -12,6 +12,7 @@
 //! | [`otlp`] | OTLP logs and traces, gRPC `opentelemetry.proto.collector.{logs,trace}.v1.{LogsService,TraceService}/Export` | the gRPC address |
 
 pub mod access_log;
+mod bag_pool;
 mod check_quota;
 mod envoy_core;
 pub mod ext_authz;
@@ -22,4 +23,3 @@ pub mod mixer_v1;
 pub mod otlp;
 mod protowire;
 pub mod ratelimit;
-mod spare;

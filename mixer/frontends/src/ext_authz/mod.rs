@@ -69,11 +69,11 @@ use envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier;
 use envoy_types::pb::envoy::config::core::v3::{Address, SocketAddress};
 use envoy_types::pb::envoy::service::auth::v3::attribute_context::Peer;
 use envoy_types::pb::envoy::service::auth::v3::{CheckRequest, CheckResponse};
-use mixer_adapter_api::Occasional;
+use mixer_adapter_api::LogGate;
 use mixer_model::{AttributeBag, Timestamp};
 use mixer_runtime::{Checked, Runtime, Snapshot};
 
-use crate::spare::{keep_spare, spare_bag};
+use crate::bag_pool::{keep_spare, spare_bag};
 
 pub use attributes::{
     METADATA_ATTRIBUTE, ROUTE_METADATA_ATTRIBUTE, bag_from_request, fill_bag, fill_bag_from_wire,
@@ -175,7 +175,7 @@ async fn checked(snapshot: &Snapshot, bag: AttributeBag) -> Result<Checked, toni
         // Envoy treats an error as a failed call and applies `failure_mode_allow`.
         Err(e) => {
             // A handler that is down fails every check: a line per interval, not per call.
-            static FAILED: Occasional = Occasional::new(Duration::from_secs(10));
+            static FAILED: LogGate = LogGate::new(Duration::from_secs(10));
             if let Some(held_back) = FAILED.due() {
                 tracing::warn!(held_back, "ext_authz: {e}");
             }

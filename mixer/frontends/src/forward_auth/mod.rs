@@ -41,7 +41,7 @@ use axum::response::{IntoResponse, Response};
 use mixer_model::{Code, HeaderOp, HeaderOperation};
 use mixer_runtime::{CheckError, Runtime};
 
-use crate::spare::{keep_spare, spare_bag};
+use crate::bag_pool::{keep_spare, spare_bag};
 
 pub use attributes::fill_bag;
 pub use client_address::{ClientAddress, RealIpHeader, TrustedProxies};

@@ -99,7 +99,7 @@ use pb::report_request::RepeatedAttributesSemantics;
 use prost::Message;
 use tonic::Status;
 
-use crate::spare::{keep_spare, spare_bag};
+use crate::bag_pool::{keep_spare, spare_bag};
 
 pub use decode::{DecodeError, decode_into, decode_keeping, encode};
 pub use dictionary::{GLOBAL_WORD_COUNT, GLOBAL_WORDS};

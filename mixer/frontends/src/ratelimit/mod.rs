@@ -65,7 +65,7 @@ use std::time::Duration;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use mixer_adapter_api::{LimitOverride, Occasional, QuotaArgs};
+use mixer_adapter_api::{LimitOverride, LogGate, QuotaArgs};
 use mixer_model::{AttributeBag, StringMap, Timestamp, Value};
 use mixer_runtime::{QuotaPlan, RequestLimits, Runtime, Snapshot};
 
@@ -171,7 +171,7 @@ pub async fn decide_on(
             // `failure_mode_deny` decides; never an OK response by accident.
             Err(e) => {
                 // Storage that is down fails every call: a line per interval, not per call.
-                static FAILED: Occasional = Occasional::new(Duration::from_secs(10));
+                static FAILED: LogGate = LogGate::new(Duration::from_secs(10));
                 if let Some(held_back) = FAILED.due() {
                     tracing::warn!(held_back, "ratelimit: {e}");
                 }

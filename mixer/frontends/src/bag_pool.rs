@@ -1,4 +1,4 @@
-//! A spare attribute bag per thread, for the check front ends.
+//! A pool of one spare attribute bag per thread, for the check front ends.
 
 use std::cell::Cell;
 use std::sync::Arc;

@@ -10,15 +10,15 @@ use std::time::{Duration, Instant};
 ///
 /// ```
 /// use std::time::Duration;
-/// use mixer_adapter_api::Occasional;
+/// use mixer_adapter_api::LogGate;
 ///
-/// static DOWN: Occasional = Occasional::new(Duration::from_secs(10));
+/// static DOWN: LogGate = LogGate::new(Duration::from_secs(10));
 /// if let Some(held_back) = DOWN.due() {
 ///     eprintln!("backend down ({held_back} more failures since the last line)");
 /// }
 /// ```
 #[derive(Debug)]
-pub struct Occasional {
+pub struct LogGate {
     every_ms: u64,
     /// When the gate last opened, in milliseconds since the process's first look at the
     /// clock, plus one (0: never).
@@ -26,10 +26,10 @@ pub struct Occasional {
     held_back: AtomicU64,
 }
 
-impl Occasional {
+impl LogGate {
     /// A gate that opens at most once per `every`.
-    pub const fn new(every: Duration) -> Occasional {
-        Occasional {
+    pub const fn new(every: Duration) -> LogGate {
+        LogGate {
             every_ms: every.as_millis() as u64,
             last: AtomicU64::new(0),
             held_back: AtomicU64::new(0),
@@ -67,7 +67,7 @@ mod tests {
 
     #[test]
     fn opens_once_per_interval_and_counts_what_it_held_back() {
-        let gate = Occasional::new(Duration::from_secs(10));
+        let gate = LogGate::new(Duration::from_secs(10));
         assert_eq!(gate.due_at(1), Some(0));
         assert_eq!(gate.due_at(2), None);
         assert_eq!(gate.due_at(9_999), None);
@@ -78,7 +78,7 @@ mod tests {
 
     #[test]
     fn the_first_call_opens_it() {
-        let gate = Occasional::new(Duration::from_secs(3600));
+        let gate = LogGate::new(Duration::from_secs(3600));
         assert_eq!(gate.due(), Some(0));
         assert_eq!(gate.due(), None);
         assert_eq!(gate.held_back.load(Ordering::Relaxed), 1);
