@@ -66,6 +66,8 @@ mod log_gate;
 mod registry;
 mod remote;
 pub mod secrets;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
 
 pub use adapter::{Adapter, AdapterInfo, BuildContext, Params, Stability, decode_params};
 pub use error::{AdapterError, ErrorKind, ParamError};

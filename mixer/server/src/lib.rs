@@ -3,7 +3,7 @@
 //! The binary is a thin `main` over [`main`]; integration tests start the same code as a
 //! process of their own.
 
-mod adapters;
+pub mod adapters;
 mod admin;
 mod defaults;
 mod http_listener;
