@@ -1,16 +1,23 @@
 //! The conformance kit of the adapter API (`mixer_adapter_api::testkit`) over every adapter
 //! built into the mixer, each with a real backend where it has one: a real Redis for
 //! redisquota, a real mixer's OTLP ingest for the OTLP exporter, and a closed port for each
-//! backend's outage.
+//! backend's outage; and over an SDK adapter (the allowlist example, its own process) through
+//! the out-of-process transport the server uses.
 
 #[path = "support/redis.rs"]
 mod redis;
 
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mixer_adapter_api::testkit::{Case, Unreachable, assert_conforms};
+use mixer_adapter_api::{
+    Adapter, AdapterError, AdapterInfo, BuildContext, Handler, InferredField, ParamError, Params,
+    RemoteAdapters, RemoteConnection, RemoteHandlerSpec, RemoteInstance, Stability,
+};
 use mixer_model::{FieldValue, Instance, Template, Timestamp, Value};
 use mixer_tests::Mixer;
 use serde_json::json;
@@ -109,6 +116,7 @@ fn case(name: &str, params: serde_json::Value, unreachable: Option<Unreachable>)
         params,
         unreachable,
         instances,
+        offers_every_variety: false,
     }
 }
 
@@ -183,4 +191,141 @@ async fn every_built_in_adapter_conforms() {
         assert_conforms(c).await;
     }
     assert!(receiver.terminate().success());
+}
+
+/// An out-of-process adapter seen through the adapter API: `params` are
+/// `{"address": ..., "params": {...}}`, the address of the adapter's process and its own params.
+struct Remote {
+    factory: Arc<dyn RemoteAdapters>,
+}
+
+static ALLOWLIST: AdapterInfo = AdapterInfo {
+    name: "allowlist",
+    description: "the SDK's allowlist example, in a process of its own",
+    templates: &[Template::ListEntry],
+    cacheable: true,
+    stability: Stability::Alpha,
+};
+
+impl Remote {
+    fn with_spec<T>(
+        &self,
+        params: &Params,
+        handler_name: Arc<str>,
+        f: impl FnOnce(&RemoteHandlerSpec<'_>) -> Result<T, Vec<ParamError>>,
+    ) -> Result<T, Vec<ParamError>> {
+        let Some(address) = params["address"].as_str() else {
+            return Err(vec![ParamError::new(
+                "address",
+                "the adapter's address is missing",
+            )]);
+        };
+        let connection = RemoteConnection {
+            address: address.to_owned(),
+            timeout: Some(Duration::from_millis(500)),
+            authentication: None,
+        };
+        let instances = [RemoteInstance {
+            name: "entry.instance.default".into(),
+            template: Template::ListEntry,
+            fields: vec![InferredField {
+                field: "value",
+                key: None,
+                value_type: Some(mixer_model::ValueType::String),
+            }],
+        }];
+        f(&RemoteHandlerSpec {
+            handler_name,
+            adapter: "allowlist",
+            params: &params["params"],
+            params_descriptor: None,
+            session_based: None,
+            connection: &connection,
+            instances: &instances,
+        })
+    }
+}
+
+impl Adapter for Remote {
+    fn info(&self) -> &AdapterInfo {
+        &ALLOWLIST
+    }
+
+    fn validate(&self, params: &Params) -> Result<(), Vec<ParamError>> {
+        self.with_spec(params, "conformance.allowlist".into(), |spec| {
+            self.factory.validate(spec)
+        })
+    }
+
+    fn build(&self, params: &Params, ctx: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+        let mut built = None;
+        self.with_spec(params, ctx.handler_name.clone(), |spec| {
+            built = Some(self.factory.build(spec));
+            Ok(())
+        })
+        .map_err(|errors| {
+            let said: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            AdapterError::permanent(mixer_adapter_api::ErrorKind::Internal, said.join("; "))
+        })?;
+        built.expect("with_spec calls its builder once the address is there")
+    }
+}
+
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_allowlist() -> (SocketAddr, Process) {
+    let addr = mixer_tests::free_addr();
+    let mut process = Process(
+        Command::new(env!("CARGO_BIN_EXE_allowlist-under-test"))
+            .arg(addr.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the allowlist adapter"),
+    );
+    let start = Instant::now();
+    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        if let Ok(Some(status)) = process.0.try_wait() {
+            panic!("the allowlist adapter exited before listening on {addr}: {status}");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "allowlist not listening"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (addr, process)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sdk_adapter_conforms_through_the_out_of_process_transport() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("allowed.txt");
+    std::fs::write(&file, "a\n").expect("write the allow list");
+    let (addr, _process) = tokio::task::spawn_blocking(start_allowlist)
+        .await
+        .expect("join");
+    let factory = mixer_server::adapters::builtin()
+        .remote()
+        .expect("the server registers the out-of-process client")
+        .clone();
+    let case = Case {
+        adapter: Arc::new(Remote { factory }),
+        params: json!({"address": addr.to_string(), "params": {"file": file}}),
+        unreachable: Some(Unreachable {
+            params: json!({"address": format!("127.0.0.1:{}", closed_port()),
+                "params": {"file": file}}),
+            immediate: &[Template::ListEntry],
+        }),
+        instances: vec![of(Template::ListEntry)],
+        offers_every_variety: true,
+    };
+    assert_conforms(&case).await;
 }

@@ -38,6 +38,10 @@ pub struct Case {
     pub unreachable: Option<Unreachable>,
     /// An instance of each template the adapter declares.
     pub instances: Vec<Instance>,
+    /// The handler learns what its peer serves only when it calls (an out-of-process
+    /// adapter): it offers every variety, and a call of a template the peer does not serve
+    /// must fail rather than answer. `false` for adapters whose info is the whole truth.
+    pub offers_every_variety: bool,
 }
 
 /// An adapter's backend out of reach.
@@ -177,7 +181,7 @@ fn traits(case: &Case, handler: &dyn Handler, out: &mut Vec<String>) {
                 wanted.join(", ")
             ));
         }
-        if offered && wanted.is_empty() {
+        if offered && wanted.is_empty() && !case.offers_every_variety {
             out.push(format!(
                 "the handler offers the {variety:?} trait but declares no template of it"
             ));
@@ -240,6 +244,9 @@ fn templates_covered(case: &Case, out: &mut Vec<String>) {
 
 async fn answers(case: &Case, handler: &dyn Handler, out: &mut Vec<String>) {
     templates_covered(case, out);
+    if case.offers_every_variety {
+        undeclared(case, handler, out).await;
+    }
     for instance in &case.instances {
         let name = instance.template.name();
         match call(handler, instance).await {
@@ -249,6 +256,40 @@ async fn answers(case: &Case, handler: &dyn Handler, out: &mut Vec<String>) {
             )),
             Some(Ok(Err(e))) => out.push(format!("a {name} call failed: {}", e.message)),
             Some(Ok(Ok(_))) => {}
+        }
+    }
+}
+
+/// Calls of one template of each variety the adapter declares none of: each must fail.
+async fn undeclared(case: &Case, handler: &dyn Handler, out: &mut Vec<String>) {
+    let declared = case.adapter.info().templates;
+    for template in [
+        Template::CheckNothing,
+        Template::Quota,
+        Template::ReportNothing,
+    ] {
+        if declared.iter().any(|t| t.variety() == template.variety()) {
+            continue;
+        }
+        let probe = Instance {
+            name: "undeclared.instance.default".into(),
+            template,
+            fields: Vec::new(),
+        };
+        match call(handler, &probe).await {
+            None => out.push(format!(
+                "the handler does not offer the {:?} trait, though the case says it offers every variety",
+                template.variety()
+            )),
+            Some(Err(())) => out.push(format!(
+                "a call of undeclared {} did not answer within {CALL_LIMIT:?}",
+                template.name()
+            )),
+            Some(Ok(Ok(answer))) => out.push(format!(
+                "a call of undeclared {} answered {answer} instead of failing",
+                template.name()
+            )),
+            Some(Ok(Err(_))) => {}
         }
     }
 }
@@ -356,6 +397,7 @@ mod tests {
                 immediate: &[Template::CheckNothing],
             }),
             instances: vec![instance(Template::CheckNothing)],
+            offers_every_variety: false,
         };
         let found = violations(&case).await.join("\n");
         for expected in [
