@@ -71,6 +71,58 @@ pub struct BuiltHandler {
     /// The dispatcher's bound on its check and quota calls ([`crate::deadline`]); `None` for
     /// an out-of-process handler, whose transport ends each call at its connection's timeout.
     pub(crate) deadline: Option<std::time::Duration>,
+    /// Shared by every snapshot that holds this handler; closes it when the last one drops.
+    pub(crate) lease: Arc<Lease>,
+}
+
+/// Closes a handler once no snapshot holds it: when the last snapshot that uses it drops
+/// (requests still running on a replaced snapshot hold it until they finish), its report
+/// queue is delivered and the handler closed. A snapshot that reuses the handler shares the
+/// lease, so a reload that keeps a handler never closes it; a snapshot that fails to build
+/// closes the handlers it had built.
+pub(crate) struct Lease {
+    handler: Arc<dyn Handler>,
+    queue: Option<Arc<ReportQueue>>,
+    /// Set when shutdown closed the handler itself.
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl Lease {
+    pub(crate) fn new(handler: &Arc<dyn Handler>, queue: Option<&Arc<ReportQueue>>) -> Arc<Lease> {
+        Arc::new(Lease {
+            handler: handler.clone(),
+            queue: queue.cloned(),
+            closed: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// Shutdown closes the handler itself; dropping the lease then does nothing more.
+    pub(crate) fn mark_closed(&self) {
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
+        // Outside a runtime (`mixer validate` building a snapshot) there is nothing to close
+        // on; handlers built there hold no connections yet.
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let handler = self.handler.clone();
+        let queue = self.queue.take();
+        rt.spawn(async move {
+            if let Some(queue) = &queue {
+                queue.close(std::time::Duration::from_secs(10)).await;
+            }
+            drop(queue);
+            handler.close().await;
+        });
+    }
 }
 
 impl BuiltHandler {
@@ -227,12 +279,11 @@ pub struct BuildError {
     pub message: String,
 }
 
-/// A newly built snapshot and the handlers of the previous one it no longer uses.
+/// A newly built snapshot. Handlers of the previous one it no longer uses are closed when
+/// the previous snapshot drops (see [`Lease`]).
 pub struct Built {
     /// The new snapshot.
     pub snapshot: Snapshot,
-    /// Handlers to close once requests on the previous snapshot have finished.
-    pub retired: Vec<BuiltHandler>,
 }
 
 impl Snapshot {
@@ -248,7 +299,6 @@ impl Snapshot {
     ) -> Result<Built, Vec<BuildError>> {
         let mut errors = Vec::new();
         let mut handlers = Vec::with_capacity(config.handlers.len());
-        let mut reused = vec![false; previous.map_or(0, |p| p.handlers.len())];
         for hc in &config.handlers {
             let old = previous.and_then(|p| {
                 p.config
@@ -257,7 +307,6 @@ impl Snapshot {
                     .position(|o| o.name == hc.name && o.same_build(hc))
             });
             if let (Some(i), Some(prev)) = (old, previous) {
-                reused[i] = true;
                 handlers.push(prev.handlers[i].clone());
                 continue;
             }
@@ -269,23 +318,27 @@ impl Snapshot {
             };
             if let Some(connection) = &hc.connection {
                 match build_remote(&config, hc, connection, registry) {
-                    Ok(handler) => handlers.push(BuiltHandler {
-                        name: hc.name.clone(),
-                        adapter: hc.adapter.clone(),
-                        check_calls: handler.as_check().map(|_| metrics.check_calls(&hc.name)),
-                        queue: handler.as_report().is_some().then(|| {
+                    Ok(handler) => handlers.push({
+                        let queue = handler.as_report().is_some().then(|| {
                             ReportQueue::new(
                                 hc.name.clone(),
                                 handler.clone(),
                                 options.reports,
                                 metrics,
                             )
-                        }),
-                        handler,
-                        fail_policy: hc.fail_policy,
-                        // The adapter bounds reuse itself with each result's validity.
-                        cacheable: true,
-                        deadline: None,
+                        });
+                        BuiltHandler {
+                            name: hc.name.clone(),
+                            adapter: hc.adapter.clone(),
+                            check_calls: handler.as_check().map(|_| metrics.check_calls(&hc.name)),
+                            lease: Lease::new(&handler, queue.as_ref()),
+                            queue,
+                            handler,
+                            fail_policy: hc.fail_policy,
+                            // The adapter bounds reuse itself with each result's validity.
+                            cacheable: true,
+                            deadline: None,
+                        }
                     }),
                     Err(message) => errors.push(fail(message)),
                 }
@@ -305,17 +358,21 @@ impl Snapshot {
                 Ok(handler) if let Some(message) = missing_variety(adapter.info(), &*handler) => {
                     errors.push(fail(message));
                 }
-                Ok(handler) => handlers.push(BuiltHandler {
-                    name: hc.name.clone(),
-                    adapter: hc.adapter.clone(),
-                    check_calls: handler.as_check().map(|_| metrics.check_calls(&hc.name)),
-                    queue: handler.as_report().is_some().then(|| {
+                Ok(handler) => handlers.push({
+                    let queue = handler.as_report().is_some().then(|| {
                         ReportQueue::new(hc.name.clone(), handler.clone(), options.reports, metrics)
-                    }),
-                    handler,
-                    fail_policy: hc.fail_policy,
-                    cacheable: adapter.info().cacheable,
-                    deadline: Some(options.handler_timeout),
+                    });
+                    BuiltHandler {
+                        name: hc.name.clone(),
+                        adapter: hc.adapter.clone(),
+                        check_calls: handler.as_check().map(|_| metrics.check_calls(&hc.name)),
+                        lease: Lease::new(&handler, queue.as_ref()),
+                        queue,
+                        handler,
+                        fail_policy: hc.fail_policy,
+                        cacheable: adapter.info().cacheable,
+                        deadline: Some(options.handler_timeout),
+                    }
                 }),
                 Err(e) => errors.push(fail(e.message)),
             }
@@ -323,16 +380,6 @@ impl Snapshot {
         if !errors.is_empty() {
             return Err(errors);
         }
-        let retired = previous
-            .map(|p| {
-                p.handlers
-                    .iter()
-                    .zip(&reused)
-                    .filter(|(_, used)| !**used)
-                    .map(|(h, _)| h.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
 
         let default_ns = config.default_namespace.clone();
         let mut by_namespace: HashMap<Arc<str>, Vec<usize>> = HashMap::new();
@@ -381,7 +428,6 @@ impl Snapshot {
                 metrics: metrics.clone(),
                 cache: CheckCache::new(options.cache, metrics),
             },
-            retired,
         })
     }
 

@@ -24,7 +24,7 @@ use mixer_config::{ConfigError, ConfigOptions, SourceFile};
 use crate::content::{CheckOutcome, ConfigContent, DiskState};
 use crate::metrics::RuntimeMetrics;
 use crate::report_executor::{ExecutorStopped, ReportExecutor};
-use crate::snapshot::{BuiltHandler, RuntimeOptions, Snapshot};
+use crate::snapshot::{RuntimeOptions, Snapshot};
 
 /// Where config comes from.
 #[derive(Clone, Debug)]
@@ -236,6 +236,7 @@ impl Runtime {
         snapshot.close_report_queues(deadline).await;
         let mut closing = tokio::task::JoinSet::new();
         for built in &snapshot.handlers {
+            built.lease.mark_closed();
             let handler = built.handler.clone();
             closing.spawn(async move { handler.close().await });
         }
@@ -378,34 +379,9 @@ impl Runtime {
             .active_sources
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = sources.to_vec();
+        // The previous snapshot's handlers that this one does not reuse close when the last
+        // request still holding it lets go (`snapshot::Lease`).
         drop(previous);
-        retire(built.retired);
         Ok(id)
     }
-}
-
-/// Closes handlers the new snapshot no longer uses: their report queues are delivered first,
-/// then the handler is closed once requests still running on the old snapshot have let go of
-/// it (or after a minute at most).
-fn retire(handlers: Vec<BuiltHandler>) {
-    if handlers.is_empty() {
-        return;
-    }
-    let Ok(rt) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    rt.spawn(async move {
-        for built in handlers {
-            if let Some(queue) = &built.queue {
-                queue.close(Duration::from_secs(10)).await;
-            }
-            let handler = built.handler;
-            drop(built.queue);
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-            while Arc::strong_count(&handler) > 1 && tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            handler.close().await;
-        }
-    });
 }

@@ -344,7 +344,65 @@ async fn unchanged_handlers_are_reused_across_snapshots() {
         &find(&first, "deny.handler.istio-system"),
         &find(second, "deny.handler.istio-system")
     ));
-    assert_eq!(built.retired.len(), 1, "the old denier is retired");
+}
+
+/// A handler whose config changed and one that stayed, behind the one rule that calls both.
+fn closing_config(version: &str) -> String {
+    format!(
+        r#"
+kind: handler
+metadata: {{name: changing, namespace: istio-system}}
+spec: {{compiledAdapter: closing, params: {{version: "{version}"}}}}
+---
+kind: handler
+metadata: {{name: staying, namespace: istio-system}}
+spec: {{compiledAdapter: closing}}
+---
+kind: instance
+metadata: {{name: nothing, namespace: istio-system}}
+spec: {{compiledTemplate: checknothing}}
+---
+kind: rule
+metadata: {{name: both, namespace: istio-system}}
+spec:
+  actions: [{{handler: changing, instances: [nothing]}}, {{handler: staying, instances: [nothing]}}]
+"#
+    )
+}
+
+async fn closes_within(name: &str, want: usize) {
+    let start = std::time::Instant::now();
+    while closes(name) < want {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(5),
+            "{name} closed {} times, wanted {want}",
+            closes(name)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert_eq!(closes(name), want, "{name} closed more than {want} times");
+}
+
+#[tokio::test]
+async fn a_retired_handler_closes_when_the_last_snapshot_holding_it_drops() {
+    const CHANGING: &str = "changing.handler.istio-system";
+    const STAYING: &str = "staying.handler.istio-system";
+    let options = RuntimeOptions::default();
+    let first = std::sync::Arc::new(snapshot(&closing_config("1"), &options));
+    // A request still running on the first snapshot holds it.
+    let request = first.clone();
+    let second = snapshot_after(&closing_config("2"), &options, Some(&first)).snapshot;
+    drop(first);
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert_eq!(closes(CHANGING), 0, "closed while a request still held it");
+    drop(request);
+    closes_within(CHANGING, 1).await;
+    assert_eq!(closes(STAYING), 0, "the reused handler was closed");
+    // The second snapshot's own handlers close when it goes, the reused one among them.
+    drop(second);
+    closes_within(CHANGING, 2).await;
+    closes_within(STAYING, 1).await;
 }
 
 #[tokio::test]

@@ -154,7 +154,7 @@ impl mixer_adapter_api::QuotaHandler for StalledHandler {
     }
 }
 
-/// denier + noop + memquota + broken + hollow + stalled.
+/// denier + noop + memquota + broken + hollow + stalled + closing.
 pub fn registry() -> AdapterRegistry {
     let mut r = AdapterRegistry::new();
     r.register(Arc::new(mixer_adapter_denier::Denier));
@@ -163,6 +163,7 @@ pub fn registry() -> AdapterRegistry {
     r.register(Arc::new(Broken));
     r.register(Arc::new(Hollow));
     r.register(Arc::new(Stalled));
+    r.register(Arc::new(Closing));
     r
 }
 
@@ -225,3 +226,61 @@ pub fn map(pairs: &[(&str, &str)]) -> Value {
 
 /// Ten seconds.
 pub const TEN_S: Duration = Duration::from_secs(10);
+
+/// Names of the `closing` handlers closed so far, in order.
+pub static CLOSED: std::sync::Mutex<Vec<Arc<str>>> = std::sync::Mutex::new(Vec::new());
+
+/// How many times the `closing` handler `name` has been closed.
+pub fn closes(name: &str) -> usize {
+    CLOSED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|n| n.as_ref() == name)
+        .count()
+}
+
+/// An adapter whose handlers allow every check and note in [`CLOSED`] when they are closed.
+pub struct Closing;
+
+static CLOSING: AdapterInfo = AdapterInfo {
+    name: "closing",
+    description: "notes when its handlers close",
+    templates: &[Template::CheckNothing],
+    cacheable: false,
+    stability: Stability::Alpha,
+};
+
+impl Adapter for Closing {
+    fn info(&self) -> &AdapterInfo {
+        &CLOSING
+    }
+    fn validate(&self, _: &Params) -> Result<(), Vec<ParamError>> {
+        Ok(())
+    }
+    fn build(&self, _: &Params, ctx: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+        Ok(Arc::new(ClosingHandler(ctx.handler_name.clone())))
+    }
+}
+
+struct ClosingHandler(Arc<str>);
+
+#[async_trait]
+impl Handler for ClosingHandler {
+    fn as_check(&self) -> Option<&dyn CheckHandler> {
+        Some(self)
+    }
+    async fn close(&self) {
+        CLOSED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(self.0.clone());
+    }
+}
+
+#[async_trait]
+impl CheckHandler for ClosingHandler {
+    async fn check(&self, _: &Instance) -> Result<CheckResult, AdapterError> {
+        Ok(CheckResult::ok(Duration::from_secs(1), 1))
+    }
+}
