@@ -156,6 +156,22 @@ fn file_changes_reload_and_bad_config_keeps_the_old_snapshot() {
         body.contains(r#"unknown attribute "request.hedaers""#),
         "{body}"
     );
+    // /config_dump gives the same problem in parts, as `mixer validate` names them.
+    let (_, _, dump) = http_request(mixer.admin, "GET", "/config_dump", &[]).expect("dump");
+    let dump: serde_json::Value = serde_json::from_str(&dump).expect("json");
+    let details = dump["last_error_details"].as_array().expect("details");
+    let error = details
+        .iter()
+        .find(|e| {
+            e["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("request.hedaers"))
+        })
+        .unwrap_or_else(|| panic!("no error about request.hedaers in {details:?}"));
+    // Files are named relative to the config folder, as `mixer validate` names them.
+    assert_eq!(error["file"], "config.yaml", "{error}");
+    assert_eq!(error["document"], "rule broken", "{error}");
+    assert_eq!(error["field"], "spec.match", "{error}");
     assert!(mixer.terminate().success());
 }
 

@@ -36,11 +36,41 @@ pub enum ConfigOrigin {
 }
 
 /// Why a reload did not take effect.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("config rejected, previous snapshot kept:\n  {}", .messages.join("\n  "))]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReloadError {
+    /// Each problem with its file, document and field path, as `mixer validate` names them
+    /// (a file that could not be read, or a handler that could not be built, has no field).
+    pub errors: Vec<ConfigError>,
+}
+
+impl std::fmt::Display for ReloadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "config rejected, previous snapshot kept:\n  {}",
+            self.messages().join("\n  ")
+        )
+    }
+}
+
+impl std::error::Error for ReloadError {}
+
+impl ReloadError {
     /// One line per problem.
-    pub messages: Vec<String>,
+    pub fn messages(&self) -> Vec<String> {
+        self.errors.iter().map(ToString::to_string).collect()
+    }
+
+    fn whole_file(file: impl Into<String>, message: impl Into<String>) -> ReloadError {
+        ReloadError {
+            errors: vec![ConfigError {
+                file: file.into(),
+                document: None,
+                field: String::new(),
+                message: message.into(),
+            }],
+        }
+    }
 }
 
 /// The running mixer's config state: the active snapshot and what it takes to replace it.
@@ -154,7 +184,7 @@ impl Runtime {
         let state = self.content_state();
         match read {
             Err(e) => DiskState::Unreadable {
-                error: e.messages.join("; "),
+                error: e.messages().join("; "),
             },
             Ok(sources) => {
                 let disk = ConfigContent::of(&sources).hash;
@@ -180,7 +210,7 @@ impl Runtime {
         let read = self.read();
         let tried = match &read {
             Ok(sources) => Tried::Content(ConfigContent::of(sources).hash),
-            Err(e) => Tried::Unreadable(e.messages.join("; ")),
+            Err(e) => Tried::Unreadable(e.messages().join("; ")),
         };
         {
             let mut state = self.content_state();
@@ -266,7 +296,7 @@ impl Runtime {
                 (self.try_reload(&sources, content), tried)
             }
             Err(e) => {
-                let tried = Tried::Unreadable(e.messages.join("; "));
+                let tried = Tried::Unreadable(e.messages().join("; "));
                 (Err(e), tried)
             }
         };
@@ -297,9 +327,8 @@ impl Runtime {
     fn read(&self) -> Result<Vec<SourceFile>, ReloadError> {
         match &self.origin {
             ConfigOrigin::Embedded(files) => Ok(files.clone()),
-            ConfigOrigin::Path(path) => mixer_config::read_sources(path).map_err(|e| ReloadError {
-                messages: vec![format!("{}: {e}", path.display())],
-            }),
+            ConfigOrigin::Path(path) => mixer_config::read_sources(path)
+                .map_err(|e| ReloadError::whole_file(path.display().to_string(), e.to_string())),
         }
     }
 
@@ -316,21 +345,20 @@ impl Runtime {
             let emptied = mixer_config::emptied_files(&active, sources);
             if !emptied.is_empty() {
                 return Err(ReloadError {
-                    messages: emptied
+                    errors: emptied
                         .iter()
-                        .map(|name| {
-                            format!(
-                                "{name}: empty, but its documents are in the running config: refused, as the file may be caught part way through a write (mixer serve --allow-empty-config accepts it)"
-                            )
+                        .map(|name| ConfigError {
+                            file: name.to_string(),
+                            document: None,
+                            field: String::new(),
+                            message: "empty, but its documents are in the running config: refused, as the file may be caught part way through a write (mixer serve --allow-empty-config accepts it)".into(),
                         })
                         .collect(),
                 });
             }
         }
         let validated = mixer_config::validate(sources, &self.registry, &self.config_options)
-            .map_err(|errors| ReloadError {
-                messages: errors.iter().map(ConfigError::to_string).collect(),
-            })?;
+            .map_err(|errors| ReloadError { errors })?;
         for w in &validated.warnings {
             tracing::warn!("config warning: {w}");
         }
@@ -348,7 +376,15 @@ impl Runtime {
         .map_err(|errors| {
             self.content_state().build_failed = true;
             ReloadError {
-                messages: errors.iter().map(ToString::to_string).collect(),
+                errors: errors
+                    .into_iter()
+                    .map(|e| ConfigError {
+                        file: e.file,
+                        document: Some(format!("handler {}", e.handler)),
+                        field: String::new(),
+                        message: e.message,
+                    })
+                    .collect(),
             }
         })?;
         let snapshot = built.snapshot;
