@@ -8,10 +8,13 @@
 //! - a verdict with a use count of 10 is served exactly 10 times from the caches in all;
 //! - after a config change no entry of the old config is served;
 //! - Redis killed: same decisions, errors counted, each check within a bounded time; Redis
-//!   back: the shared tier is used again by itself.
+//!   back: the shared tier is used again by itself;
+//! - the same sharing and use count on a three-node Redis Cluster.
 
 #[path = "support/redis.rs"]
 mod redis;
+#[path = "support/redis_cluster.rs"]
+mod redis_cluster;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -123,6 +126,30 @@ impl Fleet {
     /// Listchecker calls made by all replicas.
     fn adapter_calls(&self) -> f64 {
         self.sum_where("mixer_handler_calls_total{", "variety=\"check\"")
+    }
+
+    /// Waits until every replica's shared tier answered a lookup: a cluster connection is
+    /// made in the background, and checks before it are decided without the tier.
+    fn connected(&self) {
+        for (i, r) in self.replicas.iter().enumerate() {
+            let start = Instant::now();
+            let answered = || {
+                r.metric("mixer_check_cache_shared_misses_total")
+                    .unwrap_or(0.0)
+                    + r.metric("mixer_check_cache_shared_hits_total")
+                        .unwrap_or(0.0)
+            };
+            let mut n = 0;
+            while answered() < 1.0 {
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "replica {i} never reached Redis"
+                );
+                n += 1;
+                self.check(i, &format!("warm-up-{i}-{n}"));
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
     }
 
     /// Each of 10 users sent to every replica, replicas in turn: the statuses in order.
@@ -316,4 +343,50 @@ fn shared_cache_without_the_in_process_cache_is_refused() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("redis://HOST:PORT"), "{err}");
+}
+
+#[test]
+fn replicas_share_verdicts_on_a_redis_cluster() {
+    if !redis_installed() {
+        return;
+    }
+    let cluster = redis_cluster::RedisCluster::start();
+    let url = cluster.url();
+    let flags = [
+        "--shared-cache",
+        url.as_str(),
+        "--shared-cache-timeout",
+        "1s",
+    ];
+    let fleet = Fleet::start(&config(ALLOWED, 10_000), &flags);
+    fleet.connected();
+    let calls = fleet.adapter_calls();
+    let expected: Vec<u16> = (0..30)
+        .map(|i| if i % 10 < 5 { 200 } else { 403 })
+        .collect();
+    assert_eq!(fleet.round_robin(), expected);
+    assert_eq!(fleet.adapter_calls() - calls, 10.0);
+    let per_node = cluster.keys_per_node();
+    assert!(
+        per_node.iter().filter(|&&n| n > 0).count() >= 2,
+        "entries did not spread over the nodes: {per_node:?}"
+    );
+
+    let limited = Fleet::start(&config(ALLOWED, 10), &flags);
+    limited.connected();
+    let calls = limited.adapter_calls();
+    for i in 0..11 {
+        assert_eq!(limited.check(i, "u2"), 200);
+    }
+    assert_eq!(
+        limited.adapter_calls() - calls,
+        1.0,
+        "uses beyond the first evaluation"
+    );
+    assert_eq!(limited.check(11, "u2"), 200);
+    assert_eq!(
+        limited.adapter_calls() - calls,
+        2.0,
+        "the 11th use was served"
+    );
 }
