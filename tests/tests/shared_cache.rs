@@ -9,7 +9,8 @@
 //! - after a config change no entry of the old config is served;
 //! - Redis killed: same decisions, errors counted, each check within a bounded time; Redis
 //!   back: the shared tier is used again by itself;
-//! - the same sharing and use count on a three-node Redis Cluster.
+//! - the same sharing and use count on a three-node Redis Cluster;
+//! - the same sharing over TLS (`rediss://`) with a redis-server serving TLS only.
 
 #[path = "support/redis.rs"]
 mod redis;
@@ -388,5 +389,63 @@ fn replicas_share_verdicts_on_a_redis_cluster() {
         limited.adapter_calls() - calls,
         2.0,
         "the 11th use was served"
+    );
+}
+
+#[test]
+fn replicas_share_verdicts_over_tls() {
+    if !redis_installed() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let key = rcgen::KeyPair::generate().expect("key");
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+        .expect("params")
+        .self_signed(&key)
+        .expect("self-signed");
+    let (cert_file, key_file) = (dir.path().join("redis.crt"), dir.path().join("redis.key"));
+    std::fs::write(&cert_file, cert.pem()).expect("write cert");
+    std::fs::write(&key_file, key.serialize_pem()).expect("write key");
+    let port = mixer_tests::free_addr().port();
+    let mut server = Command::new("redis-server")
+        .args(["--port", "0", "--tls-port", &port.to_string()])
+        .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .arg("--tls-cert-file")
+        .arg(&cert_file)
+        .arg("--tls-key-file")
+        .arg(&key_file)
+        .args(["--tls-auth-clients", "no"])
+        .arg("--dir")
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server");
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "redis (TLS) did not start"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The certificate is the test's own, self-signed: `#insecure` skips its check.
+    let url = format!("rediss://127.0.0.1:{port}/#insecure");
+    let fleet = Fleet::start(
+        &config(ALLOWED, 10_000),
+        &["--shared-cache", &url, "--shared-cache-timeout", "1s"],
+    );
+    let statuses = fleet.round_robin();
+    let _ = server.kill();
+    let _ = server.wait();
+    let expected: Vec<u16> = (0..30)
+        .map(|i| if i % 10 < 5 { 200 } else { 403 })
+        .collect();
+    assert_eq!(statuses, expected);
+    assert_eq!(fleet.sum("mixer_check_cache_shared_errors_total"), 0.0);
+    assert_eq!(
+        fleet.adapter_calls(),
+        10.0,
+        "one call per distinct request over TLS"
     );
 }
