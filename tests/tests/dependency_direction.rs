@@ -26,6 +26,9 @@ fn allowed(krate: &str) -> Option<&'static [&'static str]> {
             "mixer-proto",
             "mixer-grpc",
         ],
+        // The shared check cache tier implements the runtime's `SharedTier` over Redis; the
+        // runtime never depends on it, the server wires it in.
+        "mixer-shared-cache" => &["mixer-model", "mixer-adapter-api", "mixer-runtime"],
         "mixer-proto" => &[],
         // gRPC serving over h2, shared by the front ends and the SDK: a leaf like the
         // generated protocol, so neither side reaches the other through it.

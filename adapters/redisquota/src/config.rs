@@ -35,7 +35,8 @@ pub struct RedisQuotaParams {
     /// The known quotas.
     #[serde(default)]
     pub quotas: Vec<QuotaParams>,
-    /// `host:port` as Istio had it, or a `redis://[:password@]host:port[/db]` URL.
+    /// `host:port` as Istio had it, a `redis://[:password@]host:port[/db]` URL, or
+    /// `redis+cluster://host:port,host:port` for a Redis Cluster (its seed nodes).
     #[serde(default)]
     pub redis_server_url: String,
     /// The Redis password (`AUTH`), instead of one in the URL; or `passwordFile`, a file
@@ -71,8 +72,12 @@ pub struct RedisQuotaConfig {
     /// The URL for the redis client (`redis://host:port`), as written: it may hold a
     /// password, so show [`mixer_adapter_api::secrets::redact_url`] of it.
     pub url: String,
-    /// Where the client connects, with the password of `password` if one was given.
+    /// Where the client connects, with the password of `password` if one was given (for a
+    /// cluster, its first seed node).
     pub connection: redis::ConnectionInfo,
+    /// The seed nodes of a Redis Cluster (`redis+cluster://`), each with that password;
+    /// `None` for one Redis.
+    pub cluster: Option<Vec<redis::ConnectionInfo>>,
     /// Connections.
     pub pool_size: usize,
     /// Deduplication memory.
@@ -114,27 +119,45 @@ impl RedisQuotaParams {
         };
         let url = redis_url(&self.redis_server_url);
         let mut connection = None;
-        if self.redis_server_url.trim().is_empty() {
+        let mut cluster = None;
+        // A cluster is named by its seeds; each is parsed (and given the password) alone.
+        let seeds: Vec<String> = match url.strip_prefix("redis+cluster://") {
+            Some(rest) => rest
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| format!("redis://{s}"))
+                .collect(),
+            None => vec![url.clone()],
+        };
+        if self.redis_server_url.trim().is_empty() || seeds.is_empty() {
             errors.push(ParamError::new(
                 "redisServerUrl",
                 "redisServerUrl should not be empty (host:port)",
             ));
         } else {
-            match url.as_str().into_connection_info() {
-                Ok(info) => {
-                    connection = Some(match &self.password {
+            let mut infos = Vec::new();
+            for seed in &seeds {
+                match seed.as_str().into_connection_info() {
+                    Ok(info) => infos.push(match &self.password {
                         Some(pw) => {
                             let redis = info.redis_settings().clone().set_password(pw);
                             info.set_redis_settings(redis)
                         }
                         None => info,
-                    });
+                    }),
+                    Err(e) => errors.push(ParamError::new(
+                        "redisServerUrl",
+                        // The text may hold a password: never quote it whole.
+                        format!("invalid redis address {:?}: {e}", redact_url(seed)),
+                    )),
                 }
-                Err(e) => errors.push(ParamError::new(
-                    "redisServerUrl",
-                    // The text may hold a password: never quote it whole.
-                    format!("invalid redis address {:?}: {e}", redact_url(&url)),
-                )),
+            }
+            if infos.len() == seeds.len() {
+                connection = infos.first().cloned();
+                if url.starts_with("redis+cluster://") {
+                    cluster = Some(infos);
+                }
             }
         }
         let pool_size = match self.connection_pool_size {
@@ -192,6 +215,7 @@ impl RedisQuotaParams {
                 quotas,
                 url,
                 connection: connection.ok_or_else(Vec::new)?,
+                cluster,
                 pool_size,
                 min_deduplication_duration: dedup,
                 call_timeout,
@@ -311,5 +335,28 @@ mod tests {
         assert_eq!(shown["password"], "***");
         assert_eq!(shown["quotas"], params["quotas"]);
         assert_eq!(redactor.scrub("url-pw and pw-2"), "*** and ***");
+    }
+
+    #[test]
+    fn a_cluster_is_named_by_its_seeds() {
+        let q = json!([{"name": "rq", "maxAmount": 1, "validDuration": "1s"}]);
+        let c = compile(
+            json!({"redisServerUrl": "redis+cluster://a:1, b:2", "password": "pw", "quotas": q}),
+        )
+        .expect("valid");
+        let seeds = c.cluster.expect("a cluster");
+        assert_eq!(seeds.len(), 2);
+        assert!(
+            seeds
+                .iter()
+                .all(|s| s.redis_settings().password() == Some("pw"))
+        );
+        assert!(
+            compile(json!({"redisServerUrl": "127.0.0.1:1", "quotas": q}))
+                .expect("valid")
+                .cluster
+                .is_none()
+        );
+        assert!(compile(json!({"redisServerUrl": "redis+cluster://", "quotas": q})).is_err());
     }
 }

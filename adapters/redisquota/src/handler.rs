@@ -15,6 +15,8 @@ use mixer_adapter_api::{
 use mixer_adapter_quota_common::{Decision, Metrics, Refusal, Selected, finish, render_one};
 use mixer_model::{Instance, QuotaResult};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
 use redis::{Client, Script};
 
 use crate::config::RedisQuotaConfig;
@@ -38,6 +40,11 @@ pub struct RedisQuotaHandler {
     /// Made on first use (inside the runtime); each reconnects by itself.
     pool: Vec<OnceLock<ConnectionManager>>,
     next: AtomicUsize,
+    /// For a Redis Cluster: its client, and the connection once made (in the background; it
+    /// follows slot moves and node failures itself).
+    cluster: Option<ClusterClient>,
+    cluster_conn: Arc<std::sync::Mutex<Option<ClusterConnection>>>,
+    connecting: Arc<std::sync::atomic::AtomicBool>,
     script: Script,
     breaker: CircuitBreaker,
     metrics: Metrics,
@@ -65,6 +72,21 @@ fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
+/// The script's answers, five integers per allocation.
+fn decisions(answer: &[i64]) -> Vec<Decision> {
+    let micros = |us: i64| Duration::from_micros(u64::try_from(us).unwrap_or(0));
+    answer
+        .chunks_exact(5)
+        .map(|a| Decision {
+            granted: a[0],
+            valid_duration: micros(a[1]),
+            deduplicated: a[2] == 1,
+            remaining: a[3],
+            reset_after: micros(a[4]),
+        })
+        .collect()
+}
+
 /// One allocation's place in the script call.
 struct Counted<'a> {
     /// Index into the request's calls.
@@ -90,7 +112,23 @@ impl RedisQuotaHandler {
                 .map(|q| q.name.to_string())
                 .collect(),
         );
+        let cluster = match &config.cluster {
+            None => None,
+            Some(seeds) => Some(
+                ClusterClient::builder(seeds.iter().cloned())
+                    .connection_timeout(CONNECT_TIMEOUT)
+                    .response_timeout(config.call_timeout.max(Duration::from_secs(1)))
+                    .retries(1)
+                    .build()
+                    .map_err(|e| {
+                        AdapterError::permanent(ErrorKind::Internal, format!("redis cluster: {e}"))
+                    })?,
+            ),
+        };
         Ok(RedisQuotaHandler {
+            cluster,
+            cluster_conn: Arc::default(),
+            connecting: Arc::default(),
             pool: (0..config.pool_size.max(1))
                 .map(|_| OnceLock::new())
                 .collect(),
@@ -176,6 +214,9 @@ impl RedisQuotaHandler {
                 .arg(dedup_ms);
         }
         let budget = self.config.call_timeout;
+        if self.cluster.is_some() {
+            return self.run_on_cluster(admission, counted, calls).await;
+        }
         let answer: Vec<i64> = match self.connection() {
             Err(e) => {
                 admission.failure();
@@ -214,17 +255,118 @@ impl RedisQuotaHandler {
             ));
         }
         admission.success();
-        let micros = |us: i64| Duration::from_micros(u64::try_from(us).unwrap_or(0));
-        Ok(answer
-            .chunks_exact(5)
-            .map(|a| Decision {
-                granted: a[0],
-                valid_duration: micros(a[1]),
-                deduplicated: a[2] == 1,
-                remaining: a[3],
-                reset_after: micros(a[4]),
+        Ok(decisions(&answer))
+    }
+
+    /// [`Self::run`] on a Redis Cluster: a script call may only touch keys of one slot, so
+    /// each allocation (its counter and deduplication record share a hash tag) is its own
+    /// call, all sent at once and bounded together by the call budget.
+    async fn run_on_cluster(
+        &self,
+        admission: mixer_adapter_api::breaker::Admission<'_>,
+        counted: &[Counted<'_>],
+        calls: &[QuotaCall<'_>],
+    ) -> Result<Vec<Decision>, AdapterError> {
+        let budget = self.config.call_timeout;
+        // The first calls wait (within the budget) for the connection being made.
+        let deadline = tokio::time::Instant::now() + budget;
+        let conn = loop {
+            if let Some(conn) = self.cluster_connection() {
+                break conn;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                admission.failure();
+                return Err(self.error(
+                    ErrorKind::Unavailable,
+                    "redis cluster: not connected yet".to_string(),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        let invocations: Vec<_> = counted
+            .iter()
+            .map(|c| {
+                let (_, args) = calls[c.at];
+                let (state_key, dedup_key, dedup_ms) = self.keys(&c.sel, args);
+                let mut invocation = self.script.prepare_invoke();
+                invocation
+                    .key(state_key)
+                    .key(dedup_key)
+                    .arg(c.sel.limit.algorithm.tag())
+                    .arg(c.sel.limit.max_amount)
+                    .arg(micros(c.sel.limit.valid_duration))
+                    .arg(micros(c.sel.limit.bucket_duration).max(1))
+                    .arg(args.amount)
+                    .arg(if args.best_effort { 1 } else { 0 })
+                    .arg(dedup_ms);
+                invocation
             })
-            .collect())
+            .collect();
+        let all = futures_util::future::join_all(invocations.iter().map(|inv| {
+            let mut conn = conn.clone();
+            async move { inv.invoke_async::<Vec<i64>>(&mut conn).await }
+        }));
+        let answers = match tokio::time::timeout_at(deadline, all).await {
+            Ok(answers) => answers,
+            Err(_) => {
+                admission.failure();
+                return Err(self.error(
+                    ErrorKind::Timeout,
+                    format!(
+                        "redis did not answer within callTimeout {}",
+                        mixer_model::Duration::from_std(budget)
+                    ),
+                ));
+            }
+        };
+        let mut answer = Vec::with_capacity(5 * counted.len());
+        for a in answers {
+            match a {
+                Ok(a) if a.len() == 5 => answer.extend(a),
+                Ok(a) => {
+                    admission.failure();
+                    self.errors.fetch_add(1, Ordering::Relaxed);
+                    return Err(AdapterError::transient(
+                        ErrorKind::InvalidResponse,
+                        format!("redis script answered {} integers, expected 5", a.len()),
+                    ));
+                }
+                Err(e) => {
+                    admission.failure();
+                    return Err(self.error(ErrorKind::Unavailable, format!("redis: {e}")));
+                }
+            }
+        }
+        admission.success();
+        Ok(decisions(&answer))
+    }
+
+    /// The cluster connection, or `None` while it is being made (a connection attempt is
+    /// started in the background if none is under way).
+    fn cluster_connection(&self) -> Option<ClusterConnection> {
+        if let Some(c) = self
+            .cluster_conn
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            return Some(c);
+        }
+        let client = self.cluster.clone()?;
+        let rt = tokio::runtime::Handle::try_current().ok()?;
+        if !self.connecting.swap(true, Ordering::AcqRel) {
+            let slot = self.cluster_conn.clone();
+            let connecting = self.connecting.clone();
+            let name = self.name.clone();
+            rt.spawn(async move {
+                match client.get_async_connection().await {
+                    Ok(conn) => *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(conn),
+                    Err(e) => tracing::debug!(handler = %name, "redis cluster: {e}"),
+                }
+                connecting.store(false, Ordering::Release);
+            });
+        }
+        None
     }
 
     /// The counter's key, the deduplication record's key and how long (ms) the record is
@@ -232,11 +374,16 @@ impl RedisQuotaHandler {
     fn keys(&self, sel: &Selected<'_>, args: &QuotaArgs) -> (String, String, u64) {
         let tag = sel.limit.algorithm.tag();
         let key = &sel.key;
-        let state_key = format!("{KEY_PREFIX}{tag}:{key}");
+        // `{tag:key}` is the hash tag: a counter and its deduplication records share a Redis
+        // Cluster slot, so one script call can touch them all.
+        let state_key = format!("{KEY_PREFIX}{{{tag}:{key}}}");
         if args.deduplication_id.is_empty() {
-            return (state_key, format!("{KEY_PREFIX}dedup:{tag}:{key}:"), 0);
+            return (state_key, format!("{KEY_PREFIX}dedup:{{{tag}:{key}}}:"), 0);
         }
-        let dedup_key = format!("{KEY_PREFIX}dedup:{tag}:{key}:{}", args.deduplication_id);
+        let dedup_key = format!(
+            "{KEY_PREFIX}dedup:{{{tag}:{key}}}:{}",
+            args.deduplication_id
+        );
         let dedup_ms = u64::try_from(self.config.min_deduplication_duration.as_millis())
             .unwrap_or(u64::MAX)
             .max(1);

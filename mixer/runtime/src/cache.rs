@@ -13,6 +13,12 @@
 //! Entries honour the verdict's valid duration and use count (the minimum over the handlers
 //! consulted), the cache is bounded in entries, each snapshot has its own (so a config change
 //! starts empty), and concurrent misses for identical requests share one evaluation.
+//!
+//! With a shared tier ([`crate::SharedTier`], `--shared-cache`) a miss here asks it before
+//! evaluating. A verdict found there is kept here for no longer than its life there (capped),
+//! with only the uses leased from it; a verdict evaluated here is offered to it, and one
+//! whose use count is a limit is then counted there only, so that the limit holds across
+//! every replica.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -24,6 +30,7 @@ use tokio::time::Instant;
 
 use crate::dispatch::CheckError;
 use crate::metrics::RuntimeMetrics;
+use crate::shared_tier::{SharedTierRef, use_limited};
 use crate::snapshot::Snapshot;
 
 /// A decided check: the verdict and whether it came from the cache.
@@ -59,9 +66,20 @@ struct Entry {
     verdict: Arc<Verdict>,
     expires: Instant,
     uses_left: AtomicI64,
+    /// The shared entry its uses were leased from, to give back those left at expiry.
+    lease: Option<Arc<[u8]>>,
 }
 
-type Inflight = Arc<OnceCell<Result<Arc<Verdict>, CheckError>>>;
+/// How a coalesced miss was decided.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Filled {
+    /// Evaluated here.
+    Evaluated,
+    /// Found in the shared tier.
+    Shared,
+}
+
+type Inflight = Arc<OnceCell<Result<(Arc<Verdict>, Filled), CheckError>>>;
 
 /// One snapshot's verdict cache.
 pub(crate) struct CheckCache {
@@ -70,10 +88,15 @@ pub(crate) struct CheckCache {
     inflight: Mutex<HashMap<Vec<u8>, Inflight>>,
     max_shapes: usize,
     metrics: RuntimeMetrics,
+    shared: Option<SharedTierRef>,
 }
 
 impl CheckCache {
-    pub(crate) fn new(options: CacheOptions, metrics: &RuntimeMetrics) -> Option<CheckCache> {
+    pub(crate) fn new(
+        options: CacheOptions,
+        metrics: &RuntimeMetrics,
+        shared: Option<SharedTierRef>,
+    ) -> Option<CheckCache> {
         if options.max_entries == 0 {
             return None;
         }
@@ -92,6 +115,7 @@ impl CheckCache {
             inflight: Mutex::new(HashMap::new()),
             max_shapes: options.max_shapes,
             metrics: metrics.clone(),
+            shared,
         })
     }
 
@@ -110,12 +134,38 @@ impl CheckCache {
             if now < entry.expires && entry.uses_left.fetch_sub(1, Ordering::Relaxed) > 0 {
                 return Some(entry.verdict.clone());
             }
+            // Uses leased from the shared tier and not served go back there; swapped out
+            // so that two lookups seeing the expiry at once cannot both give them back.
+            if let (Some(lease), Some(shared)) = (&entry.lease, &self.shared) {
+                let left = entry.uses_left.swap(0, Ordering::Relaxed);
+                if left > 0 {
+                    shared.0.give_back(lease.clone(), left);
+                }
+            }
             self.entries.invalidate(&key);
         }
         None
     }
 
     fn insert(&self, bag: &dyn Bag, verdict: &Arc<Verdict>) {
+        self.insert_for(
+            bag,
+            verdict,
+            verdict.valid_duration,
+            i64::from(verdict.valid_use_count),
+            None,
+        );
+    }
+
+    /// Keeps `verdict` for `life` and `uses`, leased from the shared entry `lease` if any.
+    fn insert_for(
+        &self,
+        bag: &dyn Bag,
+        verdict: &Arc<Verdict>,
+        life: std::time::Duration,
+        uses: i64,
+        lease: Option<Arc<[u8]>>,
+    ) {
         let reads: Vec<Read> = verdict
             .referenced
             .iter()
@@ -149,8 +199,9 @@ impl CheckCache {
             key,
             Arc::new(Entry {
                 verdict: verdict.clone(),
-                expires: Instant::now() + verdict.valid_duration,
-                uses_left: AtomicI64::new(i64::from(verdict.valid_use_count)),
+                expires: Instant::now() + life,
+                uses_left: AtomicI64::new(uses),
+                lease,
             }),
         );
         self.metrics
@@ -211,15 +262,7 @@ impl Snapshot {
         };
         if let Some(verdict) = cache.lookup(bag) {
             self.metrics.cache_hits.inc();
-            if verdict.is_allowed() {
-                self.metrics.check_results.allowed.inc();
-            } else {
-                self.metrics.check_results.denied.inc();
-            }
-            return Ok(Checked {
-                verdict,
-                cache_hit: true,
-            });
+            return Ok(self.count_hit(verdict));
         }
         self.metrics.cache_misses.inc();
         // Identical requests missing at the same time share one evaluation.
@@ -229,25 +272,97 @@ impl Snapshot {
             let mut inflight = cache.inflight.lock().unwrap_or_else(|e| e.into_inner());
             inflight.entry(whole.clone()).or_default().clone()
         };
+        let mut filled_here = false;
         let result = cell
-            .get_or_init(|| async {
-                // The cache keys the verdict by its reads: always recorded here.
-                let (verdict, cacheable) = self.check_uncached(bag, true).await?;
-                let verdict = Arc::new(verdict);
-                if cacheable && verdict.valid_use_count > 0 && !verdict.valid_duration.is_zero() {
-                    cache.insert(bag, &verdict);
-                }
-                Ok(verdict)
+            .get_or_init(|| {
+                filled_here = true;
+                self.fill(cache, bag)
             })
             .await
             .clone();
         if let Ok(mut inflight) = cache.inflight.lock() {
             inflight.remove(&whole);
         }
-        result.map(|verdict| Checked {
+        match result {
+            Ok((verdict, Filled::Shared)) => {
+                // A shared verdict with a use limit serves only the uses leased: a request
+                // that waited on another's lookup takes its own use, here or evaluated.
+                if !filled_here && use_limited(&verdict) {
+                    return match cache.lookup(bag) {
+                        Some(verdict) => {
+                            self.metrics.cache_hits.inc();
+                            Ok(self.count_hit(verdict))
+                        }
+                        None => {
+                            let (verdict, _) = self.check_uncached(bag, record_reads).await?;
+                            Ok(Checked {
+                                verdict: Arc::new(verdict),
+                                cache_hit: false,
+                            })
+                        }
+                    };
+                }
+                Ok(self.count_hit(verdict))
+            }
+            Ok((verdict, Filled::Evaluated)) => Ok(Checked {
+                verdict,
+                cache_hit: false,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A verdict served without consulting a handler: counted as the evaluation would have.
+    fn count_hit(&self, verdict: Arc<Verdict>) -> Checked {
+        if verdict.is_allowed() {
+            self.metrics.check_results.allowed.inc();
+        } else {
+            self.metrics.check_results.denied.inc();
+        }
+        Checked {
             verdict,
-            cache_hit: false,
-        })
+            cache_hit: true,
+        }
+    }
+
+    /// Decides a miss of the in-process tier: from the shared tier when it has the verdict,
+    /// else by evaluating (and then offering the verdict to both tiers).
+    async fn fill(
+        &self,
+        cache: &CheckCache,
+        bag: &dyn Bag,
+    ) -> Result<(Arc<Verdict>, Filled), CheckError> {
+        let shared = match (&cache.shared, &self.generation) {
+            (Some(tier), Some(generation)) => Some((tier, generation)),
+            _ => None,
+        };
+        if let Some((tier, generation)) = shared
+            && let Some(hit) = tier.0.lookup(generation, self.vocabulary(), bag).await
+        {
+            let verdict = Arc::new(hit.verdict);
+            // This request takes one of the uses leased.
+            cache.insert_for(bag, &verdict, hit.local_life, hit.uses - 1, hit.lease);
+            return Ok((verdict, Filled::Shared));
+        }
+        // The cache keys the verdict by its reads: always recorded here.
+        let (verdict, cacheable) = self.check_uncached(bag, true).await?;
+        let verdict = Arc::new(verdict);
+        if cacheable && verdict.valid_use_count > 0 && !verdict.valid_duration.is_zero() {
+            let stored = match shared {
+                Some((tier, generation)) => {
+                    tier.0
+                        .store(generation, self.vocabulary(), bag, &verdict)
+                        .await
+                }
+                None => false,
+            };
+            // A use limit held by the shared tier is counted there only: uses kept here
+            // too would be served beside those the other replicas take.
+            if !(stored && use_limited(&verdict)) {
+                cache.insert(bag, &verdict);
+            }
+        }
+        Ok((verdict, Filled::Evaluated))
     }
 
     /// Verdicts held in this snapshot's cache (after pending evictions ran).

@@ -22,6 +22,7 @@ mod remote;
 mod report_executor;
 mod report_queue;
 mod shared_exprs;
+mod shared_tier;
 mod snapshot;
 mod store;
 mod watch;
@@ -45,6 +46,7 @@ pub use report_executor::{
     CHECKS_RECENT, CheckActivity, ExecutorStopped, REPORT_NICE, ReportExecutor,
 };
 pub use report_queue::{Overflow, QueueOptions};
+pub use shared_tier::{SharedHit, SharedTier, SharedTierRef, use_limited};
 pub use snapshot::{BuildError, Built, BuiltHandler, RuntimeOptions, Snapshot};
 pub use store::{ConfigOrigin, ReloadError, Runtime};
 pub use watch::{WatchGuard, WatchOptions, watch, watch_with};

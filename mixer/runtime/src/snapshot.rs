@@ -36,6 +36,8 @@ pub struct RuntimeOptions {
     /// How long a built-in handler's check or quota call may take before it fails with a
     /// timeout and its fail policy decides ([`crate::deadline`]).
     pub handler_timeout: std::time::Duration,
+    /// The check cache shared by the replicas (`--shared-cache`), under the in-process one.
+    pub shared_tier: Option<crate::SharedTierRef>,
 }
 
 impl Default for RuntimeOptions {
@@ -47,6 +49,7 @@ impl Default for RuntimeOptions {
             report_threads: 0,
             limits: crate::RequestLimits::default(),
             handler_timeout: crate::DEFAULT_HANDLER_TIMEOUT,
+            shared_tier: None,
         }
     }
 }
@@ -255,6 +258,9 @@ pub struct Snapshot {
     /// The attributes evaluation can read ([`Snapshot::reads_attribute`]).
     pub(crate) reads: ReadAttrs,
     pub(crate) cache: Option<CheckCache>,
+    /// What replicas must have in common to share cached verdicts (set by the [`crate::Runtime`]
+    /// that activates the snapshot; `None` shares nothing): see `Runtime::generation`.
+    pub(crate) generation: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -426,7 +432,8 @@ impl Snapshot {
                 identity,
                 options: options.clone(),
                 metrics: metrics.clone(),
-                cache: CheckCache::new(options.cache, metrics),
+                cache: CheckCache::new(options.cache, metrics, options.shared_tier.clone()),
+                generation: None,
             },
         })
     }
@@ -452,6 +459,7 @@ impl Snapshot {
             shared_exprs: SharedExprs::default(),
             reads: ReadAttrs::default(),
             cache: None,
+            generation: None,
         }
     }
 

@@ -324,6 +324,33 @@ impl Runtime {
         result
     }
 
+    /// What replicas must share to share cached verdicts: the config's content and the
+    /// command-line choices that change what it decides (default namespace, expression
+    /// syntax, what a failing match does, the handler timeout). A reload changes it, so the
+    /// entries of the previous config are never looked up again (they expire in the shared
+    /// tier by themselves); replicas on different configs during a rollout share nothing.
+    fn generation(&self, content: &ConfigContent) -> String {
+        use sha2::{Digest, Sha256};
+        let c = &self.config_options;
+        let choices = format!(
+            "{}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
+            content.hash,
+            c.default_namespace,
+            c.default_syntax,
+            c.ratelimit_backend,
+            self.options.match_error_policy,
+            self.options.handler_timeout,
+        );
+        Sha256::digest(choices.as_bytes()).iter().take(12).fold(
+            String::with_capacity(24),
+            |mut s, b| {
+                use std::fmt::Write as _;
+                let _ = write!(s, "{b:02x}");
+                s
+            },
+        )
+    }
+
     fn read(&self) -> Result<Vec<SourceFile>, ReloadError> {
         match &self.origin {
             ConfigOrigin::Embedded(files) => Ok(files.clone()),
@@ -387,7 +414,8 @@ impl Runtime {
                     .collect(),
             }
         })?;
-        let snapshot = built.snapshot;
+        let mut snapshot = built.snapshot;
+        snapshot.generation = Some(self.generation(&content).into());
         self.metrics
             .snapshot_id
             .set(i64::try_from(id).unwrap_or(i64::MAX));

@@ -11,6 +11,7 @@ mod lifecycle;
 mod listeners;
 mod policytest;
 mod serve;
+mod shared_cache;
 mod tls;
 mod tls_reload;
 mod validate;
@@ -221,6 +222,8 @@ enum Command {
         tls_args: tls::TlsArgs,
         #[command(flatten)]
         lifecycle_args: lifecycle::LifecycleArgs,
+        #[command(flatten)]
+        shared_cache_args: shared_cache::SharedCacheArgs,
     },
     /// Check a config without serving; print every error.
     Validate {
@@ -265,6 +268,7 @@ pub fn main() -> ExitCode {
             limit_args,
             tls_args,
             lifecycle_args,
+            shared_cache_args,
         } => {
             init_logging();
             let settings = serve::Settings {
@@ -296,6 +300,7 @@ pub fn main() -> ExitCode {
                 limits: limit_args.limits(),
                 tls: tls_args,
                 lifecycle: lifecycle_args,
+                shared_cache: shared_cache_args,
             };
             match serve::run(settings) {
                 Ok(()) => ExitCode::SUCCESS,

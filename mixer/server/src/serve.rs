@@ -43,6 +43,8 @@ pub struct Settings {
     pub tls: crate::tls::TlsArgs,
     /// Config checks and the shutdown delay.
     pub lifecycle: crate::lifecycle::LifecycleArgs,
+    /// The check cache shared by the replicas.
+    pub shared_cache: crate::shared_cache::SharedCacheArgs,
 }
 
 /// Runs the server until SIGTERM or Ctrl-C.
@@ -87,6 +89,11 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         }
         None => asked,
     };
+    let shared_tier = crate::shared_cache::tier(
+        &settings.shared_cache,
+        settings.config_args.check_cache_size,
+        &registry,
+    )?;
     let origin = match &settings.config {
         Some(path) => ConfigOrigin::Path(path.clone()),
         None => ConfigOrigin::Embedded(crate::defaults::config()),
@@ -98,6 +105,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         mixer_runtime::RuntimeOptions {
             report_threads: settings.report_threads,
             limits: settings.limits,
+            shared_tier,
             ..crate::validate::runtime_options(&settings.config_args)
         },
         metrics,

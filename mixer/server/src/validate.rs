@@ -92,5 +92,7 @@ pub fn runtime_options(args: &ConfigArgs) -> mixer_runtime::RuntimeOptions {
         // Requests come only to `serve`, which sets its own.
         limits: mixer_runtime::RequestLimits::default(),
         handler_timeout: args.handler_timeout,
+        // `serve --shared-cache` sets its own.
+        shared_tier: None,
     }
 }

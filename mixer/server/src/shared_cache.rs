@@ -1,0 +1,61 @@
+//! `serve --shared-cache`: the check cache tier shared by the replicas, in Redis.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+/// The shared check cache's flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SharedCacheArgs {
+    /// A check cache shared by every replica, under the in-process one:
+    /// `redis://HOST:PORT[/DB]`, `rediss://HOST:PORT[/DB][#insecure]` (TLS; `#insecure` skips
+    /// the certificate check) or `redis+cluster://HOST:PORT,HOST:PORT` (Redis Cluster, from
+    /// seed nodes). Replicas running the same config share verdicts.
+    #[arg(long, value_name = "URL", value_parser = mixer_shared_cache::parse_target)]
+    pub shared_cache: Option<mixer_shared_cache::Target>,
+    /// Longest one shared cache lookup or store may take; past it the check is decided
+    /// without it.
+    #[arg(long, default_value = "5ms", value_parser = crate::parse_duration)]
+    pub shared_cache_timeout: Duration,
+    /// Longest the in-process cache keeps a verdict found in the shared cache (never longer
+    /// than its remaining life there), so a lost invalidation cannot keep it long.
+    #[arg(long, default_value = "2s", value_parser = crate::parse_duration)]
+    pub shared_cache_local_life: Duration,
+    /// Most uses of a use-limited verdict a replica takes from the shared cache at a time
+    /// (at most a 32nd of those left, one at a time below 32).
+    #[arg(long, default_value_t = mixer_shared_cache::DEFAULT_LEASE, value_parser = clap::value_parser!(u32).range(1..))]
+    pub shared_cache_lease: u32,
+}
+
+/// The tier, when `--shared-cache` asks for one.
+pub fn tier(
+    args: &SharedCacheArgs,
+    check_cache_size: u64,
+    registry: &prometheus::Registry,
+) -> anyhow::Result<Option<mixer_runtime::SharedTierRef>> {
+    let Some(target) = &args.shared_cache else {
+        return Ok(None);
+    };
+    if check_cache_size == 0 {
+        bail!(
+            "--shared-cache needs the in-process check cache in front of it, which --check-cache-size 0 turns off: give a size above 0, or drop --shared-cache"
+        );
+    }
+    if args.shared_cache_timeout.is_zero() {
+        bail!("--shared-cache-timeout must be above 0");
+    }
+    let cache = mixer_shared_cache::SharedCache::new(
+        mixer_shared_cache::SharedCacheOptions {
+            target: target.clone(),
+            timeout: args.shared_cache_timeout,
+            local_life: args.shared_cache_local_life,
+            lease: args.shared_cache_lease,
+            breaker: mixer_adapter_api::breaker::BreakerOptions::default(),
+        },
+        registry,
+    )
+    .map_err(anyhow::Error::msg)
+    .context("--shared-cache")?;
+    Ok(Some(mixer_runtime::SharedTierRef(cache as Arc<_>)))
+}
