@@ -137,6 +137,9 @@ struct MemoryCap {
     refused: bool,
 }
 
+/// The bound on making an instance (and running its start function).
+const INSTANTIATE_DEADLINE: Duration = Duration::from_millis(100);
+
 /// Table elements an instance may have; generous for any wit-bindgen component.
 const MAX_TABLE_ELEMENTS: usize = 100_000;
 
@@ -274,7 +277,9 @@ impl Plugin {
             },
         );
         store.limiter(|s| &mut s.cap);
-        store.set_epoch_deadline(host.ticks(deadline));
+        // Instantiation is the host's work (and a start function's); it gets a bound of its
+        // own so that the call's deadline is the plugin's time alone.
+        store.set_epoch_deadline(host.ticks(INSTANTIATE_DEADLINE.max(deadline)));
         // Fuel accounting is compiled into every plugin; without a limit the tank is full.
         store
             .set_fuel(limits.fuel.unwrap_or(u64::MAX))
@@ -296,6 +301,7 @@ impl Plugin {
                 });
             }
         };
+        store.set_epoch_deadline(host.ticks(deadline));
         f(&instance, &mut store).map_err(|e| {
             let kind = if store.data().cap.refused {
                 FaultKind::Memory
