@@ -142,6 +142,25 @@ impl WasmAdapter {
             limits,
         })
     }
+
+    /// [`Adapter::build`], with the handler's own type (for its synchronous calls).
+    pub fn build_handler(
+        &self,
+        params: &Params,
+        ctx: &BuildContext,
+    ) -> Result<WasmHandler, AdapterError> {
+        let loaded = self.load(params).map_err(|errors| {
+            let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            AdapterError::permanent(ErrorKind::InvalidInstance, lines.join("; "))
+        })?;
+        Ok(WasmHandler::new(
+            loaded.host,
+            loaded.plugin,
+            loaded.config,
+            loaded.limits,
+            ctx.handler_name.clone(),
+        ))
+    }
 }
 
 impl Adapter for WasmAdapter {
@@ -154,17 +173,7 @@ impl Adapter for WasmAdapter {
     }
 
     fn build(&self, params: &Params, ctx: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
-        let loaded = self.load(params).map_err(|errors| {
-            let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
-            AdapterError::permanent(ErrorKind::InvalidInstance, lines.join("; "))
-        })?;
-        Ok(Arc::new(WasmHandler::new(
-            loaded.host,
-            loaded.plugin,
-            loaded.config,
-            loaded.limits,
-            ctx.handler_name.clone(),
-        )))
+        Ok(Arc::new(self.build_handler(params, ctx)?))
     }
 
     fn templates_for(&self, params: &Params) -> Option<Vec<Template>> {
