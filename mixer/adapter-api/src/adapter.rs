@@ -66,6 +66,14 @@ pub trait Adapter: Send + Sync {
     fn secret_params(&self) -> &'static [crate::secrets::SecretParam] {
         &[]
     }
+
+    /// The templates a handler built from `params` accepts, when they depend on its params
+    /// rather than on the adapter (a Wasm plugin declares its own when its module loads);
+    /// rules sending it another template are config errors. `None`: those of
+    /// [`AdapterInfo::templates`].
+    fn templates_for(&self, _params: &Params) -> Option<Vec<Template>> {
+        None
+    }
 }
 
 /// Decodes params into an adapter's own config type, reporting the field path of the first

@@ -361,7 +361,15 @@ impl Snapshot {
                 handler_name: hc.name.clone(),
             };
             match adapter.build(&hc.params, &ctx) {
-                Ok(handler) if let Some(message) = missing_variety(adapter.info(), &*handler) => {
+                Ok(handler)
+                    if let Some(message) = missing_variety(
+                        adapter.info().name,
+                        &adapter
+                            .templates_for(&hc.params)
+                            .unwrap_or_else(|| adapter.info().templates.to_vec()),
+                        &*handler,
+                    ) =>
+                {
                     errors.push(fail(message));
                 }
                 Ok(handler) => handlers.push({
@@ -505,8 +513,13 @@ impl Snapshot {
 /// Why a built handler cannot serve what its adapter declares: a template of a variety whose
 /// handler trait the handler does not implement. Serving such a config would skip the handler
 /// on every request, so a check routed to it would be allowed without being asked.
-fn missing_variety(info: &mixer_adapter_api::AdapterInfo, handler: &dyn Handler) -> Option<String> {
-    info.templates.iter().find_map(|template| {
+/// `templates`: what the adapter declares for this handler's params.
+fn missing_variety(
+    adapter: &str,
+    templates: &[mixer_model::Template],
+    handler: &dyn Handler,
+) -> Option<String> {
+    templates.iter().find_map(|template| {
         let (serves, what) = match template.variety() {
             Variety::Check => (handler.as_check().is_some(), "checks"),
             Variety::Quota => (handler.as_quota().is_some(), "quotas"),
@@ -514,8 +527,7 @@ fn missing_variety(info: &mixer_adapter_api::AdapterInfo, handler: &dyn Handler)
         };
         (!serves).then(|| {
             format!(
-                "adapter {:?} declares template {} but its handler does not answer {what}",
-                info.name,
+                "adapter {adapter:?} declares template {} but its handler does not answer {what}",
                 template.name()
             )
         })

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use mixer_adapter_api::AdapterRegistry;
 
-/// Every built-in adapter, and the out-of-process client for handlers with a `connection`.
+/// Every built-in adapter, the Wasm plugin host, and the out-of-process client for handlers with a `connection`.
 pub fn builtin() -> AdapterRegistry {
     let mut registry = AdapterRegistry::new();
     registry.register(Arc::new(mixer_adapter_denier::Denier));
@@ -15,6 +15,8 @@ pub fn builtin() -> AdapterRegistry {
     registry.register(Arc::new(mixer_adapter_memquota::MemQuota));
     registry.register(Arc::new(mixer_adapter_redisquota::RedisQuota));
     registry.register(Arc::new(mixer_adapter_otlp::Otlp));
+    // Plugins: its engine starts only when a config names a Wasm handler.
+    registry.register(Arc::new(mixer_wasm::WasmAdapter::default()));
     registry.set_remote(Arc::new(mixer_oop::RemoteAdapterFactory::new(
         mixer_oop::OopOptions::default(),
     )));

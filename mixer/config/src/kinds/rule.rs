@@ -306,12 +306,21 @@ fn action(
 
 /// The templates a handler's adapter declares: a built-in adapter's own list, or an `adapter`
 /// document's for a remote handler; `None` when nothing is declared (a remote adapter without
-/// one says what it serves when the mixer calls `Validate`).
-fn supported_templates<'s>(h: &'s HandlerConfig, scope: &Scope<'s>) -> Option<&'s [Template]> {
+/// one says what it serves when the mixer calls `Validate`). An adapter whose handlers'
+/// templates depend on their params (a Wasm plugin's module) says them for these params.
+fn supported_templates<'s>(
+    h: &'s HandlerConfig,
+    scope: &Scope<'s>,
+) -> Option<std::borrow::Cow<'s, [Template]>> {
     match &h.adapter_resource {
-        Some(resource) => Some(&resource.templates),
+        Some(resource) => Some(std::borrow::Cow::Borrowed(&resource.templates)),
         None if h.is_remote() => None,
-        None => scope.registry.get(&h.adapter).map(|a| a.info().templates),
+        None => scope.registry.get(&h.adapter).map(|a| {
+            a.templates_for(&h.params).map_or(
+                std::borrow::Cow::Borrowed(a.info().templates),
+                std::borrow::Cow::Owned,
+            )
+        }),
     }
 }
 

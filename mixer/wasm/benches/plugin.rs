@@ -1,0 +1,90 @@
+//! One check through the deny-header plugin (a fresh instance per call, as served) beside
+//! the built-in denier, and a report batch of 500 metric instances through count-by.
+//! Needs the example plugins: adapters/examples/wasm/build.sh.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use mixer_adapter_api::{Adapter, BuildContext};
+use mixer_model::{FieldValue, Instance, Template, Value};
+use mixer_wasm::WasmAdapter;
+use serde_json::json;
+
+fn guest(name: &str) -> String {
+    let dir = std::env::var_os("MIXER_WASM_GUESTS").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/wasm-guests"),
+        PathBuf::from,
+    );
+    let path = dir.join(format!("{name}.wasm"));
+    assert!(
+        path.exists(),
+        "{} is missing: run adapters/examples/wasm/build.sh",
+        path.display()
+    );
+    path.display().to_string()
+}
+
+fn ctx(name: &str) -> BuildContext {
+    BuildContext {
+        handler_name: Arc::from(name),
+    }
+}
+
+fn authz() -> Instance {
+    Instance {
+        name: Arc::from("request.istio-system"),
+        template: Template::Authorization,
+        fields: vec![(
+            "action.properties",
+            FieldValue::Map(vec![(Arc::from("x-plugin-deny"), Value::from("false"))]),
+        )],
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let instance = authz();
+
+    let denier = mixer_adapter_denier::Denier
+        .build(&json!({"status": {"code": 0}}), &ctx("builtin"))
+        .expect("denier");
+    c.bench_function("check/builtin-denier", |b| {
+        b.iter(|| {
+            rt.block_on(denier.as_check().unwrap().check(&instance))
+                .unwrap()
+        })
+    });
+
+    let wasm = WasmAdapter::default();
+    let params = json!({"module": guest("deny-header"), "config": {"header": "x-plugin-deny"}});
+    let handler = wasm.build(&params, &ctx("deny")).expect("plugin");
+    let check = handler.as_check().unwrap();
+    c.bench_function("check/wasm-fresh-instance", |b| {
+        b.iter(|| rt.block_on(check.check(&instance)).unwrap())
+    });
+
+    let params = json!({"module": guest("count-by"), "config": {"dimension": "destination"}});
+    let handler = wasm.build_handler(&params, &ctx("count")).expect("plugin");
+    let metric = Instance {
+        name: Arc::from("requestcount.istio-system"),
+        template: Template::Metric,
+        fields: vec![
+            ("value", FieldValue::Value(Value::Int64(1))),
+            (
+                "dimensions",
+                FieldValue::Map(vec![(Arc::from("destination"), Value::from("reviews"))]),
+            ),
+        ],
+    };
+    let batch = vec![metric; 500];
+    // Synchronously: the measure is the plugin's, not the blocking pool's hop.
+    c.bench_function("report/wasm-500-metrics", |b| {
+        b.iter(|| handler.report_now(&batch).unwrap())
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

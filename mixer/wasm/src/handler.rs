@@ -1,0 +1,249 @@
+//! A handler backed by a plugin: each call in a fresh instance, under the handler's limits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use mixer_adapter_api::{
+    AdapterError, CheckHandler, ErrorKind, Exposition, Handler, LogGate, QuotaArgs, QuotaHandler,
+    ReportHandler,
+};
+use mixer_model::{CheckResult, Instance, QuotaResult, Variety};
+
+use crate::bindings as wit;
+use crate::convert;
+use crate::host::WasmHost;
+use crate::limits::Limits;
+use crate::plugin::{CallContext, Fault, FaultKind, Plugin};
+
+/// A built Wasm handler.
+#[derive(Clone)]
+pub struct WasmHandler {
+    host: Arc<WasmHost>,
+    plugin: Arc<Plugin>,
+    /// The plugin's own config, as JSON text (what `validate` accepted).
+    config: String,
+    limits: Limits,
+    ctx: Arc<CallContext>,
+    fault_log: Arc<LogGate>,
+}
+
+impl WasmHandler {
+    pub(crate) fn new(
+        host: Arc<WasmHost>,
+        plugin: Arc<Plugin>,
+        config: String,
+        limits: Limits,
+        handler: Arc<str>,
+    ) -> WasmHandler {
+        let ctx = Arc::new(CallContext {
+            handler,
+            metrics: host.metrics.clone(),
+        });
+        WasmHandler {
+            host,
+            plugin,
+            config,
+            limits,
+            ctx,
+            fault_log: Arc::new(LogGate::new(Duration::from_secs(10))),
+        }
+    }
+
+    fn serves(&self, variety: Variety) -> bool {
+        self.plugin
+            .templates()
+            .iter()
+            .any(|t| t.variety() == variety)
+    }
+
+    fn accepts(&self, instance: &Instance) -> Result<(), AdapterError> {
+        if self.plugin.templates().contains(&instance.template) {
+            return Ok(());
+        }
+        Err(AdapterError::permanent(
+            ErrorKind::InvalidInstance,
+            format!(
+                "plugin {} does not take template {}",
+                self.plugin.name(),
+                instance.template.name()
+            ),
+        ))
+    }
+
+    /// A fault as the dispatcher sees it, counted and (at most once per 10 s) logged.
+    fn fault(&self, fault: Fault) -> AdapterError {
+        self.ctx.metrics.fault(&self.ctx.handler, fault.kind);
+        if let Some(held_back) = self.fault_log.due() {
+            tracing::warn!(
+                handler = %self.ctx.handler,
+                plugin = self.plugin.name(),
+                kind = fault.kind.label(),
+                held_back,
+                "Wasm plugin call stopped: {}",
+                fault.message
+            );
+        }
+        let kind = match fault.kind {
+            FaultKind::Deadline | FaultKind::Fuel => ErrorKind::Timeout,
+            FaultKind::Instantiate => ErrorKind::Overloaded,
+            FaultKind::Trap | FaultKind::Memory => ErrorKind::Internal,
+        };
+        AdapterError::transient(
+            kind,
+            format!(
+                "Wasm plugin {} ({}): {}",
+                self.plugin.name(),
+                fault.kind.label(),
+                fault.message
+            ),
+        )
+    }
+
+    fn declined(&self, message: String) -> AdapterError {
+        AdapterError::transient(
+            ErrorKind::Internal,
+            format!(
+                "Wasm plugin {} could not decide: {message}",
+                self.plugin.name()
+            ),
+        )
+    }
+
+    /// One check, synchronously (bounded by the check deadline).
+    pub fn check_now(&self, instance: &Instance) -> Result<CheckResult, AdapterError> {
+        self.accepts(instance)?;
+        let arg = convert::instance(instance);
+        let answer = self
+            .plugin
+            .call(
+                &self.host,
+                &self.ctx,
+                &self.limits,
+                self.limits.check_deadline,
+                |p, s| p.call_check(s, &self.config, &arg),
+            )
+            .map_err(|f| self.fault(f))?
+            .map_err(|m| self.declined(m))?;
+        Ok(CheckResult {
+            status: convert::status(answer.code, answer.message),
+            valid_duration: convert::millis(answer.valid_duration_ms),
+            valid_use_count: answer.valid_use_count,
+        })
+    }
+
+    /// One report batch, synchronously (bounded by the report deadline).
+    pub fn report_now(&self, instances: &[Instance]) -> Result<(), AdapterError> {
+        let args: Vec<wit::Instance> = instances
+            .iter()
+            .filter(|i| self.plugin.templates().contains(&i.template))
+            .map(convert::instance)
+            .collect();
+        if args.is_empty() {
+            return Ok(());
+        }
+        self.plugin
+            .call(
+                &self.host,
+                &self.ctx,
+                &self.limits,
+                self.limits.report_deadline,
+                |p, s| p.call_report(s, &self.config, &args),
+            )
+            .map_err(|f| self.fault(f))?
+            .map_err(|m| self.declined(m))
+    }
+
+    /// The plugin behind the handler.
+    pub fn plugin(&self) -> &Arc<Plugin> {
+        &self.plugin
+    }
+}
+
+#[async_trait]
+impl Handler for WasmHandler {
+    fn as_check(&self) -> Option<&dyn CheckHandler> {
+        self.serves(Variety::Check).then_some(self as _)
+    }
+
+    fn as_quota(&self) -> Option<&dyn QuotaHandler> {
+        self.serves(Variety::Quota).then_some(self as _)
+    }
+
+    fn as_report(&self) -> Option<&dyn ReportHandler> {
+        self.serves(Variety::Report).then_some(self as _)
+    }
+
+    fn as_exposition(&self) -> Option<&dyn Exposition> {
+        Some(self)
+    }
+}
+
+impl Exposition for WasmHandler {
+    fn render(&self, out: &mut String) {
+        self.ctx.metrics.render(out);
+    }
+}
+
+#[async_trait]
+impl CheckHandler for WasmHandler {
+    async fn check(&self, instance: &Instance) -> Result<CheckResult, AdapterError> {
+        // Inline on the request's task: the deadline bounds it to about a millisecond,
+        // less than a hop to a blocking thread would add.
+        self.check_now(instance)
+    }
+}
+
+#[async_trait]
+impl QuotaHandler for WasmHandler {
+    async fn allocate(
+        &self,
+        instance: &Instance,
+        args: &QuotaArgs,
+    ) -> Result<QuotaResult, AdapterError> {
+        self.accepts(instance)?;
+        let arg = convert::instance(instance);
+        let quota_args = wit::QuotaArgs {
+            amount: args.amount,
+            best_effort: args.best_effort,
+            deduplication_id: args.deduplication_id.clone(),
+        };
+        let answer = self
+            .plugin
+            .call(
+                &self.host,
+                &self.ctx,
+                &self.limits,
+                self.limits.check_deadline,
+                |p, s| p.call_quota(s, &self.config, &arg, &quota_args),
+            )
+            .map_err(|f| self.fault(f))?
+            .map_err(|m| self.declined(m))?;
+        Ok(QuotaResult {
+            status: convert::status(answer.code, answer.message),
+            valid_duration: convert::millis(answer.valid_duration_ms),
+            granted_amount: answer.granted_amount.clamp(0, args.amount.max(0)),
+            limit: None,
+        })
+    }
+}
+
+#[async_trait]
+impl ReportHandler for WasmHandler {
+    async fn report(&self, instances: &[Instance]) -> Result<(), AdapterError> {
+        if instances.len() < 64 {
+            return self.report_now(instances);
+        }
+        // A large batch may run up to its (longer) deadline: off the async workers.
+        let this = self.clone();
+        let instances = instances.to_vec();
+        tokio::task::spawn_blocking(move || this.report_now(&instances))
+            .await
+            .unwrap_or_else(|e| {
+                Err(AdapterError::transient(
+                    ErrorKind::Internal,
+                    format!("Wasm report task failed: {e}"),
+                ))
+            })
+    }
+}

@@ -1,0 +1,204 @@
+//! The engine every plugin runs on: one per process, with its epoch ticker, its pooling
+//! allocator and the cache of compiled modules.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use crate::limits::MAX_MEMORY_MIB;
+use crate::metrics::WasmMetrics;
+use crate::plugin::{LoadError, Plugin};
+
+/// How the engine is set up; one set per process.
+#[derive(Clone, Debug)]
+pub struct HostOptions {
+    /// Plugin instances that may be alive at once across all handlers (slots of the pooling
+    /// allocator). A call beyond it fails as overloaded rather than waiting.
+    pub pool_instances: u32,
+    /// How often the epoch advances: the granularity of every deadline. A deadline fires
+    /// between its length and its length plus one tick.
+    pub epoch_tick: Duration,
+    /// Use the pooling allocator (falls back to on-demand allocation, with a warning, when
+    /// the pool cannot reserve its address space).
+    pub pooling: bool,
+    /// Compiled modules kept for reloads, least recently loaded dropped first.
+    pub cached_modules: usize,
+}
+
+impl Default for HostOptions {
+    fn default() -> HostOptions {
+        HostOptions {
+            pool_instances: 128,
+            epoch_tick: Duration::from_micros(250),
+            pooling: true,
+            cached_modules: 32,
+        }
+    }
+}
+
+/// The wasmtime engine, the ticker that advances its epoch, and compiled plugins by the
+/// SHA-256 of their bytes.
+pub struct WasmHost {
+    engine: Engine,
+    options: HostOptions,
+    pooled: bool,
+    cache: Mutex<Cache>,
+    pub(crate) metrics: Arc<WasmMetrics>,
+}
+
+#[derive(Default)]
+struct Cache {
+    plugins: HashMap<[u8; 32], Arc<Plugin>>,
+    /// Hashes, least recently loaded first.
+    order: Vec<[u8; 32]>,
+}
+
+impl WasmHost {
+    /// An engine with `options`. Fails only when wasmtime cannot build an engine at all.
+    pub fn new(options: HostOptions) -> Result<Arc<WasmHost>, LoadError> {
+        let mut pooled = options.pooling;
+        let engine = if options.pooling {
+            match Engine::new(&engine_config(&options, true)) {
+                Ok(engine) => engine,
+                Err(e) => {
+                    // Containers with a low address-space limit (ulimit -v) or no overcommit
+                    // refuse the reservation; on demand is slower per instance but works.
+                    tracing::warn!(
+                        error = %e,
+                        "the Wasm pooling allocator could not reserve its memory; plugin instances are allocated on demand"
+                    );
+                    pooled = false;
+                    Engine::new(&engine_config(&options, false))
+                        .map_err(|e| LoadError::Engine(e.to_string()))?
+                }
+            }
+        } else {
+            Engine::new(&engine_config(&options, false))
+                .map_err(|e| LoadError::Engine(e.to_string()))?
+        };
+        start_ticker(&engine, options.epoch_tick);
+        Ok(Arc::new(WasmHost {
+            engine,
+            options,
+            pooled,
+            cache: Mutex::default(),
+            metrics: Arc::new(WasmMetrics::new()),
+        }))
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The metrics of every handler on this host.
+    pub fn metrics(&self) -> &Arc<WasmMetrics> {
+        &self.metrics
+    }
+
+    /// Whether instances come from the pooling allocator.
+    pub fn pooled(&self) -> bool {
+        self.pooled
+    }
+
+    /// The options the host was built with.
+    pub fn options(&self) -> &HostOptions {
+        &self.options
+    }
+
+    /// Loads the component at `path`: compiled, checked against the world and
+    /// pre-instantiated the first time its bytes are seen, from the cache after that.
+    pub fn load(&self, path: &Path) -> Result<Arc<Plugin>, LoadError> {
+        let bytes = std::fs::read(path).map_err(|e| LoadError::Read {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        self.load_bytes(&path.display().to_string(), &bytes)
+    }
+
+    /// Loads a component from its bytes (binary, or WAT text when built with wasmtime's
+    /// `wat` feature); `origin` names it in errors and logs.
+    pub fn load_bytes(&self, origin: &str, bytes: &[u8]) -> Result<Arc<Plugin>, LoadError> {
+        let hash: [u8; 32] = Sha256::digest(bytes).into();
+        if let Some(plugin) = self.touch(&hash) {
+            return Ok(plugin);
+        }
+        // Compiled outside the lock: compiling takes milliseconds to seconds, and two loads
+        // of the same new file at once only waste one compilation.
+        let plugin = Arc::new(Plugin::compile(self, origin, bytes, hash)?);
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        cache.order.retain(|h| h != &hash);
+        cache.order.push(hash);
+        cache.plugins.insert(hash, plugin.clone());
+        while cache.order.len() > self.options.cached_modules.max(1) {
+            let oldest = cache.order.remove(0);
+            cache.plugins.remove(&oldest);
+        }
+        Ok(plugin)
+    }
+
+    fn touch(&self, hash: &[u8; 32]) -> Option<Arc<Plugin>> {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let plugin = cache.plugins.get(hash).cloned()?;
+        cache.order.retain(|h| h != hash);
+        cache.order.push(*hash);
+        Some(plugin)
+    }
+
+    /// Deadline in epoch ticks: at least the deadline, at most one tick more.
+    pub(crate) fn ticks(&self, deadline: Duration) -> u64 {
+        let tick = self.options.epoch_tick.as_nanos().max(1);
+        let ticks = deadline.as_nanos().div_ceil(tick);
+        u64::try_from(ticks).unwrap_or(u64::MAX - 1) + 1
+    }
+}
+
+fn engine_config(options: &HostOptions, pooling: bool) -> Config {
+    let mut config = Config::new();
+    config.wasm_component_model(true);
+    config.epoch_interruption(true);
+    // Fuel is opt-in per handler, but the code for it must be compiled in for all.
+    config.consume_fuel(true);
+    // No component-model async: its per-store bookkeeping costs every call (wasmtime PR
+    // 14189 measured a do-nothing call at about 800 ns with it, 300 ns without).
+    config.concurrency_support(false);
+    // A plugin deep in recursion traps instead of taking the thread's stack.
+    config.max_wasm_stack(512 << 10);
+    if pooling {
+        let mut pool = PoolingAllocationConfig::new();
+        let n = options.pool_instances.max(1);
+        pool.total_component_instances(n);
+        // A component built by wit-bindgen holds a few core instances (the program and the
+        // shims of its imports), each with at most one memory and a table or two.
+        pool.total_core_instances(n.saturating_mul(4));
+        pool.total_memories(n.saturating_mul(2));
+        pool.total_tables(n.saturating_mul(4));
+        pool.max_memory_size((MAX_MEMORY_MIB << 20) as usize);
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    config
+}
+
+/// Advances the engine's epoch every `tick` for as long as the engine lives (the thread
+/// holds only a weak reference).
+fn start_ticker(engine: &Engine, tick: Duration) {
+    let weak = engine.weak();
+    let spawned = std::thread::Builder::new()
+        .name("wasm-epoch".into())
+        .spawn(move || {
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(tick);
+            }
+        });
+    if let Err(e) = spawned {
+        // Without the ticker no deadline fires; calls still end at their fuel or the
+        // dispatcher's own bound, so say so loudly rather than fail every plugin.
+        tracing::error!(error = %e, "could not start the Wasm epoch ticker: plugin deadlines will not fire");
+    }
+}

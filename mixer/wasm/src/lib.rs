@@ -1,0 +1,46 @@
+//! The Wasm plugin host: plugin adapters compiled to WebAssembly components of the
+//! `mixer:adapter@0.1.0` world (`proto/wit/adapter.wit`), run inside the mixer by wasmtime.
+//!
+//! A plugin appears to the runtime as any other adapter: [`WasmAdapter`] implements
+//! [`mixer_adapter_api::Adapter`] under the name `wasm`, and its handlers implement the same
+//! [`CheckHandler`](mixer_adapter_api::CheckHandler),
+//! [`QuotaHandler`](mixer_adapter_api::QuotaHandler) and
+//! [`ReportHandler`](mixer_adapter_api::ReportHandler) as built-in and out-of-process ones.
+//! The mixer builds the instances from the rule's fields, so referenced attributes and the
+//! check cache work as for any handler.
+//!
+//! What the host guarantees:
+//! - one [`wasmtime::Engine`]; each module file is compiled once and pre-instantiated, and
+//!   kept by the SHA-256 of its bytes, so a reload with an unchanged file compiles nothing;
+//! - a fresh instance for every call, from the pooling allocator (or on demand when the
+//!   pool cannot reserve its address space): no state leaks from one request to the next;
+//! - limits on every call ([`Limits`]): a wall-clock deadline through epoch interruption, a
+//!   memory cap, optional fuel. A trap, a deadline or a limit is an
+//!   [`AdapterError`](mixer_adapter_api::AdapterError): the handler's fail policy decides the
+//!   request; the fault is counted in `mixer_wasm_plugin_faults_total{handler,kind}` and
+//!   logged at most once per 10 s per handler;
+//! - no ambient authority: the plugin can import only the `host` interface (logging, the
+//!   time, counters and histograms); a component importing anything else (WASI's file
+//!   system, sockets, ...) is refused when it loads.
+
+mod adapter;
+mod bindings;
+mod convert;
+mod handler;
+mod host;
+mod limits;
+mod metrics;
+mod plugin;
+
+pub use adapter::{ADAPTER_NAME, WasmAdapter};
+pub use handler::WasmHandler;
+pub use host::{HostOptions, WasmHost};
+pub use limits::Limits;
+pub use metrics::WasmMetrics;
+pub use plugin::{LoadError, Plugin};
+
+/// The WIT world plugins implement, `mixer:adapter/plugin@0.1.0`.
+pub const WORLD: &str = "mixer:adapter/plugin@0.1.0";
+
+/// The only interface a plugin may import.
+pub const HOST_INTERFACE: &str = "mixer:adapter/host@0.1.0";

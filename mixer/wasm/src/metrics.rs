@@ -1,0 +1,201 @@
+//! The host's metrics and the plugin-facing imports that feed them, rendered through
+//! `Handler::as_exposition` on the mixer's `/metrics`:
+//!
+//! - `mixer_wasm_plugin_faults_total{handler,kind}`: calls stopped by a trap, the deadline,
+//!   the memory cap, the fuel, or no instance to be had;
+//! - `mixer_wasm_plugin_counter_total{handler,name,key}`: what plugins count (`counter-add`);
+//! - `mixer_wasm_plugin_histogram{handler,name}`: what plugins measure (`histogram-observe`).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+
+use crate::bindings::mixer::adapter::host::{Host, Level};
+use crate::plugin::{CallState, FaultKind};
+
+/// Series a handler's plugin may create through the host imports; beyond it new names or
+/// keys are dropped (and logged), so that a plugin counting by request id cannot exhaust
+/// the mixer's memory or Prometheus.
+const MAX_SERIES_PER_HANDLER: usize = 1000;
+/// Longest name, key or log message a plugin may pass; longer ones are cut.
+const MAX_LABEL: usize = 128;
+const MAX_MESSAGE: usize = 4096;
+
+/// Metrics of every Wasm handler of a host, in one registry so each family is written once.
+pub struct WasmMetrics {
+    registry: Registry,
+    faults: IntCounterVec,
+    counters: IntCounterVec,
+    histograms: HistogramVec,
+    /// Series made through the host imports, and how many per handler.
+    series: Mutex<(std::collections::HashSet<String>, HashMap<String, usize>)>,
+}
+
+impl WasmMetrics {
+    pub(crate) fn new() -> WasmMetrics {
+        let registry = Registry::new();
+        let faults = IntCounterVec::new(
+            Opts::new(
+                "mixer_wasm_plugin_faults_total",
+                "Wasm plugin calls stopped by a trap, the deadline, the memory cap, the fuel or no instance.",
+            ),
+            &["handler", "kind"],
+        )
+        .expect("valid metric");
+        let counters = IntCounterVec::new(
+            Opts::new(
+                "mixer_wasm_plugin_counter_total",
+                "Counters bumped by Wasm plugins (counter-add).",
+            ),
+            &["handler", "name", "key"],
+        )
+        .expect("valid metric");
+        let histograms = HistogramVec::new(
+            HistogramOpts::new(
+                "mixer_wasm_plugin_histogram",
+                "Values recorded by Wasm plugins (histogram-observe).",
+            ),
+            &["handler", "name"],
+        )
+        .expect("valid metric");
+        for c in [
+            Box::new(faults.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(counters.clone()),
+            Box::new(histograms.clone()),
+        ] {
+            registry.register(c).expect("distinct metric names");
+        }
+        WasmMetrics {
+            registry,
+            faults,
+            counters,
+            histograms,
+            series: Mutex::default(),
+        }
+    }
+
+    /// Counts a fault.
+    pub(crate) fn fault(&self, handler: &str, kind: FaultKind) {
+        self.faults
+            .with_label_values(&[handler, kind.label()])
+            .inc();
+    }
+
+    /// Faults of `kind` counted for `handler`.
+    pub fn faults(&self, handler: &str, kind: &str) -> u64 {
+        self.faults.with_label_values(&[handler, kind]).get()
+    }
+
+    /// A plugin counter's value.
+    pub fn counter(&self, handler: &str, name: &str, key: &str) -> u64 {
+        self.counters.with_label_values(&[handler, name, key]).get()
+    }
+
+    /// Appends every family in the text format, unless a handler of the same host already
+    /// wrote them on this page (the admin endpoint asks each handler in turn, and a family
+    /// written twice makes the page invalid).
+    pub(crate) fn render(&self, out: &mut String) {
+        if out.contains("# TYPE mixer_wasm_plugin_faults_total ") {
+            return;
+        }
+        let mut body = Vec::new();
+        if prometheus::TextEncoder::new()
+            .encode(&self.registry.gather(), &mut body)
+            .is_ok()
+        {
+            out.push_str(&String::from_utf8_lossy(&body));
+        }
+    }
+
+    /// Whether `handler` may have one more series named `series`.
+    fn admit(&self, handler: &str, series: String) -> bool {
+        static FULL: mixer_adapter_api::LogGate =
+            mixer_adapter_api::LogGate::new(std::time::Duration::from_secs(10));
+        let mut guard = self.series.lock().unwrap_or_else(|p| p.into_inner());
+        let (seen, per_handler) = &mut *guard;
+        if seen.contains(&series) {
+            return true;
+        }
+        let of_handler = per_handler.entry(handler.to_string()).or_default();
+        if *of_handler >= MAX_SERIES_PER_HANDLER {
+            if let Some(held_back) = FULL.due() {
+                tracing::warn!(
+                    handler,
+                    held_back,
+                    "a Wasm plugin made too many metric series; new ones are dropped"
+                );
+            }
+            return false;
+        }
+        *of_handler += 1;
+        seen.insert(series);
+        true
+    }
+}
+
+fn cut(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+impl Host for CallState {
+    fn log(&mut self, level: Level, message: String, fields: Vec<(String, String)>) {
+        let handler: &str = &self.ctx.handler;
+        let message = cut(&message, MAX_MESSAGE);
+        let fields: Vec<String> = fields
+            .iter()
+            .take(32)
+            .map(|(k, v)| format!("{}={}", cut(k, MAX_LABEL), cut(v, MAX_LABEL)))
+            .collect();
+        let fields = fields.join(" ");
+        match level {
+            Level::Debug => {
+                tracing::debug!(target: "mixer_wasm::plugin", handler, %fields, "{message}")
+            }
+            Level::Info => {
+                tracing::info!(target: "mixer_wasm::plugin", handler, %fields, "{message}")
+            }
+            Level::Warn => {
+                tracing::warn!(target: "mixer_wasm::plugin", handler, %fields, "{message}")
+            }
+            Level::Error => {
+                tracing::error!(target: "mixer_wasm::plugin", handler, %fields, "{message}")
+            }
+        }
+    }
+
+    fn now(&mut self) -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+    }
+
+    fn counter_add(&mut self, name: String, key: String, delta: u64) {
+        let m = &self.ctx.metrics;
+        let handler: &str = &self.ctx.handler;
+        let (name, key) = (cut(&name, MAX_LABEL), cut(&key, MAX_LABEL));
+        if m.admit(handler, format!("{handler}\0c\0{name}\0{key}")) {
+            m.counters
+                .with_label_values(&[handler, name, key])
+                .inc_by(delta);
+        }
+    }
+
+    fn histogram_observe(&mut self, name: String, value: f64) {
+        let m = &self.ctx.metrics;
+        let handler: &str = &self.ctx.handler;
+        let name = cut(&name, MAX_LABEL);
+        if value.is_finite() && m.admit(handler, format!("{handler}\0h\0{name}")) {
+            m.histograms
+                .with_label_values(&[handler, name])
+                .observe(value);
+        }
+    }
+}

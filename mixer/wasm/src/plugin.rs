@@ -1,0 +1,327 @@
+//! A compiled plugin: its component, pre-instantiated against the host imports, and what it
+//! declared about itself; and one call of it, in a fresh instance under limits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mixer_model::Template;
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{ResourceLimiter, Store, Trap};
+
+use crate::HOST_INTERFACE;
+use crate::bindings::{self, PluginPre};
+use crate::host::WasmHost;
+use crate::limits::Limits;
+use crate::metrics::WasmMetrics;
+
+/// Why a module could not be loaded.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LoadError {
+    /// The file could not be read.
+    #[error("cannot read Wasm module {path}: {message}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The OS's reason.
+        message: String,
+    },
+    /// Not a valid component (a core module, a broken file, a feature this host lacks).
+    #[error("{origin} is not a valid Wasm component: {message}")]
+    Compile {
+        /// The file.
+        origin: String,
+        /// wasmtime's reason.
+        message: String,
+    },
+    /// The component imports what the mixer does not give plugins.
+    #[error(
+        "{origin} imports {import}, which the mixer does not provide: a plugin may import only {HOST_INTERFACE} (no WASI: build it for wasm32-unknown-unknown, or for wasm32-wasip2 without std I/O, and check `wasm-tools component wit`)"
+    )]
+    ForbiddenImport {
+        /// The file.
+        origin: String,
+        /// The import's name.
+        import: String,
+    },
+    /// The component does not implement the `mixer:adapter/plugin@0.1.0` world.
+    #[error("{origin} does not implement {}: {message}", crate::WORLD)]
+    World {
+        /// The file.
+        origin: String,
+        /// What is missing or mistyped.
+        message: String,
+    },
+    /// Its `info` export failed or answered nonsense.
+    #[error("{origin}: info() failed: {message}")]
+    Info {
+        /// The file.
+        origin: String,
+        /// Why.
+        message: String,
+    },
+    /// wasmtime could not build an engine.
+    #[error("cannot start the Wasm engine: {0}")]
+    Engine(String),
+}
+
+/// A plugin ready to run: compiled once, instantiated afresh for every call.
+pub struct Plugin {
+    origin: String,
+    hash: [u8; 32],
+    pre: PluginPre<CallState>,
+    name: String,
+    templates: Vec<Template>,
+}
+
+impl std::fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugin")
+            .field("origin", &self.origin)
+            .field("name", &self.name)
+            .field("templates", &self.templates)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What kind of limit or failure stopped a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum FaultKind {
+    /// The plugin trapped (`unreachable`, out-of-bounds access, a Rust panic).
+    Trap,
+    /// Its wall-clock deadline passed.
+    Deadline,
+    /// It tried to grow its memory past the cap.
+    Memory,
+    /// It used up its fuel.
+    Fuel,
+    /// No instance could be made (the pool is full, the initial memory is over the cap).
+    Instantiate,
+}
+
+impl FaultKind {
+    /// The `kind` label of `mixer_wasm_plugin_faults_total`.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            FaultKind::Trap => "trap",
+            FaultKind::Deadline => "deadline",
+            FaultKind::Memory => "memory",
+            FaultKind::Fuel => "fuel",
+            FaultKind::Instantiate => "instantiate",
+        }
+    }
+}
+
+/// A call that did not return.
+#[derive(Clone, Debug)]
+pub(crate) struct Fault {
+    pub(crate) kind: FaultKind,
+    pub(crate) message: String,
+}
+
+/// Who is calling, for the host imports' logs and metrics.
+pub(crate) struct CallContext {
+    pub(crate) handler: Arc<str>,
+    pub(crate) metrics: Arc<WasmMetrics>,
+}
+
+/// The data of one call's store.
+pub(crate) struct CallState {
+    cap: MemoryCap,
+    pub(crate) ctx: Arc<CallContext>,
+}
+
+/// The memory cap, remembering whether it refused a growth so that the trap that follows
+/// (Rust aborts on a failed allocation) is counted as what it is.
+struct MemoryCap {
+    max_bytes: usize,
+    refused: bool,
+}
+
+/// The bound on making an instance (and running its start function).
+const INSTANTIATE_DEADLINE: Duration = Duration::from_millis(100);
+
+/// Table elements an instance may have; generous for any wit-bindgen component.
+const MAX_TABLE_ELEMENTS: usize = 100_000;
+
+impl ResourceLimiter for MemoryCap {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.max_bytes {
+            self.refused = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+}
+
+impl Plugin {
+    /// Compiles, checks imports and exports, and asks the plugin for its info.
+    pub(crate) fn compile(
+        host: &WasmHost,
+        origin: &str,
+        bytes: &[u8],
+        hash: [u8; 32],
+    ) -> Result<Plugin, LoadError> {
+        let engine = host.engine();
+        let component = Component::new(engine, bytes).map_err(|e| LoadError::Compile {
+            origin: origin.to_string(),
+            message: format!("{e:#}"),
+        })?;
+        // Refused here with a clear message rather than by the linker's "import not
+        // defined": a plugin built for WASI needs rebuilding, not a config change.
+        if let Some((import, _)) = component
+            .component_type()
+            .imports(engine)
+            .find(|(name, _)| *name != HOST_INTERFACE)
+        {
+            return Err(LoadError::ForbiddenImport {
+                origin: origin.to_string(),
+                import: import.to_string(),
+            });
+        }
+        let mut linker = Linker::<CallState>::new(engine);
+        bindings::Plugin::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |s| s)
+            .map_err(|e| LoadError::Engine(format!("{e:#}")))?;
+        let world = |e: wasmtime::Error| LoadError::World {
+            origin: origin.to_string(),
+            message: format!("{e:#}"),
+        };
+        let pre = linker.instantiate_pre(&component).map_err(world)?;
+        let pre = PluginPre::new(pre).map_err(world)?;
+        let mut plugin = Plugin {
+            origin: origin.to_string(),
+            hash,
+            pre,
+            name: String::new(),
+            templates: Vec::new(),
+        };
+        let ctx = Arc::new(CallContext {
+            handler: Arc::from(format!("load of {origin}")),
+            metrics: host.metrics.clone(),
+        });
+        let info = plugin
+            .call(
+                host,
+                &ctx,
+                &Limits::default(),
+                Duration::from_secs(1),
+                |p, s| p.call_info(s),
+            )
+            .map_err(|f| LoadError::Info {
+                origin: origin.to_string(),
+                message: f.message,
+            })?;
+        if info.name.trim().is_empty() {
+            return Err(LoadError::Info {
+                origin: origin.to_string(),
+                message: "the plugin's name is empty".into(),
+            });
+        }
+        plugin.name = info.name;
+        plugin.templates = info.templates.into_iter().map(Into::into).collect();
+        plugin.templates.dedup();
+        Ok(plugin)
+    }
+
+    /// The name the plugin gives itself.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The templates it declares.
+    pub fn templates(&self) -> &[Template] {
+        &self.templates
+    }
+
+    /// Where it was loaded from.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// The SHA-256 of its bytes, in hex.
+    pub fn sha256(&self) -> String {
+        self.hash.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Runs `f` in a fresh instance with `limits`' memory and fuel and a wall-clock
+    /// `deadline`. Every way the call can fail comes back as a [`Fault`], never a panic.
+    pub(crate) fn call<R>(
+        &self,
+        host: &WasmHost,
+        ctx: &Arc<CallContext>,
+        limits: &Limits,
+        deadline: Duration,
+        f: impl FnOnce(&bindings::Plugin, &mut Store<CallState>) -> wasmtime::Result<R>,
+    ) -> Result<R, Fault> {
+        let mut store = Store::new(
+            host.engine(),
+            CallState {
+                cap: MemoryCap {
+                    max_bytes: usize::try_from(limits.memory_bytes).unwrap_or(usize::MAX),
+                    refused: false,
+                },
+                ctx: ctx.clone(),
+            },
+        );
+        store.limiter(|s| &mut s.cap);
+        // Instantiation is the host's work (and a start function's); it gets a bound of its
+        // own so that the call's deadline is the plugin's time alone.
+        store.set_epoch_deadline(host.ticks(INSTANTIATE_DEADLINE.max(deadline)));
+        // Fuel accounting is compiled into every plugin; without a limit the tank is full.
+        store
+            .set_fuel(limits.fuel.unwrap_or(u64::MAX))
+            .map_err(|e| Fault {
+                kind: FaultKind::Instantiate,
+                message: format!("{e:#}"),
+            })?;
+        let instance = match self.pre.instantiate(&mut store) {
+            Ok(instance) => instance,
+            Err(e) => {
+                let kind = if store.data().cap.refused {
+                    FaultKind::Memory
+                } else {
+                    FaultKind::Instantiate
+                };
+                return Err(Fault {
+                    kind,
+                    message: format!("cannot instantiate: {e:#}"),
+                });
+            }
+        };
+        store.set_epoch_deadline(host.ticks(deadline));
+        f(&instance, &mut store).map_err(|e| {
+            let kind = if store.data().cap.refused {
+                FaultKind::Memory
+            } else {
+                match e.downcast_ref::<Trap>() {
+                    Some(Trap::Interrupt) => FaultKind::Deadline,
+                    Some(Trap::OutOfFuel) => FaultKind::Fuel,
+                    _ => FaultKind::Trap,
+                }
+            };
+            let message = match kind {
+                FaultKind::Deadline => format!("deadline of {deadline:?} passed"),
+                FaultKind::Memory => format!(
+                    "memory cap of {} MiB reached ({e})",
+                    limits.memory_bytes >> 20
+                ),
+                FaultKind::Fuel => format!("fuel of {} used up", limits.fuel.unwrap_or(0)),
+                _ => format!("{e}"),
+            };
+            Fault { kind, message }
+        })
+    }
+}
