@@ -110,7 +110,12 @@ fn case(name: &str, params: serde_json::Value, unreachable: Option<Unreachable>)
         .get(name)
         .unwrap_or_else(|| panic!("no built-in adapter {name}"))
         .clone();
-    let instances = adapter.info().templates.iter().map(|t| of(*t)).collect();
+    let instances = adapter
+        .templates_for(&params)
+        .unwrap_or_else(|| adapter.info().templates.to_vec())
+        .into_iter()
+        .map(of)
+        .collect();
     Case {
         adapter,
         params,
@@ -118,6 +123,19 @@ fn case(name: &str, params: serde_json::Value, unreachable: Option<Unreachable>)
         instances,
         offers_every_variety: false,
     }
+}
+
+/// The path of an example Wasm plugin built into `MIXER_WASM_GUESTS` (or `target/wasm-guests`).
+fn guest(name: &str) -> String {
+    let dir = std::env::var("MIXER_WASM_GUESTS")
+        .unwrap_or_else(|_| format!("{}/../target/wasm-guests", env!("CARGO_MANIFEST_DIR")));
+    let path = Path::new(&dir).join(format!("{name}.wasm"));
+    assert!(
+        path.exists(),
+        "{} is missing: build it with adapters/examples/wasm/build.sh",
+        path.display()
+    );
+    path.display().to_string()
 }
 
 /// A loopback port nothing listens on.
@@ -177,9 +195,24 @@ async fn every_built_in_adapter_conforms() {
                 immediate: &[Template::LogEntry, Template::TraceSpan],
             }),
         ),
+        // The example plugins (adapters/examples/wasm/build.sh, run by .ci/run); each declares
+        // its own templates when its module loads.
+        case(
+            "wasm",
+            json!({"module": guest("deny-header"), "limits": {"checkDeadline": "100ms"},
+                "config": {"header": "x-plugin-deny", "value": "true", "message": "denied"}}),
+            None,
+        ),
+        case(
+            "wasm",
+            json!({"module": guest("count-by"), "limits": {"reportDeadline": "500ms"},
+                "config": {"dimension": "destination"}}),
+            None,
+        ),
     ];
     let registry = mixer_server::adapters::builtin();
     let mut covered: Vec<&str> = cases.iter().map(|c| c.adapter.info().name).collect();
+    covered.dedup();
     let mut registered: Vec<&str> = registry.names().collect();
     covered.sort_unstable();
     registered.sort_unstable();

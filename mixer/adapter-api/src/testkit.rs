@@ -98,6 +98,14 @@ pub async fn violations(case: &Case) -> Vec<String> {
     out
 }
 
+/// The templates the case's handler accepts: its params' own, for an adapter whose templates
+/// depend on them (a Wasm plugin), or the adapter's.
+fn declared(case: &Case) -> Vec<Template> {
+    case.adapter
+        .templates_for(&case.params)
+        .unwrap_or_else(|| case.adapter.info().templates.to_vec())
+}
+
 fn info(case: &Case, out: &mut Vec<String>) {
     let info = case.adapter.info();
     if info.name.is_empty() {
@@ -163,7 +171,7 @@ fn build(
 }
 
 fn traits(case: &Case, handler: &dyn Handler, out: &mut Vec<String>) {
-    let declared = case.adapter.info().templates;
+    let declared = declared(case);
     for variety in [Variety::Check, Variety::Quota, Variety::Report] {
         let offered = match variety {
             Variety::Check => handler.as_check().is_some(),
@@ -222,7 +230,7 @@ async fn call(
 }
 
 fn templates_covered(case: &Case, out: &mut Vec<String>) {
-    let declared = case.adapter.info().templates;
+    let declared = declared(case);
     for i in &case.instances {
         if !declared.contains(&i.template) {
             out.push(format!(
@@ -262,7 +270,7 @@ async fn answers(case: &Case, handler: &dyn Handler, out: &mut Vec<String>) {
 
 /// Calls of one template of each variety the adapter declares none of: each must fail.
 async fn undeclared(case: &Case, handler: &dyn Handler, out: &mut Vec<String>) {
-    let declared = case.adapter.info().templates;
+    let declared = declared(case);
     for template in [
         Template::CheckNothing,
         Template::Quota,
@@ -303,8 +311,9 @@ async fn failures(
     if immediate.is_empty() {
         out.push("the unreachable backend names no template whose calls reach it".into());
     }
+    let declared = declared(case);
     for t in immediate {
-        if !case.adapter.info().templates.contains(t) {
+        if !declared.contains(t) {
             out.push(format!(
                 "the unreachable backend names {}, which the adapter does not declare",
                 t.name()
