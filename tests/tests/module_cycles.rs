@@ -13,7 +13,12 @@ use syn::visit::Visit;
 /// Circles known today, each named by its modules in order. The runtime's check path is being
 /// reorganised into stages (issue "one check pipeline"); when that lands this list is empty,
 /// and the test fails while an entry here no longer matches what the crate holds.
-const KNOWN: &[(&str, &[&str])] = &[("mixer/runtime", &["cache", "dispatch", "reads", "snapshot"])];
+const KNOWN: &[(&str, &[&str])] = &[
+    ("mixer/runtime", &["cache", "dispatch", "reads", "snapshot"]),
+    // The Wasm host's metrics and plugin modules share the host's store type; to be split
+    // out with the runtime's stages.
+    ("mixer/wasm", &["host", "metrics", "plugin"]),
+];
 
 /// Every crate of the workspace with a `src/` folder, by its folder relative to the root.
 fn crates(root: &Path) -> Vec<PathBuf> {
