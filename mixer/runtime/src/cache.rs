@@ -412,8 +412,9 @@ fn encode_str(s: &str, out: &mut Vec<u8>) {
     out.extend_from_slice(s.as_bytes());
 }
 
-/// An unambiguous byte encoding: a type tag, then fixed-size or length-prefixed data.
-fn encode_value(v: &Value, out: &mut Vec<u8>) {
+/// An unambiguous byte encoding of a value: a type tag, then fixed-size or length-prefixed
+/// data. The in-process cache keys on it, and the shared tier hashes it into its Redis keys.
+pub fn encode_value(v: &Value, out: &mut Vec<u8>) {
     match v {
         Value::String(s) => {
             out.push(1);

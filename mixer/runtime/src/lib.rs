@@ -27,7 +27,7 @@ mod snapshot;
 mod store;
 mod watch;
 
-pub use cache::{CacheOptions, Checked};
+pub use cache::{CacheOptions, Checked, encode_value};
 pub use content::{CheckOutcome, ConfigContent, DiskState, FileHash};
 pub use deadline::DEFAULT_HANDLER_TIMEOUT;
 pub use dispatch::{

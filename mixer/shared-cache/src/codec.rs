@@ -95,7 +95,7 @@ pub fn entry_key(
             // A map key read of a value that is not a map: recorded as the whole value.
             (Some(v), _) => {
                 out.push(3);
-                encode_value(v, &mut out);
+                mixer_runtime::encode_value(v, &mut out);
             }
         }
     }
@@ -225,65 +225,6 @@ fn put_str(s: &str, out: &mut Vec<u8>) {
 fn put_bytes(b: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(&(b.len() as u32).to_le_bytes());
     out.extend_from_slice(b);
-}
-
-/// A type tag, then fixed-size or length-prefixed data.
-fn encode_value(v: &Value, out: &mut Vec<u8>) {
-    match v {
-        Value::String(s) => {
-            out.push(1);
-            put_str(s, out);
-        }
-        Value::Int64(i) => {
-            out.push(2);
-            out.extend_from_slice(&i.to_le_bytes());
-        }
-        Value::Double(d) => {
-            out.push(3);
-            out.extend_from_slice(&d.to_bits().to_le_bytes());
-        }
-        Value::Bool(b) => out.extend_from_slice(&[4, u8::from(*b)]),
-        Value::Timestamp(t) => {
-            out.push(5);
-            out.extend_from_slice(&t.0.to_le_bytes());
-        }
-        Value::Duration(d) => {
-            out.push(6);
-            out.extend_from_slice(&d.0.to_le_bytes());
-        }
-        Value::Bytes(b) => {
-            out.push(7);
-            put_bytes(b, out);
-        }
-        Value::IpAddress(std::net::IpAddr::V4(ip)) => {
-            out.push(8);
-            out.extend_from_slice(&ip.octets());
-        }
-        Value::IpAddress(std::net::IpAddr::V6(ip)) => {
-            out.push(9);
-            out.extend_from_slice(&ip.octets());
-        }
-        Value::EmailAddress(s) => {
-            out.push(10);
-            put_str(s, out);
-        }
-        Value::Uri(s) => {
-            out.push(11);
-            put_str(s, out);
-        }
-        Value::DnsName(s) => {
-            out.push(12);
-            put_str(s, out);
-        }
-        Value::StringMap(m) => {
-            out.push(13);
-            out.extend_from_slice(&(m.len() as u32).to_le_bytes());
-            for (k, v) in m.iter() {
-                put_str(k, out);
-                put_str(v, out);
-            }
-        }
-    }
 }
 
 struct Reader<'a>(&'a [u8]);
