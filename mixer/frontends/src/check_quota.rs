@@ -19,16 +19,18 @@ use std::time::Duration;
 
 use mixer_adapter_api::QuotaArgs;
 use mixer_model::{Bag, Code, HeaderOp, HeaderOperation, Status, Value, Variety, Verdict};
-use mixer_runtime::{CheckError, Checked, QuotaOutcome, Snapshot};
+use mixer_runtime::{Checked, QuotaAsk, QuotaOutcome, Snapshot, Undecided};
 
 use crate::ratelimit::respond::{LIMIT_HEADER, REMAINING_HEADER, RESET_HEADER};
 
-/// `checked`, or the refusal it becomes when a quota its request is charged is exhausted.
+/// `checked`, or the refusal it becomes when a quota its request is charged is exhausted. A
+/// quota left undecided is logged as a check would be, naming `protocol`.
 pub(crate) async fn charged(
     snapshot: &Snapshot,
     bag: &dyn Bag,
     checked: Checked,
-) -> Result<Checked, CheckError> {
+    protocol: &'static str,
+) -> Result<Checked, Undecided> {
     if !checked.verdict.is_allowed() || !snapshot.has_rules(Variety::Quota) {
         return Ok(checked);
     }
@@ -45,7 +47,15 @@ pub(crate) async fn charged(
         deduplication_id: request_id,
         limit_override: None,
     };
-    let outcome = snapshot.quota(bag, None, &args).await?;
+    let ask = QuotaAsk {
+        bag,
+        quota: None,
+        args: &args,
+    };
+    let Some(outcome) = mixer_runtime::quota::ask(snapshot, &[ask]).await.pop() else {
+        return Ok(checked);
+    };
+    let outcome = outcome.inspect_err(|e| crate::request_scope::log_undecided(protocol, e))?;
     if outcome.instances.is_empty() || !outcome.refused {
         return Ok(checked);
     }

@@ -23,3 +23,4 @@ pub mod mixer_v1;
 pub mod otlp;
 mod protowire;
 pub mod ratelimit;
+mod request_scope;

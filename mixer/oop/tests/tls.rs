@@ -102,7 +102,14 @@ async fn snapshot(yaml: String, metrics: Arc<RuntimeMetrics>) -> Snapshot {
             config(&yaml),
             &registry,
             None,
-            &RuntimeOptions::default(),
+            // Every check asks the adapter: these tests are about its transport.
+            &RuntimeOptions {
+                cache: mixer_runtime::CacheOptions {
+                    max_entries: 0,
+                    ..mixer_runtime::CacheOptions::default()
+                },
+                ..RuntimeOptions::default()
+            },
             &metrics,
         )
         .unwrap_or_else(|e| panic!("build failed: {e:?}"))
@@ -110,6 +117,16 @@ async fn snapshot(yaml: String, metrics: Arc<RuntimeMetrics>) -> Snapshot {
     })
     .await
     .expect("build thread")
+}
+
+/// The verdict on a request from `user`.
+async fn decide(
+    snap: &Snapshot,
+    user: &str,
+) -> Result<Arc<mixer_model::Verdict>, mixer_runtime::Undecided> {
+    mixer_runtime::check(snap, &bag(snap, user), mixer_runtime::Wants::Reads)
+        .await
+        .map(|checked| checked.verdict)
 }
 
 fn bag(snap: &Snapshot, user: &str) -> AttributeBag {
@@ -137,13 +154,8 @@ async fn tls_with_the_ca_reaches_the_adapter_and_server_name_overrides_the_host(
         metrics.clone(),
     )
     .await;
-    assert!(
-        snap.check(&bag(&snap, "good"))
-            .await
-            .expect("decided")
-            .is_allowed()
-    );
-    let denied = snap.check(&bag(&snap, "eve")).await.expect("decided");
+    assert!(decide(&snap, "good").await.expect("decided").is_allowed());
+    let denied = decide(&snap, "eve").await.expect("decided");
     assert_eq!(denied.status.message, "eve is not listed");
     assert_eq!(errors_counted(&metrics, "ok"), 1);
 
@@ -157,12 +169,7 @@ async fn tls_with_the_ca_reaches_the_adapter_and_server_name_overrides_the_host(
         metrics.clone(),
     )
     .await;
-    assert!(
-        snap.check(&bag(&snap, "good"))
-            .await
-            .expect("decided")
-            .is_allowed()
-    );
+    assert!(decide(&snap, "good").await.expect("decided").is_allowed());
     // A name the certificate does not carry is refused.
     let auth = format!(
         "{{tls: {{caCertificates: {}, serverName: adapter.example}}}}",
@@ -173,10 +180,7 @@ async fn tls_with_the_ca_reaches_the_adapter_and_server_name_overrides_the_host(
         metrics.clone(),
     )
     .await;
-    let err = snap
-        .check(&bag(&snap, "good"))
-        .await
-        .expect_err("wrong name");
+    let err = decide(&snap, "good").await.expect_err("wrong name");
     let (_, error) = handler_failure(err);
     assert!(
         error
@@ -203,18 +207,13 @@ async fn mutual_tls_works_and_a_client_without_a_certificate_is_refused() {
         pki.path("ca.pem")
     );
     let snap = snapshot(yaml(&address, &mutual, "CLOSED"), metrics.clone()).await;
-    assert!(
-        snap.check(&bag(&snap, "good"))
-            .await
-            .expect("decided")
-            .is_allowed()
-    );
+    assert!(decide(&snap, "good").await.expect("decided").is_allowed());
 
     // Same adapter, TLS without a client certificate: the handshake fails, the closed
     // handler fails the check, and the failure is counted.
     let tls_only = format!("{{tls: {{caCertificates: {}}}}}", pki.path("ca.pem"));
     let snap = snapshot(yaml(&address, &tls_only, "CLOSED"), metrics.clone()).await;
-    let err = snap.check(&bag(&snap, "good")).await.expect_err("refused");
+    let err = decide(&snap, "good").await.expect_err("refused");
     let (handler, error) = handler_failure(err);
     assert_eq!(&*handler, "h.handler.istio-system");
     assert_eq!(error.kind, mixer_adapter_api::ErrorKind::Unavailable);
@@ -222,7 +221,7 @@ async fn mutual_tls_works_and_a_client_without_a_certificate_is_refused() {
     // An open handler lets the request through, and the failure is still counted.
     let snap = snapshot(yaml(&address, &tls_only, "OPEN"), metrics.clone()).await;
     assert!(
-        snap.check(&bag(&snap, "good"))
+        decide(&snap, "good")
             .await
             .expect("fails open")
             .is_allowed()
@@ -241,10 +240,7 @@ async fn a_wrong_ca_fails_with_an_error_naming_the_handler_and_the_cause() {
         metrics.clone(),
     )
     .await;
-    let err = snap
-        .check(&bag(&snap, "good"))
-        .await
-        .expect_err("untrusted");
+    let err = decide(&snap, "good").await.expect_err("untrusted");
     let (_, error) = handler_failure(err);
     let message = &error.message;
     assert!(message.contains("h.handler.istio-system"), "{message}");
@@ -269,7 +265,7 @@ async fn without_an_oauth_token_the_fail_policy_decides() {
     // The endpoint refuses the secret: a closed handler fails the check (Validate could not
     // be called either, which only warns), and the failure is counted as unavailable.
     let snap = snapshot(yaml(&address, &auth, "CLOSED"), metrics.clone()).await;
-    let err = snap.check(&bag(&snap, "good")).await.expect_err("no token");
+    let err = decide(&snap, "good").await.expect_err("no token");
     let (_, error) = handler_failure(err);
     assert_eq!(error.kind, mixer_adapter_api::ErrorKind::Unavailable);
     assert!(
@@ -281,7 +277,7 @@ async fn without_an_oauth_token_the_fail_policy_decides() {
     // An open one lets the request through.
     let snap = snapshot(yaml(&address, &auth, "OPEN"), metrics.clone()).await;
     assert!(
-        snap.check(&bag(&snap, "good"))
+        decide(&snap, "good")
             .await
             .expect("fails open")
             .is_allowed()
@@ -290,7 +286,7 @@ async fn without_an_oauth_token_the_fail_policy_decides() {
     // Once the endpoint takes the secret, the adapter decides.
     idp.set_secret("s3cret");
     let snap = snapshot(yaml(&address, &auth, "CLOSED"), metrics.clone()).await;
-    let denied = snap.check(&bag(&snap, "eve")).await.expect("decided");
+    let denied = decide(&snap, "eve").await.expect("decided");
     assert_eq!(denied.status.message, "eve is not listed");
     assert!(idp.issued() >= 1);
 }
@@ -360,10 +356,10 @@ async fn validate_goes_over_tls_and_rustls_refusals_are_config_errors() {
 
 /// The handler and error of a check a handler could not decide.
 fn handler_failure(
-    err: mixer_runtime::CheckError,
+    err: mixer_runtime::Undecided,
 ) -> (std::sync::Arc<str>, mixer_adapter_api::AdapterError) {
     match err {
-        mixer_runtime::CheckError::Handler { handler, error } => (handler, error),
+        mixer_runtime::Undecided::Handler { handler, error } => (handler, error),
         other => panic!("a handler should have failed: {other}"),
     }
 }

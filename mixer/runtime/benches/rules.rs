@@ -136,7 +136,9 @@ fn evaluation(c: &mut Criterion) {
             let snap = snapshot(rules, indexable);
             let bag = bag(&snap);
             group.bench_with_input(BenchmarkId::new(label, rules), &rules, |b, _| {
-                b.iter(|| snap.evaluate(std::hint::black_box(&bag), Variety::Check))
+                b.iter(|| {
+                    mixer_runtime::evaluate(&snap, std::hint::black_box(&bag), Variety::Check)
+                })
             });
         }
     }
@@ -159,18 +161,16 @@ fn cache_hit(c: &mut Criterion) {
     let mut group = c.benchmark_group("check");
     group.bench_function("cache_hit", |b| {
         b.iter(|| {
-            rt.block_on(snap.check_cached(std::hint::black_box(&bag)))
-                .map(|c| c.cache_hit)
+            rt.block_on(mixer_runtime::check(
+                &snap,
+                std::hint::black_box(&bag),
+                mixer_runtime::Wants::Reads,
+            ))
+            .map(|c| c.cache_hit)
         })
     });
     group.bench_function("empty_future_baseline", |b| {
         b.iter(|| rt.block_on(async { std::hint::black_box(1) }))
-    });
-    group.bench_function("uncached_10_rules", |b| {
-        b.iter(|| {
-            rt.block_on(snap.check(std::hint::black_box(&bag)))
-                .map(|v| v.is_allowed())
-        })
     });
     let off = RuntimeOptions {
         cache: CacheOptions {
@@ -182,14 +182,22 @@ fn cache_hit(c: &mut Criterion) {
     let off = snapshot_with(config(10, true), &off);
     group.bench_function("cache_off_10_rules", |b| {
         b.iter(|| {
-            rt.block_on(off.check_cached(std::hint::black_box(&bag)))
-                .map(|c| c.verdict.is_allowed())
+            rt.block_on(mixer_runtime::check(
+                &off,
+                std::hint::black_box(&bag),
+                mixer_runtime::Wants::Reads,
+            ))
+            .map(|c| c.verdict.is_allowed())
         })
     });
     group.bench_function("cache_off_10_rules_without_reads", |b| {
         b.iter(|| {
-            rt.block_on(off.check_cached_without_reads(std::hint::black_box(&bag)))
-                .map(|c| c.verdict.is_allowed())
+            rt.block_on(mixer_runtime::check(
+                &off,
+                std::hint::black_box(&bag),
+                mixer_runtime::Wants::Verdict,
+            ))
+            .map(|c| c.verdict.is_allowed())
         })
     });
     group.finish();
@@ -228,10 +236,15 @@ fn telemetry_config() -> String {
 fn report_instances(c: &mut Criterion) {
     let snap = snapshot_of(telemetry_config());
     let bag = bag(&snap);
-    assert_eq!(snap.evaluate(&bag, Variety::Report).dispatches.len(), 5);
+    assert_eq!(
+        mixer_runtime::evaluate(&snap, &bag, Variety::Report)
+            .dispatches
+            .len(),
+        5
+    );
     c.bench_function("report_standard_telemetry_5_instances", |b| {
         b.iter(|| {
-            snap.evaluate(std::hint::black_box(&bag), Variety::Report)
+            mixer_runtime::evaluate(&snap, std::hint::black_box(&bag), Variety::Report)
                 .dispatches
                 .len()
         })

@@ -3,37 +3,44 @@
 //!
 //! ```text
 //! config (validated) ──build──> Snapshot ──ArcSwap──> Runtime::snapshot()
-//! bag ──> Snapshot::evaluate ──> matched rules, instances ──> handlers ──> Verdict
+//! bag ──> check(snapshot, bag)  ──> cache ──> evaluate ──> dispatch ──> combine ──> Checked
+//! bag ──> quota::ask / plan + allocate ──> evaluate ──> quota handlers ──> QuotaOutcome
+//! bag ──> report(snapshot, bag) ──> evaluate ──> report queues ──> ReportOutcome
 //! ```
 //!
-//! A request takes [`Runtime::snapshot`] once and finishes on it; a reload builds a whole new
-//! snapshot and swaps it in, so a request never sees half a config.
+//! A [`Snapshot`] is data: the config, its built handlers, its rule sets and its check cache.
+//! One entry per variety works on it: [`check`], [`quota`] and [`report`]; all three start
+//! with the same rule evaluation ([`evaluate`]). A request takes [`Runtime::snapshot`] once
+//! (or [`Runtime::ready_snapshot`]) and finishes on it; a reload builds a whole new snapshot
+//! and swaps it in, so a request never sees half a config.
 
-mod cache;
+mod check;
 mod content;
 mod deadline;
-mod dispatch;
+mod decision;
+mod evaluate;
 mod index;
 mod limits;
 mod metrics;
-mod quota;
+pub mod quota;
 mod reads;
 mod remote;
+mod report;
 mod report_executor;
 mod report_queue;
+mod rules;
 mod shared_exprs;
 mod shared_tier;
 mod snapshot;
 mod store;
+mod verdicts;
 mod watch;
 
-pub use cache::{CacheOptions, Checked, encode_value};
+pub use check::{Checked, Wants, check};
 pub use content::{CheckOutcome, ConfigContent, DiskState, FileHash};
 pub use deadline::DEFAULT_HANDLER_TIMEOUT;
-pub use dispatch::{
-    CheckError, DEFAULT_VALID_DURATION, DEFAULT_VALID_USE_COUNT, Dispatch, Evaluation,
-    InstanceError, MatchFailure, ReportOutcome,
-};
+pub use decision::{DEFAULT_VALID_DURATION, DEFAULT_VALID_USE_COUNT, InstanceError, Undecided};
+pub use evaluate::{Dispatch, Evaluation, MatchFailure, evaluate};
 pub use index::RuleIndex;
 pub use limits::{
     DEFAULT_ACCESS_LOG_ENTRIES, DEFAULT_ATTRIBUTES, DEFAULT_CHECK_QUOTAS,
@@ -42,11 +49,13 @@ pub use limits::{
 };
 pub use metrics::{CheckCalls, CheckResults, RuntimeMetrics};
 pub use quota::{QuotaAsk, QuotaOutcome, QuotaPlan, quota_name_matches};
+pub use report::{ReportOutcome, report};
 pub use report_executor::{
     CHECKS_RECENT, CheckActivity, ExecutorStopped, REPORT_NICE, ReportExecutor,
 };
 pub use report_queue::{Overflow, QueueOptions};
 pub use shared_tier::{SharedHit, SharedTier, SharedTierRef, use_limited};
 pub use snapshot::{BuildError, Built, BuiltHandler, RuntimeOptions, Snapshot};
-pub use store::{ConfigOrigin, ReloadError, Runtime};
+pub use store::{ConfigOrigin, NotReady, ReloadError, Runtime};
+pub use verdicts::{CacheOptions, encode_value};
 pub use watch::{WatchGuard, WatchOptions, watch, watch_with};

@@ -1,9 +1,9 @@
 //! Quota dispatch: from a bag and a quota request to the quota handlers of matched rules.
 //!
 //! In two steps, so that a front end can look at every descriptor of a request before any is
-//! counted: [`Snapshot::plan_quota`] finds the instances a bag selects, and
-//! [`Snapshot::allocate_all`] asks their handlers, each handler once per request with every
-//! allocation that goes to it (redisquota answers a request in one round trip).
+//! counted: [`plan`] finds the instances a bag selects, and [`allocate`] asks their handlers,
+//! each handler once per request with every allocation that goes to it (redisquota answers a
+//! request in one round trip). [`ask`] does both for the quotas of one request.
 
 use std::time::Duration;
 
@@ -12,11 +12,12 @@ use mixer_config::RateLimitBehaviour;
 use mixer_model::{Bag, QuotaResult, ReferencedAttributes, Status, Template, Variety};
 
 use crate::deadline;
-use crate::dispatch::{CheckError, DEFAULT_VALID_DURATION, Dispatch, InstanceError};
+use crate::decision::{DEFAULT_VALID_DURATION, InstanceError, Undecided};
+use crate::evaluate::{Dispatch, evaluate};
 use crate::snapshot::{BuiltHandler, Snapshot};
 
 /// The quota instances one bag selects, before any handler is asked: what
-/// [`Snapshot::plan_quota`] finds and [`Snapshot::allocate_all`] spends.
+/// [`plan`] finds and [`allocate`] spends.
 #[derive(Clone, Debug)]
 pub struct QuotaPlan {
     dispatches: Vec<Dispatch>,
@@ -94,7 +95,7 @@ pub fn quota_name_matches(quota: &str, instance: &str, template: Template) -> bo
         })
 }
 
-/// One quota request of a batch given to [`Snapshot::quota_many`]: the bag the quota rules
+/// One quota of a request given to [`ask`]: the bag the quota rules
 /// are evaluated on, the quota asked for (only the instances answering that name, when given)
 /// and what is asked.
 #[derive(Clone, Copy)]
@@ -115,218 +116,211 @@ struct Planned {
     at: usize,
 }
 
-impl Snapshot {
-    /// Allocates quota: evaluates the quota rules against `bag` and asks the handler of each
-    /// matching quota instance (only those answering `quota`, when given) for `args.amount`.
-    /// With no matching instance everything is granted, as in Istio.
-    pub async fn quota(
-        &self,
-        bag: &dyn Bag,
-        quota: Option<&str>,
-        args: &QuotaArgs,
-    ) -> Result<QuotaOutcome, CheckError> {
-        let ask = QuotaAsk { bag, quota, args };
-        let mut outcomes = self.quota_many(&[ask]).await;
-        outcomes.pop().unwrap_or_else(|| Ok(granted_whole(args)))
-    }
+/// Allocates every quota of one request: evaluates the quota rules against each ask's bag and
+/// asks the handler of each matching quota instance (only those answering the ask's quota,
+/// when it names one) for its amount, each handler called once (see [`allocate`]). An ask no
+/// instance matches is granted whole, as in Istio. Answers are in the order of `asks`.
+pub async fn ask(
+    snapshot: &Snapshot,
+    asks: &[QuotaAsk<'_>],
+) -> Vec<Result<QuotaOutcome, Undecided>> {
+    let plans: Vec<(QuotaPlan, &QuotaArgs)> = asks
+        .iter()
+        .map(|ask| (plan(snapshot, ask.bag, ask.quota), ask.args))
+        .collect();
+    allocate(snapshot, plans, &[]).await
+}
 
-    /// Allocates every quota of one request: each ask as [`quota`](Self::quota) would, each
-    /// handler called once (see [`allocate_all`](Self::allocate_all)). Answers are in the
-    /// order of `asks`.
-    pub async fn quota_many(&self, asks: &[QuotaAsk<'_>]) -> Vec<Result<QuotaOutcome, CheckError>> {
-        let plans: Vec<(QuotaPlan, &QuotaArgs)> = asks
-            .iter()
-            .map(|ask| (self.plan_quota(ask.bag, ask.quota), ask.args))
-            .collect();
-        self.allocate_all(plans, &[]).await
+/// The first step of a quota request: the quota instances `bag` selects (those
+/// answering `quota`, when given), without asking any handler.
+pub fn plan(snapshot: &Snapshot, bag: &dyn Bag, quota: Option<&str>) -> QuotaPlan {
+    snapshot
+        .metrics
+        .check_activity
+        .mark(std::time::Instant::now());
+    let mut eval = evaluate(snapshot, bag, Variety::Quota);
+    if let Some(q) = quota {
+        eval.dispatches
+            .retain(|d| quota_name_matches(q, &d.instance.name, d.instance.template));
     }
-
-    /// The first step of a quota request: the quota instances `bag` selects (those
-    /// answering `quota`, when given), without asking any handler.
-    pub fn plan_quota(&self, bag: &dyn Bag, quota: Option<&str>) -> QuotaPlan {
-        self.metrics.check_activity.mark(std::time::Instant::now());
-        let mut eval = self.evaluate(bag, Variety::Quota);
-        if let Some(q) = quota {
-            eval.dispatches
-                .retain(|d| quota_name_matches(q, &d.instance.name, d.instance.template));
-        }
-        let not_built = eval.instance_errors.into_iter().find(|e| {
-            quota.is_none_or(|q| {
-                self.config
-                    .instance(&e.instance)
-                    .is_some_and(|ic| quota_name_matches(q, &ic.name, ic.template))
-            })
-        });
-        QuotaPlan {
-            dispatches: eval.dispatches,
-            referenced: eval.referenced,
-            not_built,
-        }
+    let not_built = eval.instance_errors.into_iter().find(|e| {
+        quota.is_none_or(|q| {
+            snapshot
+                .config
+                .instance(&e.instance)
+                .is_some_and(|ic| quota_name_matches(q, &ic.name, ic.template))
+        })
+    });
+    QuotaPlan {
+        dispatches: eval.dispatches,
+        referenced: eval.referenced,
+        not_built,
     }
+}
 
-    /// The second step: asks the handlers of every plan's instances for its amount, each
-    /// handler once, with all of the request's allocations that go to it
-    /// ([`QuotaHandler::allocate_many`](mixer_adapter_api::QuotaHandler::allocate_many)), and
-    /// the handlers concurrently. envoyproxy/ratelimit limits that are `unlimited`, or whose
-    /// `rate_limit.name` is in `replaced` (a limit another limit of the same request replaces),
-    /// are not counted. Answers are in the order of `plans`.
-    ///
-    /// A refusal's status message is prefixed with the handler's name and `:`, and further
-    /// refusals of the same plan are added after `, `, as Istio 1.4's dispatcher wrote them
-    /// (`mixer/pkg/runtime/dispatcher/session.go`, `waitForDispatched`).
-    pub async fn allocate_all(
-        &self,
-        plans: Vec<(QuotaPlan, &QuotaArgs)>,
-        replaced: &[String],
-    ) -> Vec<Result<QuotaOutcome, CheckError>> {
-        // Which handler each plan's instances go to, in dispatch order; calls grouped by
-        // handler.
-        let mut groups: Vec<(usize, Vec<QuotaCall<'_>>)> = Vec::new();
-        let mut routes: Vec<Vec<Planned>> = Vec::with_capacity(plans.len());
-        let mut outcomes = Vec::with_capacity(plans.len());
-        for (plan, args) in &plans {
-            let mut route = Vec::new();
-            let mut outcome = QuotaOutcome {
-                result: QuotaResult {
-                    status: Status::OK,
-                    valid_duration: DEFAULT_VALID_DURATION,
-                    granted_amount: args.amount,
-                    limit: None,
-                },
-                referenced: plan.referenced.clone(),
-                instances: Vec::new(),
-                refused: false,
-                unlimited: false,
-                quota_mode: false,
+/// The second step of a quota request: asks the handlers of every plan's instances for its amount, each
+/// handler once, with all of the request's allocations that go to it
+/// ([`QuotaHandler::allocate_many`](mixer_adapter_api::QuotaHandler::allocate_many)), and
+/// the handlers concurrently. envoyproxy/ratelimit limits that are `unlimited`, or whose
+/// `rate_limit.name` is in `replaced` (a limit another limit of the same request replaces),
+/// are not counted. Answers are in the order of `plans`.
+///
+/// A refusal's status message is prefixed with the handler's name and `:`, and further
+/// refusals of the same plan are added after `, `, as Istio 1.4's dispatcher wrote them
+/// (`mixer/pkg/runtime/dispatcher/session.go`, `waitForDispatched`).
+pub async fn allocate(
+    snapshot: &Snapshot,
+    plans: Vec<(QuotaPlan, &QuotaArgs)>,
+    replaced: &[String],
+) -> Vec<Result<QuotaOutcome, Undecided>> {
+    // Which handler each plan's instances go to, in dispatch order; calls grouped by
+    // handler.
+    let mut groups: Vec<(usize, Vec<QuotaCall<'_>>)> = Vec::new();
+    let mut routes: Vec<Vec<Planned>> = Vec::with_capacity(plans.len());
+    let mut outcomes = Vec::with_capacity(plans.len());
+    for (plan, args) in &plans {
+        let mut route = Vec::new();
+        let mut outcome = QuotaOutcome {
+            result: QuotaResult {
+                status: Status::OK,
+                valid_duration: DEFAULT_VALID_DURATION,
+                granted_amount: args.amount,
+                limit: None,
+            },
+            referenced: plan.referenced.clone(),
+            instances: Vec::new(),
+            refused: false,
+            unlimited: false,
+            quota_mode: false,
+        };
+        let mut saw_unlimited = false;
+        for dispatch in &plan.dispatches {
+            if let Some(behaviour) = snapshot.config.rate_limit(dispatch.instance_index) {
+                if behaviour
+                    .name
+                    .as_ref()
+                    .is_some_and(|n| replaced.contains(n))
+                {
+                    continue;
+                }
+                if behaviour.unlimited {
+                    saw_unlimited = true;
+                    continue;
+                }
+                outcome.quota_mode |= behaviour.quota_mode;
+            }
+            let Some(built) = snapshot.handlers.get(dispatch.handler) else {
+                continue;
             };
-            let mut saw_unlimited = false;
-            for dispatch in &plan.dispatches {
-                if let Some(behaviour) = self.config.rate_limit(dispatch.instance_index) {
-                    if behaviour
-                        .name
-                        .as_ref()
-                        .is_some_and(|n| replaced.contains(n))
-                    {
-                        continue;
-                    }
-                    if behaviour.unlimited {
-                        saw_unlimited = true;
-                        continue;
-                    }
-                    outcome.quota_mode |= behaviour.quota_mode;
-                }
-                let Some(built) = self.handlers.get(dispatch.handler) else {
-                    continue;
-                };
-                if built.handler.as_quota().is_none() {
-                    continue;
-                }
-                outcome.instances.push(dispatch.instance.name.to_string());
-                let group = match groups.iter().position(|(h, _)| *h == dispatch.handler) {
-                    Some(g) => g,
-                    None => {
-                        groups.push((dispatch.handler, Vec::new()));
-                        groups.len() - 1
-                    }
-                };
-                let calls = &mut groups[group].1;
-                route.push(Planned {
-                    group,
-                    at: calls.len(),
-                });
-                calls.push((&dispatch.instance, *args));
+            if built.handler.as_quota().is_none() {
+                continue;
             }
-            outcome.unlimited = saw_unlimited && outcome.instances.is_empty();
-            routes.push(route);
-            outcomes.push(outcome);
+            outcome.instances.push(dispatch.instance.name.to_string());
+            let group = match groups.iter().position(|(h, _)| *h == dispatch.handler) {
+                Some(g) => g,
+                None => {
+                    groups.push((dispatch.handler, Vec::new()));
+                    groups.len() - 1
+                }
+            };
+            let calls = &mut groups[group].1;
+            route.push(Planned {
+                group,
+                at: calls.len(),
+            });
+            calls.push((&dispatch.instance, *args));
         }
-        let answers: Vec<Vec<Result<QuotaResult, AdapterError>>> =
-            futures_util::future::join_all(groups.iter().map(|(handler, calls)| async move {
-                let built = &self.handlers[*handler];
-                match built.handler.as_quota() {
-                    // Past the deadline every allocation of the call has failed.
-                    Some(quota) => match built.deadline {
-                        Some(after) => tokio::time::timeout(after, quota.allocate_many(calls))
-                            .await
-                            .unwrap_or_else(|_| {
-                                calls
-                                    .iter()
-                                    .map(|_| Err(deadline::timed_out(after)))
-                                    .collect()
-                            }),
-                        None => quota.allocate_many(calls).await,
-                    },
-                    None => Vec::new(),
-                }
-            }))
-            .await;
-        plans
-            .iter()
-            .zip(routes)
-            .zip(outcomes)
-            .map(|(((plan, args), route), mut outcome)| {
-                if let Some(error) = &plan.not_built {
-                    return Err(CheckError::Instance(error.clone()));
-                }
-                for Planned { group, at } in route {
-                    let built = &self.handlers[groups[group].0];
-                    let Some(answer) = answers[group].get(at) else {
-                        continue;
-                    };
-                    self.combine(&mut outcome, built, answer, args)?;
-                }
-                outcome.refused = refuses(&outcome.result, args);
-                Ok(outcome)
-            })
-            .collect()
+        outcome.unlimited = saw_unlimited && outcome.instances.is_empty();
+        routes.push(route);
+        outcomes.push(outcome);
     }
-
-    /// Adds one handler's answer to an ask's outcome: the smallest grant and validity, the
-    /// most constraining limit, every refusal's status (prefixed with the handler's name); an
-    /// error applies the handler's fail policy.
-    fn combine(
-        &self,
-        outcome: &mut QuotaOutcome,
-        built: &BuiltHandler,
-        answer: &Result<QuotaResult, AdapterError>,
-        args: &QuotaArgs,
-    ) -> Result<(), CheckError> {
-        match answer {
-            Ok(result) => {
-                let refused = refuses(result, args);
-                let label = if refused { "denied" } else { "ok" };
-                self.metrics.handler_call(&built.name, "quota", label);
-                let combined = &mut outcome.result;
-                // Before the grant is combined: whether the request was refused so far.
-                if more_constraining(result, combined, args) {
-                    combined.limit = result.limit.clone();
-                }
-                combined.granted_amount = combined.granted_amount.min(result.granted_amount);
-                combined.valid_duration = combined.valid_duration.min(result.valid_duration);
-                if !result.status.is_ok() {
-                    let said = format!("{}:{}", built.name, result.status.message);
-                    if combined.status.is_ok() {
-                        combined.status = Status::new(result.status.code, said);
-                    } else {
-                        combined.status.message = format!("{}, {said}", combined.status.message);
-                    }
-                }
-                Ok(())
+    let answers: Vec<Vec<Result<QuotaResult, AdapterError>>> =
+        futures_util::future::join_all(groups.iter().map(|(handler, calls)| async move {
+            let built = &snapshot.handlers[*handler];
+            match built.handler.as_quota() {
+                // Past the deadline every allocation of the call has failed.
+                Some(quota) => match built.deadline {
+                    Some(after) => tokio::time::timeout(after, quota.allocate_many(calls))
+                        .await
+                        .unwrap_or_else(|_| {
+                            calls
+                                .iter()
+                                .map(|_| Err(deadline::timed_out(after)))
+                                .collect()
+                        }),
+                    None => quota.allocate_many(calls).await,
+                },
+                None => Vec::new(),
             }
-            Err(error) => {
-                self.metrics
-                    .handler_call(&built.name, "quota", error.kind.label());
-                match built.fail_policy_for(Variety::Quota) {
-                    // Failing open grants the request, for no longer than this call.
-                    FailPolicy::Open => {
-                        outcome.result.valid_duration = Duration::ZERO;
-                        Ok(())
-                    }
-                    FailPolicy::Closed => Err(CheckError::Handler {
-                        handler: built.name.clone(),
-                        error: error.clone(),
-                    }),
+        }))
+        .await;
+    plans
+        .iter()
+        .zip(routes)
+        .zip(outcomes)
+        .map(|(((plan, args), route), mut outcome)| {
+            if let Some(error) = &plan.not_built {
+                return Err(Undecided::Instance(error.clone()));
+            }
+            for Planned { group, at } in route {
+                let built = &snapshot.handlers[groups[group].0];
+                let Some(answer) = answers[group].get(at) else {
+                    continue;
+                };
+                combine(snapshot, &mut outcome, built, answer, args)?;
+            }
+            outcome.refused = refuses(&outcome.result, args);
+            Ok(outcome)
+        })
+        .collect()
+}
+
+/// Adds one handler's answer to an ask's outcome: the smallest grant and validity, the
+/// most constraining limit, every refusal's status (prefixed with the handler's name); an
+/// error applies the handler's fail policy.
+fn combine(
+    snapshot: &Snapshot,
+    outcome: &mut QuotaOutcome,
+    built: &BuiltHandler,
+    answer: &Result<QuotaResult, AdapterError>,
+    args: &QuotaArgs,
+) -> Result<(), Undecided> {
+    match answer {
+        Ok(result) => {
+            let refused = refuses(result, args);
+            let label = if refused { "denied" } else { "ok" };
+            snapshot.metrics.handler_call(&built.name, "quota", label);
+            let combined = &mut outcome.result;
+            // Before the grant is combined: whether the request was refused so far.
+            if more_constraining(result, combined, args) {
+                combined.limit = result.limit.clone();
+            }
+            combined.granted_amount = combined.granted_amount.min(result.granted_amount);
+            combined.valid_duration = combined.valid_duration.min(result.valid_duration);
+            if !result.status.is_ok() {
+                let said = format!("{}:{}", built.name, result.status.message);
+                if combined.status.is_ok() {
+                    combined.status = Status::new(result.status.code, said);
+                } else {
+                    combined.status.message = format!("{}, {said}", combined.status.message);
                 }
+            }
+            Ok(())
+        }
+        Err(error) => {
+            snapshot
+                .metrics
+                .handler_call(&built.name, "quota", error.kind.label());
+            match built.fail_policy_for(Variety::Quota) {
+                // Failing open grants the request, for no longer than this call.
+                FailPolicy::Open => {
+                    outcome.result.valid_duration = Duration::ZERO;
+                    Ok(())
+                }
+                FailPolicy::Closed => Err(Undecided::Handler {
+                    handler: built.name.clone(),
+                    error: error.clone(),
+                }),
             }
         }
     }
@@ -336,21 +330,4 @@ impl Snapshot {
 /// refuses, with status OK) less than the amount when not asked with best effort.
 fn refuses(result: &QuotaResult, args: &QuotaArgs) -> bool {
     !result.status.is_ok() || (result.granted_amount < args.amount && !args.best_effort)
-}
-
-/// Everything granted: the answer when no plan was asked about.
-fn granted_whole(args: &QuotaArgs) -> QuotaOutcome {
-    QuotaOutcome {
-        result: QuotaResult {
-            status: Status::OK,
-            valid_duration: DEFAULT_VALID_DURATION,
-            granted_amount: args.amount,
-            limit: None,
-        },
-        referenced: ReferencedAttributes::default(),
-        instances: Vec::new(),
-        refused: false,
-        unlimited: false,
-        quota_mode: false,
-    }
 }

@@ -9,7 +9,7 @@
 use mixer_config::{Config, FieldExprValue};
 use mixer_model::AttrId;
 
-use crate::snapshot::{IdentityAttrs, Snapshot};
+use crate::rules::IdentityAttrs;
 
 /// One flag per attribute of the snapshot's vocabulary: true when an expression (or the
 /// dispatcher itself) may read it.
@@ -62,12 +62,10 @@ impl ReadAttrs {
     }
 }
 
-impl Snapshot {
-    /// Whether evaluating this snapshot's rules can read attribute `id` (of
-    /// [`Snapshot::vocabulary`]). A report bag needs only these: [`Snapshot::report`] reads
-    /// nothing else, so a front end may leave the rest out once it has checked them.
-    pub fn reads_attribute(&self, id: AttrId) -> bool {
-        self.reads.read.get(id.index()).copied().unwrap_or(false)
+impl ReadAttrs {
+    /// Whether attribute `id` may be read.
+    pub(crate) fn reads(&self, id: AttrId) -> bool {
+        self.read.get(id.index()).copied().unwrap_or(false)
     }
 }
 

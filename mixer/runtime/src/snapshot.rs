@@ -10,13 +10,13 @@ use mixer_adapter_api::{AdapterRegistry, BuildContext, FailPolicy, Handler};
 use mixer_config::{Config, MatchErrorPolicy};
 use mixer_model::{AttrId, Variety};
 
-use crate::cache::{CacheOptions, CheckCache};
-use crate::index::RuleIndex;
 use crate::metrics::{CheckCalls, RuntimeMetrics};
 use crate::reads::ReadAttrs;
 use crate::remote::build_remote;
 use crate::report_queue::{QueueOptions, ReportQueue};
+use crate::rules::{ByVariety, IdentityAttrs};
 use crate::shared_exprs::SharedExprs;
+use crate::verdicts::{CacheOptions, VerdictCache};
 
 /// Settings that apply to every snapshot.
 #[derive(Clone, Debug)]
@@ -136,107 +136,6 @@ impl BuiltHandler {
     }
 }
 
-/// Rules of one namespace, with their index.
-#[derive(Debug, Default)]
-pub(crate) struct RuleSet {
-    /// Indices into `Config::rules`, in config order.
-    pub rules: Vec<usize>,
-    pub index: RuleIndex,
-    /// Instances of all its rules' actions: room for every dispatch an evaluation can make.
-    pub instances: usize,
-}
-
-impl RuleSet {
-    fn build(config: &Config, rules: Vec<usize>, options: &RuntimeOptions) -> RuleSet {
-        let constraints: Vec<_> = rules
-            .iter()
-            .map(|&r| {
-                config.rules[r]
-                    .match_expr
-                    .as_ref()
-                    .map(|m| m.equality_constraints())
-                    .unwrap_or_default()
-            })
-            .collect();
-        let deny_on_error: Vec<bool> = rules
-            .iter()
-            .map(|&r| {
-                config.rules[r]
-                    .match_error_policy
-                    .unwrap_or(options.match_error_policy)
-                    == MatchErrorPolicy::Deny
-            })
-            .collect();
-        let actions = rules.iter().flat_map(|&r| &config.rules[r].actions);
-        RuleSet {
-            index: RuleIndex::build(&constraints, &deny_on_error),
-            instances: actions.map(|a| a.instances.len()).sum(),
-            rules,
-        }
-    }
-}
-
-/// A namespace's rules split by what they are for. A check evaluates only the rules with a
-/// check action or header operations; a report only those with report actions; so a check
-/// never reads (nor references) what only a report rule needs, as in Istio.
-#[derive(Debug, Default)]
-pub(crate) struct ByVariety {
-    sets: [RuleSet; 3],
-}
-
-impl ByVariety {
-    fn build(config: &Config, rules: &[usize], options: &RuntimeOptions) -> ByVariety {
-        let for_variety = |v: Variety| {
-            let relevant = rules
-                .iter()
-                .copied()
-                .filter(|&r| {
-                    let rule = &config.rules[r];
-                    let has_action = rule.actions.iter().any(|a| {
-                        a.instances.iter().any(|&i| {
-                            config
-                                .instances
-                                .get(i)
-                                .is_some_and(|ic| ic.template.variety() == v)
-                        })
-                    });
-                    let has_headers = !rule.request_header_operations.is_empty()
-                        || !rule.response_header_operations.is_empty();
-                    has_action || (v == Variety::Check && has_headers)
-                })
-                .collect();
-            RuleSet::build(config, relevant, options)
-        };
-        ByVariety {
-            sets: [
-                for_variety(Variety::Check),
-                for_variety(Variety::Quota),
-                for_variety(Variety::Report),
-            ],
-        }
-    }
-
-    pub(crate) fn get(&self, variety: Variety) -> &RuleSet {
-        match variety {
-            Variety::Check => &self.sets[0],
-            Variety::Quota => &self.sets[1],
-            Variety::Report => &self.sets[2],
-        }
-    }
-
-    fn indexed(&self) -> usize {
-        self.sets.iter().map(|s| s.index.indexed()).sum()
-    }
-}
-
-/// Attribute ids the dispatcher reads to scope rules by namespace.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct IdentityAttrs {
-    pub reporter_kind: Option<AttrId>,
-    pub source_namespace: Option<AttrId>,
-    pub destination_namespace: Option<AttrId>,
-}
-
 /// An immutable, ready-to-serve config.
 pub struct Snapshot {
     /// Increases by one with every snapshot activated.
@@ -257,7 +156,7 @@ pub struct Snapshot {
     pub(crate) shared_exprs: SharedExprs,
     /// The attributes evaluation can read ([`Snapshot::reads_attribute`]).
     pub(crate) reads: ReadAttrs,
-    pub(crate) cache: Option<CheckCache>,
+    pub(crate) cache: Option<VerdictCache>,
     /// What replicas must have in common to share cached verdicts (set by the [`crate::Runtime`]
     /// that activates the snapshot; `None` shares nothing): see `Runtime::generation`.
     pub(crate) generation: Option<Arc<str>>,
@@ -414,11 +313,11 @@ impl Snapshot {
             source_namespace: vocabulary.lookup("source.namespace"),
             destination_namespace: vocabulary.lookup("destination.namespace"),
         };
-        let default_rules = ByVariety::build(&config, &default_rules, options);
+        let default_rules = ByVariety::build(&config, &default_rules, options.match_error_policy);
         let namespaced = by_namespace
             .into_iter()
             .map(|(ns, rules)| {
-                let set = ByVariety::build(&config, &rules, options);
+                let set = ByVariety::build(&config, &rules, options.match_error_policy);
                 (ns, set)
             })
             .collect();
@@ -440,7 +339,7 @@ impl Snapshot {
                 identity,
                 options: options.clone(),
                 metrics: metrics.clone(),
-                cache: CheckCache::new(options.cache, metrics, options.shared_tier.clone()),
+                cache: VerdictCache::new(options.cache, metrics, options.shared_tier.clone()),
                 generation: None,
             },
         })
@@ -498,6 +397,25 @@ impl Snapshot {
 }
 
 impl Snapshot {
+    /// Whether evaluating this snapshot's rules can read attribute `id` (of
+    /// [`Snapshot::vocabulary`]). A report bag needs only these: [`crate::report`] reads
+    /// nothing else, so a front end may leave the rest out once it has checked them.
+    pub fn reads_attribute(&self, id: AttrId) -> bool {
+        self.reads.reads(id)
+    }
+
+    /// Verdicts held in this snapshot's check cache (after pending evictions ran).
+    pub fn cached_verdicts(&self) -> u64 {
+        self.cache.as_ref().map_or(0, VerdictCache::len)
+    }
+
+    /// Drops every cached verdict of this snapshot.
+    pub fn clear_cache(&self) {
+        if let Some(cache) = &self.cache {
+            cache.invalidate_all();
+        }
+    }
+
     /// Delivers what the report queues of this snapshot's handlers hold and stops them,
     /// waiting at most `deadline` per handler. For shutdown.
     pub async fn close_report_queues(&self, deadline: std::time::Duration) {

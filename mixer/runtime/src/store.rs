@@ -35,6 +35,12 @@ pub enum ConfigOrigin {
     Path(PathBuf),
 }
 
+/// No valid config is active yet: the mixer cannot answer a request at all. Each front end
+/// answers it in its own protocol (gRPC UNAVAILABLE, HTTP 503), with this one wording.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("no valid config is active")]
+pub struct NotReady;
+
 /// Why a reload did not take effect.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReloadError {
@@ -143,7 +149,7 @@ impl Runtime {
         }
     }
 
-    /// Runs report work (decoding records, [`Snapshot::report`]) on the low-priority report
+    /// Runs report work (decoding records, [`crate::report`]) on the low-priority report
     /// threads when there are any and checks were served within [`crate::CHECKS_RECENT`];
     /// otherwise here.
     pub async fn run_report<F>(&self, work: F) -> Result<F::Output, ExecutorStopped>
@@ -160,6 +166,15 @@ impl Runtime {
     /// The active snapshot. Hold it for the whole request.
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.current.load_full()
+    }
+
+    /// The active snapshot once a valid config is active: what a request starts with.
+    pub fn ready_snapshot(&self) -> Result<Arc<Snapshot>, NotReady> {
+        if self.is_ready() {
+            Ok(self.snapshot())
+        } else {
+            Err(NotReady)
+        }
     }
 
     /// True once a valid config is active.

@@ -43,7 +43,9 @@ spec:
 
 async fn hit(snap: &Snapshot, attrs: &[(&str, Value)]) -> (bool, bool) {
     let b = bag(snap, attrs);
-    let checked = snap.check_cached(&b).await.expect("decided");
+    let checked = mixer_runtime::check(snap, &b, mixer_runtime::Wants::Reads)
+        .await
+        .expect("decided");
     (checked.cache_hit, checked.verdict.is_allowed())
 }
 
@@ -222,9 +224,11 @@ async fn a_check_answered_without_its_reads_records_them_only_for_the_cache() {
     ];
     let snap = snapshot(CONFIG, &at_most(0));
     let b = bag(&snap, &attrs);
-    let full = snap.check_cached(&b).await.expect("decided").verdict;
-    let lean = snap
-        .check_cached_without_reads(&b)
+    let full = mixer_runtime::check(&snap, &b, mixer_runtime::Wants::Reads)
+        .await
+        .expect("decided")
+        .verdict;
+    let lean = mixer_runtime::check(&snap, &b, mixer_runtime::Wants::Verdict)
         .await
         .expect("decided")
         .verdict;
@@ -236,7 +240,9 @@ async fn a_check_answered_without_its_reads_records_them_only_for_the_cache() {
 
     let snap = snapshot(CONFIG, &RuntimeOptions::default());
     let b = bag(&snap, &attrs);
-    let first = snap.check_cached_without_reads(&b).await.expect("decided");
+    let first = mixer_runtime::check(&snap, &b, mixer_runtime::Wants::Verdict)
+        .await
+        .expect("decided");
     assert!(!first.cache_hit && !first.verdict.referenced.is_empty());
     // Another user is a read attribute that differs: a miss, not bob's denial.
     let amy = bag(
@@ -246,13 +252,12 @@ async fn a_check_answered_without_its_reads_records_them_only_for_the_cache() {
             ("request.method", Value::from("GET")),
         ],
     );
-    let other = snap
-        .check_cached_without_reads(&amy)
+    let other = mixer_runtime::check(&snap, &amy, mixer_runtime::Wants::Verdict)
         .await
         .expect("decided");
     assert!(!other.cache_hit && other.verdict.is_allowed());
     assert!(
-        snap.check_cached_without_reads(&b)
+        mixer_runtime::check(&snap, &b, mixer_runtime::Wants::Verdict)
             .await
             .expect("decided")
             .cache_hit
@@ -342,7 +347,7 @@ spec:
         let snap = snap.clone();
         tasks.push(tokio::spawn(async move {
             let b = bag(&snap, &[("request.method", Value::from("GET"))]);
-            snap.check_cached(&b)
+            mixer_runtime::check(&snap, &b, mixer_runtime::Wants::Reads)
                 .await
                 .expect("decided")
                 .verdict

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use mixer_adapter_api::{ErrorKind, QuotaArgs};
-use mixer_runtime::{CheckError, RuntimeOptions};
+use mixer_runtime::{RuntimeOptions, Undecided};
 
 const CONFIG: &str = r#"
 kind: handler
@@ -56,8 +56,8 @@ async fn a_handler_past_its_deadline_is_cancelled_and_its_fail_policy_decides() 
 
     let closed = bag(&snap, &[("request.path", "/closed".into())]);
     let started = tokio::time::Instant::now();
-    match snap.check(&closed).await {
-        Err(CheckError::Handler { handler, error }) => {
+    match decide(&snap, &closed).await {
+        Err(Undecided::Handler { handler, error }) => {
             assert_eq!(handler.as_ref(), "stuck.handler.istio-system");
             assert_eq!(error.kind, ErrorKind::Timeout);
             assert!(error.retryable);
@@ -70,7 +70,7 @@ async fn a_handler_past_its_deadline_is_cancelled_and_its_fail_policy_decides() 
 
     // Failing open: allowed, and the answer is not to be reused.
     let open = bag(&snap, &[("request.path", "/open".into())]);
-    let verdict = snap.check(&open).await.expect("failed open");
+    let verdict = decide(&snap, &open).await.expect("failed open");
     assert!(verdict.is_allowed());
     assert_eq!(verdict.valid_duration, Duration::ZERO);
     assert_eq!(STALLED_CANCELLED.load(Ordering::SeqCst), before + 2);
@@ -82,8 +82,7 @@ async fn a_handler_past_its_deadline_is_cancelled_and_its_fail_policy_decides() 
         deduplication_id: String::new(),
         limit_override: None,
     };
-    let outcome = snap
-        .quota(&closed, Some("requestcount"), &args)
+    let outcome = allocate(&snap, &closed, Some("requestcount"), &args)
         .await
         .expect("quota fails open");
     assert_eq!(outcome.result.granted_amount, 3);

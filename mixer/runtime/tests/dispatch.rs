@@ -55,7 +55,7 @@ async fn denial_wins_and_validity_is_the_minimum() {
             ("request.method", Value::from("GET")),
         ],
     );
-    let v = snap.check(&b).await.expect("decided");
+    let v = decide(&snap, &b).await.expect("decided");
     assert_eq!(v.status.code, Code::PermissionDenied);
     assert_eq!(v.status.message, "no bob");
     assert_eq!(v.denied_by.as_deref(), Some("deny.handler.istio-system"));
@@ -79,11 +79,11 @@ async fn allowed_request_gets_header_operations_and_instances() {
             ("request.method", Value::from("GET")),
         ],
     );
-    let v = snap.check(&b).await.expect("decided");
+    let v = decide(&snap, &b).await.expect("decided");
     assert!(v.is_allowed());
     assert_eq!(v.request_header_ops.len(), 1);
     assert_eq!(v.request_header_ops[0].value, "mixer");
-    let eval = snap.evaluate(&b, Variety::Check);
+    let eval = mixer_runtime::evaluate(&snap, &b, Variety::Check);
     assert_eq!(eval.dispatches.len(), 1);
     assert_eq!(
         eval.dispatches[0].instance.value("value"),
@@ -109,7 +109,7 @@ async fn referenced_attributes_are_exactly_what_was_read() {
             ("request.path", Value::from("/unread")),
         ],
     );
-    let v = snap.check(&b).await.expect("decided");
+    let v = decide(&snap, &b).await.expect("decided");
     assert_eq!(
         v.referenced.find(headers, Some("x-user")),
         Some(Presence::Exact)
@@ -120,7 +120,7 @@ async fn referenced_attributes_are_exactly_what_was_read() {
     assert_eq!(v.referenced.find(path, None), None);
 
     let b = bag(&snap, &[("request.method", Value::from("GET"))]);
-    let v = snap.check(&b).await.expect("decided");
+    let v = decide(&snap, &b).await.expect("decided");
     assert_eq!(v.referenced.find(headers, None), Some(Presence::Absent));
 }
 
@@ -153,15 +153,15 @@ async fn match_errors_are_no_match_by_default_and_can_deny() {
     // request.host present so the strict rule evaluates; source.principal absent makes
     // needs-header fail.
     let b = bag(&snap, &[("request.host", Value::from("other.example"))]);
-    let v = snap.check(&b).await.expect("decided");
+    let v = decide(&snap, &b).await.expect("decided");
     assert!(v.is_allowed(), "Istio 1.4: a failed match is no match");
-    let eval = snap.evaluate(&b, Variety::Check);
+    let eval = mixer_runtime::evaluate(&snap, &b, Variety::Check);
     assert_eq!(eval.match_failures.len(), 1);
     assert_eq!(eval.match_failures[0].policy, MatchErrorPolicy::NoMatch);
 
     // The per-rule DENY applies when its own match fails.
     let b = bag(&snap, &[("source.principal", Value::from("amy"))]);
-    let v = snap.check(&b).await.expect("decided");
+    let v = decide(&snap, &b).await.expect("decided");
     assert_eq!(v.status.code, Code::PermissionDenied);
     assert!(v.status.message.contains("strict"), "{}", v.status.message);
 
@@ -172,7 +172,7 @@ async fn match_errors_are_no_match_by_default_and_can_deny() {
     };
     let snap = snapshot(MATCH_ERRORS, &strict);
     let b = bag(&snap, &[("request.host", Value::from("other.example"))]);
-    let v = snap.check(&b).await.expect("decided");
+    let v = decide(&snap, &b).await.expect("decided");
     assert_eq!(v.status.code, Code::PermissionDenied);
     assert!(
         v.status.message.contains("needs-header"),
@@ -211,7 +211,12 @@ fn a_failing_match_is_logged_once_and_counted_every_time() {
         .finish();
     tracing::subscriber::with_default(subscriber, || {
         for _ in 0..5 {
-            assert_eq!(snap.evaluate(&b, Variety::Check).match_failures.len(), 1);
+            assert_eq!(
+                mixer_runtime::evaluate(&snap, &b, Variety::Check)
+                    .match_failures
+                    .len(),
+                1
+            );
         }
     });
     let text = String::from_utf8(captured.0.lock().expect("not poisoned").clone()).expect("utf-8");
@@ -253,18 +258,22 @@ spec:
 #[tokio::test]
 async fn failing_handlers_follow_their_fail_policy() {
     let snap = snapshot(FAILING, &RuntimeOptions::default());
-    let err = snap
-        .check(&bag(&snap, &[("request.method", Value::from("POST"))]))
-        .await
-        .expect_err("cannot decide");
+    let err = decide(
+        &snap,
+        &bag(&snap, &[("request.method", Value::from("POST"))]),
+    )
+    .await
+    .expect_err("cannot decide");
     assert!(
-        matches!(&err, mixer_runtime::CheckError::Handler { handler, .. } if handler.as_ref() == "closed.handler.istio-system"),
+        matches!(&err, mixer_runtime::Undecided::Handler { handler, .. } if handler.as_ref() == "closed.handler.istio-system"),
         "{err}"
     );
-    let v = snap
-        .check(&bag(&snap, &[("request.method", Value::from("GET"))]))
-        .await
-        .expect("fails open");
+    let v = decide(
+        &snap,
+        &bag(&snap, &[("request.method", Value::from("GET"))]),
+    )
+    .await
+    .expect("fails open");
     assert!(v.is_allowed());
     assert_eq!(
         v.valid_use_count, 0,
@@ -292,15 +301,14 @@ async fn rules_outside_the_default_namespace_apply_to_their_namespace_only() {
     let snap = snapshot(NAMESPACES, &RuntimeOptions::default());
     let inbound_shop = bag(&snap, &[("destination.namespace", Value::from("shop"))]);
     assert!(
-        !snap
-            .check(&inbound_shop)
+        !decide(&snap, &inbound_shop)
             .await
             .expect("decided")
             .is_allowed()
     );
     let inbound_other = bag(&snap, &[("destination.namespace", Value::from("bank"))]);
     assert!(
-        snap.check(&inbound_other)
+        decide(&snap, &inbound_other)
             .await
             .expect("decided")
             .is_allowed()
@@ -314,8 +322,7 @@ async fn rules_outside_the_default_namespace_apply_to_their_namespace_only() {
         ],
     );
     assert!(
-        !snap
-            .check(&outbound_from_shop)
+        !decide(&snap, &outbound_from_shop)
             .await
             .expect("decided")
             .is_allowed()
@@ -419,7 +426,7 @@ async fn checks_and_handler_calls_are_counted_by_outcome() {
         )
     };
     for user in ["amy", "bob", "cid"] {
-        snap.check(&checked(user)).await.expect("decided");
+        decide(&snap, &checked(user)).await.expect("decided");
     }
     let calls = |handler: &str, result: &str| {
         metrics

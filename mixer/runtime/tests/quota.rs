@@ -59,8 +59,7 @@ async fn quotas_go_to_the_instances_they_name() {
         "requestcount.instance.istio-system",
         "requestcount",
     ] {
-        let out = snap
-            .quota(&b, Some(name), &args(3, false))
+        let out = allocate(&snap, &b, Some(name), &args(3, false))
             .await
             .expect("decided");
         assert_eq!(
@@ -72,8 +71,7 @@ async fn quotas_go_to_the_instances_they_name() {
         assert!(out.result.status.is_ok());
     }
     // A quota no rule produces is granted in full.
-    let out = snap
-        .quota(&b, Some("other.istio-system"), &args(5, false))
+    let out = allocate(&snap, &b, Some("other.istio-system"), &args(5, false))
         .await
         .expect("decided");
     assert!(out.instances.is_empty());
@@ -84,8 +82,7 @@ async fn quotas_go_to_the_instances_they_name() {
 async fn the_smallest_grant_and_the_first_refusal_win() {
     let snap = snapshot(CONFIG, &RuntimeOptions::default());
     let b = bag(&snap, &[("request.path", Value::from("/admin/x"))]);
-    let out = snap
-        .quota(&b, None, &args(2, false))
+    let out = allocate(&snap, &b, None, &args(2, false))
         .await
         .expect("decided");
     assert_eq!(out.instances.len(), 2);
@@ -149,21 +146,18 @@ async fn the_limit_reported_is_the_most_constraining_one() {
         )
     };
     // per-path has 9 left, per-user 2: per-user says more.
-    let out = snap
-        .quota(&req("amy"), None, &args(1, false))
+    let out = allocate(&snap, &req("amy"), None, &args(1, false))
         .await
         .expect("decided");
     let limit = out.result.limit.expect("memquota reports its limit");
     assert_eq!((&*limit.name, limit.remaining), ("per-user", 2));
     // Another user: per-path has 8 left, the new user's counter 2; still per-user.
-    let out = snap
-        .quota(&req("bob"), None, &args(1, false))
+    let out = allocate(&snap, &req("bob"), None, &args(1, false))
         .await
         .expect("decided");
     assert_eq!(out.result.limit.map(|l| l.remaining), Some(2));
     // amy runs out: the refusing quota's limit is the one reported.
-    let out = snap
-        .quota(&req("amy"), None, &args(3, false))
+    let out = allocate(&snap, &req("amy"), None, &args(3, false))
         .await
         .expect("decided");
     // memquota refuses as Istio's did: OK with nothing granted; the outcome is a refusal.

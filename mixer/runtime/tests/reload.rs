@@ -60,7 +60,7 @@ async fn concurrent_checks_never_see_half_a_config() {
             while !stop.load(Ordering::Relaxed) {
                 let snap = rt.snapshot();
                 let bag = AttributeBag::new(snap.vocabulary().clone());
-                let v = snap.check(&bag).await.expect("decided");
+                let v = decide(&snap, &bag).await.expect("decided");
                 let header = v
                     .request_header_ops
                     .first()
@@ -114,8 +114,7 @@ async fn watched_files_reload_and_invalid_ones_keep_the_old_snapshot() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let snap = rt.snapshot();
-    let v = snap
-        .check(&AttributeBag::new(snap.vocabulary().clone()))
+    let v = decide(&snap, &AttributeBag::new(snap.vocabulary().clone()))
         .await
         .expect("decided");
     assert_eq!(v.status.message, "v2");

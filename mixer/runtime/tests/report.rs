@@ -169,7 +169,7 @@ async fn below_capacity_every_record_arrives_in_batches() {
     });
     let b = bag(&snap, &[("context.protocol", Value::from("fast"))]);
     for _ in 0..1_050 {
-        let outcome = snap.report(&b).await;
+        let outcome = mixer_runtime::report(&snap, &b).await;
         assert_eq!((outcome.queued, outcome.dropped), (1, 0));
     }
     // The last, partial batch goes when its timeout passes.
@@ -204,7 +204,7 @@ async fn overflow_drops_are_counted_and_other_handlers_are_unaffected() {
     // Ten times the queue's capacity at a handler that takes 5 s per batch.
     let mut dropped_here = 0;
     for _ in 0..1_000 {
-        dropped_here += snap.report(&slow).await.dropped;
+        dropped_here += mixer_runtime::report(&snap, &slow).await.dropped;
     }
     assert!(
         dropped_here >= 1_000 - 100 - 10,
@@ -225,7 +225,7 @@ async fn overflow_drops_are_counted_and_other_handlers_are_unaffected() {
     // The fast handler's queue is separate: all its records arrive promptly.
     let fast = bag(&snap, &[("context.protocol", Value::from("fast"))]);
     for _ in 0..50 {
-        assert_eq!(snap.report(&fast).await.dropped, 0);
+        assert_eq!(mixer_runtime::report(&snap, &fast).await.dropped, 0);
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
     while sink.records.load(Ordering::SeqCst) < 50 {
@@ -276,7 +276,7 @@ async fn drop_oldest_keeps_the_newest_records() {
                 ("request.path", Value::from(format!("/{i}"))),
             ],
         );
-        snap.report(&b).await;
+        mixer_runtime::report(&snap, &b).await;
     }
     assert_eq!(
         dropped(&metrics, "fast.handler.istio-system", "queue_full"),
@@ -316,7 +316,7 @@ async fn a_handler_down_for_seconds_loses_nothing_within_the_age_limit() {
     );
     let b = bag(&snap, &[("context.protocol", Value::from("fast"))]);
     for _ in 0..100 {
-        assert_eq!(snap.report(&b).await.dropped, 0);
+        assert_eq!(mixer_runtime::report(&snap, &b).await.dropped, 0);
         tokio::time::sleep(Duration::from_millis(40)).await;
     }
     wait_until(Duration::from_secs(10), || {
@@ -351,11 +351,11 @@ async fn past_the_age_limit_the_oldest_records_are_dropped_and_counted() {
     );
     let b = bag(&snap, &[("context.protocol", Value::from("fast"))]);
     for _ in 0..10 {
-        snap.report(&b).await;
+        mixer_runtime::report(&snap, &b).await;
     }
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     for _ in 0..7 {
-        snap.report(&b).await;
+        mixer_runtime::report(&snap, &b).await;
     }
     wait_until(Duration::from_secs(10), || {
         sink.records.load(Ordering::SeqCst) == 7

@@ -134,10 +134,13 @@ async fn reports_yield_to_checks_only_while_checks_are_served() {
     );
 
     let snapshot = runtime.snapshot();
-    let checked = snapshot
-        .check_cached(&bag(&snapshot, &[("request.method", Value::from("GET"))]))
-        .await
-        .expect("decided");
+    let checked = mixer_runtime::check(
+        &snapshot,
+        &bag(&snapshot, &[("request.method", Value::from("GET"))]),
+        mixer_runtime::Wants::Reads,
+    )
+    .await
+    .expect("decided");
     assert!(!checked.verdict.is_allowed());
 
     let (thread, nice) = where_it_ran(&runtime).await;
@@ -149,8 +152,7 @@ async fn reports_yield_to_checks_only_while_checks_are_served() {
 async fn without_report_threads_reports_run_inline_even_during_checks() {
     let runtime = runtime(0);
     let snapshot = runtime.snapshot();
-    snapshot
-        .check_cached(&bag(&snapshot, &[]))
+    mixer_runtime::check(&snapshot, &bag(&snapshot, &[]), mixer_runtime::Wants::Reads)
         .await
         .expect("decided");
     let (thread, _) = where_it_ran(&runtime).await;
@@ -162,14 +164,16 @@ async fn records_queued_on_the_report_threads_are_delivered_from_the_serving_run
     let threads = Threads::default();
     let runtime = runtime_noting(1, threads.clone());
     let snapshot = runtime.snapshot();
-    snapshot
-        .check_cached(&bag(&snapshot, &[]))
+    mixer_runtime::check(&snapshot, &bag(&snapshot, &[]), mixer_runtime::Wants::Reads)
         .await
         .expect("decided");
     let queued = runtime
         .run_report(async move {
             let on = std::thread::current().name().map(str::to_owned);
-            (on, snapshot.report(&bag(&snapshot, &[])).await)
+            (
+                on,
+                mixer_runtime::report(&snapshot, &bag(&snapshot, &[])).await,
+            )
         })
         .await
         .expect("report threads running");

@@ -242,12 +242,21 @@ async fn run_file(file: &Path, args: &ConfigArgs) -> Result<Vec<(String, Vec<Str
         )
     })?;
     let metrics = RuntimeMetrics::unregistered();
+    // Every case is decided by its handlers: a verdict cached for an earlier case must not
+    // answer a later one.
+    let options = mixer_runtime::RuntimeOptions {
+        cache: mixer_runtime::CacheOptions {
+            max_entries: 0,
+            ..mixer_runtime::CacheOptions::default()
+        },
+        ..crate::validate::runtime_options(args)
+    };
     let built = Snapshot::build(
         1,
         validated.config,
         &crate::adapters::builtin(),
         None,
-        &crate::validate::runtime_options(args),
+        &options,
         &metrics,
     )
     .map_err(|errors| {
@@ -295,7 +304,7 @@ async fn run_case(snapshot: &Snapshot, case: &TestCase) -> Vec<String> {
             )];
         }
     };
-    let eval = snapshot.evaluate(&bag, variety);
+    let eval = mixer_runtime::evaluate(snapshot, &bag, variety);
     let expect = &case.expect;
     if let Some(want) = &expect.matched_rules {
         let got: Vec<&str> = eval.matched_rules.iter().map(|r| r.as_ref()).collect();
@@ -318,7 +327,8 @@ async fn run_case(snapshot: &Snapshot, case: &TestCase) -> Vec<String> {
         }
     }
     if variety == Variety::Check {
-        match (snapshot.check(&bag).await, &expect.error) {
+        let checked = mixer_runtime::check(snapshot, &bag, mixer_runtime::Wants::Reads).await;
+        match (checked.map(|c| c.verdict), &expect.error) {
             (Ok(verdict), None) => compare_verdict(expect, &verdict, &mut problems),
             (Ok(verdict), Some(want)) => problems.push(format!(
                 "error: expected the mixer not to decide ({want:?}), got {}",
@@ -351,9 +361,15 @@ async fn run_quota(
     };
     let mut last = None;
     for _ in 0..case.repeat.unwrap_or(1).max(1) {
-        match snapshot.quota(bag, case.quota.as_deref(), &args).await {
-            Ok(outcome) => last = Some(outcome),
-            Err(e) => {
+        let ask = mixer_runtime::QuotaAsk {
+            bag,
+            quota: case.quota.as_deref(),
+            args: &args,
+        };
+        match mixer_runtime::quota::ask(snapshot, &[ask]).await.pop() {
+            Some(Ok(outcome)) => last = Some(outcome),
+            None => return,
+            Some(Err(e)) => {
                 problems.push(format!("the mixer could not decide: {e}"));
                 return;
             }

@@ -71,7 +71,7 @@
 //!
 //! ## Answers and errors
 //!
-//! * No valid config: UNAVAILABLE "no valid config", before anything is read.
+//! * No valid config: UNAVAILABLE "no valid config is active", before anything is read.
 //! * A message that does not decode: INVALID_ARGUMENT for the stream (tonic reports it as
 //!   INTERNAL; it is the client's bytes that are wrong). Entries of earlier messages have
 //!   been reported; the server keeps serving other streams.
@@ -209,7 +209,7 @@ async fn report_message(
             for entry in &logs.log_entry {
                 bag.clear();
                 fill_http(&mut bag, identifier, entry, Timestamp::now());
-                let outcome = snapshot.report(&bag).await;
+                let outcome = mixer_runtime::report(snapshot, &bag).await;
                 state.summary.entries += 1;
                 state.summary.queued += outcome.queued;
                 state.summary.dropped += outcome.dropped;
@@ -225,7 +225,7 @@ async fn report_message(
                     &mut state.totals,
                     Timestamp::now(),
                 );
-                let outcome = snapshot.report(&bag).await;
+                let outcome = mixer_runtime::report(snapshot, &bag).await;
                 state.summary.entries += 1;
                 state.summary.queued += outcome.queued;
                 state.summary.dropped += outcome.dropped;
@@ -255,9 +255,9 @@ impl AccessLogService for AccessLog {
         &self,
         request: Request<Streaming<StreamAccessLogsMessage>>,
     ) -> Result<Response<StreamAccessLogsResponse>, Status> {
-        if !self.runtime.is_ready() {
-            return Err(Status::unavailable("no valid config"));
-        }
+        self.runtime
+            .ready_snapshot()
+            .map_err(crate::request_scope::unavailable)?;
         let mut stream = request.into_inner();
         let mut state = StreamState {
             identifier: None,

@@ -61,7 +61,6 @@ mod respond;
 mod wire;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use envoy_types::pb::envoy::config::core::v3::address::Address as AddressKind;
@@ -69,17 +68,16 @@ use envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier;
 use envoy_types::pb::envoy::config::core::v3::{Address, SocketAddress};
 use envoy_types::pb::envoy::service::auth::v3::attribute_context::Peer;
 use envoy_types::pb::envoy::service::auth::v3::{CheckRequest, CheckResponse};
-use mixer_adapter_api::LogGate;
 use mixer_model::{AttributeBag, Timestamp};
-use mixer_runtime::{Checked, Runtime, Snapshot};
+use mixer_runtime::{Checked, Runtime, Wants};
 
-use crate::bag_pool::{keep_spare, spare_bag};
+use crate::request_scope::{RequestScope, unavailable};
 
 pub use attributes::{
     METADATA_ATTRIBUTE, ROUTE_METADATA_ATTRIBUTE, bag_from_request, fill_bag, fill_bag_from_wire,
 };
 pub use encode::framed_check_response;
-pub use respond::{check_response, could_not_decide, http_status, metadata_keys, not_ready};
+pub use respond::{check_response, could_not_decide, http_status, metadata_keys};
 pub use wire::WireError;
 
 /// A peer at a socket address with a principal, as Envoy describes the source or destination
@@ -113,11 +111,11 @@ impl ExtAuthz {
     /// Decides one request: the whole path from `CheckRequest` to `CheckResponse`, without
     /// the transport (for benchmarks and the load generator).
     pub async fn decide(&self, request: &CheckRequest) -> Result<CheckResponse, tonic::Status> {
-        let (snapshot, bag) = self.filled(|bag, now| {
+        let scope = self.filled(|bag, now| {
             fill_bag(bag, request, now);
             Ok(())
         })?;
-        Ok(check_response(&checked(&snapshot, bag).await?))
+        Ok(check_response(&checked(scope).await?))
     }
 
     /// Answers one encoded `CheckRequest` (the gRPC method's message) with the gRPC frame of
@@ -132,56 +130,35 @@ impl ExtAuthz {
                 tonic::Status::internal(format!("the request message does not decode: {e}"))
             })
         });
-        async move {
-            let (snapshot, bag) = filled?;
-            Ok(framed_check_response(&checked(&snapshot, bag).await?))
-        }
+        async move { Ok(framed_check_response(&checked(filled?).await?)) }
     }
 
-    /// The active snapshot and a bag filled by `fill`, which runs before any await so that it
-    /// may borrow the request.
+    /// The request's scope with its bag filled by `fill`, which runs before any await so
+    /// that it may borrow the request.
     fn filled(
         &self,
         fill: impl FnOnce(&mut AttributeBag, Timestamp) -> Result<(), tonic::Status>,
-    ) -> Result<(Arc<Snapshot>, AttributeBag), tonic::Status> {
-        if !self.runtime.is_ready() {
-            // No valid config yet: we cannot decide, which is not the same as "deny".
-            return Err(not_ready());
-        }
-        // One snapshot for the whole request, whatever reloads happen meanwhile.
-        let snapshot = self.runtime.snapshot();
-        let mut bag = spare_bag(snapshot.vocabulary());
-        match fill(&mut bag, Timestamp::now()) {
-            Ok(()) => Ok((snapshot, bag)),
-            Err(status) => {
-                keep_spare(bag);
-                Err(status)
-            }
-        }
+    ) -> Result<RequestScope, tonic::Status> {
+        // No valid config yet: we cannot decide, which is not the same as "deny".
+        let mut scope = RequestScope::begin(&self.runtime).map_err(unavailable)?;
+        fill(scope.bag_mut(), Timestamp::now())?;
+        Ok(scope)
     }
 }
 
-async fn checked(snapshot: &Snapshot, bag: AttributeBag) -> Result<Checked, tonic::Status> {
+async fn checked(mut scope: RequestScope) -> Result<Checked, tonic::Status> {
     // Quota rules that match are charged once the check allows ([`crate::check_quota`]):
     // over a limit, a denial Envoy answers with 429.
-    let checked = match snapshot.check_cached_without_reads(&bag).await {
-        Ok(checked) => crate::check_quota::charged(snapshot, &bag, checked).await,
+    let checked = match scope.check(Wants::Verdict, "ext_authz").await {
+        Ok(checked) => {
+            let (snapshot, bag) = scope.parts();
+            crate::check_quota::charged(snapshot, bag, checked, "ext_authz").await
+        }
         Err(e) => Err(e),
     };
-    keep_spare(bag);
-    match checked {
-        Ok(checked) => Ok(checked),
-        // A handler failed closed. Answer a gRPC error (UNAVAILABLE), NOT a denial:
-        // Envoy treats an error as a failed call and applies `failure_mode_allow`.
-        Err(e) => {
-            // A handler that is down fails every check: a line per interval, not per call.
-            static FAILED: LogGate = LogGate::new(Duration::from_secs(10));
-            if let Some(held_back) = FAILED.due() {
-                tracing::warn!(held_back, "ext_authz: {e}");
-            }
-            Err(could_not_decide(&e))
-        }
-    }
+    // A handler failed closed. Answer a gRPC error (UNAVAILABLE), NOT a denial: Envoy treats
+    // an error as a failed call and applies `failure_mode_allow`.
+    checked.map_err(|e| could_not_decide(&e))
 }
 
 impl std::fmt::Debug for ExtAuthz {

@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::r#type::v3::{HttpStatus, StatusCode as HttpStatusCod
 use envoy_types::pb::google::protobuf::{ListValue, Struct, Value as PbValue, value::Kind};
 use envoy_types::pb::google::rpc;
 use mixer_model::{Code, HeaderOp, HeaderOperation, Verdict};
-use mixer_runtime::{CheckError, Checked};
+use mixer_runtime::{Checked, Undecided};
 
 /// Keys of the `dynamic_metadata` struct every answer carries. Envoy files it under the
 /// filter's namespace (`envoy.filters.http.ext_authz`), where access logs (`%DYNAMIC_METADATA%`)
@@ -52,17 +52,11 @@ pub fn check_response(checked: &Checked) -> CheckResponse {
 /// Never a denial: Envoy counts an error answer as a failed call and applies its own
 /// `failure_mode_allow` setting (let through, or `status_on_error`, 403 by default), which
 /// is the operator's choice to make, not ours.
-pub fn could_not_decide(error: &CheckError) -> tonic::Status {
+pub fn could_not_decide(error: &Undecided) -> tonic::Status {
     match error {
-        CheckError::Handler { .. } => tonic::Status::unavailable(error.to_string()),
-        CheckError::Instance(_) => tonic::Status::internal(error.to_string()),
+        Undecided::Handler { .. } => tonic::Status::unavailable(error.to_string()),
+        Undecided::Instance(_) => tonic::Status::internal(error.to_string()),
     }
-}
-
-/// The gRPC error before any valid config is active; UNAVAILABLE for the same reason as
-/// [`could_not_decide`].
-pub fn not_ready() -> tonic::Status {
-    tonic::Status::unavailable("mixer: no valid config is active")
 }
 
 /// The HTTP status Envoy sends for a denial: 401 for UNAUTHENTICATED, 429 for

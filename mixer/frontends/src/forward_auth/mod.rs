@@ -39,9 +39,9 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use mixer_model::{Code, HeaderOp, HeaderOperation};
-use mixer_runtime::{CheckError, Runtime};
+use mixer_runtime::{Runtime, Undecided, Wants};
 
-use crate::bag_pool::{keep_spare, spare_bag};
+use crate::request_scope::RequestScope;
 
 pub use attributes::fill_bag;
 pub use client_address::{ClientAddress, RealIpHeader, TrustedProxies};
@@ -82,14 +82,12 @@ pub fn router(runtime: Arc<Runtime>, options: ForwardAuthOptions) -> Router {
 }
 
 async fn check(State(endpoint): State<Endpoint>, request: Request) -> Response {
-    let runtime = &endpoint.runtime;
-    if !runtime.is_ready() {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "no valid config is active\n",
-        )
-            .into_response();
-    }
+    let mut scope = match RequestScope::begin(&endpoint.runtime) {
+        Ok(scope) => scope,
+        Err(not_ready) => {
+            return (StatusCode::SERVICE_UNAVAILABLE, format!("{not_ready}\n")).into_response();
+        }
+    };
     let client = request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
@@ -99,14 +97,15 @@ async fn check(State(endpoint): State<Endpoint>, request: Request) -> Response {
                 .client_address
                 .resolve(request.headers(), c.0.ip())
         });
-    let snapshot = runtime.snapshot();
-    let mut bag = spare_bag(snapshot.vocabulary());
-    fill_bag(&mut bag, &request, client);
-    let decided = match snapshot.check_cached_without_reads(&bag).await {
-        Ok(checked) => crate::check_quota::charged(&snapshot, &bag, checked).await,
+    fill_bag(scope.bag_mut(), &request, client);
+    let decided = match scope.check(Wants::Verdict, "forward-auth").await {
+        Ok(checked) => {
+            let (snapshot, bag) = scope.parts();
+            crate::check_quota::charged(snapshot, bag, checked, "forward-auth").await
+        }
         Err(e) => Err(e),
     };
-    keep_spare(bag);
+    drop(scope);
     match decided {
         Ok(checked) => {
             let verdict = checked.verdict;
@@ -128,8 +127,8 @@ async fn check(State(endpoint): State<Endpoint>, request: Request) -> Response {
         // INTERNAL).
         Err(e) => {
             let status = match e {
-                CheckError::Handler { .. } => StatusCode::SERVICE_UNAVAILABLE,
-                CheckError::Instance(_) => StatusCode::INTERNAL_SERVER_ERROR,
+                Undecided::Handler { .. } => StatusCode::SERVICE_UNAVAILABLE,
+                Undecided::Instance(_) => StatusCode::INTERNAL_SERVER_ERROR,
             };
             (status, format!("{e}\n")).into_response()
         }

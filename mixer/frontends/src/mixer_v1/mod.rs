@@ -33,7 +33,7 @@
 //! As Istio 1.4's `grpcServer.Check`: quotas are allocated only when the precondition is
 //! allowed (a denied check answers no quota result), in name order, for the quota instances
 //! that answer each name (`name.namespace`, `name.quota.namespace` or `name`); all of a
-//! check's quotas go to [`Snapshot::quota_many`](mixer_runtime::Snapshot::quota_many)
+//! check's quotas go to [`quota::ask`](mixer_runtime::quota::ask)
 //! together, so each handler is called once per check (Istio called it once per quota). A
 //! quota no rule produces is granted in full for the default validity. `quotas[name]` carries
 //! the grant, its validity, its status and the attributes the quota rules read, encoded like
@@ -56,10 +56,10 @@
 //!   not fit its declared type — is INVALID_ARGUMENT naming the index or attribute. Istio
 //!   dropped such values quietly on Check; refusing is easier to debug and cannot allow a
 //!   request on half its attributes.
-//! * **Could not decide.** A handler failing closed (`CheckError`) is answered UNAVAILABLE with
+//! * **Could not decide.** A handler failing closed (`Undecided`) is answered UNAVAILABLE with
 //!   the error, never a denial, so the proxy's own fail-open/fail-closed setting
 //!   (`transport.network_fail_policy` in the mixer filter config) decides. Without a valid config
-//!   the answer is UNAVAILABLE "no valid config" too.
+//!   the answer is UNAVAILABLE "no valid config is active" too.
 //! * **Message size.** A request message is capped at 4 MiB, tonic's default (grpc-go's
 //!   too, which Istio's server used). A bigger one is refused by the gRPC stack before it
 //!   reaches us, with RESOURCE_EXHAUSTED (as grpc-go said; the proxy treats it as a failed
@@ -94,17 +94,17 @@ use bytes::Bytes;
 use mixer_adapter_api::QuotaArgs;
 use mixer_model::AttributeBag;
 use mixer_proto::istio::mixer::v1 as pb;
-use mixer_runtime::{CheckError, QuotaAsk, RequestLimits, Runtime, Snapshot};
+use mixer_runtime::{QuotaAsk, RequestLimits, Runtime, Snapshot, Wants};
 use pb::report_request::RepeatedAttributesSemantics;
 use prost::Message;
 use tonic::Status;
 
-use crate::bag_pool::{keep_spare, spare_bag};
+use crate::request_scope::{RequestScope, log_undecided, unavailable};
 
 pub use decode::{DecodeError, decode_into, decode_keeping, encode};
 pub use dictionary::{GLOBAL_WORD_COUNT, GLOBAL_WORDS};
 pub use encode::framed_check_response;
-pub use respond::{check_response, quota_result};
+pub use respond::{check_response, could_not_decide, quota_result};
 
 /// The Mixer v1 service over a runtime.
 #[derive(Clone)]
@@ -124,12 +124,9 @@ impl MixerV1 {
         MixerV1 { runtime }
     }
 
-    fn ready(&self) -> Result<(), Status> {
-        if self.runtime.is_ready() {
-            Ok(())
-        } else {
-            Err(Status::unavailable("no valid config"))
-        }
+    /// The active snapshot, once a valid config is active.
+    fn ready(&self) -> Result<Arc<Snapshot>, Status> {
+        self.runtime.ready_snapshot().map_err(unavailable)
     }
 
     /// Answers one encoded `CheckRequest` (the gRPC method's message) with the gRPC frame of
@@ -152,14 +149,16 @@ impl MixerV1 {
         async move {
             match path {
                 Path::InPlace(filled) => {
-                    let (snapshot, bag, client_words) = filled?;
-                    let checked = checked(&snapshot, &bag).await;
-                    let framed = checked.map(|checked| {
-                        let vocabulary = snapshot.vocabulary();
-                        framed_check_response(&checked.verdict, vocabulary, &bag, client_words)
-                    });
-                    keep_spare(bag);
-                    framed
+                    let (mut scope, client_words) = filled?;
+                    let checked = checked(&mut scope).await?;
+                    let (snapshot, bag) = scope.parts();
+                    let vocabulary = snapshot.vocabulary();
+                    Ok(framed_check_response(
+                        &checked.verdict,
+                        vocabulary,
+                        bag,
+                        client_words,
+                    ))
                 }
                 Path::Prost(this, message) => {
                     let request = pb::CheckRequest::decode(message).map_err(|e| {
@@ -172,45 +171,32 @@ impl MixerV1 {
         }
     }
 
-    /// The active snapshot and a bag filled from a request read in place (checked in the
+    /// The request's scope with its bag filled from a request read in place (checked in the
     /// order the decoded path checks: readiness, dictionary version, attributes).
-    fn filled(
-        &self,
-        view: &wire::CheckView<'_>,
-    ) -> Result<(Arc<Snapshot>, AttributeBag, usize), Status> {
-        self.ready()?;
+    fn filled(&self, view: &wire::CheckView<'_>) -> Result<(RequestScope, usize), Status> {
+        let mut scope = RequestScope::begin(&self.runtime).map_err(unavailable)?;
         let client_words = check_word_count(view.global_word_count)?;
         if let Some(attributes) = &view.attributes {
             check_attribute_count(attributes, self.runtime.limits(), "the check")?;
         }
-        let snapshot = self.runtime.snapshot();
-        let mut bag = spare_bag(snapshot.vocabulary());
-        if let Err(e) = fill_from_view(view, &mut bag) {
-            keep_spare(bag);
-            return Err(invalid(e));
-        }
-        Ok((snapshot, bag, client_words))
+        fill_from_view(view, scope.bag_mut()).map_err(invalid)?;
+        Ok((scope, client_words))
     }
 
     /// Check for a decoded request.
     async fn check_decoded(&self, request: pb::CheckRequest) -> Result<pb::CheckResponse, Status> {
-        self.ready()?;
+        let mut scope = RequestScope::begin(&self.runtime).map_err(unavailable)?;
         let client_words = check_word_count(request.global_word_count)?;
         let limits = self.runtime.limits();
         if let Some(attributes) = &request.attributes {
             check_attribute_count(attributes, limits, "the check")?;
         }
         check_quota_count(request.quotas.len(), limits)?;
-        let snapshot = self.runtime.snapshot();
-        let mut bag = spare_bag(snapshot.vocabulary());
-        if let Some(attributes) = &request.attributes
-            && let Err(e) = decode_into(attributes, &attributes.words, &mut bag)
-        {
-            keep_spare(bag);
-            return Err(invalid(e));
+        if let Some(attributes) = &request.attributes {
+            decode_into(attributes, &attributes.words, scope.bag_mut()).map_err(invalid)?;
         }
         let quotas = Some((&request.quotas, request.deduplication_id.as_str()));
-        decided(&snapshot, bag, client_words, quotas).await
+        respond(&mut scope, client_words, quotas).await
     }
 }
 
@@ -236,35 +222,24 @@ fn fill_from_view(view: &wire::CheckView<'_>, bag: &mut AttributeBag) -> Result<
     }
 }
 
-/// How [`MixerV1::check_encoded`] goes on with a request: read in place (the snapshot, the
-/// filled bag and the client's word count), or left to prost.
+/// How [`MixerV1::check_encoded`] goes on with a request: read in place (the request's scope,
+/// its bag filled, and the client's word count), or left to prost.
 enum Path {
-    InPlace(Result<(Arc<Snapshot>, AttributeBag, usize), Status>),
+    InPlace(Result<(RequestScope, usize), Status>),
     Prost(MixerV1, Bytes),
 }
 
 /// The quotas a Check asks for, and its deduplication id.
 type Quotas<'a> = Option<(&'a HashMap<String, pb::check_request::QuotaParams>, &'a str)>;
 
-/// Decides a check on `bag` (and allocates `quotas` when it is allowed).
-async fn decided(
-    snapshot: &Snapshot,
-    bag: AttributeBag,
-    client_words: usize,
-    quotas: Quotas<'_>,
-) -> Result<pb::CheckResponse, Status> {
-    let response = respond(snapshot, &bag, client_words, quotas).await;
-    keep_spare(bag);
-    response
-}
-
+/// Decides the scope's check (and allocates `quotas` when it is allowed).
 async fn respond(
-    snapshot: &Snapshot,
-    bag: &AttributeBag,
+    scope: &mut RequestScope,
     client_words: usize,
     quotas: Quotas<'_>,
 ) -> Result<pb::CheckResponse, Status> {
-    let checked = checked(snapshot, bag).await?;
+    let checked = checked(scope).await?;
+    let (snapshot, bag) = scope.parts();
     let mut response = check_response(&checked.verdict, snapshot.vocabulary(), bag, client_words);
     // Istio allocated quota only for an allowed precondition
     // (`if status.IsOK(resp.Precondition.Status) && len(req.Quotas) > 0`).
@@ -305,7 +280,7 @@ async fn respond(
         .collect();
     // All quotas at once: each quota handler is called once for the check (redisquota: one
     // script call, one round trip), instead of once per quota as Istio did.
-    let outcomes = snapshot.quota_many(&asks).await;
+    let outcomes = mixer_runtime::quota::ask(snapshot, &asks).await;
     for (name, outcome) in names.into_iter().zip(outcomes) {
         match outcome {
             Ok(outcome) => {
@@ -316,31 +291,21 @@ async fn respond(
             }
             // A quota handler failed closed, or the quota's instance cannot be built: as for
             // a check.
-            Err(e) => return Err(could_not_decide(&e)),
+            Err(e) => {
+                log_undecided("mixer-v1", &e);
+                return Err(could_not_decide(&e));
+            }
         }
     }
     Ok(response)
 }
 
-/// The verdict on `bag`, through the check cache.
-async fn checked(
-    snapshot: &Snapshot,
-    bag: &AttributeBag,
-) -> Result<mixer_runtime::Checked, Status> {
-    snapshot
-        .check_cached(bag)
+/// The verdict on the scope's bag, with the attributes it read (Mixer v1 answers with them).
+async fn checked(scope: &mut RequestScope) -> Result<mixer_runtime::Checked, Status> {
+    scope
+        .check(Wants::Reads, "mixer-v1")
         .await
         .map_err(|e| could_not_decide(&e))
-}
-
-/// Could not decide: UNAVAILABLE (a handler failed closed), so the proxy's fail-open/closed
-/// setting applies; INTERNAL for an instance that cannot be built, as Istio 1.4 answers it
-/// (`mixer/pkg/api/grpcServer.go`), which the proxy's network fail policy handles alike.
-fn could_not_decide(error: &CheckError) -> Status {
-    match error {
-        CheckError::Handler { .. } => Status::unavailable(error.to_string()),
-        CheckError::Instance(_) => Status::internal(error.to_string()),
-    }
 }
 
 /// INVALID_ARGUMENT when a Check asks for more quotas than `--max-check-quotas`.
@@ -385,7 +350,7 @@ impl MixerV1 {
     /// Report: every record of `request` reported through the active snapshot (see the
     /// module documentation).
     pub async fn report(&self, request: pb::ReportRequest) -> Result<pb::ReportResponse, Status> {
-        self.ready()?;
+        let snapshot = self.ready()?;
         check_word_count(request.global_word_count)?;
         if request.attributes.is_empty() {
             return Ok(pb::ReportResponse {});
@@ -411,7 +376,6 @@ impl MixerV1 {
                     )));
                 }
             };
-        let snapshot = self.runtime.snapshot();
         self.runtime
             .run_report(async move { report_records(&snapshot, &request, delta).await })
             .await
@@ -449,7 +413,7 @@ async fn report_records(
         .map_err(|e| Status::invalid_argument(format!("record {i}: {e}")))?;
         // Instances go onto their handlers' bounded queues; a record that does not fit is
         // counted in mixer_report_dropped_total, and the proxy is not made to wait.
-        let outcome = snapshot.report(&bag).await;
+        let outcome = mixer_runtime::report(snapshot, &bag).await;
         failed.extend(
             outcome
                 .instance_errors

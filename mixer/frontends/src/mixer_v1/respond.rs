@@ -179,3 +179,13 @@ fn header_op(op: &HeaderOperation) -> pb::HeaderOperation {
         } as i32,
     }
 }
+
+/// Could not decide: UNAVAILABLE (a handler failed closed), so the proxy's fail-open/closed
+/// setting applies; INTERNAL for an instance that cannot be built, as Istio 1.4 answers it
+/// (`mixer/pkg/api/grpcServer.go`), which the proxy's network fail policy handles alike.
+pub fn could_not_decide(error: &mixer_runtime::Undecided) -> tonic::Status {
+    match error {
+        mixer_runtime::Undecided::Handler { .. } => tonic::Status::unavailable(error.to_string()),
+        mixer_runtime::Undecided::Instance(_) => tonic::Status::internal(error.to_string()),
+    }
+}

@@ -93,7 +93,7 @@
 //! * Some instances could not be built (a field reads an attribute the record lacks, with no
 //!   `|` default): the same `partial_success`, counted as rejected, naming the first failure.
 //!   Those instances are not sent; the record's other instances are.
-//! * No valid config: UNAVAILABLE "no valid config" (retryable for OTLP exporters).
+//! * No valid config: UNAVAILABLE "no valid config is active" (retryable for OTLP exporters).
 //! * More log records, spans or data points than `--max-export-records` (10,000) in one
 //!   export: INVALID_ARGUMENT naming the limit and its flag, which OTLP exporters do not retry;
 //!   nothing of it is reported. Keep exporter batches under it (the SDKs send 512, the
@@ -218,13 +218,11 @@ impl Otlp {
         Otlp { runtime }
     }
 
+    /// One snapshot for the whole request, whatever reloads happen meanwhile.
     fn snapshot(&self) -> Result<Arc<Snapshot>, Status> {
-        if self.runtime.is_ready() {
-            // One snapshot for the whole request, whatever reloads happen meanwhile.
-            Ok(self.runtime.snapshot())
-        } else {
-            Err(Status::unavailable("no valid config"))
-        }
+        self.runtime
+            .ready_snapshot()
+            .map_err(crate::request_scope::unavailable)
     }
 
     /// INVALID_ARGUMENT (which OTLP exporters do not retry) for an export with more records
@@ -310,7 +308,7 @@ async fn report_metrics(
                 for point in metrics::points(metric) {
                     bag.clear();
                     match metrics::fill_point(&mut bag, &source, metric, point, Timestamp::now()) {
-                        Ok(()) => outcome.add(&snapshot.report(&bag).await),
+                        Ok(()) => outcome.add(&mixer_runtime::report(snapshot, &bag).await),
                         Err(why) => outcome.reject(&metric.name, why),
                     }
                 }
@@ -329,7 +327,7 @@ async fn report_logs(snapshot: &Snapshot, request: &ExportLogsServiceRequest) ->
             for record in &scope_logs.log_records {
                 bag.clear();
                 fill_log(&mut bag, &origin, record, Timestamp::now());
-                outcome.add(&snapshot.report(&bag).await);
+                outcome.add(&mixer_runtime::report(snapshot, &bag).await);
             }
         }
     }
@@ -345,7 +343,7 @@ async fn report_spans(snapshot: &Snapshot, request: &ExportTraceServiceRequest) 
             for span in &scope_spans.spans {
                 bag.clear();
                 fill_span(&mut bag, &origin, span, Timestamp::now());
-                outcome.add(&snapshot.report(&bag).await);
+                outcome.add(&mixer_runtime::report(snapshot, &bag).await);
             }
         }
     }

@@ -16,7 +16,7 @@
 //! | `ratelimit.hits_addend` | INT64 | the descriptor's `hits_addend` if set, else the request's if not 0, else 1 |
 //! | `context.time` | TIMESTAMP | the mixer's clock |
 //!
-//! and the bag goes to [`Snapshot::quota`](mixer_runtime::Snapshot::quota) asking for
+//! and the bag goes to [`quota::plan`](mixer_runtime::quota::plan) asking for
 //! `ratelimit.hits_addend` units (not best effort, no deduplication id), with the descriptor's
 //! `limit` (requests per unit) as a [`LimitOverride`] when Envoy sent one. Every quota rule whose
 //! match holds is applied; a descriptor no rule matches is granted (as envoyproxy/ratelimit
@@ -60,20 +60,18 @@
 pub mod respond;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use mixer_adapter_api::{LimitOverride, LogGate, QuotaArgs};
+use mixer_adapter_api::{LimitOverride, QuotaArgs};
 use mixer_model::{AttributeBag, StringMap, Timestamp, Value};
 use mixer_runtime::{QuotaPlan, RequestLimits, Runtime, Snapshot};
 
 use crate::protowire::{self, Reader, WireError};
+use crate::request_scope::{log_undecided, unavailable};
 
-pub use respond::{
-    could_not_decide, descriptor_status, not_ready, response, response_of, window_of,
-};
+pub use respond::{could_not_decide, descriptor_status, response, response_of, window_of};
 
 /// `ratelimit.domain`: the request's domain.
 pub const DOMAIN: &str = "ratelimit.domain";
@@ -108,9 +106,8 @@ impl RateLimit {
         &self,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, tonic::Status> {
-        if !self.runtime.is_ready() {
-            return Err(not_ready());
-        }
+        // One snapshot for the whole request, whatever reloads happen meanwhile.
+        let snapshot = self.runtime.ready_snapshot().map_err(unavailable)?;
         if request.domain.is_empty() {
             return Err(tonic::Status::invalid_argument(
                 "rate limit domain must not be empty",
@@ -126,8 +123,6 @@ impl RateLimit {
             request.descriptors.iter().map(|d| d.entries.len()),
             self.runtime.limits(),
         )?;
-        // One snapshot for the whole request, whatever reloads happen meanwhile.
-        let snapshot = self.runtime.snapshot();
         decide_on(&snapshot, request, Timestamp::now()).await
     }
 }
@@ -163,18 +158,14 @@ pub async fn decide_on(
     let mut outcomes = vec![None; planned.len()];
     for (i, outcome) in asked
         .into_iter()
-        .zip(snapshot.allocate_all(plans, &replaced).await)
+        .zip(mixer_runtime::quota::allocate(snapshot, plans, &replaced).await)
     {
         match outcome {
             Ok(outcome) => outcomes[i] = Some(outcome),
             // A handler failed closed (storage down...). UNAVAILABLE, so that Envoy's
             // `failure_mode_deny` decides; never an OK response by accident.
             Err(e) => {
-                // Storage that is down fails every call: a line per interval, not per call.
-                static FAILED: LogGate = LogGate::new(Duration::from_secs(10));
-                if let Some(held_back) = FAILED.due() {
-                    tracing::warn!(held_back, "ratelimit: {e}");
-                }
+                log_undecided("ratelimit", &e);
                 return Err(could_not_decide(&e));
             }
         }
@@ -208,7 +199,10 @@ fn plan_descriptor(
     };
     let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
     fill_bag(&mut bag, &request.domain, descriptor, hits, now);
-    Ok(Some((snapshot.plan_quota(&bag, None), args)))
+    Ok(Some((
+        mixer_runtime::quota::plan(snapshot, &bag, None),
+        args,
+    )))
 }
 
 /// The units a descriptor asks for: its own `hits_addend` when set, else the request's when

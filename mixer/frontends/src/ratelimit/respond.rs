@@ -8,7 +8,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_li
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit as PbRateLimit,
 };
-use mixer_runtime::{CheckError, QuotaOutcome};
+use mixer_runtime::{QuotaOutcome, Undecided};
 
 /// The limit header (the requests per unit of the most constraining descriptor). The names are
 /// the draft IETF ones envoyproxy/ratelimit emitted (its later versions default to the same
@@ -202,17 +202,11 @@ fn pb_duration(d: Duration) -> envoy_types::pb::google::protobuf::Duration {
 /// UNAVAILABLE, as Limitador answers storage errors: Envoy counts an error as a failed call and
 /// applies its `failure_mode_deny` (allow by default, or 500 when set), the operator's choice.
 /// Never UNKNOWN and never an OK response.
-pub fn could_not_decide(error: &CheckError) -> tonic::Status {
+pub fn could_not_decide(error: &Undecided) -> tonic::Status {
     match error {
-        CheckError::Handler { .. } => tonic::Status::unavailable(error.to_string()),
+        Undecided::Handler { .. } => tonic::Status::unavailable(error.to_string()),
         // A quota instance that cannot be built from the descriptor: INTERNAL, as Istio
         // answers an instance it cannot build; Envoy's failure mode applies all the same.
-        CheckError::Instance(_) => tonic::Status::internal(error.to_string()),
+        Undecided::Instance(_) => tonic::Status::internal(error.to_string()),
     }
-}
-
-/// The gRPC error before any valid config is active; UNAVAILABLE for the same reason as
-/// [`could_not_decide`].
-pub fn not_ready() -> tonic::Status {
-    tonic::Status::unavailable("mixer: no valid config is active")
 }

@@ -132,5 +132,5 @@ async fn without_a_valid_config_the_stream_is_unavailable() {
         .await
         .expect_err("no config");
     assert_eq!(err.code(), Code::Unavailable);
-    assert_eq!(err.message(), "no valid config");
+    assert_eq!(err.message(), "no valid config is active");
 }

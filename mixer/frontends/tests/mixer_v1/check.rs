@@ -254,7 +254,7 @@ async fn without_config_the_answer_is_unavailable() {
         .await
         .expect_err("not ready");
     assert_eq!(err.code(), Code::Unavailable);
-    assert_eq!(err.message(), "no valid config");
+    assert_eq!(err.message(), "no valid config is active");
     let err = h
         .client
         .report(pb::ReportRequest::default())

@@ -195,5 +195,5 @@ async fn without_a_valid_config_exports_are_unavailable() {
         .await
         .expect_err("no config");
     assert_eq!(err.code(), Code::Unavailable);
-    assert_eq!(err.message(), "no valid config");
+    assert_eq!(err.message(), "no valid config is active");
 }

@@ -324,7 +324,7 @@ async fn empty_and_unconfigured_exports() {
         .await
         .expect_err("no config");
     assert_eq!(err.code(), Code::Unavailable);
-    assert_eq!(err.message(), "no valid config");
+    assert_eq!(err.message(), "no valid config is active");
 }
 
 #[tokio::test]

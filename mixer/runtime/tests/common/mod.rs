@@ -182,7 +182,6 @@ pub fn snapshot_after(
 }
 
 /// Builds a snapshot from YAML text that counts into `metrics`.
-#[allow(dead_code)]
 pub fn snapshot_metered(yaml: &str, metrics: &RuntimeMetrics) -> Snapshot {
     build(yaml, &RuntimeOptions::default(), None, metrics).snapshot
 }
@@ -283,4 +282,32 @@ impl CheckHandler for ClosingHandler {
     async fn check(&self, _: &Instance) -> Result<CheckResult, AdapterError> {
         Ok(CheckResult::ok(Duration::from_secs(1), 1))
     }
+}
+
+/// Decides a check through the runtime's one entry, answering with the reads (as Mixer v1).
+pub async fn decide(
+    snapshot: &Snapshot,
+    bag: &dyn mixer_model::Bag,
+) -> Result<std::sync::Arc<mixer_model::Verdict>, mixer_runtime::Undecided> {
+    mixer_runtime::check(snapshot, bag, mixer_runtime::Wants::Reads)
+        .await
+        .map(|checked| checked.verdict)
+}
+
+/// Allocates the quota `name` (every quota when `None`) for one request.
+pub async fn allocate(
+    snapshot: &Snapshot,
+    bag: &dyn mixer_model::Bag,
+    name: Option<&str>,
+    args: &mixer_adapter_api::QuotaArgs,
+) -> Result<mixer_runtime::QuotaOutcome, mixer_runtime::Undecided> {
+    let ask = mixer_runtime::QuotaAsk {
+        bag,
+        quota: name,
+        args,
+    };
+    mixer_runtime::quota::ask(snapshot, &[ask])
+        .await
+        .pop()
+        .expect("one answer per ask")
 }

@@ -19,6 +19,9 @@
 //! with only the uses leased from it; a verdict evaluated here is offered to it, and one
 //! whose use count is a limit is then counted there only, so that the limit holds across
 //! every replica.
+//!
+//! This module is the storage: entries by shape and key, the shapes seen, the misses in
+//! flight. The check pipeline's cache stage ([`crate::check`]) decides what goes in and out.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -28,19 +31,9 @@ use mixer_model::{AttrId, Bag, Value, Verdict};
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
-use crate::dispatch::CheckError;
+use crate::decision::Undecided;
 use crate::metrics::RuntimeMetrics;
-use crate::shared_tier::{SharedTierRef, use_limited};
-use crate::snapshot::Snapshot;
-
-/// A decided check: the verdict and whether it came from the cache.
-#[derive(Clone, Debug)]
-pub struct Checked {
-    /// The verdict.
-    pub verdict: Arc<Verdict>,
-    /// True when no handler was consulted because a cached verdict applied.
-    pub cache_hit: bool,
-}
+use crate::shared_tier::SharedTierRef;
 
 /// Cache settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,31 +65,31 @@ struct Entry {
 
 /// How a coalesced miss was decided.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Filled {
+pub(crate) enum Filled {
     /// Evaluated here.
     Evaluated,
     /// Found in the shared tier.
     Shared,
 }
 
-type Inflight = Arc<OnceCell<Result<(Arc<Verdict>, Filled), CheckError>>>;
+pub(crate) type Inflight = Arc<OnceCell<Result<(Arc<Verdict>, Filled), Undecided>>>;
 
 /// One snapshot's verdict cache.
-pub(crate) struct CheckCache {
+pub(crate) struct VerdictCache {
     entries: moka::sync::Cache<Vec<u8>, Arc<Entry>>,
     shapes: RwLock<Vec<Arc<[Read]>>>,
-    inflight: Mutex<HashMap<Vec<u8>, Inflight>>,
+    pub(crate) inflight: Mutex<HashMap<Vec<u8>, Inflight>>,
     max_shapes: usize,
     metrics: RuntimeMetrics,
-    shared: Option<SharedTierRef>,
+    pub(crate) shared: Option<SharedTierRef>,
 }
 
-impl CheckCache {
+impl VerdictCache {
     pub(crate) fn new(
         options: CacheOptions,
         metrics: &RuntimeMetrics,
         shared: Option<SharedTierRef>,
-    ) -> Option<CheckCache> {
+    ) -> Option<VerdictCache> {
         if options.max_entries == 0 {
             return None;
         }
@@ -109,7 +102,7 @@ impl CheckCache {
                 }
             })
             .build();
-        Some(CheckCache {
+        Some(VerdictCache {
             entries,
             shapes: RwLock::new(Vec::new()),
             inflight: Mutex::new(HashMap::new()),
@@ -119,7 +112,7 @@ impl CheckCache {
         })
     }
 
-    fn lookup(&self, bag: &dyn Bag) -> Option<Arc<Verdict>> {
+    pub(crate) fn lookup(&self, bag: &dyn Bag) -> Option<Arc<Verdict>> {
         // Looked up under the read lock: copying the shape list would allocate on every check.
         let shapes = self.shapes.read().ok()?;
         let now = Instant::now();
@@ -147,7 +140,8 @@ impl CheckCache {
         None
     }
 
-    fn insert(&self, bag: &dyn Bag, verdict: &Arc<Verdict>) {
+    /// Keeps `verdict` for its own validity.
+    pub(crate) fn insert(&self, bag: &dyn Bag, verdict: &Arc<Verdict>) {
         self.insert_for(
             bag,
             verdict,
@@ -158,7 +152,7 @@ impl CheckCache {
     }
 
     /// Keeps `verdict` for `life` and `uses`, leased from the shared entry `lease` if any.
-    fn insert_for(
+    pub(crate) fn insert_for(
         &self,
         bag: &dyn Bag,
         verdict: &Arc<Verdict>,
@@ -219,165 +213,6 @@ impl CheckCache {
     }
 }
 
-impl Snapshot {
-    /// Decides a check through the snapshot's check cache, and observes how long that took
-    /// in `mixer_check_duration_seconds`. Front ends call this.
-    pub async fn check_cached(&self, bag: &dyn Bag) -> Result<Checked, CheckError> {
-        self.check_cached_recording(bag, true).await
-    }
-
-    /// [`Snapshot::check_cached`] for a front end that answers without the attributes the
-    /// decision read (ext_authz, forward-auth). With the cache off they are then not recorded
-    /// at all, and the verdict's `referenced` is empty; with it on they are, as the cache's
-    /// key.
-    pub async fn check_cached_without_reads(&self, bag: &dyn Bag) -> Result<Checked, CheckError> {
-        self.check_cached_recording(bag, false).await
-    }
-
-    async fn check_cached_recording(
-        &self,
-        bag: &dyn Bag,
-        record_reads: bool,
-    ) -> Result<Checked, CheckError> {
-        let started = std::time::Instant::now();
-        self.metrics.check_activity.mark(started);
-        let checked = self.check_through_cache(bag, record_reads).await;
-        self.metrics
-            .check_duration
-            .observe(started.elapsed().as_secs_f64());
-        checked
-    }
-
-    async fn check_through_cache(
-        &self,
-        bag: &dyn Bag,
-        record_reads: bool,
-    ) -> Result<Checked, CheckError> {
-        let Some(cache) = &self.cache else {
-            let (verdict, _) = self.check_uncached(bag, record_reads).await?;
-            return Ok(Checked {
-                verdict: Arc::new(verdict),
-                cache_hit: false,
-            });
-        };
-        if let Some(verdict) = cache.lookup(bag) {
-            self.metrics.cache_hits.inc();
-            return Ok(self.count_hit(verdict));
-        }
-        self.metrics.cache_misses.inc();
-        // Identical requests missing at the same time share one evaluation.
-        let mut whole = Vec::with_capacity(512);
-        encode_bag(bag, self.vocabulary().len(), &mut whole);
-        let cell = {
-            let mut inflight = cache.inflight.lock().unwrap_or_else(|e| e.into_inner());
-            inflight.entry(whole.clone()).or_default().clone()
-        };
-        let mut filled_here = false;
-        let result = cell
-            .get_or_init(|| {
-                filled_here = true;
-                self.fill(cache, bag)
-            })
-            .await
-            .clone();
-        if let Ok(mut inflight) = cache.inflight.lock() {
-            inflight.remove(&whole);
-        }
-        match result {
-            Ok((verdict, Filled::Shared)) => {
-                // A shared verdict with a use limit serves only the uses leased: a request
-                // that waited on another's lookup takes its own use, here or evaluated.
-                if !filled_here && use_limited(&verdict) {
-                    return match cache.lookup(bag) {
-                        Some(verdict) => {
-                            self.metrics.cache_hits.inc();
-                            Ok(self.count_hit(verdict))
-                        }
-                        None => {
-                            let (verdict, _) = self.check_uncached(bag, record_reads).await?;
-                            Ok(Checked {
-                                verdict: Arc::new(verdict),
-                                cache_hit: false,
-                            })
-                        }
-                    };
-                }
-                Ok(self.count_hit(verdict))
-            }
-            Ok((verdict, Filled::Evaluated)) => Ok(Checked {
-                verdict,
-                cache_hit: false,
-            }),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// A verdict served without consulting a handler: counted as the evaluation would have.
-    fn count_hit(&self, verdict: Arc<Verdict>) -> Checked {
-        if verdict.is_allowed() {
-            self.metrics.check_results.allowed.inc();
-        } else {
-            self.metrics.check_results.denied.inc();
-        }
-        Checked {
-            verdict,
-            cache_hit: true,
-        }
-    }
-
-    /// Decides a miss of the in-process tier: from the shared tier when it has the verdict,
-    /// else by evaluating (and then offering the verdict to both tiers).
-    async fn fill(
-        &self,
-        cache: &CheckCache,
-        bag: &dyn Bag,
-    ) -> Result<(Arc<Verdict>, Filled), CheckError> {
-        let shared = match (&cache.shared, &self.generation) {
-            (Some(tier), Some(generation)) => Some((tier, generation)),
-            _ => None,
-        };
-        if let Some((tier, generation)) = shared
-            && let Some(hit) = tier.0.lookup(generation, self.vocabulary(), bag).await
-        {
-            let verdict = Arc::new(hit.verdict);
-            // This request takes one of the uses leased.
-            cache.insert_for(bag, &verdict, hit.local_life, hit.uses - 1, hit.lease);
-            return Ok((verdict, Filled::Shared));
-        }
-        // The cache keys the verdict by its reads: always recorded here.
-        let (verdict, cacheable) = self.check_uncached(bag, true).await?;
-        let verdict = Arc::new(verdict);
-        if cacheable && verdict.valid_use_count > 0 && !verdict.valid_duration.is_zero() {
-            let stored = match shared {
-                Some((tier, generation)) => {
-                    tier.0
-                        .store(generation, self.vocabulary(), bag, &verdict)
-                        .await
-                }
-                None => false,
-            };
-            // A use limit held by the shared tier is counted there only: uses kept here
-            // too would be served beside those the other replicas take.
-            if !(stored && use_limited(&verdict)) {
-                cache.insert(bag, &verdict);
-            }
-        }
-        Ok((verdict, Filled::Evaluated))
-    }
-
-    /// Verdicts held in this snapshot's cache (after pending evictions ran).
-    pub fn cached_verdicts(&self) -> u64 {
-        self.cache.as_ref().map_or(0, CheckCache::len)
-    }
-
-    /// Drops every cached verdict of this snapshot.
-    pub fn clear_cache(&self) {
-        if let Some(cache) = &self.cache {
-            cache.invalidate_all();
-        }
-    }
-}
-
 fn encode_reads(bag: &dyn Bag, reads: &[Read], out: &mut Vec<u8>) {
     for (attr, key) in reads {
         match (bag.get(*attr), key) {
@@ -397,7 +232,7 @@ fn encode_reads(bag: &dyn Bag, reads: &[Read], out: &mut Vec<u8>) {
     }
 }
 
-fn encode_bag(bag: &dyn Bag, attrs: usize, out: &mut Vec<u8>) {
+pub(crate) fn encode_bag(bag: &dyn Bag, attrs: usize, out: &mut Vec<u8>) {
     for i in 0..attrs {
         let id = AttrId(i as u32);
         if let Some(v) = bag.get(id) {

@@ -1,0 +1,26 @@
+//! The check's dispatch stage: one instance to one handler, bounded by the handler's
+//! deadline ([`crate::deadline`]). Built-in, out-of-process and Wasm handlers are all asked
+//! through the adapter API's [`CheckHandler`](mixer_adapter_api::CheckHandler); this stage
+//! never knows which it calls.
+
+use mixer_adapter_api::{AdapterError, ErrorKind};
+use mixer_model::{CheckResult, Instance};
+
+use crate::deadline;
+use crate::snapshot::BuiltHandler;
+
+/// Asks `built` about `instance`. A handler that cannot answer checks is refused when the
+/// snapshot is built; if one ever gets here it fails (and its fail policy decides) rather than
+/// being skipped, which would allow the request without asking it.
+pub(super) async fn ask(
+    built: &BuiltHandler,
+    instance: &Instance,
+) -> Result<CheckResult, AdapterError> {
+    match built.handler.as_check() {
+        Some(handler) => deadline::within(built.deadline, handler.check(instance)).await,
+        None => Err(AdapterError::permanent(
+            ErrorKind::Internal,
+            "the handler does not answer checks",
+        )),
+    }
+}

@@ -1,0 +1,135 @@
+//! The check pipeline: the one way a check is decided.
+//!
+//! ```text
+//! bag ──> cache ──hit──────────────────────────────────────────────> Checked
+//!           │ miss (coalesced; the shared tier asked first)
+//!           └──> evaluate ──> dispatch (each handler within its deadline) ──> combine ──> Checked
+//! ```
+//!
+//! Each stage owns its types, in its own module: [`cache`] (the in-process tier over
+//! [`crate::verdicts`], then the shared one), [`evaluate`] (which rules match, which
+//! instances they send), [`dispatch`] (one handler call, bounded by its deadline) and
+//! [`combine`] (the handlers' answers into one verdict, as Istio 1.4 combines them). Every
+//! check, cached or not, is counted and timed in the same place ([`check`]).
+
+mod cache;
+mod combine;
+mod dispatch;
+mod evaluate;
+
+use std::sync::Arc;
+
+use mixer_model::{Bag, Verdict};
+
+use crate::decision::Undecided;
+use crate::snapshot::Snapshot;
+
+/// A decided check: the verdict and whether it came from the cache.
+#[derive(Clone, Debug)]
+pub struct Checked {
+    /// The verdict.
+    pub verdict: Arc<Verdict>,
+    /// True when no handler was consulted because a cached verdict applied.
+    pub cache_hit: bool,
+}
+
+/// What the caller answers with, besides the verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wants {
+    /// The verdict alone (ext_authz, forward-auth). With the cache off the attributes the
+    /// decision read are then not recorded at all, and the verdict's `referenced` is empty;
+    /// with it on they are, as the cache's key.
+    Verdict,
+    /// The verdict and the attributes it read (`referenced`), which Mixer v1 answers with.
+    Reads,
+}
+
+/// Decides a check on `snapshot`: from its check cache when a verdict applies, otherwise by
+/// evaluating the rules and asking the check handlers of those that match. Counted in
+/// `mixer_check_results_total` and timed in `mixer_check_duration_seconds`, hit or miss.
+pub async fn check(snapshot: &Snapshot, bag: &dyn Bag, wants: Wants) -> Result<Checked, Undecided> {
+    let started = std::time::Instant::now();
+    let metrics = &snapshot.metrics;
+    metrics.check_activity.mark(started);
+    let record_reads = wants == Wants::Reads;
+    let checked = match &snapshot.cache {
+        Some(verdicts) => {
+            let tier = cache::Tiers {
+                verdicts,
+                generation: snapshot.generation.as_deref(),
+                vocabulary: snapshot.vocabulary(),
+                metrics,
+            };
+            tier.check(bag, record_reads, &Pipeline { snapshot, bag })
+                .await
+        }
+        None => decide(snapshot, bag, record_reads)
+            .await
+            .map(|decided| Checked {
+                verdict: Arc::new(decided.verdict),
+                cache_hit: false,
+            }),
+    };
+    match &checked {
+        Ok(c) if c.verdict.is_allowed() => metrics.check_results.allowed.inc(),
+        Ok(_) => metrics.check_results.denied.inc(),
+        Err(_) => metrics.check_results.error.inc(),
+    }
+    metrics
+        .check_duration
+        .observe(started.elapsed().as_secs_f64());
+    checked
+}
+
+/// A verdict decided by asking the handlers.
+struct Decided {
+    verdict: Verdict,
+    /// Whether every handler consulted allows its answer to be cached.
+    cacheable: bool,
+}
+
+/// The stages after the cache, for one request.
+struct Pipeline<'r> {
+    snapshot: &'r Snapshot,
+    bag: &'r dyn Bag,
+}
+
+impl cache::Decide for Pipeline<'_> {
+    fn decide(
+        &self,
+        record_reads: bool,
+    ) -> impl Future<Output = Result<Decided, Undecided>> + Send {
+        decide(self.snapshot, self.bag, record_reads)
+    }
+}
+
+/// Decides without the cache: evaluate, then dispatch and combine until a handler denies.
+async fn decide(
+    snapshot: &Snapshot,
+    bag: &dyn Bag,
+    record_reads: bool,
+) -> Result<Decided, Undecided> {
+    let (verdict, dispatches) = match evaluate::plan(snapshot, bag, record_reads)? {
+        evaluate::Plan::Decided(verdict) => {
+            return Ok(Decided {
+                verdict,
+                cacheable: true,
+            });
+        }
+        evaluate::Plan::Ask {
+            verdict,
+            dispatches,
+        } => (verdict, dispatches),
+    };
+    let mut combined = combine::Combined::new(verdict);
+    for d in &dispatches {
+        let Some(built) = snapshot.handlers.get(d.handler) else {
+            continue;
+        };
+        let answer = dispatch::ask(built, &d.instance).await;
+        if combined.add(built, answer, &snapshot.metrics)? == combine::Next::Stop {
+            break;
+        }
+    }
+    Ok(combined.finish())
+}

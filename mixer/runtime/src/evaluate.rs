@@ -1,0 +1,356 @@
+//! Rule evaluation, the first step of every variety: from an attribute bag to the rules that
+//! match, the instances they produce and the header operations they carry, recording every
+//! attribute read on the way. Synchronous and allocation-light; no handler is called here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mixer_config::{FieldExprValue, HeaderOperationConfig, InstanceConfig, MatchErrorPolicy};
+use mixer_model::{
+    Bag, FieldValue, HeaderOperation, Instance, Presence, ReferencedAttributes, Value, Variety,
+};
+
+use crate::decision::InstanceError;
+use crate::rules::RuleSet;
+use crate::shared_exprs::Memo;
+use crate::snapshot::Snapshot;
+
+/// One instance going to one handler.
+#[derive(Clone, Debug)]
+pub struct Dispatch {
+    /// Index of the handler in [`Snapshot::handlers`].
+    pub handler: usize,
+    /// The built instance.
+    pub instance: Instance,
+    /// Index of its config in [`Config::instances`](mixer_config::Config::instances).
+    pub instance_index: usize,
+}
+
+/// A rule whose match could not be evaluated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MatchFailure {
+    /// The rule.
+    pub rule: Arc<str>,
+    /// Why.
+    pub message: String,
+    /// The policy applied.
+    pub policy: MatchErrorPolicy,
+}
+
+/// What the rules say about one bag, before any handler is called.
+#[derive(Clone, Debug, Default)]
+pub struct Evaluation {
+    /// Rules whose match was true, in evaluation order.
+    pub matched_rules: Vec<Arc<str>>,
+    /// Instances to send, in rule and action order.
+    pub dispatches: Vec<Dispatch>,
+    /// Everything read to get here.
+    pub referenced: ReferencedAttributes,
+    /// Header operations of matched rules, evaluated.
+    pub request_header_ops: Vec<HeaderOperation>,
+    /// Response header operations of matched rules, evaluated.
+    pub response_header_ops: Vec<HeaderOperation>,
+    /// Matches that failed to evaluate.
+    pub match_failures: Vec<MatchFailure>,
+    /// Instances of matched rules that could not be built (not in `dispatches`).
+    pub instance_errors: Vec<InstanceError>,
+}
+
+/// What one evaluation reuses across rule sets: the index's candidate list and, for reports,
+/// the values of shared expressions.
+struct Scratch {
+    candidates: Vec<u32>,
+    memo: Option<Memo>,
+}
+
+/// Evaluates the rules for `variety` against `bag`: which match, which instances they
+/// produce, what was read.
+pub fn evaluate(snapshot: &Snapshot, bag: &dyn Bag, variety: Variety) -> Evaluation {
+    evaluate_for(snapshot, bag, variety, true, variety != Variety::Report)
+}
+
+/// [`evaluate`]; `name_rules: false` leaves `matched_rules` empty (reports do
+/// not answer with them, and every name kept is a shared reference count to bump), and
+/// `record_reads: false` leaves `referenced` empty (nothing caches or answers with a
+/// report's reads, nor with those of a check that no cache keeps and whose protocol does
+/// not carry them).
+pub(crate) fn evaluate_for(
+    snapshot: &Snapshot,
+    bag: &dyn Bag,
+    variety: Variety,
+    name_rules: bool,
+    record_reads: bool,
+) -> Evaluation {
+    let mut eval = Evaluation::default();
+    if !record_reads {
+        eval.referenced = ReferencedAttributes::ignoring();
+    }
+    let mut scratch = Scratch {
+        candidates: Vec::new(),
+        // Reports build many instances from the same record; checks few, and they record
+        // what each expression read, which a shared value would hide.
+        memo: (variety == Variety::Report).then(|| snapshot.shared_exprs.memo()),
+    };
+    evaluate_set(
+        snapshot,
+        snapshot.default_rules.get(variety),
+        bag,
+        variety,
+        name_rules,
+        &mut eval,
+        &mut scratch,
+    );
+    if !snapshot.namespaced.is_empty()
+        && let Some(ns) = identity_namespace(snapshot, bag, &mut eval.referenced)
+        && let Some(set) = snapshot.namespaced.get(ns.as_ref())
+    {
+        evaluate_set(
+            snapshot,
+            set.get(variety),
+            bag,
+            variety,
+            name_rules,
+            &mut eval,
+            &mut scratch,
+        );
+    }
+    eval.referenced.normalize();
+    eval
+}
+
+/// Istio's scoping: inbound reports and checks belong to the destination's namespace,
+/// outbound ones to the source's.
+fn identity_namespace(
+    snapshot: &Snapshot,
+    bag: &dyn Bag,
+    refs: &mut ReferencedAttributes,
+) -> Option<Arc<str>> {
+    let read = |id: Option<mixer_model::AttrId>, refs: &mut ReferencedAttributes| {
+        let id = id?;
+        let value = bag.get(id);
+        refs.record(
+            id,
+            if value.is_some() {
+                Presence::Exact
+            } else {
+                Presence::Absent
+            },
+        );
+        value.cloned()
+    };
+    let outbound = matches!(
+        read(snapshot.identity.reporter_kind, refs),
+        Some(Value::String(kind)) if kind.as_ref() == "outbound"
+    );
+    let attr = if outbound {
+        snapshot.identity.source_namespace
+    } else {
+        snapshot.identity.destination_namespace
+    };
+    match read(attr, refs) {
+        Some(Value::String(ns)) => Some(ns),
+        _ => None,
+    }
+}
+
+fn evaluate_set(
+    snapshot: &Snapshot,
+    set: &RuleSet,
+    bag: &dyn Bag,
+    variety: Variety,
+    name_rules: bool,
+    eval: &mut Evaluation,
+    scratch: &mut Scratch,
+) {
+    set.index
+        .candidates(bag, &mut eval.referenced, &mut scratch.candidates);
+    // A report's dispatches grew 0, 4, 8 as instances were built: one allocation instead.
+    eval.dispatches.reserve(set.instances);
+    for &pos in scratch.candidates.iter() {
+        let Some(&index) = set.rules.get(pos as usize) else {
+            continue;
+        };
+        let Some(rule) = snapshot.config.rules.get(index) else {
+            continue;
+        };
+        let matched = match &rule.match_expr {
+            None => true,
+            Some(expr) => match expr.eval_bool(bag, &mut eval.referenced) {
+                Ok(b) => b,
+                Err(e) => {
+                    let policy = rule
+                        .match_error_policy
+                        .unwrap_or(snapshot.options.match_error_policy);
+                    let policy_label = match policy {
+                        MatchErrorPolicy::NoMatch => "no_match",
+                        MatchErrorPolicy::Deny => "deny",
+                    };
+                    let failures = snapshot
+                        .metrics
+                        .match_errors
+                        .with_label_values(&[rule.name.as_ref(), policy_label]);
+                    // A rule whose match fails does so for every request like it (an
+                    // attribute the proxy never sends): its first failure is worth a line,
+                    // the rest would be a line per request. The counter has them all.
+                    if failures.get() == 0 {
+                        tracing::info!(rule = %rule.name, error = %e, policy = policy_label, "rule match failed to evaluate; further failures of this rule are counted in mixer_rule_match_errors_total and logged at debug level");
+                    } else {
+                        tracing::debug!(rule = %rule.name, error = %e, policy = policy_label, "rule match failed to evaluate");
+                    }
+                    failures.inc();
+                    eval.match_failures.push(MatchFailure {
+                        rule: rule.name.clone(),
+                        message: e.to_string(),
+                        policy,
+                    });
+                    false
+                }
+            },
+        };
+        if !matched {
+            continue;
+        }
+        if let Some(counter) = snapshot.rule_matches.get(index) {
+            counter.inc();
+        }
+        if name_rules {
+            eval.matched_rules.push(rule.name.clone());
+        }
+        for action in &rule.actions {
+            for &i in &action.instances {
+                let Some(ic) = snapshot.config.instances.get(i) else {
+                    continue;
+                };
+                if ic.template.variety() != variety {
+                    continue;
+                }
+                match build_instance(
+                    snapshot,
+                    ic,
+                    i,
+                    bag,
+                    &mut eval.referenced,
+                    scratch.memo.as_mut(),
+                ) {
+                    Ok(instance) => eval.dispatches.push(Dispatch {
+                        handler: action.handler,
+                        instance,
+                        instance_index: i,
+                    }),
+                    Err(e) => eval.instance_errors.push(e),
+                }
+            }
+        }
+        if variety == Variety::Check {
+            header_ops(
+                &rule.request_header_operations,
+                bag,
+                &mut eval.referenced,
+                &mut eval.request_header_ops,
+            );
+            header_ops(
+                &rule.response_header_operations,
+                bag,
+                &mut eval.referenced,
+                &mut eval.response_header_ops,
+            );
+        }
+    }
+}
+
+/// Builds instance `index` (configured as `ic`). With a `memo` (reports), an expression
+/// text shared by several instances is evaluated once per record ([`crate::shared_exprs`]).
+/// The first field that fails fails the instance, as Istio's template builders do; the
+/// failure is counted by instance.
+fn build_instance(
+    snapshot: &Snapshot,
+    ic: &InstanceConfig,
+    index: usize,
+    bag: &dyn Bag,
+    refs: &mut ReferencedAttributes,
+    mut memo: Option<&mut Memo>,
+) -> Result<Instance, InstanceError> {
+    let mut slots = snapshot.shared_exprs.of_instance(index).iter();
+    let mut value = |expr: &mixer_policy::Expression, refs: &mut ReferencedAttributes| {
+        let slot = slots.next();
+        let entry = memo
+            .as_deref_mut()
+            .zip(slot)
+            .and_then(|(memo, &s)| memo.get_mut(s as usize));
+        match entry {
+            Some(entry) => entry.get_or_insert_with(|| expr.eval(bag, refs)).clone(),
+            None => expr.eval(bag, refs),
+        }
+    };
+    let failed = |field: String, e: mixer_policy::EvalError| {
+        snapshot
+            .metrics
+            .instance_errors
+            .with_label_values(&[ic.name.as_ref()])
+            .inc();
+        let error = InstanceError {
+            instance: ic.name.clone(),
+            field,
+            message: e.to_string(),
+        };
+        // An attribute a proxy never sends fails every request like this one: a line
+        // per 10 s, the counter has them all.
+        static FAILING: mixer_adapter_api::LogGate =
+            mixer_adapter_api::LogGate::new(Duration::from_secs(10));
+        if let Some(held_back) = FAILING.due() {
+            tracing::warn!(%error, held_back, "instance not built; counted in mixer_instance_errors_total");
+        }
+        error
+    };
+    let mut fields = Vec::with_capacity(ic.fields.len());
+    for field in &ic.fields {
+        match &field.value {
+            FieldExprValue::Value(expr) => match value(expr, refs) {
+                Ok(v) => fields.push((field.name, FieldValue::Value(v))),
+                Err(e) => return Err(failed(field.name.to_string(), e)),
+            },
+            FieldExprValue::Map(entries) => {
+                let mut map = Vec::with_capacity(entries.len());
+                for (key, expr) in entries {
+                    match value(expr, refs) {
+                        Ok(v) => map.push((key.clone(), v)),
+                        Err(e) => return Err(failed(format!("{}[{key}]", field.name), e)),
+                    }
+                }
+                fields.push((field.name, FieldValue::Map(map)));
+            }
+        }
+    }
+    Ok(Instance {
+        name: ic.name.clone(),
+        template: ic.template,
+        fields,
+    })
+}
+
+fn header_ops(
+    ops: &[HeaderOperationConfig],
+    bag: &dyn Bag,
+    refs: &mut ReferencedAttributes,
+    out: &mut Vec<HeaderOperation>,
+) {
+    for op in ops {
+        if op.values.is_empty() {
+            out.push(HeaderOperation {
+                name: op.name.clone(),
+                value: String::new(),
+                op: op.operation,
+            });
+        }
+        for expr in &op.values {
+            // A value that cannot be evaluated is left out; the rest of the verdict stands.
+            if let Ok(v) = expr.eval(bag, refs) {
+                out.push(HeaderOperation {
+                    name: op.name.clone(),
+                    value: v.to_string(),
+                    op: op.operation,
+                });
+            }
+        }
+    }
+}
