@@ -363,3 +363,57 @@ spec:
         "identical misses were not coalesced"
     );
 }
+
+/// The one check entry counts and times every check the same way, whether the cache answered
+/// it, the handlers did, or neither could.
+#[tokio::test]
+async fn hits_misses_and_undecided_checks_are_all_counted_and_timed() {
+    let metrics = RuntimeMetrics::unregistered();
+    let snap = snapshot_metered(CONFIG, &metrics);
+    let bob = [("request.headers", map(&[("x-user", "bob")]))];
+    assert_eq!(hit(&snap, &bob).await, (false, false), "evaluated, denied");
+    assert_eq!(
+        hit(&snap, &bob).await,
+        (true, false),
+        "from the cache, denied"
+    );
+    assert_eq!(hit(&snap, &[]).await, (false, true), "evaluated, allowed");
+    assert_eq!(metrics.check_results.denied.get(), 2);
+    assert_eq!(metrics.check_results.allowed.get(), 1);
+    assert_eq!(metrics.cache_hits.get(), 1);
+    assert_eq!(metrics.check_duration.get_sample_count(), 3);
+
+    // Without a cache, a check its handler cannot decide is counted and timed too.
+    let off = RuntimeOptions {
+        cache: CacheOptions {
+            max_entries: 0,
+            ..CacheOptions::default()
+        },
+        ..RuntimeOptions::default()
+    };
+    let metrics = RuntimeMetrics::unregistered();
+    let failing = build(FAILS_CLOSED, &off, None, &metrics).snapshot;
+    let undecided =
+        mixer_runtime::check(&failing, &bag(&failing, &[]), mixer_runtime::Wants::Verdict).await;
+    assert!(
+        matches!(undecided, Err(mixer_runtime::Undecided::Handler { .. })),
+        "{undecided:?}"
+    );
+    assert_eq!(metrics.check_results.error.get(), 1);
+    assert_eq!(metrics.check_duration.get_sample_count(), 1);
+}
+
+const FAILS_CLOSED: &str = r#"
+kind: handler
+metadata: {name: closed, namespace: istio-system}
+spec: {compiledAdapter: broken}
+---
+kind: instance
+metadata: {name: nothing, namespace: istio-system}
+spec: {compiledTemplate: checknothing}
+---
+kind: rule
+metadata: {name: to-closed, namespace: istio-system}
+spec:
+  actions: [{handler: closed, instances: [nothing]}]
+"#;

@@ -186,7 +186,8 @@ pub fn snapshot_metered(yaml: &str, metrics: &RuntimeMetrics) -> Snapshot {
     build(yaml, &RuntimeOptions::default(), None, metrics).snapshot
 }
 
-fn build(
+/// Builds a snapshot from YAML text with `options`, counting into `metrics`.
+pub fn build(
     yaml: &str,
     options: &RuntimeOptions,
     previous: Option<&Snapshot>,
