@@ -1,10 +1,11 @@
 //! `mixer serve --shared-cache`: three real mixer processes sharing one real redis-server,
-//! checks sent round robin over them through forward-auth (`/check`), decided by a
-//! listchecker whose calls each replica counts in `mixer_handler_calls_total`.
+//! checks sent round robin over them through forward-auth (`/check`), decided by an
+//! out-of-process adapter (built on the adapter SDK, served by this test process over gRPC)
+//! that counts every call it answers.
 //!
 //! - 10 distinct requests, each sent to every replica: 10 adapter calls with the shared
 //!   cache, 30 without; the decisions are the same with no cache, per-replica caches and the
-//!   shared one (differential);
+//!   shared one (differential), over the remote adapter and over the built-in listchecker;
 //! - a verdict with a use count of 10 is served exactly 10 times from the caches in all;
 //! - after a config change no entry of the old config is served;
 //! - Redis killed: same decisions, errors counted, each check within a bounded time; Redis
@@ -17,10 +18,16 @@ mod redis;
 #[path = "support/redis_cluster.rs"]
 mod redis_cluster;
 
+use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use mixer_adapter_sdk::{
+    Adapter, CheckResult, Config, Error, ListEntry, ListEntryInstance, Server,
+};
 use mixer_tests::{Mixer, http_request};
 use redis::Redis;
 
@@ -42,16 +49,126 @@ fn redis_installed() -> bool {
     ok
 }
 
-/// Users `u0`..`u4` allowed, the others denied; verdicts valid a minute for `uses` uses.
-fn config(allowed: &[&str], uses: u32) -> String {
+/// The out-of-process adapter: a `listentry` handler allowing the values in
+/// `params.allowed`, its answers valid a minute for `params.uses` uses; it counts the calls
+/// it answers, per value.
+#[derive(Default)]
+struct Counting {
+    calls: Mutex<HashMap<String, u64>>,
+}
+
+impl Adapter for Counting {}
+
+impl ListEntry for Counting {
+    async fn check(
+        &self,
+        instance: &ListEntryInstance,
+        config: &Config,
+    ) -> Result<CheckResult, Error> {
+        *self
+            .calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(instance.value.clone())
+            .or_default() += 1;
+        let allowed = config["allowed"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|v| v.as_str() == Some(&instance.value)));
+        let uses = config["uses"]
+            .as_i64()
+            .and_then(|u| i32::try_from(u).ok())
+            .unwrap_or(CheckResult::DEFAULT_VALID_USE_COUNT);
+        let answer = if allowed {
+            CheckResult::ok()
+        } else {
+            CheckResult::deny(format!("{} is not allowed", instance.value))
+        };
+        Ok(answer.valid_for(Duration::from_secs(60)).valid_uses(uses))
+    }
+}
+
+/// [`Counting`] served over gRPC on a loopback port, on a runtime of its own: a process the
+/// mixers reach only through the adapter protocol, as they would a remote adapter.
+struct RemoteAdapter {
+    addr: SocketAddr,
+    counting: Arc<Counting>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl RemoteAdapter {
+    fn start() -> RemoteAdapter {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("bind the adapter");
+        let addr = listener.local_addr().expect("adapter address");
+        let counting = Arc::new(Counting::default());
+        let server = Server::from_arc(counting.clone()).list_entry();
+        runtime.spawn(async move {
+            let _ = server
+                .serve_with_shutdown(listener, std::future::pending())
+                .await;
+        });
+        RemoteAdapter {
+            addr,
+            counting,
+            runtime: Some(runtime),
+        }
+    }
+
+    /// Calls answered, over every value.
+    fn calls(&self) -> u64 {
+        self.counts().values().sum()
+    }
+
+    fn counts(&self) -> HashMap<String, u64> {
+        self.counting
+            .calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+impl Drop for RemoteAdapter {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// What decides the checks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    /// A [`RemoteAdapter`] of the fleet's own.
+    Remote,
+    /// The built-in listchecker.
+    Listchecker,
+}
+
+/// `allowed` users allowed, the others denied, by `backend` (at `remote` for a remote one);
+/// verdicts valid a minute for `uses` uses.
+fn config(backend: Backend, remote: Option<SocketAddr>, allowed: &[&str], uses: u32) -> String {
+    let handler = match (backend, remote) {
+        (Backend::Remote, Some(addr)) => format!(
+            "adapter: counting\n  connection: {{address: '{addr}', timeout: 2s}}\n  params: {{allowed: {allowed:?}, uses: {uses}}}"
+        ),
+        _ => format!(
+            "compiledAdapter: listchecker\n  params: {{overrides: {allowed:?}, blacklist: false, cachingInterval: 60s, cachingUseCount: {uses}}}"
+        ),
+    };
     format!(
         r#"
 apiVersion: config.istio.io/v1alpha2
 kind: handler
 metadata: {{name: users, namespace: istio-system}}
 spec:
-  compiledAdapter: listchecker
-  params: {{overrides: {allowed:?}, blacklist: false, cachingInterval: 60s, cachingUseCount: {uses}}}
+  {handler}
 ---
 apiVersion: config.istio.io/v1alpha2
 kind: instance
@@ -73,17 +190,27 @@ const ALLOWED: &[&str] = &["u0", "u1", "u2", "u3", "u4"];
 
 struct Fleet {
     replicas: Vec<Mixer>,
+    backend: Backend,
+    adapter: Option<RemoteAdapter>,
     _dir: tempfile::TempDir,
     config: PathBuf,
 }
 
 impl Fleet {
-    /// Three replicas on one config file, with `extra` flags.
-    fn start(config_text: &str, extra: &[&str]) -> Fleet {
+    /// Three replicas on one config file allowing `allowed` with `uses` uses, decided by a
+    /// remote adapter of their own, with `extra` flags.
+    fn start(allowed: &[&str], uses: u32, extra: &[&str]) -> Fleet {
+        Fleet::start_with(Backend::Remote, allowed, uses, extra)
+    }
+
+    /// [`Fleet::start`] with the checks decided by `backend`.
+    fn start_with(backend: Backend, allowed: &[&str], uses: u32, extra: &[&str]) -> Fleet {
+        let adapter = (backend == Backend::Remote).then(RemoteAdapter::start);
         let dir = tempfile::tempdir().expect("temp dir");
-        let config = dir.path().join("config.yaml");
-        std::fs::write(&config, config_text).expect("write config");
-        let path = config.to_str().expect("utf-8 path").to_string();
+        let config_file = dir.path().join("config.yaml");
+        let text = config(backend, adapter.as_ref().map(|a| a.addr), allowed, uses);
+        std::fs::write(&config_file, text).expect("write config");
+        let path = config_file.to_str().expect("utf-8 path").to_string();
         let mut args = vec!["--config", path.as_str(), "--worker-threads", "1"];
         args.extend_from_slice(extra);
         let replicas: Vec<Mixer> = (0..3).map(|_| Mixer::start(binary(), &args)).collect();
@@ -92,9 +219,22 @@ impl Fleet {
         }
         Fleet {
             replicas,
+            backend,
+            adapter,
             _dir: dir,
-            config,
+            config: config_file,
         }
+    }
+
+    /// Rewrites the config file: `allowed` and `uses` on the same backend.
+    fn rewrite(&self, allowed: &[&str], uses: u32) {
+        let text = config(
+            self.backend,
+            self.adapter.as_ref().map(|a| a.addr),
+            allowed,
+            uses,
+        );
+        std::fs::write(&self.config, text).expect("rewrite config");
     }
 
     /// The status forward-auth answers for `user` on replica `i`.
@@ -124,9 +264,19 @@ impl Fleet {
             .sum()
     }
 
-    /// Listchecker calls made by all replicas.
-    fn adapter_calls(&self) -> f64 {
+    /// Check handler calls, as the replicas count them (`mixer_handler_calls_total`).
+    fn handler_calls(&self) -> f64 {
         self.sum_where("mixer_handler_calls_total{", "variety=\"check\"")
+    }
+
+    /// Calls that reached the backend: as the remote adapter counted them, or as the
+    /// replicas counted their listchecker calls.
+    fn adapter_calls(&self) -> f64 {
+        match &self.adapter {
+            // Exact below 2^53.
+            Some(a) => a.calls() as f64,
+            None => self.handler_calls(),
+        }
     }
 
     /// Waits until every replica's shared tier answered a lookup: a cluster connection is
@@ -169,52 +319,85 @@ fn shared(redis: &Redis) -> String {
     format!("redis://127.0.0.1:{}", redis.port)
 }
 
+/// The shared cache's flags on `redis`, with a budget raised so that a slow moment on a busy
+/// machine does not make a lookup miss.
+fn shared_flags(url: &str) -> Vec<&str> {
+    vec!["--shared-cache", url, "--shared-cache-timeout", "1s"]
+}
+
+/// The statuses of [`Fleet::round_robin`] when `u0`..`u4` are allowed.
+fn expected_statuses() -> Vec<u16> {
+    (0..30)
+        .map(|i| if i % 10 < 5 { 200 } else { 403 })
+        .collect()
+}
+
 #[test]
-fn replicas_share_verdicts_and_decide_as_without_the_shared_cache() {
+fn a_remote_adapter_is_called_once_per_distinct_request_across_the_replicas() {
     if !redis_installed() {
         return;
     }
     let redis = Redis::start();
     let url = shared(&redis);
-    // A slow moment on a busy machine must not make a lookup miss: the budget is raised.
-    let with_shared = Fleet::start(
-        &config(ALLOWED, 10_000),
-        &["--shared-cache", &url, "--shared-cache-timeout", "1s"],
-    );
-    let per_replica = Fleet::start(&config(ALLOWED, 10_000), &[]);
-    let uncached = Fleet::start(&config(ALLOWED, 10_000), &["--check-cache-size", "0"]);
+    let with_shared = Fleet::start(ALLOWED, 10_000, &shared_flags(&url));
+    let per_replica = Fleet::start(ALLOWED, 10_000, &[]);
+    let uncached = Fleet::start(ALLOWED, 10_000, &["--check-cache-size", "0"]);
 
     let shared_statuses = with_shared.round_robin();
     let local_statuses = per_replica.round_robin();
     let uncached_statuses = uncached.round_robin();
-    let expected: Vec<u16> = (0..30)
-        .map(|i| if i % 10 < 5 { 200 } else { 403 })
-        .collect();
-    assert_eq!(uncached_statuses, expected);
+    assert_eq!(uncached_statuses, expected_statuses());
     assert_eq!(
-        local_statuses, expected,
+        local_statuses, uncached_statuses,
         "per-replica caches changed a decision"
     );
     assert_eq!(
-        shared_statuses, expected,
+        shared_statuses, uncached_statuses,
         "the shared cache changed a decision"
     );
 
+    // The adapter's own count, per request: 3 without the shared tier, 1 with it.
+    let once: HashMap<String, u64> = (0..10).map(|u| (format!("u{u}"), 1)).collect();
+    let thrice: HashMap<String, u64> = (0..10).map(|u| (format!("u{u}"), 3)).collect();
+    let adapter = |f: &Fleet| f.adapter.as_ref().expect("remote").counts();
     assert_eq!(
-        per_replica.adapter_calls(),
-        30.0,
-        "each replica asks once per request"
+        adapter(&uncached),
+        thrice,
+        "no cache: every check is a call"
     );
+    assert_eq!(adapter(&per_replica), thrice, "each replica asks once");
     assert_eq!(
-        with_shared.adapter_calls(),
-        10.0,
+        adapter(&with_shared),
+        once,
         "one adapter call per distinct request across the three replicas"
     );
+    // The replicas count the calls they made alike.
+    assert_eq!(with_shared.handler_calls(), 10.0);
+    assert_eq!(per_replica.handler_calls(), 30.0);
     assert_eq!(with_shared.sum("mixer_check_cache_shared_hits_total"), 20.0);
     assert_eq!(
         with_shared.sum("mixer_check_cache_shared_errors_total"),
         0.0
     );
+}
+
+#[test]
+fn the_built_in_listchecker_decides_alike_with_every_cache() {
+    if !redis_installed() {
+        return;
+    }
+    let redis = Redis::start();
+    let url = shared(&redis);
+    let fleet = |extra: &[&str]| Fleet::start_with(Backend::Listchecker, ALLOWED, 10_000, extra);
+    let with_shared = fleet(&shared_flags(&url));
+    let per_replica = fleet(&[]);
+    let uncached = fleet(&["--check-cache-size", "0"]);
+    assert_eq!(uncached.round_robin(), expected_statuses());
+    assert_eq!(per_replica.round_robin(), expected_statuses());
+    assert_eq!(with_shared.round_robin(), expected_statuses());
+    assert_eq!(uncached.adapter_calls(), 30.0);
+    assert_eq!(per_replica.adapter_calls(), 30.0);
+    assert_eq!(with_shared.adapter_calls(), 10.0);
 }
 
 #[test]
@@ -224,10 +407,7 @@ fn a_use_count_holds_across_replicas() {
     }
     let redis = Redis::start();
     let url = shared(&redis);
-    let fleet = Fleet::start(
-        &config(ALLOWED, 10),
-        &["--shared-cache", &url, "--shared-cache-timeout", "1s"],
-    );
+    let fleet = Fleet::start(ALLOWED, 10, &shared_flags(&url));
     // The first check is evaluated; its verdict then serves exactly 10 more, whichever
     // replica they reach.
     for i in 0..11 {
@@ -258,14 +438,11 @@ fn a_config_change_shares_nothing_with_the_old_config() {
     }
     let redis = Redis::start();
     let url = shared(&redis);
-    let fleet = Fleet::start(
-        &config(ALLOWED, 10_000),
-        &["--shared-cache", &url, "--shared-cache-timeout", "1s"],
-    );
+    let fleet = Fleet::start(ALLOWED, 10_000, &shared_flags(&url));
     assert_eq!(fleet.round_robin()[0], 200);
     let calls = fleet.adapter_calls();
     // u0 is denied now: a verdict of the old config served would allow it.
-    std::fs::write(&fleet.config, config(&["u1"], 10_000)).expect("rewrite config");
+    fleet.rewrite(&["u1"], 10_000);
     let start = Instant::now();
     while fleet.sum("mixer_config_reloads_total{result=\"success\"}") < 6.0 {
         assert!(
@@ -294,7 +471,7 @@ fn redis_down_changes_no_decision_and_the_tier_comes_back() {
     let mut redis = Redis::start();
     let url = shared(&redis);
     // Verdicts valid for one use: every check reaches the shared tier.
-    let fleet = Fleet::start(&config(ALLOWED, 1), &["--shared-cache", &url]);
+    let fleet = Fleet::start(ALLOWED, 1, &["--shared-cache", &url]);
     let before = fleet.round_robin();
     redis.kill();
     let start = Instant::now();
@@ -359,12 +536,10 @@ fn replicas_share_verdicts_on_a_redis_cluster() {
         "--shared-cache-timeout",
         "1s",
     ];
-    let fleet = Fleet::start(&config(ALLOWED, 10_000), &flags);
+    let fleet = Fleet::start(ALLOWED, 10_000, &flags);
     fleet.connected();
     let calls = fleet.adapter_calls();
-    let expected: Vec<u16> = (0..30)
-        .map(|i| if i % 10 < 5 { 200 } else { 403 })
-        .collect();
+    let expected = expected_statuses();
     assert_eq!(fleet.round_robin(), expected);
     assert_eq!(fleet.adapter_calls() - calls, 10.0);
     let per_node = cluster.keys_per_node();
@@ -373,7 +548,7 @@ fn replicas_share_verdicts_on_a_redis_cluster() {
         "entries did not spread over the nodes: {per_node:?}"
     );
 
-    let limited = Fleet::start(&config(ALLOWED, 10), &flags);
+    let limited = Fleet::start(ALLOWED, 10, &flags);
     limited.connected();
     let calls = limited.adapter_calls();
     for i in 0..11 {
@@ -431,17 +606,11 @@ fn replicas_share_verdicts_over_tls() {
     }
     // The certificate is the test's own, self-signed: `#insecure` skips its check.
     let url = format!("rediss://127.0.0.1:{port}/#insecure");
-    let fleet = Fleet::start(
-        &config(ALLOWED, 10_000),
-        &["--shared-cache", &url, "--shared-cache-timeout", "1s"],
-    );
+    let fleet = Fleet::start(ALLOWED, 10_000, &shared_flags(&url));
     let statuses = fleet.round_robin();
     let _ = server.kill();
     let _ = server.wait();
-    let expected: Vec<u16> = (0..30)
-        .map(|i| if i % 10 < 5 { 200 } else { 403 })
-        .collect();
-    assert_eq!(statuses, expected);
+    assert_eq!(statuses, expected_statuses());
     assert_eq!(fleet.sum("mixer_check_cache_shared_errors_total"), 0.0);
     assert_eq!(
         fleet.adapter_calls(),
