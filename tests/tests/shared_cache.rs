@@ -10,6 +10,9 @@
 //! - after a config change no entry of the old config is served;
 //! - Redis killed: same decisions, errors counted, each check within a bounded time; Redis
 //!   back: the shared tier is used again by itself;
+//! - shapes (which attributes a decision read) are kept in process: a replica learns one
+//!   another replica wrote within `--shared-cache-shapes-refresh`, and a miss costs no read
+//!   of the shape set in between;
 //! - the same sharing and use count on a three-node Redis Cluster;
 //! - the same sharing over TLS (`rediss://`) with a redis-server serving TLS only.
 
@@ -152,7 +155,8 @@ enum Backend {
 }
 
 /// `allowed` users allowed, the others denied, by `backend` (at `remote` for a remote one);
-/// verdicts valid a minute for `uses` uses.
+/// verdicts valid a minute for `uses` uses. A request naming no user (`x-user`) is decided
+/// on its group (`x-group`): a second shape, which reads both headers.
 fn config(backend: Backend, remote: Option<SocketAddr>, allowed: &[&str], uses: u32) -> String {
     let handler = match (backend, remote) {
         (Backend::Remote, Some(addr)) => format!(
@@ -175,7 +179,7 @@ kind: instance
 metadata: {{name: user, namespace: istio-system}}
 spec:
   compiledTemplate: listentry
-  params: {{value: 'request.headers["x-user"] | "nobody"'}}
+  params: {{value: 'request.headers["x-user"] | request.headers["x-group"] | "nobody"'}}
 ---
 apiVersion: config.istio.io/v1alpha2
 kind: rule
@@ -239,9 +243,14 @@ impl Fleet {
 
     /// The status forward-auth answers for `user` on replica `i`.
     fn check(&self, i: usize, user: &str) -> u16 {
+        self.check_with(i, &[("x-user", user)])
+    }
+
+    /// The status forward-auth answers for `headers` on replica `i`.
+    fn check_with(&self, i: usize, headers: &[(&str, &str)]) -> u16 {
         let r = &self.replicas[i % self.replicas.len()];
-        let (status, _, _) = http_request(r.http, "GET", "/check", &[("x-user", user)])
-            .expect("forward-auth answers");
+        let (status, _, _) =
+            http_request(r.http, "GET", "/check", headers).expect("forward-auth answers");
         status
     }
 
@@ -616,5 +625,60 @@ fn replicas_share_verdicts_over_tls() {
         fleet.adapter_calls(),
         10.0,
         "one call per distinct request over TLS"
+    );
+}
+#[test]
+fn shapes_are_kept_in_process_and_shared_within_the_refresh() {
+    if !redis_installed() {
+        return;
+    }
+    let redis = Redis::start();
+    let url = shared(&redis);
+    let group = |g: &'static str| [("x-group", g)];
+
+    // The set is read by a replica's first lookup, then not for an hour.
+    let mut flags = shared_flags(&url);
+    flags.extend(["--shared-cache-shapes-refresh", "1h"]);
+    let fleet = Fleet::start(ALLOWED, 10_000, &flags);
+    // Replica 0 learns both shapes (by user; by group, reading both headers) and writes them.
+    assert_eq!(fleet.check(0, "u0"), 200);
+    assert_eq!(fleet.check_with(0, &group("g1")), 403);
+    // Replica 1 reads the set on its first lookup and finds replica 0's entry.
+    assert_eq!(fleet.check_with(1, &group("g1")), 403);
+    let counts = fleet.adapter.as_ref().expect("remote").counts();
+    assert_eq!(counts.get("g1"), Some(&1), "{counts:?}");
+    let (reads, scripts) = (redis.calls("smembers"), redis.calls("evalsha"));
+    // 20 misses on replica 1: none reads the set; each runs one take per known shape (2)
+    // and one store, and nothing else.
+    for u in 10..30 {
+        assert_eq!(fleet.check(1, &format!("u{u}")), 403);
+    }
+    assert_eq!(
+        redis.calls("smembers") - reads,
+        0,
+        "a miss read the shape set"
+    );
+    assert_eq!(redis.calls("evalsha") - scripts, 20 * 3);
+    assert_eq!(
+        fleet.sum("mixer_check_cache_shared_shape_reads_total"),
+        2.0,
+        "one read per replica that looked up"
+    );
+
+    // Refreshed every 300 ms: a shape another replica wrote is found once that has passed.
+    let mut flags = shared_flags(&url);
+    flags.extend(["--shared-cache-shapes-refresh", "300ms"]);
+    let quick = Fleet::start(ALLOWED, 10_000, &flags);
+    assert_eq!(quick.check(0, "u0"), 200);
+    assert_eq!(quick.check(1, "u1"), 200);
+    // Replica 1 read the set before replica 0 wrote the group shape.
+    assert_eq!(quick.check_with(0, &group("g2")), 403);
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(quick.check_with(1, &group("g2")), 403);
+    let counts = quick.adapter.as_ref().expect("remote").counts();
+    assert_eq!(
+        counts.get("g2"),
+        Some(&1),
+        "replica 1 did not learn the shape within the refresh: {counts:?}"
     );
 }

@@ -26,6 +26,11 @@ pub struct SharedCacheArgs {
     /// (at most a 32nd of those left, one at a time below 32).
     #[arg(long, default_value_t = mixer_shared_cache::DEFAULT_LEASE, value_parser = clap::value_parser!(u32).range(1..))]
     pub shared_cache_lease: u32,
+    /// Longest a replica goes without reading the shapes (which attributes decisions read)
+    /// other replicas learned: a shape is shared this late at most, and misses in between do
+    /// not read the set.
+    #[arg(long, default_value = "1s", value_parser = crate::parse_duration)]
+    pub shared_cache_shapes_refresh: Duration,
 }
 
 /// The tier, when `--shared-cache` asks for one.
@@ -45,12 +50,14 @@ pub fn tier(
     if args.shared_cache_timeout.is_zero() {
         bail!("--shared-cache-timeout must be above 0");
     }
+
     let cache = mixer_shared_cache::SharedCache::new(
         mixer_shared_cache::SharedCacheOptions {
             target: target.clone(),
             timeout: args.shared_cache_timeout,
             local_life: args.shared_cache_local_life,
             lease: args.shared_cache_lease,
+            shapes_refresh: args.shared_cache_shapes_refresh,
             breaker: mixer_adapter_api::breaker::BreakerOptions::default(),
         },
         registry,
