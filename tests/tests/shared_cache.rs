@@ -14,7 +14,8 @@
 //!   another replica wrote within `--shared-cache-shapes-refresh`, and a miss costs no read
 //!   of the shape set in between;
 //! - the same sharing and use count on a three-node Redis Cluster;
-//! - the same sharing over TLS (`rediss://`) with a redis-server serving TLS only.
+//! - the same sharing over TLS (`rediss://`) with a redis-server serving TLS only, its
+//!   certificate checked against a CA file (`--shared-cache-ca`) or not at all (`#insecure`).
 
 #[path = "support/redis.rs"]
 mod redis;
@@ -576,57 +577,144 @@ fn replicas_share_verdicts_on_a_redis_cluster() {
     );
 }
 
+/// A certificate authority made for one test, and a certificate it signed for `localhost`
+/// and 127.0.0.1 with its key, all in PEM.
+fn tls_files(dir: &Path, name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, SanType};
+    let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().expect("key")).expect("CA");
+    let mut params = CertificateParams::new(vec!["localhost".to_string()]).expect("params");
+    params
+        .subject_alt_names
+        .push(SanType::IpAddress([127, 0, 0, 1].into()));
+    let key = KeyPair::generate().expect("key");
+    let cert = params.signed_by(&key, &ca).expect("sign");
+    let files = (
+        dir.join(format!("{name}-ca.crt")),
+        dir.join(format!("{name}.crt")),
+        dir.join(format!("{name}.key")),
+    );
+    std::fs::write(&files.0, ca.as_ref().pem()).expect("write CA");
+    std::fs::write(&files.1, cert.pem()).expect("write cert");
+    std::fs::write(&files.2, key.serialize_pem()).expect("write key");
+    files
+}
+
+/// A redis-server serving TLS only (no plain port) with `cert` and `key`; killed when dropped.
+struct TlsRedis {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl TlsRedis {
+    fn start(dir: &Path, cert: &Path, key: &Path) -> TlsRedis {
+        let port = mixer_tests::free_addr().port();
+        let child = Command::new("redis-server")
+            .args(["--port", "0", "--tls-port", &port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--tls-cert-file")
+            .arg(cert)
+            .arg("--tls-key-file")
+            .arg(key)
+            .args(["--tls-auth-clients", "no"])
+            .arg("--dir")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        let start = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "redis (TLS) did not start"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        TlsRedis { child, port }
+    }
+}
+
+impl Drop for TlsRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 #[test]
 fn replicas_share_verdicts_over_tls() {
     if !redis_installed() {
         return;
     }
     let dir = tempfile::tempdir().expect("temp dir");
-    let key = rcgen::KeyPair::generate().expect("key");
-    let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
-        .expect("params")
-        .self_signed(&key)
-        .expect("self-signed");
-    let (cert_file, key_file) = (dir.path().join("redis.crt"), dir.path().join("redis.key"));
-    std::fs::write(&cert_file, cert.pem()).expect("write cert");
-    std::fs::write(&key_file, key.serialize_pem()).expect("write key");
-    let port = mixer_tests::free_addr().port();
-    let mut server = Command::new("redis-server")
-        .args(["--port", "0", "--tls-port", &port.to_string()])
-        .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        .arg("--tls-cert-file")
-        .arg(&cert_file)
-        .arg("--tls-key-file")
-        .arg(&key_file)
-        .args(["--tls-auth-clients", "no"])
-        .arg("--dir")
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("redis-server");
-    let start = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "redis (TLS) did not start"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    // The certificate is the test's own, self-signed: `#insecure` skips its check.
-    let url = format!("rediss://127.0.0.1:{port}/#insecure");
-    let fleet = Fleet::start(ALLOWED, 10_000, &shared_flags(&url));
-    let statuses = fleet.round_robin();
-    let _ = server.kill();
-    let _ = server.wait();
-    assert_eq!(statuses, expected_statuses());
-    assert_eq!(fleet.sum("mixer_check_cache_shared_errors_total"), 0.0);
+    let (ca, cert, key) = tls_files(dir.path(), "redis");
+    let (other_ca, _, _) = tls_files(dir.path(), "other");
+    let server = TlsRedis::start(dir.path(), &cert, &key);
+    let port = server.port;
+    let ca = ca.to_str().expect("utf-8 path");
+    let other_ca = other_ca.to_str().expect("utf-8 path");
+
+    // The server's certificate chains to the CA file given: shared.
+    let url = format!("rediss://127.0.0.1:{port}");
+    let mut flags = shared_flags(&url);
+    flags.extend(["--shared-cache-ca", ca]);
+    let checked = Fleet::start(ALLOWED, 10_000, &flags);
+    assert_eq!(checked.round_robin(), expected_statuses());
+    assert_eq!(checked.sum("mixer_check_cache_shared_errors_total"), 0.0);
     assert_eq!(
-        fleet.adapter_calls(),
+        checked.adapter_calls(),
         10.0,
-        "one call per distinct request over TLS"
+        "one call per distinct request over TLS, the certificate checked"
     );
+
+    // Another CA: the handshake fails, nothing is shared, no decision changes.
+    let mut flags = shared_flags(&url);
+    flags.extend(["--shared-cache-ca", other_ca]);
+    let refused = Fleet::start(ALLOWED, 10_000, &flags);
+    assert_eq!(refused.round_robin(), expected_statuses());
+    assert!(refused.sum("mixer_check_cache_shared_errors_total") > 0.0);
+    assert_eq!(refused.sum("mixer_check_cache_shared_hits_total"), 0.0);
+    assert_eq!(
+        refused.adapter_calls(),
+        30.0,
+        "a certificate of an unknown CA was trusted"
+    );
+
+    // Not checked at all (`#insecure`): shared too.
+    let url = format!("rediss://127.0.0.1:{port}/#insecure");
+    let insecure = Fleet::start(ALLOWED, 10_000, &shared_flags(&url));
+    assert_eq!(insecure.round_robin(), expected_statuses());
+    assert_eq!(insecure.sum("mixer_check_cache_shared_errors_total"), 0.0);
+    assert_eq!(insecure.adapter_calls(), 10.0);
 }
+
+#[test]
+fn a_ca_file_needs_a_checked_tls_address() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (ca, _, _) = tls_files(dir.path(), "redis");
+    let ca = ca.to_str().expect("utf-8 path");
+    for (url, why) in [
+        ("redis://127.0.0.1:1", "not a TLS address"),
+        (
+            "rediss://127.0.0.1:1/#insecure",
+            "skips the certificate check",
+        ),
+    ] {
+        let out = Command::new(binary())
+            .args(["serve", "--shared-cache", url, "--shared-cache-ca", ca])
+            .output()
+            .expect("run mixer");
+        assert!(!out.status.success(), "{url} with a CA file was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(why), "{url}: {err}");
+    }
+}
+
 #[test]
 fn shapes_are_kept_in_process_and_shared_within_the_refresh() {
     if !redis_installed() {

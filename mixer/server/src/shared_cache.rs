@@ -1,5 +1,6 @@
 //! `serve --shared-cache`: the check cache tier shared by the replicas, in Redis.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,6 +32,10 @@ pub struct SharedCacheArgs {
     /// not read the set.
     #[arg(long, default_value = "1s", value_parser = crate::parse_duration)]
     pub shared_cache_shapes_refresh: Duration,
+    /// For `rediss://`: a PEM file of the CA certificates the server's certificate must chain
+    /// to, instead of the system's roots.
+    #[arg(long, value_name = "FILE")]
+    pub shared_cache_ca: Option<PathBuf>,
 }
 
 /// The tier, when `--shared-cache` asks for one.
@@ -50,10 +55,16 @@ pub fn tier(
     if args.shared_cache_timeout.is_zero() {
         bail!("--shared-cache-timeout must be above 0");
     }
-
+    let ca_pem = match &args.shared_cache_ca {
+        Some(path) => Some(
+            std::fs::read(path).with_context(|| format!("--shared-cache-ca {}", path.display()))?,
+        ),
+        None => None,
+    };
     let cache = mixer_shared_cache::SharedCache::new(
         mixer_shared_cache::SharedCacheOptions {
             target: target.clone(),
+            ca_pem,
             timeout: args.shared_cache_timeout,
             local_life: args.shared_cache_local_life,
             lease: args.shared_cache_lease,

@@ -55,6 +55,9 @@ const SHAPES_LIFE: Duration = Duration::from_secs(24 * 3600);
 pub struct SharedCacheOptions {
     /// Where Redis is.
     pub target: Target,
+    /// For a `rediss://` target: the CA certificates (PEM) its certificate must chain to;
+    /// `None`: the system's roots (or none checked, with `#insecure`).
+    pub ca_pem: Option<Vec<u8>>,
     /// Budget of one lookup or store, connecting included.
     pub timeout: Duration,
     /// Longest the in-process tier keeps a verdict found in Redis.
@@ -126,7 +129,7 @@ impl SharedCache {
         registry: &prometheus::Registry,
     ) -> Result<Arc<SharedCache>, String> {
         let metrics = SharedCacheMetrics::new(registry).map_err(|e| e.to_string())?;
-        let store = Store::new(&options.target)?;
+        let store = Store::new(&options.target, options.ca_pem.as_deref())?;
         store.warm_up();
         Ok(Arc::new(SharedCache {
             breaker: CircuitBreaker::new(options.breaker),
