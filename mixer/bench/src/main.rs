@@ -8,7 +8,13 @@
 //! mixer-bench noop-server --addr 127.0.0.1:9191
 //! mixer-bench report --mixer-bin target/release/mixer --config policies/telemetry/config
 //! mixer-bench overload --mixer-bin target/release/mixer
+//! mixer-bench shared --mixer-bin target/release/mixer
 //! ```
+//!
+//! `shared` measures the check cache shared by the replicas (`--shared-cache`): adapter calls
+//! and hit ratio of three replicas on a Zipf workload with per-replica caches and with the
+//! shared tier, what a shared hit adds over an in-process hit (beside a bare Redis GET), and
+//! the all-local-hit throughput with the shared tier on and off.
 //!
 //! `report` measures the report path: records/s and the mixer's CPU seconds per 1000 requests,
 //! beside a mixer with no report rules.
@@ -37,6 +43,7 @@ mod pin;
 mod platform;
 mod process;
 mod report;
+mod shared;
 mod slow;
 mod targets;
 mod wire;
@@ -178,6 +185,16 @@ enum Cmd {
         #[arg(long)]
         addr: SocketAddr,
     },
+    /// Shared check cache: three replicas, an out-of-process adapter and one redis-server;
+    /// adapter calls and hit ratio on a Zipf workload with per-replica caches and with the
+    /// shared tier, the latency a shared hit adds, and the hot path with it on and off.
+    Shared(shared::Args),
+    /// Serve the out-of-process adapter of `shared` (listentry).
+    #[command(hide = true)]
+    SharedAdapter {
+        #[arg(long)]
+        addr: SocketAddr,
+    },
     /// Serve the out-of-process adapter of `oop` (listentry and metric).
     #[command(hide = true)]
     OopAdapter {
@@ -273,6 +290,8 @@ fn main() -> anyhow::Result<()> {
         Cmd::Overload(args) => rt.block_on(overload::run(args)),
         Cmd::Oop(args) => rt.block_on(oop::run(args)),
         Cmd::OopAdapter { addr } => rt.block_on(oop::serve_adapter(addr)),
+        Cmd::Shared(args) => rt.block_on(shared::run(args)),
+        Cmd::SharedAdapter { addr } => rt.block_on(shared::serve_adapter(addr)),
         Cmd::EchoServer { addr } => platform::echo_server(addr),
         Cmd::Platform { duration } => {
             println!("{}", platform::stalls(duration).line());

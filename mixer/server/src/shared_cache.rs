@@ -1,5 +1,6 @@
 //! `serve --shared-cache`: the check cache tier shared by the replicas, in Redis.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +27,15 @@ pub struct SharedCacheArgs {
     /// (at most a 32nd of those left, one at a time below 32).
     #[arg(long, default_value_t = mixer_shared_cache::DEFAULT_LEASE, value_parser = clap::value_parser!(u32).range(1..))]
     pub shared_cache_lease: u32,
+    /// Longest a replica goes without reading the shapes (which attributes decisions read)
+    /// other replicas learned: a shape is shared this late at most, and misses in between do
+    /// not read the set.
+    #[arg(long, default_value = "1s", value_parser = crate::parse_duration)]
+    pub shared_cache_shapes_refresh: Duration,
+    /// For `rediss://`: a PEM file of the CA certificates the server's certificate must chain
+    /// to, instead of the system's roots.
+    #[arg(long, value_name = "FILE")]
+    pub shared_cache_ca: Option<PathBuf>,
 }
 
 /// The tier, when `--shared-cache` asks for one.
@@ -45,12 +55,20 @@ pub fn tier(
     if args.shared_cache_timeout.is_zero() {
         bail!("--shared-cache-timeout must be above 0");
     }
+    let ca_pem = match &args.shared_cache_ca {
+        Some(path) => Some(
+            std::fs::read(path).with_context(|| format!("--shared-cache-ca {}", path.display()))?,
+        ),
+        None => None,
+    };
     let cache = mixer_shared_cache::SharedCache::new(
         mixer_shared_cache::SharedCacheOptions {
             target: target.clone(),
+            ca_pem,
             timeout: args.shared_cache_timeout,
             local_life: args.shared_cache_local_life,
             lease: args.shared_cache_lease,
+            shapes_refresh: args.shared_cache_shapes_refresh,
             breaker: mixer_adapter_api::breaker::BreakerOptions::default(),
         },
         registry,

@@ -5,7 +5,10 @@
 //! missed and offers it the verdicts it evaluates. Redis holds, per config generation:
 //!
 //! - `mixer:cache:shapes:{GEN}`: a set of the shapes (read sets) the replicas have learned,
-//!   so a replica that never evaluated a shape still looks entries of it up;
+//!   so a replica that never evaluated a shape still looks entries of it up. Each replica
+//!   keeps the set in process and reads it again at most every `--shared-cache-shapes-refresh`
+//!   (a miss then costs one script call per known shape, and the set's slot is not hot);
+//!   a shape it learns itself it knows at once;
 //! - `mixer:cache:{GEN:KEY}`: one hash per verdict, field `v` the verdict ([`codec`]), field
 //!   `u` the uses left for a verdict with a use limit, expiring with the verdict. The hash tag
 //!   keeps an entry's fields in one slot of a Redis Cluster; each script touches one key.
@@ -42,6 +45,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(5);
 pub const DEFAULT_LOCAL_LIFE: Duration = Duration::from_secs(2);
 /// The default most uses leased at a time.
 pub const DEFAULT_LEASE: u32 = 16;
+/// The default time between two reads of a generation's shape set.
+pub const DEFAULT_SHAPES_REFRESH: Duration = Duration::from_secs(1);
 /// How long a generation's shape set outlives its last addition.
 const SHAPES_LIFE: Duration = Duration::from_secs(24 * 3600);
 
@@ -50,12 +55,18 @@ const SHAPES_LIFE: Duration = Duration::from_secs(24 * 3600);
 pub struct SharedCacheOptions {
     /// Where Redis is.
     pub target: Target,
+    /// For a `rediss://` target: the CA certificates (PEM) its certificate must chain to;
+    /// `None`: the system's roots (or none checked, with `#insecure`).
+    pub ca_pem: Option<Vec<u8>>,
     /// Budget of one lookup or store, connecting included.
     pub timeout: Duration,
     /// Longest the in-process tier keeps a verdict found in Redis.
     pub local_life: Duration,
     /// Most uses leased at a time.
     pub lease: u32,
+    /// Time between two reads of the shape set: shapes other replicas learned are found
+    /// this late at most, and a miss costs no read of the set in between.
+    pub shapes_refresh: Duration,
     /// The breaker in front of Redis.
     pub breaker: BreakerOptions,
 }
@@ -67,11 +78,17 @@ struct Shape {
 }
 
 /// The shapes of the current generation: those known here, and those known to be in Redis.
+///
+/// Kept in process so that a miss does not read the shape set (one key per generation, so
+/// one hot slot of a cluster) each time: it is read again at most every `shapes_refresh`,
+/// and a shape this replica learns itself is known at once.
 #[derive(Default)]
 struct Shapes {
     generation: String,
     known: Vec<Arc<Shape>>,
     in_redis: HashSet<Vec<u8>>,
+    /// When the set was last read (or a read started); `None`: never, or the last read failed.
+    refreshed: Option<Instant>,
 }
 
 /// The Redis-backed shared tier.
@@ -112,7 +129,7 @@ impl SharedCache {
         registry: &prometheus::Registry,
     ) -> Result<Arc<SharedCache>, String> {
         let metrics = SharedCacheMetrics::new(registry).map_err(|e| e.to_string())?;
-        let store = Store::new(&options.target)?;
+        let store = Store::new(&options.target, options.ca_pem.as_deref())?;
         store.warm_up();
         Ok(Arc::new(SharedCache {
             breaker: CircuitBreaker::new(options.breaker),
@@ -132,8 +149,10 @@ impl SharedCache {
         self.shapes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The shapes known for `generation` (forgetting another generation's).
-    fn known(&self, generation: &str) -> Vec<Arc<Shape>> {
+    /// The shapes known for `generation` (forgetting another generation's), and whether
+    /// this lookup is the one to read the shape set again (the first past the refresh time
+    /// claims it, so concurrent misses do not all read it).
+    fn known(&self, generation: &str) -> (Vec<Arc<Shape>>, bool) {
         let mut shapes = self.shapes();
         if shapes.generation != generation {
             *shapes = Shapes {
@@ -141,7 +160,22 @@ impl SharedCache {
                 ..Shapes::default()
             };
         }
-        shapes.known.clone()
+        let now = Instant::now();
+        let refresh = shapes
+            .refreshed
+            .is_none_or(|at| now.duration_since(at) >= self.options.shapes_refresh);
+        if refresh {
+            shapes.refreshed = Some(now);
+        }
+        (shapes.known.clone(), refresh)
+    }
+
+    /// A read of the shape set failed: the next lookup tries again (the breaker spaces them).
+    fn refresh_failed(&self, generation: &str) {
+        let mut shapes = self.shapes();
+        if shapes.generation == generation {
+            shapes.refreshed = None;
+        }
     }
 
     /// Adds the shapes Redis has for `generation`; returns those new here.
@@ -250,18 +284,29 @@ impl SharedCache {
         vocabulary: &Vocabulary,
         bag: &dyn Bag,
     ) -> Result<Option<(String, store::Taken)>, Failure> {
-        let known = self.known(generation);
+        let (known, refresh) = self.known(generation);
+        if !refresh {
+            return self.take_any(generation, &known, vocabulary, bag).await;
+        }
         let shapes_key = SharedCache::shapes_key(generation);
         let (members, found) = futures_util::future::join(
             self.store.members(&shapes_key),
             self.take_any(generation, &known, vocabulary, bag),
         )
         .await;
+        let members = match members {
+            Ok(members) => members,
+            Err(e) => {
+                self.refresh_failed(generation);
+                return Err(e.into());
+            }
+        };
+        self.metrics.shape_reads.inc();
+        // Shapes another replica learned: their entries may hold this request.
+        let new = self.learn(generation, members);
         if let Some(found) = found? {
             return Ok(Some(found));
         }
-        // Shapes another replica learned: their entries may hold this request.
-        let new = self.learn(generation, members?);
         if new.is_empty() {
             return Ok(None);
         }

@@ -22,6 +22,9 @@ pub struct SharedCacheMetrics {
     pub uses_leased: IntCounter,
     /// `mixer_check_cache_shared_uses_returned_total`: leased uses not served and given back.
     pub uses_returned: IntCounter,
+    /// `mixer_check_cache_shared_shape_reads_total`: reads of the shape set (at most one per
+    /// `--shared-cache-shapes-refresh`, not one per miss).
+    pub shape_reads: IntCounter,
 }
 
 const BUCKETS: [f64; 12] = [
@@ -77,6 +80,10 @@ impl SharedCacheMetrics {
             uses_returned: counter(
                 "mixer_check_cache_shared_uses_returned_total",
                 "Leased uses not served and given back to the shared check cache",
+            )?,
+            shape_reads: counter(
+                "mixer_check_cache_shared_shape_reads_total",
+                "Reads of the shared check cache's set of shapes, refreshed in the background of misses",
             )?,
         })
     }

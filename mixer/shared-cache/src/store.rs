@@ -64,6 +64,30 @@ pub fn parse_target(text: &str) -> Result<Target, String> {
     Ok(Target::Cluster(nodes))
 }
 
+/// A CA file makes sense only for a `rediss://` target whose certificate is checked.
+fn check_ca(target: &Target, pem: &[u8]) -> Result<(), String> {
+    let urls = match target {
+        Target::Single(url) => std::slice::from_ref(url),
+        Target::Cluster(nodes) => nodes.as_slice(),
+    };
+    for url in urls {
+        if !url.starts_with("rediss://") {
+            return Err(format!(
+                "a CA file is for TLS, and {url:?} is not a TLS address: use rediss://"
+            ));
+        }
+        if url.ends_with("#insecure") {
+            return Err(format!(
+                "{url:?} skips the certificate check (#insecure), so a CA file would not be used: drop one of them"
+            ));
+        }
+    }
+    if !String::from_utf8_lossy(pem).contains("-----BEGIN CERTIFICATE-----") {
+        return Err("the CA file holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into());
+    }
+    Ok(())
+}
+
 /// A connection to either kind of target.
 #[derive(Clone)]
 enum Conn {
@@ -182,11 +206,23 @@ struct Inner {
 }
 
 impl Store {
-    pub(crate) fn new(target: &Target) -> Result<Store, String> {
+    /// A store for `target`; `ca_pem`: the certificates (PEM) a `rediss://` server's
+    /// certificate must chain to, instead of the system's roots.
+    pub(crate) fn new(target: &Target, ca_pem: Option<&[u8]>) -> Result<Store, String> {
+        if let Some(pem) = ca_pem {
+            check_ca(target, pem)?;
+        }
+        let certs = |pem: &[u8]| redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem.to_vec()),
+        };
         let (single, cluster) = match target {
             Target::Single(url) => {
-                let client = redis::Client::open(url.as_str())
-                    .map_err(|e| format!("--shared-cache {url:?}: {e}"))?;
+                let client = match ca_pem {
+                    Some(pem) => redis::Client::build_with_tls(url.as_str(), certs(pem)),
+                    None => redis::Client::open(url.as_str()),
+                }
+                .map_err(|e| format!("--shared-cache {url:?}: {e}"))?;
                 // No retries inside a call: a refused connection fails the call at once and the
                 // breaker spaces out further attempts.
                 let config = ConnectionManagerConfig::new()
@@ -198,10 +234,14 @@ impl Store {
                 (Some(manager), None)
             }
             Target::Cluster(nodes) => {
-                let client = ClusterClient::builder(nodes.iter().map(String::as_str))
+                let mut builder = ClusterClient::builder(nodes.iter().map(String::as_str))
                     .connection_timeout(CONNECT_TIMEOUT)
                     .response_timeout(Duration::from_secs(1))
-                    .retries(1)
+                    .retries(1);
+                if let Some(pem) = ca_pem {
+                    builder = builder.certs(certs(pem));
+                }
+                let client = builder
                     .build()
                     .map_err(|e| format!("--shared-cache cluster {nodes:?}: {e}"))?;
                 (None, Some(client))
