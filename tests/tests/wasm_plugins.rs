@@ -259,3 +259,264 @@ fn a_reload_under_load_fails_no_check() {
     );
     Arc::try_unwrap(mixer).ok().expect("sole owner").terminate();
 }
+
+/// The Wasm host's own fixtures (WAT text), written as binary components for the server,
+/// which has no WAT parser.
+#[path = "../../mixer/wasm/tests/fixtures/mod.rs"]
+mod fixtures;
+
+/// Writes `fixtures::plugin` with `check` as `dir/NAME.wasm`.
+fn fixture(dir: &Path, name: &str, check: &str) {
+    use fixtures::{AUTHORIZATION, CHECKNOTHING, REPORT_OK, VALIDATE_OK};
+    let text = fixtures::plugin(
+        &[AUTHORIZATION, CHECKNOTHING],
+        VALIDATE_OK,
+        check,
+        REPORT_OK,
+    );
+    let bytes = wat::parse_str(&text).expect("fixture parses");
+    std::fs::write(dir.join(format!("{name}.wasm")), bytes).expect("write fixture");
+}
+
+/// A handler running `module` (relative: to this config file's directory), its
+/// checknothing instance, and a rule that sends it when `x-fault` is the handler's name.
+fn fault_handler(name: &str, module: &str, fail_policy: &str, params: &str) -> String {
+    format!(
+        r#"apiVersion: config.istio.io/v1alpha2
+kind: handler
+metadata: {{name: {name}, namespace: istio-system}}
+spec:
+  compiledAdapter: wasm
+  failPolicy: {fail_policy}
+  params:
+    module: {module}
+    {params}
+---
+apiVersion: config.istio.io/v1alpha2
+kind: rule
+metadata: {{name: {name}, namespace: istio-system}}
+spec:
+  match: request.headers["x-fault"] == "{name}"
+  actions: [{{handler: {name}, instances: [nothing]}}]
+---
+"#
+    )
+}
+
+const NOTHING: &str = r#"apiVersion: config.istio.io/v1alpha2
+kind: instance
+metadata: {name: nothing, namespace: istio-system}
+spec:
+  compiledTemplate: checknothing
+"#;
+
+fn fault_check(mixer: &Mixer, fault: &str) -> (u16, String) {
+    let (status, _, body) =
+        http_request(mixer.http, "GET", "/check", &[("x-fault", fault)]).expect("check");
+    (status, body)
+}
+
+/// Plugins that trap, loop for ever and grow their memory without end, each behind a
+/// handler that fails open and one that fails closed, through a real `mixer serve`: the fail
+/// policy decides the forward-auth and ext_authz answers, the mixer keeps serving, and each
+/// fault is counted by kind on /metrics. The modules are named relative to the config file
+/// (the test runs from another directory).
+#[test]
+fn plugin_faults_answer_by_fail_policy_and_are_counted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    fixture(dir.path(), "trap", fixtures::TRAP);
+    fixture(dir.path(), "loop", fixtures::LOOP);
+    fixture(dir.path(), "grow", fixtures::GROW);
+    fixture(dir.path(), "allow", fixtures::ALLOW);
+    let mut config = String::from(NOTHING);
+    config.push_str("---\n");
+    // Deadlines above a loaded debug build's scheduling noise, below the test's patience.
+    let limits = "limits: {checkDeadline: 20ms, memoryMib: 4}";
+    for (kind, module) in [
+        ("trap", "trap.wasm"),
+        ("loop", "loop.wasm"),
+        ("grow", "grow.wasm"),
+    ] {
+        config.push_str(&fault_handler(
+            &format!("{kind}-open"),
+            module,
+            "OPEN",
+            limits,
+        ));
+        config.push_str(&fault_handler(
+            &format!("{kind}-closed"),
+            module,
+            "CLOSED",
+            limits,
+        ));
+    }
+    config.push_str(&fault_handler("allow", "allow.wasm", "CLOSED", limits));
+    std::fs::write(dir.path().join("config.yaml"), &config).expect("write");
+    let mixer = Mixer::start(binary(), &["--config", dir.path().to_str().expect("utf-8")]);
+    mixer.wait_ready(Duration::from_secs(60));
+
+    for (kind, label) in [("trap", "trap"), ("loop", "deadline"), ("grow", "memory")] {
+        for round in 0..2 {
+            let (status, body) = fault_check(&mixer, &format!("{kind}-open"));
+            assert_eq!(status, 200, "{kind} failing open, round {round}: {body}");
+            let (status, body) = fault_check(&mixer, &format!("{kind}-closed"));
+            assert_eq!(status, 503, "{kind} failing closed, round {round}: {body}");
+            assert!(body.contains(label), "{kind}: {body}");
+            // And the mixer still serves a plugin that works.
+            assert_eq!(fault_check(&mixer, "allow").0, 200);
+        }
+        for policy in ["open", "closed"] {
+            let series = format!(
+                r#"mixer_wasm_plugin_faults_total{{handler="{kind}-{policy}.handler.istio-system",kind="{label}"}}"#
+            );
+            assert_eq!(mixer.metric(&series), Some(2.0), "{series}");
+        }
+    }
+
+    // ext_authz: failing open allows; failing closed is UNAVAILABLE, so that Envoy's own
+    // failure mode applies.
+    let grpc = mixer.grpc;
+    tokio::runtime::Runtime::new()
+        .expect("runtime")
+        .block_on(async move {
+            use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
+            let mut client = AuthorizationClient::connect(format!("http://{grpc}"))
+                .await
+                .expect("connect");
+            let open = client
+                .check(authz::authz_request(&[("x-fault", "trap-open")]))
+                .await
+                .expect("failing open answers")
+                .into_inner();
+            assert_eq!(open.status.map(|s| s.code), Some(0));
+            let closed = client
+                .check(authz::authz_request(&[("x-fault", "loop-closed")]))
+                .await
+                .expect_err("failing closed is an error");
+            assert_eq!(closed.code(), tonic::Code::Unavailable, "{closed:?}");
+        });
+    assert_eq!(fault_check(&mixer, "allow").0, 200);
+    mixer.terminate();
+}
+
+#[path = "support/authz.rs"]
+mod authz;
+
+/// `--wasm-instances` and `--wasm-epoch-tick` reach the engine: /metrics shows them; with a
+/// pool of one instance, a warm handler's idle instance holds the only slot, so another
+/// handler's call finds none (an `instantiate` fault); with a 200 ms tick a 1 ms deadline
+/// fires no sooner than the next tick.
+#[test]
+fn serve_flags_set_the_pool_and_the_epoch_tick() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    fixture(dir.path(), "allow", fixtures::ALLOW);
+    fixture(dir.path(), "loop", fixtures::LOOP);
+    let mut config = String::from(NOTHING);
+    config.push_str("---\n");
+    config.push_str(&fault_handler(
+        "warm",
+        "allow.wasm",
+        "CLOSED",
+        "instances: warm\n    limits: {checkDeadline: 100ms}",
+    ));
+    config.push_str(&fault_handler(
+        "fresh",
+        "allow.wasm",
+        "CLOSED",
+        "limits: {checkDeadline: 100ms}",
+    ));
+    config.push_str(&fault_handler(
+        "loop",
+        "loop.wasm",
+        "CLOSED",
+        "limits: {checkDeadline: 1ms}",
+    ));
+    std::fs::write(dir.path().join("config.yaml"), &config).expect("write");
+    let mixer = Mixer::start(
+        binary(),
+        &[
+            "--config",
+            dir.path().to_str().expect("utf-8"),
+            "--wasm-instances",
+            "1",
+            "--wasm-epoch-tick",
+            "200ms",
+        ],
+    );
+    mixer.wait_ready(Duration::from_secs(60));
+    assert_eq!(mixer.metric("mixer_wasm_host_pool_instances"), Some(1.0));
+    assert_eq!(
+        mixer.metric("mixer_wasm_host_epoch_tick_seconds"),
+        Some(0.2)
+    );
+
+    let started = Instant::now();
+    let (status, body) = fault_check(&mixer, "loop");
+    let took = started.elapsed();
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("deadline"), "{body}");
+    assert!(took >= Duration::from_millis(190), "stopped after {took:?}");
+
+    assert_eq!(fault_check(&mixer, "warm").0, 200);
+    let (status, body) = fault_check(&mixer, "fresh");
+    assert_eq!(status, 503, "the only slot is the warm instance's: {body}");
+    assert_eq!(
+        mixer.metric(
+            r#"mixer_wasm_plugin_faults_total{handler="fresh.handler.istio-system",kind="instantiate"}"#
+        ),
+        Some(1.0)
+    );
+    mixer.terminate();
+}
+
+/// `module: NAME.wasm` is relative to the config file that names it: `mixer validate`
+/// finds it from any working directory, by an absolute or a relative config path.
+#[test]
+fn module_paths_are_relative_to_their_config_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config_dir = dir.path().join("bundle").join("config");
+    std::fs::create_dir_all(config_dir.join("plugins")).expect("mkdir");
+    fixture(&config_dir.join("plugins"), "allow", fixtures::ALLOW);
+    let mut config = String::from(NOTHING);
+    config.push_str("---\n");
+    config.push_str(&fault_handler("allow", "plugins/allow.wasm", "CLOSED", ""));
+    std::fs::write(config_dir.join("rules.yaml"), &config).expect("write");
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let runs: [(&Path, String); 4] = [
+        (elsewhere.path(), config_dir.display().to_string()),
+        (
+            elsewhere.path(),
+            config_dir.join("rules.yaml").display().to_string(),
+        ),
+        (dir.path(), "bundle/config".to_string()),
+        (dir.path(), "bundle/config/rules.yaml".to_string()),
+    ];
+    for (cwd, path) in runs {
+        let out = std::process::Command::new(binary())
+            .current_dir(cwd)
+            .args(["validate", &path])
+            .output()
+            .expect("mixer validate");
+        let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "validate {path} from {}: {text}",
+            cwd.display()
+        );
+    }
+    // And a path that is not there is reported as the file it resolved to.
+    std::fs::write(
+        config_dir.join("rules.yaml"),
+        config.replace("plugins/allow.wasm", "plugins/missing.wasm"),
+    )
+    .expect("write");
+    let out = std::process::Command::new(binary())
+        .current_dir(elsewhere.path())
+        .args(["validate", config_dir.to_str().expect("utf-8")])
+        .output()
+        .expect("mixer validate");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    let expected = config_dir.join("plugins").join("missing.wasm");
+    assert!(text.contains(&expected.display().to_string()), "{text}");
+}

@@ -67,6 +67,14 @@ pub trait Adapter: Send + Sync {
         &[]
     }
 
+    /// The params (dotted paths, `module`) that hold the path of a file the adapter reads.
+    /// A relative one is resolved by the config loader against the directory of the config
+    /// file that declares the handler, before [`Adapter::validate`] sees it, so that a
+    /// config directory and the files it names can move together.
+    fn path_params(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// The templates a handler built from `params` accepts, when they depend on its params
     /// rather than on the adapter (a Wasm plugin declares its own when its module loads);
     /// rules sending it another template are config errors. `None`: those of

@@ -115,6 +115,11 @@ pub struct ConfigOptions {
     /// [`emptied_files`]); by default such a reload is refused, so that a file caught
     /// truncated does not drop its rules (a deny rule would stop denying).
     pub allow_empty_files: bool,
+    /// The directory the sources' names are relative to (the `--config` directory, or the
+    /// directory of the `--config` file): a relative path in a param an adapter declares a
+    /// file ([`mixer_adapter_api::Adapter::path_params`]) is resolved against the directory
+    /// of the file that holds it. `None`: against the process's working directory.
+    pub config_root: Option<std::path::PathBuf>,
 }
 
 /// What an invalid document does to the config it is part of.
@@ -138,6 +143,7 @@ impl Default for ConfigOptions {
             invalid_config: InvalidConfig::default(),
             ratelimit_backend: None,
             allow_empty_files: false,
+            config_root: None,
         }
     }
 }

@@ -187,7 +187,12 @@ fn pass(
         }
         seen.insert(key, raw.doc.file.as_str());
         let syntax = syntax(raw, options.default_syntax, diags);
-        docs.push((kind, Doc { raw, syntax }));
+        let dir = options.config_root.as_ref().map(|root| {
+            let file = root.join(&raw.doc.file);
+            file.parent()
+                .map_or_else(|| root.clone(), std::path::Path::to_path_buf)
+        });
+        docs.push((kind, Doc { raw, syntax, dir }));
     }
     let entry = |raw: &RawDoc, index: Option<usize>| Entry {
         name: raw.name.clone(),

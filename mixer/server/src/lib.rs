@@ -224,6 +224,8 @@ enum Command {
         lifecycle_args: lifecycle::LifecycleArgs,
         #[command(flatten)]
         shared_cache_args: shared_cache::SharedCacheArgs,
+        #[command(flatten)]
+        wasm_args: adapters::WasmArgs,
     },
     /// Check a config without serving; print every error.
     Validate {
@@ -269,6 +271,7 @@ pub fn main() -> ExitCode {
             tls_args,
             lifecycle_args,
             shared_cache_args,
+            wasm_args,
         } => {
             init_logging();
             let settings = serve::Settings {
@@ -301,6 +304,7 @@ pub fn main() -> ExitCode {
                 tls: tls_args,
                 lifecycle: lifecycle_args,
                 shared_cache: shared_cache_args,
+                wasm: wasm_args.host_options(),
             };
             match serve::run(settings) {
                 Ok(()) => ExitCode::SUCCESS,

@@ -228,10 +228,15 @@ async fn run_file(file: &Path, args: &ConfigArgs) -> Result<Vec<(String, Vec<Str
     let config_path = file.parent().unwrap_or(Path::new(".")).join(&spec.config);
     let sources = mixer_config::read_sources(&config_path)
         .map_err(|e| format!("{}: {e}", config_path.display()))?;
+    // One registry for validating and building: a Wasm module is compiled once.
+    let registry = crate::adapters::builtin();
     let validated = mixer_config::validate(
         &sources,
-        &crate::adapters::builtin(),
-        &crate::validate::config_options(args),
+        &registry,
+        &mixer_config::ConfigOptions {
+            config_root: crate::validate::config_root(&config_path),
+            ..crate::validate::config_options(args)
+        },
     )
     .map_err(|errors| {
         let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
@@ -254,7 +259,7 @@ async fn run_file(file: &Path, args: &ConfigArgs) -> Result<Vec<(String, Vec<Str
     let built = Snapshot::build(
         1,
         validated.config,
-        &crate::adapters::builtin(),
+        &registry,
         None,
         &options,
         &metrics,

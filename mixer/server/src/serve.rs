@@ -45,6 +45,8 @@ pub struct Settings {
     pub lifecycle: crate::lifecycle::LifecycleArgs,
     /// The check cache shared by the replicas.
     pub shared_cache: crate::shared_cache::SharedCacheArgs,
+    /// The Wasm plugin engine.
+    pub wasm: mixer_wasm::HostOptions,
 }
 
 /// Runs the server until SIGTERM or Ctrl-C.
@@ -100,8 +102,14 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     };
     let runtime = Arc::new(Runtime::new(
         origin,
-        crate::adapters::builtin(),
-        crate::validate::config_options(&settings.config_args),
+        crate::adapters::with_wasm(settings.wasm.clone()),
+        mixer_config::ConfigOptions {
+            config_root: settings
+                .config
+                .as_deref()
+                .and_then(crate::validate::config_root),
+            ..crate::validate::config_options(&settings.config_args)
+        },
         mixer_runtime::RuntimeOptions {
             report_threads: settings.report_threads,
             limits: settings.limits,

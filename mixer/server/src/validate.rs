@@ -14,7 +14,11 @@ pub fn run(path: &Path, args: &ConfigArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match mixer_config::validate(&sources, &crate::adapters::builtin(), &config_options(args)) {
+    let options = mixer_config::ConfigOptions {
+        config_root: config_root(path),
+        ..config_options(args)
+    };
+    match mixer_config::validate(&sources, &crate::adapters::builtin(), &options) {
         Ok(validated) => {
             for w in &validated.warnings {
                 eprintln!("warning: {w}");
@@ -47,6 +51,17 @@ pub fn run(path: &Path, args: &ConfigArgs) -> ExitCode {
             eprintln!("{}: {} errors", path.display(), errors.len());
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The directory the names of the sources read from `path` are relative to: `path` itself
+/// for a directory, its parent for a file (`read_sources` names a lone file by its file
+/// name).
+pub fn config_root(path: &Path) -> Option<std::path::PathBuf> {
+    if path.is_dir() {
+        Some(path.to_path_buf())
+    } else {
+        Some(path.parent().unwrap_or(Path::new(".")).to_path_buf())
     }
 }
 

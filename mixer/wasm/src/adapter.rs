@@ -10,7 +10,7 @@ use mixer_adapter_api::{
 use mixer_model::Template;
 use serde::Deserialize;
 
-use crate::handler::WasmHandler;
+use crate::handler::{Instances, WasmHandler};
 use crate::host::{HostOptions, WasmHost};
 use crate::limits::Limits;
 use crate::plugin::{CallContext, Plugin};
@@ -31,9 +31,10 @@ static INFO: AdapterInfo = AdapterInfo {
 
 /// A handler's params.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct WasmParams {
-    /// Path of the component file (relative: to the mixer's working directory).
+    /// Path of the component file; a relative one is resolved by the config loader against
+    /// the directory of the file that declares the handler ([`Adapter::path_params`]).
     module: String,
     /// The plugin's own config, given to it as JSON.
     #[serde(default)]
@@ -41,6 +42,37 @@ struct WasmParams {
     /// Per-call limits.
     #[serde(default)]
     limits: serde_json::Value,
+    /// `fresh` (the default): a new instance per call; `warm`: instances kept and reused
+    /// between this handler's calls ([`Instances`]).
+    #[serde(default)]
+    instances: Option<String>,
+    /// With `instances: warm`, the idle instances kept.
+    #[serde(default)]
+    keep_warm: Option<usize>,
+}
+
+fn instances(p: &WasmParams) -> Result<Instances, ParamError> {
+    let keep = match p.keep_warm {
+        Some(0) => return Err(ParamError::new("keepWarm", "must be at least 1")),
+        Some(_) if p.instances.as_deref() != Some("warm") => {
+            return Err(ParamError::new(
+                "keepWarm",
+                "applies only with instances: warm",
+            ));
+        }
+        Some(n) => n,
+        None => Instances::DEFAULT_KEEP,
+    };
+    match p.instances.as_deref().map(str::trim) {
+        None | Some("fresh") => Ok(Instances::Fresh),
+        Some("warm") => Ok(Instances::Warm { keep }),
+        Some(other) => Err(ParamError::new(
+            "instances",
+            format!(
+                "{other:?} is neither fresh (a new instance per call) nor warm (instances reused between calls)"
+            ),
+        )),
+    }
 }
 
 /// The `wasm` adapter. Its engine starts on first use, so a mixer whose config has no Wasm
@@ -61,6 +93,7 @@ struct Loaded {
     plugin: Arc<Plugin>,
     config: String,
     limits: Limits,
+    instances: Instances,
 }
 
 impl WasmAdapter {
@@ -84,6 +117,7 @@ impl WasmAdapter {
     fn load(&self, params: &Params) -> Result<Loaded, Vec<ParamError>> {
         let p: WasmParams = mixer_adapter_api::decode_params(params).map_err(|e| vec![e])?;
         let limits = Limits::parse(Some(&p.limits)).map_err(|e| vec![e])?;
+        let instances = instances(&p).map_err(|e| vec![e])?;
         if p.module.trim().is_empty() {
             return Err(vec![ParamError::new(
                 "module",
@@ -140,6 +174,7 @@ impl WasmAdapter {
             plugin,
             config,
             limits,
+            instances,
         })
     }
 
@@ -158,6 +193,7 @@ impl WasmAdapter {
             loaded.plugin,
             loaded.config,
             loaded.limits,
+            loaded.instances,
             ctx.handler_name.clone(),
         ))
     }
@@ -170,6 +206,10 @@ impl Adapter for WasmAdapter {
 
     fn validate(&self, params: &Params) -> Result<(), Vec<ParamError>> {
         self.load(params).map(|_| ())
+    }
+
+    fn path_params(&self) -> &'static [&'static str] {
+        &["module"]
     }
 
     fn build(&self, params: &Params, ctx: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {

@@ -1,6 +1,7 @@
-//! A handler backed by a plugin: each call in a fresh instance, under the handler's limits.
+//! A handler backed by a plugin: each call in a fresh instance (or, when the handler asks, in
+//! one of its warm instances), under the handler's limits.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -14,7 +15,31 @@ use crate::bindings as wit;
 use crate::convert;
 use crate::host::WasmHost;
 use crate::limits::Limits;
-use crate::plugin::{CallContext, Fault, FaultKind, Plugin};
+use crate::plugin::{CallContext, CallState, Fault, FaultKind, Live, Plugin};
+
+/// Where a handler's calls run (`params.instances`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Instances {
+    /// A new instance for every call, dropped after it: nothing one call leaves in the
+    /// plugin's memory or globals reaches the next. The default.
+    Fresh,
+    /// Instances kept between calls of this one handler and reused, at most `keep` of them
+    /// idle. A warm instance keeps its linear memory, globals and tables from one call to
+    /// the next (a guest's heap, its statics, a Python interpreter's modules and objects):
+    /// what one request's call leaves there, the next request's call of the same handler
+    /// can read. It is never shared with another handler or another config, and it is
+    /// dropped after any fault (trap, deadline, memory, fuel). Each call gets its full
+    /// deadline and fuel again; the memory cap holds for the instance's whole life.
+    Warm {
+        /// Idle instances kept; more calls at once make (and then drop) fresh ones.
+        keep: usize,
+    },
+}
+
+impl Instances {
+    /// Idle warm instances kept when `params.keepWarm` is not given.
+    pub const DEFAULT_KEEP: usize = 4;
+}
 
 /// A built Wasm handler.
 #[derive(Clone)]
@@ -24,6 +49,9 @@ pub struct WasmHandler {
     /// The plugin's own config, as JSON text (what `validate` accepted).
     config: String,
     limits: Limits,
+    instances: Instances,
+    /// Idle warm instances (always empty with [`Instances::Fresh`]).
+    warm: Arc<Mutex<Vec<Live>>>,
     ctx: Arc<CallContext>,
     fault_log: Arc<LogGate>,
 }
@@ -34,6 +62,7 @@ impl WasmHandler {
         plugin: Arc<Plugin>,
         config: String,
         limits: Limits,
+        instances: Instances,
         handler: Arc<str>,
     ) -> WasmHandler {
         let ctx = Arc::new(CallContext {
@@ -45,9 +74,46 @@ impl WasmHandler {
             plugin,
             config,
             limits,
+            instances,
+            warm: Arc::default(),
             ctx,
             fault_log: Arc::new(LogGate::new(Duration::from_secs(10))),
         }
+    }
+
+    /// Runs `f` in a fresh instance, or in a warm one that goes back to the handler's idle
+    /// list if the call returned.
+    fn call<R>(
+        &self,
+        deadline: Duration,
+        f: impl FnOnce(&wit::Plugin, &mut wasmtime::Store<CallState>) -> wasmtime::Result<R>,
+    ) -> Result<R, Fault> {
+        let Instances::Warm { keep } = self.instances else {
+            return self
+                .plugin
+                .call(&self.host, &self.ctx, &self.limits, deadline, f);
+        };
+        let idle = self.warm.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let mut live = match idle {
+            Some(live) => live,
+            None => self
+                .plugin
+                .instantiate(&self.host, &self.ctx, &self.limits, deadline)?,
+        };
+        // A fault drops the instance with `live`: its memory may be half-written.
+        let answer = self
+            .plugin
+            .run(&self.host, &mut live, &self.limits, deadline, f)?;
+        let mut idle = self.warm.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < keep {
+            idle.push(live);
+        }
+        Ok(answer)
+    }
+
+    /// Where the handler's calls run.
+    pub fn instances(&self) -> Instances {
+        self.instances
     }
 
     fn serves(&self, variety: Variety) -> bool {
@@ -115,14 +181,9 @@ impl WasmHandler {
         self.accepts(instance)?;
         let arg = convert::instance(instance);
         let answer = self
-            .plugin
-            .call(
-                &self.host,
-                &self.ctx,
-                &self.limits,
-                self.limits.check_deadline,
-                |p, s| p.call_check(s, &self.config, &arg),
-            )
+            .call(self.limits.check_deadline, |p, s| {
+                p.call_check(s, &self.config, &arg)
+            })
             .map_err(|f| self.fault(f))?
             .map_err(|m| self.declined(m))?;
         Ok(CheckResult {
@@ -142,16 +203,11 @@ impl WasmHandler {
         if args.is_empty() {
             return Ok(());
         }
-        self.plugin
-            .call(
-                &self.host,
-                &self.ctx,
-                &self.limits,
-                self.limits.report_deadline,
-                |p, s| p.call_report(s, &self.config, &args),
-            )
-            .map_err(|f| self.fault(f))?
-            .map_err(|m| self.declined(m))
+        self.call(self.limits.report_deadline, |p, s| {
+            p.call_report(s, &self.config, &args)
+        })
+        .map_err(|f| self.fault(f))?
+        .map_err(|m| self.declined(m))
     }
 
     /// The plugin behind the handler.
@@ -209,14 +265,9 @@ impl QuotaHandler for WasmHandler {
             deduplication_id: args.deduplication_id.clone(),
         };
         let answer = self
-            .plugin
-            .call(
-                &self.host,
-                &self.ctx,
-                &self.limits,
-                self.limits.check_deadline,
-                |p, s| p.call_quota(s, &self.config, &arg, &quota_args),
-            )
+            .call(self.limits.check_deadline, |p, s| {
+                p.call_quota(s, &self.config, &arg, &quota_args)
+            })
             .map_err(|f| self.fault(f))?
             .map_err(|m| self.declined(m))?;
         Ok(QuotaResult {

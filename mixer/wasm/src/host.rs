@@ -81,12 +81,23 @@ impl WasmHost {
                 .map_err(|e| LoadError::Engine(e.to_string()))?
         };
         start_ticker(&engine, options.epoch_tick);
+        let metrics = Arc::new(WasmMetrics::new());
+        metrics.host(
+            pooled.then_some(options.pool_instances.max(1)),
+            options.epoch_tick,
+        );
+        tracing::info!(
+            pooled,
+            pool_instances = options.pool_instances,
+            epoch_tick = ?options.epoch_tick,
+            "Wasm plugin engine started"
+        );
         Ok(Arc::new(WasmHost {
             engine,
             options,
             pooled,
             cache: Mutex::default(),
-            metrics: Arc::new(WasmMetrics::new()),
+            metrics,
         }))
     }
 

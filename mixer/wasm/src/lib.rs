@@ -13,7 +13,9 @@
 //! - one [`wasmtime::Engine`]; each module file is compiled once and pre-instantiated, and
 //!   kept by the SHA-256 of its bytes, so a reload with an unchanged file compiles nothing;
 //! - a fresh instance for every call, from the pooling allocator (or on demand when the
-//!   pool cannot reserve its address space): no state leaks from one request to the next;
+//!   pool cannot reserve its address space): no state leaks from one request to the next.
+//!   A handler may ask for warm instances instead (`params.instances: warm`, [`Instances`]),
+//!   which keep their memory between that handler's calls;
 //! - limits on every call ([`Limits`]): a wall-clock deadline through epoch interruption, a
 //!   memory cap, optional fuel. A trap, a deadline or a limit is an
 //!   [`AdapterError`](mixer_adapter_api::AdapterError): the handler's fail policy decides the
@@ -33,7 +35,7 @@ mod metrics;
 mod plugin;
 
 pub use adapter::{ADAPTER_NAME, WasmAdapter};
-pub use handler::WasmHandler;
+pub use handler::{Instances, WasmHandler};
 pub use host::{HostOptions, WasmHost};
 pub use limits::Limits;
 pub use metrics::WasmMetrics;

@@ -4,12 +4,17 @@
 //! - `mixer_wasm_plugin_faults_total{handler,kind}`: calls stopped by a trap, the deadline,
 //!   the memory cap, the fuel, or no instance to be had;
 //! - `mixer_wasm_plugin_counter_total{handler,name,key}`: what plugins count (`counter-add`);
-//! - `mixer_wasm_plugin_histogram{handler,name}`: what plugins measure (`histogram-observe`).
+//! - `mixer_wasm_plugin_histogram{handler,name}`: what plugins measure (`histogram-observe`);
+//! - `mixer_wasm_host_pool_instances` and `mixer_wasm_host_epoch_tick_seconds`: how the
+//!   engine was set up (`mixer serve --wasm-instances`, `--wasm-epoch-tick`); the pool is 0
+//!   when instances are allocated on demand.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+use prometheus::{
+    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry,
+};
 
 use crate::bindings::mixer::adapter::host::{Host, Level};
 use crate::plugin::{CallState, FaultKind};
@@ -28,6 +33,8 @@ pub struct WasmMetrics {
     faults: IntCounterVec,
     counters: IntCounterVec,
     histograms: HistogramVec,
+    pool_instances: IntGauge,
+    epoch_tick: Gauge,
     /// Series made through the host imports, and how many per handler.
     series: Mutex<(std::collections::HashSet<String>, HashMap<String, usize>)>,
 }
@@ -59,10 +66,22 @@ impl WasmMetrics {
             &["handler", "name"],
         )
         .expect("valid metric");
+        let pool_instances = IntGauge::new(
+            "mixer_wasm_host_pool_instances",
+            "Wasm instances the pooling allocator holds slots for (0: allocated on demand).",
+        )
+        .expect("valid metric");
+        let epoch_tick = Gauge::new(
+            "mixer_wasm_host_epoch_tick_seconds",
+            "How often the Wasm engine's epoch advances: the granularity of plugin deadlines.",
+        )
+        .expect("valid metric");
         for c in [
             Box::new(faults.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(counters.clone()),
             Box::new(histograms.clone()),
+            Box::new(pool_instances.clone()),
+            Box::new(epoch_tick.clone()),
         ] {
             registry.register(c).expect("distinct metric names");
         }
@@ -71,8 +90,17 @@ impl WasmMetrics {
             faults,
             counters,
             histograms,
+            pool_instances,
+            epoch_tick,
             series: Mutex::default(),
         }
+    }
+
+    /// Records how the engine was set up.
+    pub(crate) fn host(&self, pool_instances: Option<u32>, epoch_tick: std::time::Duration) {
+        self.pool_instances
+            .set(i64::from(pool_instances.unwrap_or(0)));
+        self.epoch_tick.set(epoch_tick.as_secs_f64());
     }
 
     /// Counts a fault.
@@ -94,9 +122,11 @@ impl WasmMetrics {
 
     /// Appends every family in the text format, unless a handler of the same host already
     /// wrote them on this page (the admin endpoint asks each handler in turn, and a family
-    /// written twice makes the page invalid).
+    /// written twice makes the page invalid). The host's gauges always have a sample, so
+    /// their TYPE line marks the page as written; a counter family is left out while it has
+    /// no series.
     pub(crate) fn render(&self, out: &mut String) {
-        if out.contains("# TYPE mixer_wasm_plugin_faults_total ") {
+        if out.contains("# TYPE mixer_wasm_host_pool_instances ") {
             return;
         }
         let mut body = Vec::new();

@@ -137,6 +137,13 @@ struct MemoryCap {
     refused: bool,
 }
 
+/// An instance and its store: made for one call (fresh), or kept for the next calls of the
+/// same handler (warm).
+pub(crate) struct Live {
+    store: Store<CallState>,
+    instance: bindings::Plugin,
+}
+
 /// The bound on making an instance (and running its start function).
 const INSTANTIATE_DEADLINE: Duration = Duration::from_millis(100);
 
@@ -266,6 +273,18 @@ impl Plugin {
         deadline: Duration,
         f: impl FnOnce(&bindings::Plugin, &mut Store<CallState>) -> wasmtime::Result<R>,
     ) -> Result<R, Fault> {
+        let mut live = self.instantiate(host, ctx, limits, deadline)?;
+        self.run(host, &mut live, limits, deadline, f)
+    }
+
+    /// A new instance in a store of its own, with `limits`' memory cap.
+    pub(crate) fn instantiate(
+        &self,
+        host: &WasmHost,
+        ctx: &Arc<CallContext>,
+        limits: &Limits,
+        deadline: Duration,
+    ) -> Result<Live, Fault> {
         let mut store = Store::new(
             host.engine(),
             CallState {
@@ -280,6 +299,39 @@ impl Plugin {
         // Instantiation is the host's work (and a start function's); it gets a bound of its
         // own so that the call's deadline is the plugin's time alone.
         store.set_epoch_deadline(host.ticks(INSTANTIATE_DEADLINE.max(deadline)));
+        store.set_fuel(u64::MAX).map_err(|e| Fault {
+            kind: FaultKind::Instantiate,
+            message: format!("{e:#}"),
+        })?;
+        match self.pre.instantiate(&mut store) {
+            Ok(instance) => Ok(Live { store, instance }),
+            Err(e) => {
+                let kind = if store.data().cap.refused {
+                    FaultKind::Memory
+                } else {
+                    FaultKind::Instantiate
+                };
+                Err(Fault {
+                    kind,
+                    message: format!("cannot instantiate: {e:#}"),
+                })
+            }
+        }
+    }
+
+    /// Runs `f` in `live` with `limits`' fuel and a wall-clock `deadline`, both counted from
+    /// now: an instance reused for many calls gets the same budget for each. After a
+    /// [`Fault`] the instance must be dropped (its memory may be half-written).
+    pub(crate) fn run<R>(
+        &self,
+        host: &WasmHost,
+        live: &mut Live,
+        limits: &Limits,
+        deadline: Duration,
+        f: impl FnOnce(&bindings::Plugin, &mut Store<CallState>) -> wasmtime::Result<R>,
+    ) -> Result<R, Fault> {
+        let store = &mut live.store;
+        store.data_mut().cap.refused = false;
         // Fuel accounting is compiled into every plugin; without a limit the tank is full.
         store
             .set_fuel(limits.fuel.unwrap_or(u64::MAX))
@@ -287,22 +339,8 @@ impl Plugin {
                 kind: FaultKind::Instantiate,
                 message: format!("{e:#}"),
             })?;
-        let instance = match self.pre.instantiate(&mut store) {
-            Ok(instance) => instance,
-            Err(e) => {
-                let kind = if store.data().cap.refused {
-                    FaultKind::Memory
-                } else {
-                    FaultKind::Instantiate
-                };
-                return Err(Fault {
-                    kind,
-                    message: format!("cannot instantiate: {e:#}"),
-                });
-            }
-        };
         store.set_epoch_deadline(host.ticks(deadline));
-        f(&instance, &mut store).map_err(|e| {
+        f(&live.instance, store).map_err(|e| {
             let kind = if store.data().cap.refused {
                 FaultKind::Memory
             } else {

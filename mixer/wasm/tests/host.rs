@@ -223,6 +223,72 @@ fn validate_rejects_with_the_plugins_message_and_path() {
     assert_eq!(shown, ["config.header: must not be empty"]);
 }
 
+/// A warm instance keeps its linear memory from call to call: the fixture's bump allocator
+/// never frees, so reused it reaches a 1 MiB cap after some thousands of calls, where fresh
+/// instances never do. The instance that hit the cap is dropped and the next call works.
+#[tokio::test]
+async fn a_warm_instance_keeps_its_memory_until_a_fault_drops_it() {
+    let a = adapter();
+    let p = check_plugin(ALLOW);
+    let limits = json!({"memoryMib": 1, "checkDeadline": "100ms"});
+    let warm = build(
+        &a,
+        json!({"module": p.path, "instances": "warm", "keepWarm": 1, "limits": limits}),
+        "warm.istio-system",
+    );
+    let check = warm.as_check().unwrap();
+    let mut calls = 0;
+    let error = loop {
+        calls += 1;
+        match check.check(&authz()).await {
+            Ok(r) => assert!(calls < 100_000, "never reached its cap ({r:?})"),
+            Err(e) => break e,
+        }
+    };
+    assert!(calls > 100, "the cap came after {calls} calls");
+    assert!(error.message.contains("memory"), "{error:?}");
+    let m = a.host().unwrap().metrics();
+    assert_eq!(m.faults("warm.istio-system", "memory"), 1);
+    check
+        .check(&authz())
+        .await
+        .expect("a new instance after the fault");
+
+    let fresh = build(
+        &a,
+        json!({"module": p.path, "limits": limits}),
+        "fresh.istio-system",
+    );
+    let check = fresh.as_check().unwrap();
+    for _ in 0..calls + 10 {
+        check
+            .check(&authz())
+            .await
+            .expect("fresh instances never fill up");
+    }
+    assert_eq!(m.faults("fresh.istio-system", "memory"), 0);
+}
+
+#[test]
+fn instance_params_are_checked() {
+    let a = adapter();
+    let f = check_plugin(ALLOW);
+    let e = a
+        .validate(&json!({"module": f.path, "instances": "hot"}))
+        .unwrap_err();
+    assert_eq!(e[0].path, "instances");
+    let e = a
+        .validate(&json!({"module": f.path, "keepWarm": 2}))
+        .unwrap_err();
+    assert_eq!(e[0].path, "keepWarm");
+    let e = a
+        .validate(&json!({"module": f.path, "instances": "warm", "keepWarm": 0}))
+        .unwrap_err();
+    assert_eq!(e[0].path, "keepWarm");
+    a.validate(&json!({"module": f.path, "instances": "warm", "keepWarm": 2}))
+        .expect("valid");
+}
+
 #[test]
 fn bad_params_name_their_field() {
     let a = adapter();

@@ -158,13 +158,18 @@ pub(crate) fn check_adapter(
         diags.error(&doc.raw.doc, field, message);
         return None;
     };
-    let resolved = secrets::resolve(
+    let mut resolved = secrets::resolve(
         &doc.raw.doc,
         params,
         params_path,
         adapter.secret_params(),
         diags,
     )?;
+    if let Some(dir) = &doc.dir {
+        for path in adapter.path_params() {
+            relative_to(&mut resolved.params, path, dir);
+        }
+    }
     match adapter.validate(&resolved.params) {
         Ok(()) => Some(resolved),
         Err(errors) => {
@@ -179,6 +184,31 @@ pub(crate) fn check_adapter(
             None
         }
     }
+}
+
+/// Makes the string param at the dotted `path` of `params`, when it is a relative file path,
+/// relative to `dir` instead of the working directory: a config directory moves with the
+/// files it names.
+fn relative_to(params: &mut Value, path: &str, dir: &std::path::Path) {
+    let mut at = params;
+    for segment in path.split('.').filter(|s| !s.is_empty()) {
+        let Some(next) = at.get_mut(segment) else {
+            return;
+        };
+        at = next;
+    }
+    let Value::String(text) = at else {
+        return;
+    };
+    let file = std::path::Path::new(text.as_str());
+    if text.trim().is_empty() || file.is_absolute() {
+        return;
+    }
+    let joined = dir.join(file);
+    // Absolute where the working directory is known, so a dump or an error names the file
+    // wherever it is read.
+    let joined = std::path::absolute(&joined).unwrap_or(joined);
+    *text = joined.display().to_string();
 }
 
 fn connection(doc: &Doc<'_>, value: &Value, diags: &mut Diagnostics) -> Option<Connection> {

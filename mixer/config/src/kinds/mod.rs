@@ -23,6 +23,8 @@ use crate::expr::{Expression, Syntax};
 pub(crate) struct Doc<'a> {
     pub raw: &'a RawDoc,
     pub syntax: Syntax,
+    /// The directory of the file on disk that holds the document, when known.
+    pub dir: Option<std::path::PathBuf>,
 }
 
 /// Compiles one expression leaf at `path`; `expected` asks for a result type.
