@@ -256,21 +256,15 @@ async fn run_file(file: &Path, args: &ConfigArgs) -> Result<Vec<(String, Vec<Str
         },
         ..crate::validate::runtime_options(args)
     };
-    let built = Snapshot::build(
-        1,
-        validated.config,
-        &registry,
-        None,
-        &options,
-        &metrics,
-    )
-    .map_err(|errors| {
-        errors
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ")
-    })?;
+    let built = Snapshot::build(1, validated.config, &registry, None, &options, &metrics).map_err(
+        |errors| {
+            errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        },
+    )?;
     let snapshot = built.snapshot;
     let mut results = Vec::new();
     for case in spec.tests {
