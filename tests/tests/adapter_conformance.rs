@@ -110,12 +110,8 @@ fn case(name: &str, params: serde_json::Value, unreachable: Option<Unreachable>)
         .get(name)
         .unwrap_or_else(|| panic!("no built-in adapter {name}"))
         .clone();
-    let instances = adapter
-        .templates_for(&params)
-        .unwrap_or_else(|| adapter.info().templates.to_vec())
-        .into_iter()
-        .map(of)
-        .collect();
+    let config = adapter.compile(&params).expect("the case's params compile");
+    let instances = adapter.templates_of(&config).into_iter().map(of).collect();
     Case {
         adapter,
         params,
@@ -283,6 +279,8 @@ impl Remote {
 }
 
 impl Adapter for Remote {
+    type Config = Params;
+
     fn info(&self) -> &AdapterInfo {
         &ALLOWLIST
     }

@@ -8,8 +8,7 @@ mod handler;
 use std::sync::Arc;
 
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError, Params, Stability,
-    decode_params,
+    Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError, Stability,
 };
 use mixer_model::Template;
 
@@ -28,31 +27,29 @@ static INFO: AdapterInfo = AdapterInfo {
 pub struct Denier;
 
 impl Adapter for Denier {
+    type Config = DenierParams;
+
     fn info(&self) -> &AdapterInfo {
         &INFO
     }
 
-    fn validate(&self, params: &Params) -> Result<(), Vec<ParamError>> {
-        decode_params::<DenierParams>(params)
-            .map_err(|e| vec![e])
-            .and_then(|p| p.validate())
+    fn validate(&self, params: &DenierParams) -> Result<(), Vec<ParamError>> {
+        params.validate()
     }
 
     fn build(
         &self,
-        params: &Params,
+        params: &DenierParams,
         _ctx: &BuildContext,
     ) -> Result<Arc<dyn Handler>, AdapterError> {
-        let params = decode_params::<DenierParams>(params).map_err(|e| {
-            AdapterError::permanent(mixer_adapter_api::ErrorKind::Internal, e.to_string())
-        })?;
-        Ok(Arc::new(handler::DenierHandler::new(&params)))
+        Ok(Arc::new(handler::DenierHandler::new(params)))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mixer_adapter_api::AnyAdapter;
     use mixer_model::{Code, Instance};
     use serde_json::json;
 
@@ -67,11 +64,11 @@ mod tests {
     #[tokio::test]
     async fn denies_with_configured_status() {
         let params = json!({"status": {"code": 7, "message": "not allowed"}, "validDuration": "10s", "validUseCount": 3});
-        Denier.validate(&params).expect("valid");
+        Denier.compile(&params).expect("valid");
         let ctx = BuildContext {
             handler_name: "d".into(),
         };
-        let handler = Denier.build(&params, &ctx).expect("builds");
+        let handler = Denier.compile_and_build(&params, &ctx).expect("builds");
         let check = handler.as_check().expect("check handler");
         let result = check
             .check(&instance(Template::CheckNothing))
@@ -98,7 +95,7 @@ mod tests {
     #[tokio::test]
     async fn defaults_follow_istio() {
         let handler = Denier
-            .build(
+            .compile_and_build(
                 &json!(null),
                 &BuildContext {
                     handler_name: "d".into(),
@@ -119,19 +116,19 @@ mod tests {
     #[test]
     fn rejects_bad_params_with_paths() {
         let errs = Denier
-            .validate(&json!({"status": {"code": 99}}))
+            .compile(&json!({"status": {"code": 99}}))
             .expect_err("bad code");
         assert_eq!(errs[0].path, "status.code");
         let errs = Denier
-            .validate(&json!({"validDuration": "soon"}))
+            .compile(&json!({"validDuration": "soon"}))
             .expect_err("bad duration");
         assert_eq!(errs[0].path, "validDuration");
         let errs = Denier
-            .validate(&json!({"statuss": {}}))
+            .compile(&json!({"statuss": {}}))
             .expect_err("unknown field");
         assert!(errs[0].message.contains("statuss"), "{}", errs[0].message);
         let errs = Denier
-            .validate(&json!({"validUseCount": -1}))
+            .compile(&json!({"validUseCount": -1}))
             .expect_err("negative");
         assert_eq!(errs[0].path, "validUseCount");
     }

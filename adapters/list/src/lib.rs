@@ -11,7 +11,7 @@
 //! A whitelist of networks, with no provider:
 //!
 //! ```
-//! use mixer_adapter_api::{Adapter, BuildContext};
+//! use mixer_adapter_api::{AnyAdapter, BuildContext};
 //! use mixer_adapter_list::ListChecker;
 //! use mixer_model::{Code, FieldValue, Instance, Template, Value};
 //!
@@ -19,9 +19,9 @@
 //!     "entryType": "IP_ADDRESSES",
 //!     "overrides": ["10.0.0.0/8", "2001:db8::/32"],
 //! });
-//! ListChecker.validate(&params).expect("valid params");
+//! let config = ListChecker.compile(&params).expect("valid params");
 //! let handler = ListChecker
-//!     .build(&params, &BuildContext { handler_name: "internal.istio-system".into() })
+//!     .build_compiled(&config, &BuildContext { handler_name: "internal.istio-system".into() })
 //!     .expect("built");
 //! let entry = |ip: &str| Instance {
 //!     name: "sourceip.istio-system".into(),
@@ -51,8 +51,7 @@ mod tests;
 use std::sync::Arc;
 
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, BuildContext, ErrorKind, Handler, ParamError, Params,
-    Stability, decode_params,
+    Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError, Stability,
 };
 use mixer_model::Template;
 
@@ -78,16 +77,10 @@ impl ListChecker {
     /// that want [`ListHandler::ready`] or [`ListHandler::generation`].
     pub fn build_handler(
         &self,
-        params: &Params,
+        params: &ListParams,
         ctx: &BuildContext,
     ) -> Result<Arc<ListHandler>, AdapterError> {
-        let config = decode_params::<ListParams>(params)
-            .map_err(|e| vec![e])
-            .and_then(|p| p.compile())
-            .map_err(|errors| {
-                let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
-                AdapterError::permanent(ErrorKind::Internal, text.join("; "))
-            })?;
+        let config = params.compile().map_err(AdapterError::invalid_config)?;
         ListHandler::start(config, ctx.handler_name.clone())
     }
 }
@@ -97,17 +90,21 @@ const SECRET_PARAMS: &[mixer_adapter_api::secrets::SecretParam] =
     &[mixer_adapter_api::secrets::SecretParam::url("providerUrl")];
 
 impl Adapter for ListChecker {
+    type Config = ListParams;
+
     fn info(&self) -> &AdapterInfo {
         &INFO
     }
 
-    fn validate(&self, params: &Params) -> Result<(), Vec<ParamError>> {
-        decode_params::<ListParams>(params)
-            .map_err(|e| vec![e])
-            .and_then(|p| p.validate())
+    fn validate(&self, params: &ListParams) -> Result<(), Vec<ParamError>> {
+        params.validate()
     }
 
-    fn build(&self, params: &Params, ctx: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+    fn build(
+        &self,
+        params: &ListParams,
+        ctx: &BuildContext,
+    ) -> Result<Arc<dyn Handler>, AdapterError> {
         Ok(self.build_handler(params, ctx)?)
     }
 

@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mixer_adapter_api::{Adapter, AdapterError, BuildContext, ErrorKind, Handler};
+use mixer_adapter_api::{
+    AdapterError, AnyAdapter, BuildContext, ErrorKind, Handler, decode_params,
+};
 use mixer_model::{CheckResult, Code, FieldValue, Instance, Template, Value};
 use serde_json::{Value as Json, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -31,7 +33,8 @@ fn entry(value: Option<Value>) -> Instance {
 }
 
 fn build(params: Json) -> Arc<ListHandler> {
-    ListChecker.validate(&params).expect("valid params");
+    ListChecker.compile(&params).expect("valid params");
+    let params = decode_params(&params).expect("decodes");
     ListChecker.build_handler(&params, &ctx()).expect("builds")
 }
 
@@ -161,10 +164,10 @@ async fn entry_types() {
 #[test]
 fn build_without_a_runtime_fails_only_with_a_provider() {
     ListChecker
-        .build(&json!({"overrides": ["a"]}), &ctx())
+        .compile_and_build(&json!({"overrides": ["a"]}), &ctx())
         .expect("no provider: no runtime needed");
     let err = ListChecker
-        .build(&json!({"providerUrl": "http://127.0.0.1:1/"}), &ctx())
+        .compile_and_build(&json!({"providerUrl": "http://127.0.0.1:1/"}), &ctx())
         .err()
         .expect("no runtime");
     assert!(err.message.contains("tokio runtime"), "{}", err.message);

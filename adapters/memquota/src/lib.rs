@@ -14,7 +14,7 @@
 //! - Time is `tokio::time::Instant`, so tests run on tokio's paused clock.
 //!
 //! ```
-//! use mixer_adapter_api::{Adapter, BuildContext, QuotaArgs};
+//! use mixer_adapter_api::{AnyAdapter, BuildContext, QuotaArgs};
 //! use mixer_adapter_memquota::MemQuota;
 //! use mixer_model::{Code, FieldValue, Instance, Template, Value};
 //!
@@ -26,9 +26,9 @@
 //!         "rateLimitAlgorithm": "FIXED_WINDOW",
 //!     }],
 //! });
-//! MemQuota.validate(&params).expect("valid params");
+//! MemQuota.compile(&params).expect("valid params");
 //! let handler = MemQuota
-//!     .build(&params, &BuildContext { handler_name: "quotahandler.istio-system".into() })
+//!     .compile_and_build(&params, &BuildContext { handler_name: "quotahandler.istio-system".into() })
 //!     .expect("built");
 //! let instance = Instance {
 //!     name: "requestcount.istio-system".into(),
@@ -60,8 +60,7 @@ mod tests;
 use std::sync::Arc;
 
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, BuildContext, ErrorKind, Handler, ParamError, Params,
-    Stability, decode_params,
+    Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError, Stability,
 };
 use mixer_model::Template;
 
@@ -85,16 +84,10 @@ impl MemQuota {
     /// that want [`MemQuotaHandler::tracked_keys`] or [`MemQuotaHandler::sweep`].
     pub fn build_handler(
         &self,
-        params: &Params,
+        params: &MemQuotaParams,
         ctx: &BuildContext,
     ) -> Result<Arc<MemQuotaHandler>, AdapterError> {
-        let config = decode_params::<MemQuotaParams>(params)
-            .map_err(|e| vec![e])
-            .and_then(|p| p.compile())
-            .map_err(|errors| {
-                let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
-                AdapterError::permanent(ErrorKind::Internal, text.join("; "))
-            })?;
+        let config = params.compile().map_err(AdapterError::invalid_config)?;
         Ok(Arc::new(MemQuotaHandler::new(
             config,
             ctx.handler_name.clone(),
@@ -103,18 +96,21 @@ impl MemQuota {
 }
 
 impl Adapter for MemQuota {
+    type Config = MemQuotaParams;
+
     fn info(&self) -> &AdapterInfo {
         &INFO
     }
 
-    fn validate(&self, params: &Params) -> Result<(), Vec<ParamError>> {
-        decode_params::<MemQuotaParams>(params)
-            .map_err(|e| vec![e])
-            .and_then(|p| p.compile())
-            .map(|_| ())
+    fn validate(&self, params: &MemQuotaParams) -> Result<(), Vec<ParamError>> {
+        params.compile().map(|_| ())
     }
 
-    fn build(&self, params: &Params, ctx: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+    fn build(
+        &self,
+        params: &MemQuotaParams,
+        ctx: &BuildContext,
+    ) -> Result<Arc<dyn Handler>, AdapterError> {
         Ok(self.build_handler(params, ctx)?)
     }
 }

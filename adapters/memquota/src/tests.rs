@@ -1,7 +1,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use mixer_adapter_api::{Adapter, BuildContext, QuotaArgs, QuotaHandler};
+use mixer_adapter_api::{AnyAdapter, BuildContext, QuotaArgs, QuotaHandler};
 use mixer_model::{Code, FieldValue, Instance, Template, Value};
 use serde_json::json;
 
@@ -10,7 +10,7 @@ use crate::{MemQuota, MemQuotaHandler};
 fn build(params: serde_json::Value) -> Arc<MemQuotaHandler> {
     MemQuota
         .build_handler(
-            &params,
+            &mixer_adapter_api::decode_params(&params).expect("decodes"),
             &BuildContext {
                 handler_name: "h.ns".into(),
             },
@@ -41,7 +41,7 @@ fn args(amount: i64) -> QuotaArgs {
 #[test]
 fn validation_collects_errors() {
     let errs = MemQuota
-        .validate(
+        .compile(
             &json!({"quotas": [{"name": "a"}], "maxKeys": 0, "minDeduplicationDuration": "0s"}),
         )
         .expect_err("invalid");
@@ -56,11 +56,11 @@ fn validation_collects_errors() {
         ]
     );
     let errs = MemQuota
-        .validate(&json!({"quota": []}))
+        .compile(&json!({"quota": []}))
         .expect_err("unknown field");
     assert_eq!(errs[0].path, "quota");
     MemQuota
-        .validate(&json!({"quotas": [{"name": "a", "maxAmount": 1, "validDuration": "1s"}]}))
+        .compile(&json!({"quotas": [{"name": "a", "maxAmount": 1, "validDuration": "1s"}]}))
         .expect("valid");
 }
 

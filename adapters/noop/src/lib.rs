@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, Handler, ParamError, Params,
-    QuotaArgs, QuotaHandler, ReportHandler, Stability, decode_params,
+    Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, Handler, QuotaArgs,
+    QuotaHandler, ReportHandler, Stability,
 };
 use mixer_model::{CheckResult, Instance, QuotaResult, Status, Template};
 use serde::Deserialize;
@@ -24,28 +24,25 @@ static INFO: AdapterInfo = AdapterInfo {
 const FOREVER: Duration = Duration::from_secs(1_000_000_000);
 const MANY_USES: i32 = 1_000_000_000;
 
-#[derive(Deserialize)]
+/// `params` of a noop handler: none.
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct NoopParams {}
+pub struct NoopParams {}
 
 /// The noop adapter.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Noop;
 
 impl Adapter for Noop {
+    type Config = NoopParams;
+
     fn info(&self) -> &AdapterInfo {
         &INFO
     }
 
-    fn validate(&self, params: &Params) -> Result<(), Vec<ParamError>> {
-        decode_params::<NoopParams>(params)
-            .map(|_| ())
-            .map_err(|e| vec![e])
-    }
-
     fn build(
         &self,
-        _params: &Params,
+        _params: &NoopParams,
         _ctx: &BuildContext,
     ) -> Result<Arc<dyn Handler>, AdapterError> {
         Ok(Arc::new(NoopHandler))
@@ -107,7 +104,7 @@ mod tests {
     async fn allows_grants_and_accepts() {
         let h = Noop
             .build(
-                &serde_json::json!({}),
+                &NoopParams {},
                 &BuildContext {
                     handler_name: "n".into(),
                 },
@@ -147,6 +144,8 @@ mod tests {
             .report(&[i])
             .await
             .expect("ok");
-        assert!(Noop.validate(&serde_json::json!({"x": 1})).is_err());
+        assert!(
+            mixer_adapter_api::AnyAdapter::compile(&Noop, &serde_json::json!({"x": 1})).is_err()
+        );
     }
 }

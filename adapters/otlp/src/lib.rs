@@ -21,7 +21,7 @@
 //! Params are checked with their paths before anything is built:
 //!
 //! ```
-//! use mixer_adapter_api::Adapter;
+//! use mixer_adapter_api::AnyAdapter;
 //! use mixer_adapter_otlp::Otlp;
 //!
 //! let params = serde_json::json!({
@@ -37,13 +37,13 @@
 //!          "buckets": [0.005, 0.01, 0.1, 1, 10]},
 //!     ],
 //! });
-//! Otlp.validate(&params).expect("valid params");
+//! Otlp.compile(&params).expect("valid params");
 //!
 //! let bad = serde_json::json!({
 //!     "endpoint": "collector:4317",
 //!     "metrics": [{"instanceName": "rc.istio-system", "name": "istio.requests"}],
 //! });
-//! let paths: Vec<String> = Otlp.validate(&bad).unwrap_err().into_iter().map(|e| e.path).collect();
+//! let paths: Vec<String> = Otlp.compile(&bad).unwrap_err().into_iter().map(|e| e.path).collect();
 //! assert_eq!(paths, ["endpoint", "metrics[0].kind"]);
 //! ```
 //!
@@ -57,8 +57,7 @@ mod handler;
 use std::sync::Arc;
 
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, BuildContext, ErrorKind, Handler, ParamError, Params,
-    Stability, decode_params,
+    Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError, Stability,
 };
 use mixer_model::Template;
 
@@ -85,24 +84,15 @@ static INFO: AdapterInfo = AdapterInfo {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Otlp;
 
-fn compile(params: &Params) -> Result<OtlpConfig, Vec<ParamError>> {
-    decode_params::<OtlpParams>(params)
-        .map_err(|e| vec![e])
-        .and_then(|p| p.compile())
-}
-
 impl Otlp {
     /// Builds the concrete handler (what [`Adapter::build`] returns, unerased). Must be called
     /// inside a tokio runtime.
     pub fn build_handler(
         &self,
-        params: &Params,
+        params: &OtlpParams,
         ctx: &BuildContext,
     ) -> Result<Arc<OtlpHandler>, AdapterError> {
-        let config = compile(params).map_err(|errors| {
-            let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
-            AdapterError::permanent(ErrorKind::Internal, text.join("; "))
-        })?;
+        let config = params.compile().map_err(AdapterError::invalid_config)?;
         Ok(Arc::new(OtlpHandler::new(
             config,
             ctx.handler_name.clone(),
@@ -115,15 +105,21 @@ const SECRET_PARAMS: &[mixer_adapter_api::secrets::SecretParam] =
     &[mixer_adapter_api::secrets::SecretParam::url("endpoint")];
 
 impl Adapter for Otlp {
+    type Config = OtlpParams;
+
     fn info(&self) -> &AdapterInfo {
         &INFO
     }
 
-    fn validate(&self, params: &Params) -> Result<(), Vec<ParamError>> {
-        compile(params).map(|_| ())
+    fn validate(&self, params: &OtlpParams) -> Result<(), Vec<ParamError>> {
+        params.compile().map(|_| ())
     }
 
-    fn build(&self, params: &Params, ctx: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+    fn build(
+        &self,
+        params: &OtlpParams,
+        ctx: &BuildContext,
+    ) -> Result<Arc<dyn Handler>, AdapterError> {
         Ok(self.build_handler(params, ctx)?)
     }
 

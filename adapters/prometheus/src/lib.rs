@@ -12,7 +12,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use mixer_adapter_api::{Adapter, BuildContext};
+//! use mixer_adapter_api::{AnyAdapter, BuildContext};
 //! use mixer_adapter_prometheus::Prometheus;
 //! use mixer_model::{FieldValue, Instance, Template, Value, Duration};
 //!
@@ -25,9 +25,9 @@
 //!          "buckets": {"explicitBuckets": {"bounds": [0.01, 0.1, 1]}}},
 //!     ]
 //! });
-//! Prometheus.validate(&params).expect("valid params");
+//! Prometheus.compile(&params).expect("valid params");
 //! let handler = Prometheus
-//!     .build(&params, &BuildContext { handler_name: "handler.istio-system".into() })
+//!     .compile_and_build(&params, &BuildContext { handler_name: "handler.istio-system".into() })
 //!     .expect("built");
 //! let metric = |name: &str, value: Value| Instance {
 //!     name: name.into(),
@@ -62,8 +62,7 @@ mod tests;
 use std::sync::Arc;
 
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, BuildContext, ErrorKind, Handler, ParamError, Params,
-    Stability, decode_params,
+    Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError, Stability,
 };
 use mixer_model::Template;
 
@@ -91,16 +90,10 @@ impl Prometheus {
     /// Builds the concrete handler (what [`Adapter::build`] returns, unerased).
     pub fn build_handler(
         &self,
-        params: &Params,
+        params: &PrometheusParams,
         ctx: &BuildContext,
     ) -> Result<Arc<PrometheusHandler>, AdapterError> {
-        let config = decode_params::<PrometheusParams>(params)
-            .map_err(|e| vec![e])
-            .and_then(|p| p.compile())
-            .map_err(|errors| {
-                let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
-                AdapterError::permanent(ErrorKind::Internal, text.join("; "))
-            })?;
+        let config = params.compile().map_err(AdapterError::invalid_config)?;
         Ok(Arc::new(PrometheusHandler::new(
             config,
             ctx.handler_name.clone(),
@@ -109,17 +102,21 @@ impl Prometheus {
 }
 
 impl Adapter for Prometheus {
+    type Config = PrometheusParams;
+
     fn info(&self) -> &AdapterInfo {
         &INFO
     }
 
-    fn validate(&self, params: &Params) -> Result<(), Vec<ParamError>> {
-        decode_params::<PrometheusParams>(params)
-            .map_err(|e| vec![e])
-            .and_then(|p| p.validate())
+    fn validate(&self, params: &PrometheusParams) -> Result<(), Vec<ParamError>> {
+        params.validate()
     }
 
-    fn build(&self, params: &Params, ctx: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+    fn build(
+        &self,
+        params: &PrometheusParams,
+        ctx: &BuildContext,
+    ) -> Result<Arc<dyn Handler>, AdapterError> {
         Ok(self.build_handler(params, ctx)?)
     }
 }

@@ -3,17 +3,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use mixer_adapter_api::{Adapter, BuildContext, ErrorKind};
+use mixer_adapter_api::{AnyAdapter, BuildContext, ErrorKind};
 use mixer_model::{FieldValue, Instance, StringMap, Template, Value};
 use serde_json::json;
 
 use crate::{Prometheus, PrometheusHandler};
 
 fn build(params: serde_json::Value) -> Arc<PrometheusHandler> {
-    Prometheus.validate(&params).expect("valid params");
+    Prometheus.compile(&params).expect("valid params");
     Prometheus
         .build_handler(
-            &params,
+            &mixer_adapter_api::decode_params(&params).expect("decodes"),
             &BuildContext {
                 handler_name: "prom.istio-system".into(),
             },
@@ -352,7 +352,7 @@ fn info_and_validation_through_the_adapter() {
     assert_eq!(info.name, "prometheus");
     assert_eq!(info.templates, [Template::Metric]);
     let errs = Prometheus
-        .validate(&json!({"metrics": [
+        .compile(&json!({"metrics": [
             {"name": "x", "instanceName": "a.ns", "kind": "COUNTER"},
             {"name": "x", "instanceName": "b.ns", "kind": "GAUGE"}
         ]}))
@@ -363,9 +363,9 @@ fn info_and_validation_through_the_adapter() {
         "{}",
         errs[0]
     );
-    assert!(Prometheus.validate(&serde_json::Value::Null).is_ok());
+    assert!(Prometheus.compile(&serde_json::Value::Null).is_ok());
     let err = Prometheus
-        .build(
+        .compile_and_build(
             &json!({"metrics": [{"instanceName": "a.ns"}]}),
             &BuildContext {
                 handler_name: "h".into(),

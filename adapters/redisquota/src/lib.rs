@@ -18,7 +18,7 @@
 //!   Connections come back by themselves.
 //!
 //! ```
-//! use mixer_adapter_api::Adapter;
+//! use mixer_adapter_api::AnyAdapter;
 //! use mixer_adapter_redisquota::RedisQuota;
 //!
 //! let params = serde_json::json!({
@@ -33,8 +33,8 @@
 //!         "overrides": [{"dimensions": {"destination": "reviews"}, "maxAmount": 1}],
 //!     }],
 //! });
-//! RedisQuota.validate(&params).expect("valid params");
-//! let errors = RedisQuota.validate(&serde_json::json!({"quotas": []})).unwrap_err();
+//! RedisQuota.compile(&params).expect("valid params");
+//! let errors = RedisQuota.compile(&serde_json::json!({"quotas": []})).unwrap_err();
 //! assert_eq!(errors[0].path, "quotas");
 //! assert_eq!(errors[1].path, "redisServerUrl");
 //! ```
@@ -47,8 +47,7 @@ use std::sync::Arc;
 
 use mixer_adapter_api::secrets::SecretParam;
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, BuildContext, ErrorKind, Handler, ParamError, Params,
-    Stability, decode_params,
+    Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError, Stability,
 };
 use mixer_model::Template;
 
@@ -75,16 +74,10 @@ impl RedisQuota {
     /// Builds the concrete handler (what [`Adapter::build`] returns, unerased).
     pub fn build_handler(
         &self,
-        params: &Params,
+        params: &RedisQuotaParams,
         ctx: &BuildContext,
     ) -> Result<Arc<RedisQuotaHandler>, AdapterError> {
-        let config = decode_params::<RedisQuotaParams>(params)
-            .map_err(|e| vec![e])
-            .and_then(|p| p.compile())
-            .map_err(|errors| {
-                let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
-                AdapterError::permanent(ErrorKind::Internal, text.join("; "))
-            })?;
+        let config = params.compile().map_err(AdapterError::invalid_config)?;
         Ok(Arc::new(RedisQuotaHandler::new(
             config,
             ctx.handler_name.clone(),
@@ -93,18 +86,21 @@ impl RedisQuota {
 }
 
 impl Adapter for RedisQuota {
+    type Config = RedisQuotaParams;
+
     fn info(&self) -> &AdapterInfo {
         &INFO
     }
 
-    fn validate(&self, params: &Params) -> Result<(), Vec<ParamError>> {
-        decode_params::<RedisQuotaParams>(params)
-            .map_err(|e| vec![e])
-            .and_then(|p| p.compile())
-            .map(|_| ())
+    fn validate(&self, params: &RedisQuotaParams) -> Result<(), Vec<ParamError>> {
+        params.compile().map(|_| ())
     }
 
-    fn build(&self, params: &Params, ctx: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+    fn build(
+        &self,
+        params: &RedisQuotaParams,
+        ctx: &BuildContext,
+    ) -> Result<Arc<dyn Handler>, AdapterError> {
         Ok(self.build_handler(params, ctx)?)
     }
 

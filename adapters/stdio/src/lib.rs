@@ -12,16 +12,16 @@
 //! An access log in a file:
 //!
 //! ```
-//! use mixer_adapter_api::{Adapter, BuildContext};
+//! use mixer_adapter_api::{AnyAdapter, BuildContext};
 //! use mixer_adapter_stdio::Stdio;
 //! use mixer_model::{FieldValue, Instance, Template, Timestamp, Value};
 //!
 //! let dir = tempfile::tempdir().unwrap();
 //! let path = dir.path().join("access.log");
 //! let params = serde_json::json!({"logStream": "FILE", "outputPath": path});
-//! Stdio.validate(&params).expect("valid params");
+//! Stdio.compile(&params).expect("valid params");
 //! let handler = Stdio
-//!     .build(&params, &BuildContext { handler_name: "stdio.istio-system".into() })
+//!     .compile_and_build(&params, &BuildContext { handler_name: "stdio.istio-system".into() })
 //!     .expect("built");
 //! let entry = Instance {
 //!     name: "accesslog.istio-system".into(),
@@ -58,8 +58,7 @@ mod tests;
 use std::sync::Arc;
 
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, BuildContext, ErrorKind, Handler, ParamError, Params,
-    Stability, decode_params,
+    Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError, Stability,
 };
 use mixer_model::Template;
 
@@ -87,13 +86,10 @@ impl Stdio {
     /// Builds the concrete handler (what [`Adapter::build`] returns, unerased).
     pub fn build_handler(
         &self,
-        params: &Params,
+        params: &StdioParams,
         ctx: &BuildContext,
     ) -> Result<Arc<StdioHandler>, AdapterError> {
-        let config = compile(params).map_err(|errors| {
-            let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
-            AdapterError::permanent(ErrorKind::Internal, text.join("; "))
-        })?;
+        let config = params.compile().map_err(AdapterError::invalid_config)?;
         Ok(Arc::new(StdioHandler::new(
             config,
             ctx.handler_name.clone(),
@@ -101,22 +97,22 @@ impl Stdio {
     }
 }
 
-fn compile(params: &Params) -> Result<StdioConfig, Vec<ParamError>> {
-    decode_params::<StdioParams>(params)
-        .map_err(|e| vec![e])
-        .and_then(|p| p.compile())
-}
-
 impl Adapter for Stdio {
+    type Config = StdioParams;
+
     fn info(&self) -> &AdapterInfo {
         &INFO
     }
 
-    fn validate(&self, params: &Params) -> Result<(), Vec<ParamError>> {
-        compile(params).map(|_| ())
+    fn validate(&self, params: &StdioParams) -> Result<(), Vec<ParamError>> {
+        params.compile().map(|_| ())
     }
 
-    fn build(&self, params: &Params, ctx: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+    fn build(
+        &self,
+        params: &StdioParams,
+        ctx: &BuildContext,
+    ) -> Result<Arc<dyn Handler>, AdapterError> {
         Ok(self.build_handler(params, ctx)?)
     }
 }

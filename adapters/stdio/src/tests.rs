@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use mixer_adapter_api::{Adapter, BuildContext, ReportHandler};
+use mixer_adapter_api::{AnyAdapter, BuildContext, ReportHandler};
 use mixer_model::{FieldValue, Instance, StringMap, Template, Timestamp, Value};
 use serde_json::json;
 
@@ -19,7 +19,8 @@ fn ctx() -> BuildContext {
 }
 
 fn build(params: serde_json::Value) -> Arc<StdioHandler> {
-    Stdio.validate(&params).expect("valid params");
+    Stdio.compile(&params).expect("valid params");
+    let params = mixer_adapter_api::decode_params(&params).expect("decodes");
     Stdio.build_handler(&params, &ctx()).expect("built")
 }
 
@@ -441,19 +442,19 @@ fn info_and_validation_through_the_adapter() {
     assert_eq!(info.name, "stdio");
     assert_eq!(info.templates, [Template::LogEntry, Template::Metric]);
     let errs = Stdio
-        .validate(&json!({"logStream": "ROTATED_FILE", "maxRotatedFiles": -1}))
+        .compile(&json!({"logStream": "ROTATED_FILE", "maxRotatedFiles": -1}))
         .expect_err("invalid");
     let paths: Vec<&str> = errs.iter().map(|e| e.path.as_str()).collect();
     assert_eq!(paths, ["outputPath", "maxRotatedFiles"]);
     assert_eq!(
         Stdio
-            .validate(&json!({"logStream": "FILE", "output_path": "/tmp/x", "bogus": 1}))
+            .compile(&json!({"logStream": "FILE", "output_path": "/tmp/x", "bogus": 1}))
             .expect_err("unknown")[0]
             .path,
         "bogus"
     );
     let err = Stdio
-        .build(&json!({"logStream": "FILE"}), &ctx())
+        .compile_and_build(&json!({"logStream": "FILE"}), &ctx())
         .err()
         .expect("invalid params are not built");
     assert!(err.message.contains("outputPath"), "{}", err.message);
@@ -461,7 +462,7 @@ fn info_and_validation_through_the_adapter() {
     let blocker = dir.path().join("file");
     std::fs::write(&blocker, "").expect("file");
     let err = Stdio
-        .build(
+        .compile_and_build(
             &json!({"logStream": "FILE", "outputPath": blocker.join("under-a-file.log")}),
             &ctx(),
         )

@@ -1,11 +1,12 @@
 //! The adapter lifecycle: info, validate params, build a handler.
 
+use std::any::Any;
 use std::sync::Arc;
 
 use mixer_model::Template;
 use serde::de::DeserializeOwned;
 
-use crate::error::{AdapterError, ParamError};
+use crate::error::{AdapterError, ErrorKind, ParamError};
 use crate::handler::Handler;
 
 /// Handler params as they come from config: YAML turned into a JSON-like tree.
@@ -48,15 +49,30 @@ pub struct BuildContext {
 
 /// An adapter: a factory of handlers. Built-in, out-of-process and Wasm adapters all appear to
 /// the runtime through this trait and the handler traits.
-pub trait Adapter: Send + Sync {
+///
+/// Its params are decoded once, when config loads, into its own [`Adapter::Config`] (a serde
+/// type: a wrong field or type is an error at its field path), checked by
+/// [`Adapter::validate`], and kept; [`Adapter::build`] gets the decoded config, so it never
+/// parses params again and `mixer validate` finds every params error `serve` would.
+pub trait Adapter: Send + Sync + 'static {
+    /// The handler params, decoded (`#[serde(deny_unknown_fields)]` catches misspelt keys).
+    type Config: DeserializeOwned + Send + Sync + 'static;
+
     /// What it is and what it supports.
     fn info(&self) -> &AdapterInfo;
 
-    /// Checks params without building anything; returns every problem found.
-    fn validate(&self, params: &Params) -> Result<(), Vec<ParamError>>;
+    /// Checks what decoding cannot (ranges, combinations, files that must exist); returns
+    /// every problem found, at its field path.
+    fn validate(&self, _config: &Self::Config) -> Result<(), Vec<ParamError>> {
+        Ok(())
+    }
 
-    /// Builds a handler from params that passed [`Adapter::validate`].
-    fn build(&self, params: &Params, ctx: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError>;
+    /// Builds a handler from a config that passed [`Adapter::validate`].
+    fn build(
+        &self,
+        config: &Self::Config,
+        ctx: &BuildContext,
+    ) -> Result<Arc<dyn Handler>, AdapterError>;
 
     /// The params that hold secrets, beyond those every handler's params are searched for
     /// (keys such as `password` or `authorization`, URL passwords: see [`crate::secrets`]).
@@ -69,19 +85,134 @@ pub trait Adapter: Send + Sync {
 
     /// The params (dotted paths, `module`) that hold the path of a file the adapter reads.
     /// A relative one is resolved by the config loader against the directory of the config
-    /// file that declares the handler, before [`Adapter::validate`] sees it, so that a
-    /// config directory and the files it names can move together.
+    /// file that declares the handler, before the params are decoded, so that a config
+    /// directory and the files it names can move together.
     fn path_params(&self) -> &'static [&'static str] {
         &[]
     }
 
-    /// The templates a handler built from `params` accepts, when they depend on its params
+    /// The templates a handler built from `config` accepts, when they depend on its config
     /// rather than on the adapter (a Wasm plugin declares its own when its module loads);
     /// rules sending it another template are config errors. `None`: those of
     /// [`AdapterInfo::templates`].
-    fn templates_for(&self, _params: &Params) -> Option<Vec<Template>> {
+    fn templates_for(&self, _config: &Self::Config) -> Option<Vec<Template>> {
         None
     }
+}
+
+/// A handler's params decoded and validated by its adapter, once, when config loads; what
+/// [`AnyAdapter::build_compiled`] builds from. Cheap to clone.
+#[derive(Clone)]
+pub struct CompiledConfig {
+    adapter: &'static str,
+    config: Arc<dyn Any + Send + Sync>,
+}
+
+impl CompiledConfig {
+    /// The name of the adapter that compiled it.
+    pub fn adapter(&self) -> &'static str {
+        self.adapter
+    }
+}
+
+impl std::fmt::Debug for CompiledConfig {
+    // The config may hold secrets: only whose it is shows.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompiledConfig")
+            .field("adapter", &self.adapter)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An [`Adapter`] with its config type hidden: what the [`AdapterRegistry`](crate::AdapterRegistry)
+/// keeps and the config loader and runtime call. Every [`Adapter`] is one.
+pub trait AnyAdapter: Send + Sync {
+    /// What it is and what it supports.
+    fn info(&self) -> &AdapterInfo;
+
+    /// Decodes and validates params: every problem, at its field path inside them.
+    fn compile(&self, params: &Params) -> Result<CompiledConfig, Vec<ParamError>>;
+
+    /// Builds a handler from a config this adapter compiled.
+    fn build_compiled(
+        &self,
+        config: &CompiledConfig,
+        ctx: &BuildContext,
+    ) -> Result<Arc<dyn Handler>, AdapterError>;
+
+    /// See [`Adapter::secret_params`].
+    fn secret_params(&self) -> &'static [crate::secrets::SecretParam];
+
+    /// See [`Adapter::path_params`].
+    fn path_params(&self) -> &'static [&'static str];
+
+    /// The templates a handler built from `config` accepts: its own (see
+    /// [`Adapter::templates_for`]) or the adapter's.
+    fn templates_of(&self, config: &CompiledConfig) -> Vec<Template>;
+
+    /// [`AnyAdapter::compile`] then [`AnyAdapter::build_compiled`], for tests and tools that
+    /// start from params.
+    fn compile_and_build(
+        &self,
+        params: &Params,
+        ctx: &BuildContext,
+    ) -> Result<Arc<dyn Handler>, AdapterError> {
+        let config = self.compile(params).map_err(AdapterError::invalid_config)?;
+        self.build_compiled(&config, ctx)
+    }
+}
+
+impl<A: Adapter> AnyAdapter for A {
+    fn info(&self) -> &AdapterInfo {
+        Adapter::info(self)
+    }
+
+    fn compile(&self, params: &Params) -> Result<CompiledConfig, Vec<ParamError>> {
+        let config: A::Config = decode_params(params).map_err(|e| vec![e])?;
+        Adapter::validate(self, &config)?;
+        Ok(CompiledConfig {
+            adapter: Adapter::info(self).name,
+            config: Arc::new(config),
+        })
+    }
+
+    fn build_compiled(
+        &self,
+        config: &CompiledConfig,
+        ctx: &BuildContext,
+    ) -> Result<Arc<dyn Handler>, AdapterError> {
+        Adapter::build(self, typed::<A>(config, Adapter::info(self).name)?, ctx)
+    }
+
+    fn secret_params(&self) -> &'static [crate::secrets::SecretParam] {
+        Adapter::secret_params(self)
+    }
+
+    fn path_params(&self) -> &'static [&'static str] {
+        Adapter::path_params(self)
+    }
+
+    fn templates_of(&self, config: &CompiledConfig) -> Vec<Template> {
+        typed::<A>(config, Adapter::info(self).name)
+            .ok()
+            .and_then(|c| Adapter::templates_for(self, c))
+            .unwrap_or_else(|| Adapter::info(self).templates.to_vec())
+    }
+}
+
+fn typed<'c, A: Adapter>(
+    config: &'c CompiledConfig,
+    name: &str,
+) -> Result<&'c A::Config, AdapterError> {
+    config.config.downcast_ref::<A::Config>().ok_or_else(|| {
+        AdapterError::permanent(
+            ErrorKind::Internal,
+            format!(
+                "a config compiled by adapter {:?} was given to adapter {name:?}",
+                config.adapter
+            ),
+        )
+    })
 }
 
 /// Decodes params into an adapter's own config type, reporting the field path of the first

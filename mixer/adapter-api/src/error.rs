@@ -60,6 +60,15 @@ impl AdapterError {
         }
     }
 
+    /// Params that do not compile, as one permanent error listing each problem.
+    pub fn invalid_config(errors: Vec<ParamError>) -> AdapterError {
+        let said: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        AdapterError::permanent(
+            ErrorKind::InvalidInstance,
+            format!("invalid params: {}", said.join("; ")),
+        )
+    }
+
     /// A permanent failure (retrying the same call will fail again).
     pub fn permanent(kind: ErrorKind, message: impl Into<String>) -> AdapterError {
         AdapterError {

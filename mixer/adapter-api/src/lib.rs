@@ -4,9 +4,11 @@
 //! An adapter goes through a fixed lifecycle:
 //! 1. [`Adapter::info`] declares its name, the templates it supports and whether its check
 //!    results may be cached;
-//! 2. [`Adapter::validate`] checks a handler's `params` when config loads, so a bad config is
-//!    rejected before it replaces a good one;
-//! 3. [`Adapter::build`] turns valid params into a [`Handler`], which offers one or more of
+//! 2. when config loads, a handler's `params` are decoded into the adapter's own
+//!    [`Adapter::Config`] and checked by [`Adapter::validate`], so a bad config is rejected
+//!    (by `mixer validate` too) before it replaces a good one; the result is kept as a
+//!    [`CompiledConfig`];
+//! 3. [`Adapter::build`] turns that config into a [`Handler`], which offers one or more of
 //!    [`CheckHandler`], [`QuotaHandler`] and [`ReportHandler`];
 //! 4. [`Handler::close`] runs when no config snapshot uses the handler any more.
 //!
@@ -34,28 +36,51 @@
 //!     stability: Stability::Alpha,
 //! };
 //!
+//! /// Its params: how long an answer may be cached.
+//! #[derive(serde::Deserialize)]
+//! #[serde(deny_unknown_fields, rename_all = "camelCase")]
+//! struct AllowAllConfig {
+//!     #[serde(default)]
+//!     valid_seconds: Option<u64>,
+//! }
+//!
 //! impl Adapter for AllowAll {
+//!     type Config = AllowAllConfig;
 //!     fn info(&self) -> &AdapterInfo { &INFO }
-//!     fn validate(&self, _params: &Params) -> Result<(), Vec<ParamError>> { Ok(()) }
-//!     fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
-//!         Ok(Arc::new(AllowAllHandler))
+//!     fn validate(&self, config: &AllowAllConfig) -> Result<(), Vec<ParamError>> {
+//!         match config.valid_seconds {
+//!             Some(0) => Err(vec![ParamError::new("validSeconds", "must be above 0")]),
+//!             _ => Ok(()),
+//!         }
+//!     }
+//!     fn build(&self, config: &AllowAllConfig, _: &BuildContext)
+//!         -> Result<Arc<dyn Handler>, AdapterError> {
+//!         let valid = Duration::from_secs(config.valid_seconds.unwrap_or(60));
+//!         Ok(Arc::new(AllowAllHandler(valid)))
 //!     }
 //! }
 //!
-//! struct AllowAllHandler;
+//! struct AllowAllHandler(Duration);
 //! impl Handler for AllowAllHandler {
 //!     fn as_check(&self) -> Option<&dyn CheckHandler> { Some(self) }
 //! }
 //! #[async_trait]
 //! impl CheckHandler for AllowAllHandler {
 //!     async fn check(&self, _: &Instance) -> Result<CheckResult, AdapterError> {
-//!         Ok(CheckResult::ok(Duration::from_secs(60), 1000))
+//!         Ok(CheckResult::ok(self.0, 1000))
 //!     }
 //! }
 //!
 //! let mut registry = AdapterRegistry::new();
 //! registry.register(Arc::new(AllowAll));
-//! assert!(registry.get("allowall").is_some());
+//! let adapter = registry.get("allowall").expect("registered");
+//! let errors = adapter.compile(&serde_json::json!({"validSeconds": 0})).unwrap_err();
+//! assert_eq!(errors[0].to_string(), "validSeconds: must be above 0");
+//! let errors = adapter.compile(&serde_json::json!({"validSecs": 5})).unwrap_err();
+//! assert_eq!(errors[0].path, "validSecs");
+//! let config = adapter.compile(&serde_json::json!({"validSeconds": 5})).expect("valid");
+//! let ctx = BuildContext { handler_name: "allowall.istio-system".into() };
+//! assert!(adapter.build_compiled(&config, &ctx).expect("built").as_check().is_some());
 //! ```
 
 mod adapter;
@@ -69,7 +94,10 @@ pub mod secrets;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 
-pub use adapter::{Adapter, AdapterInfo, BuildContext, Params, Stability, decode_params};
+pub use adapter::{
+    Adapter, AdapterInfo, AnyAdapter, BuildContext, CompiledConfig, Params, Stability,
+    decode_params,
+};
 pub use error::{AdapterError, ErrorKind, ParamError};
 pub use handler::{
     CheckHandler, Exposition, Handler, LimitOverride, QuotaArgs, QuotaCall, QuotaHandler,

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::adapter::Adapter;
+use crate::adapter::AnyAdapter;
 use crate::remote::RemoteAdapters;
 
 /// Adapters by name. The server fills it at start-up; config validation looks names up here.
@@ -11,7 +11,7 @@ use crate::remote::RemoteAdapters;
 /// [`AdapterRegistry::set_remote`] instead.
 #[derive(Clone, Default)]
 pub struct AdapterRegistry {
-    adapters: BTreeMap<&'static str, Arc<dyn Adapter>>,
+    adapters: BTreeMap<&'static str, Arc<dyn AnyAdapter>>,
     remote: Option<Arc<dyn RemoteAdapters>>,
 }
 
@@ -22,12 +22,12 @@ impl AdapterRegistry {
     }
 
     /// Adds an adapter under its declared name, replacing one of the same name.
-    pub fn register(&mut self, adapter: Arc<dyn Adapter>) {
+    pub fn register(&mut self, adapter: Arc<dyn AnyAdapter>) {
         self.adapters.insert(adapter.info().name, adapter);
     }
 
     /// The adapter called `name`.
-    pub fn get(&self, name: &str) -> Option<&Arc<dyn Adapter>> {
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn AnyAdapter>> {
         self.adapters.get(name)
     }
 

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use mixer_model::{Instance, Template, Variety};
 
-use crate::adapter::{Adapter, BuildContext, Params};
+use crate::adapter::{AnyAdapter, BuildContext, Params};
 use crate::error::AdapterError;
 use crate::handler::{Handler, QuotaArgs};
 
@@ -31,7 +31,7 @@ pub const CALL_LIMIT: Duration = Duration::from_secs(5);
 /// One adapter under test.
 pub struct Case {
     /// The adapter.
-    pub adapter: Arc<dyn Adapter>,
+    pub adapter: Arc<dyn AnyAdapter>,
     /// Params that validate and build, with a backend that answers.
     pub params: Params,
     /// For adapters with a backend: params whose backend cannot answer.
@@ -101,9 +101,10 @@ pub async fn violations(case: &Case) -> Vec<String> {
 /// The templates the case's handler accepts: its params' own, for an adapter whose templates
 /// depend on them (a Wasm plugin), or the adapter's.
 fn declared(case: &Case) -> Vec<Template> {
-    case.adapter
-        .templates_for(&case.params)
-        .unwrap_or_else(|| case.adapter.info().templates.to_vec())
+    match case.adapter.compile(&case.params) {
+        Ok(config) => case.adapter.templates_of(&config),
+        Err(_) => case.adapter.info().templates.to_vec(),
+    }
 }
 
 fn info(case: &Case, out: &mut Vec<String>) {
@@ -127,7 +128,7 @@ fn info(case: &Case, out: &mut Vec<String>) {
 fn empty_config(case: &Case, out: &mut Vec<String>) {
     for empty in [Params::Null, Params::Object(Default::default())] {
         let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            case.adapter.validate(&empty)
+            case.adapter.compile(&empty).map(drop)
         }));
         match answer {
             Err(_) => out.push(format!("validate({empty}) panicked")),
@@ -153,15 +154,18 @@ fn build(
     what: &str,
     out: &mut Vec<String>,
 ) -> Option<Arc<dyn Handler>> {
-    if let Err(errors) = case.adapter.validate(params) {
-        let said: Vec<String> = errors.iter().map(ToString::to_string).collect();
-        out.push(format!("{what} do not validate: {}", said.join("; ")));
-        return None;
-    }
+    let config = match case.adapter.compile(params) {
+        Ok(config) => config,
+        Err(errors) => {
+            let said: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            out.push(format!("{what} do not validate: {}", said.join("; ")));
+            return None;
+        }
+    };
     let ctx = BuildContext {
         handler_name: Arc::from(format!("conformance.{}", case.adapter.info().name)),
     };
-    match case.adapter.build(params, &ctx) {
+    match case.adapter.build_compiled(&config, &ctx) {
         Ok(h) => Some(h),
         Err(e) => {
             out.push(format!("{what} validate but do not build: {}", e.message));
@@ -348,7 +352,7 @@ mod tests {
     use mixer_model::CheckResult;
 
     use super::*;
-    use crate::adapter::{AdapterInfo, Stability};
+    use crate::adapter::{Adapter, AdapterInfo, Stability};
     use crate::error::ParamError;
     use crate::handler::CheckHandler;
 
@@ -362,15 +366,24 @@ mod tests {
         cacheable: true,
         stability: Stability::Alpha,
     };
+    #[derive(serde::Deserialize)]
+    struct SloppyConfig {
+        a: Option<u32>,
+    }
     impl Adapter for Sloppy {
+        type Config = SloppyConfig;
         fn info(&self) -> &AdapterInfo {
             &SLOPPY
         }
-        fn validate(&self, params: &Params) -> Result<(), Vec<ParamError>> {
-            assert!(!params.is_null(), "no params");
+        fn validate(&self, config: &SloppyConfig) -> Result<(), Vec<ParamError>> {
+            assert!(config.a.is_some(), "no params");
             Ok(())
         }
-        fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+        fn build(
+            &self,
+            _: &SloppyConfig,
+            _: &BuildContext,
+        ) -> Result<Arc<dyn Handler>, AdapterError> {
             Ok(Arc::new(SloppyHandler))
         }
     }

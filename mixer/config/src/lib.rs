@@ -8,18 +8,21 @@
 //! ```
 //! use std::sync::Arc;
 //! use mixer_adapter_api::{Adapter, AdapterError, AdapterInfo, AdapterRegistry, BuildContext,
-//!     Handler, ParamError, Params, Stability};
+//!     Handler, Stability};
 //! use mixer_config::{ConfigOptions, SourceFile, validate};
 //! use mixer_model::Template;
 //!
 //! // A registry with one adapter that supports `checknothing` and takes no params.
 //! struct Deny;
+//! #[derive(serde::Deserialize)]
+//! #[serde(deny_unknown_fields)]
+//! struct NoParams {}
 //! static INFO: AdapterInfo = AdapterInfo { name: "denier", description: "denies",
 //!     templates: &[Template::CheckNothing], cacheable: true, stability: Stability::Stable };
 //! impl Adapter for Deny {
+//!     type Config = NoParams;
 //!     fn info(&self) -> &AdapterInfo { &INFO }
-//!     fn validate(&self, _: &Params) -> Result<(), Vec<ParamError>> { Ok(()) }
-//!     fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+//!     fn build(&self, _: &NoParams, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
 //!         unreachable!("not built in this example")
 //!     }
 //! }

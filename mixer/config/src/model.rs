@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mixer_adapter_api::secrets::Redactor;
-use mixer_adapter_api::{FailPolicy, ParamsDescriptor};
+use mixer_adapter_api::{CompiledConfig, FailPolicy, ParamsDescriptor};
 use mixer_model::{HeaderOp, Template, Vocabulary};
 
 use crate::expr::Expression;
@@ -73,7 +73,7 @@ impl Config {
 }
 
 /// A handler: an adapter with its params.
-#[derive(Clone, PartialEq)]
+#[derive(Clone)]
 pub struct HandlerConfig {
     /// Fully qualified name, `name.namespace`.
     pub name: Arc<str>,
@@ -94,8 +94,26 @@ pub struct HandlerConfig {
     /// The `adapter` resource a remote handler's `adapter` names, if there is one: it gives
     /// the templates the adapter serves and the message its params are encoded into.
     pub adapter_resource: Option<Arc<AdapterResource>>,
+    /// The params as the built-in adapter decoded and validated them when config loaded,
+    /// what the runtime builds the handler from; `None` for a remote adapter.
+    pub compiled: Option<CompiledConfig>,
     /// The file it came from.
     pub file: String,
+}
+
+impl PartialEq for HandlerConfig {
+    // The compiled config is the params decoded: equal params compile alike.
+    fn eq(&self, other: &HandlerConfig) -> bool {
+        self.name == other.name
+            && self.namespace == other.namespace
+            && self.adapter == other.adapter
+            && self.params == other.params
+            && self.redactor == other.redactor
+            && self.connection == other.connection
+            && self.fail_policy == other.fail_policy
+            && self.adapter_resource == other.adapter_resource
+            && self.file == other.file
+    }
 }
 
 impl std::fmt::Debug for HandlerConfig {

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use mixer_adapter_api::{AdapterRegistry, BuildContext, FailPolicy, Handler};
+use mixer_adapter_api::{AdapterError, AdapterRegistry, BuildContext, FailPolicy, Handler};
 use mixer_config::{Config, MatchErrorPolicy};
 use mixer_model::{AttrId, Variety};
 
@@ -259,19 +259,25 @@ impl Snapshot {
             let ctx = BuildContext {
                 handler_name: hc.name.clone(),
             };
-            match adapter.build(&hc.params, &ctx) {
-                Ok(handler)
-                    if let Some(message) = missing_variety(
-                        adapter.info().name,
-                        &adapter
-                            .templates_for(&hc.params)
-                            .unwrap_or_else(|| adapter.info().templates.to_vec()),
-                        &*handler,
-                    ) =>
+            // Compiled when config loaded; a config assembled in code is compiled here.
+            let compiled = match &hc.compiled {
+                Some(compiled) => Ok(compiled.clone()),
+                None => adapter
+                    .compile(&hc.params)
+                    .map_err(AdapterError::invalid_config),
+            };
+            let built = compiled.and_then(|compiled| {
+                let handler = adapter.build_compiled(&compiled, &ctx)?;
+                Ok((handler, adapter.templates_of(&compiled)))
+            });
+            match built {
+                Ok((handler, templates))
+                    if let Some(message) =
+                        missing_variety(adapter.info().name, &templates, &*handler) =>
                 {
                     errors.push(fail(message));
                 }
-                Ok(handler) => handlers.push({
+                Ok((handler, _)) => handlers.push({
                     let queue = handler.as_report().is_some().then(|| {
                         ReportQueue::new(hc.name.clone(), handler.clone(), options.reports, metrics)
                     });

@@ -276,6 +276,8 @@ static SLOW: AdapterInfo = AdapterInfo {
 };
 
 impl Adapter for Slow {
+    type Config = Params;
+
     fn info(&self) -> &AdapterInfo {
         &SLOW
     }

@@ -207,6 +207,8 @@ static NEEDS_FILE: mixer_adapter_api::AdapterInfo = mixer_adapter_api::AdapterIn
 };
 
 impl mixer_adapter_api::Adapter for NeedsFile {
+    type Config = mixer_adapter_api::Params;
+
     fn info(&self) -> &mixer_adapter_api::AdapterInfo {
         &NEEDS_FILE
     }

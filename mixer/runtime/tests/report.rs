@@ -44,6 +44,8 @@ struct RecorderParams {
 }
 
 impl Adapter for Recorder {
+    type Config = Params;
+
     fn info(&self) -> &AdapterInfo {
         &RECORDER
     }

@@ -29,6 +29,8 @@ static THREADS: AdapterInfo = AdapterInfo {
 };
 
 impl Adapter for Threads {
+    type Config = Params;
+
     fn info(&self) -> &AdapterInfo {
         &THREADS
     }

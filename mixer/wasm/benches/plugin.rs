@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use mixer_adapter_api::{Adapter, BuildContext};
+use mixer_adapter_api::{AnyAdapter, BuildContext, decode_params};
 use mixer_model::{FieldValue, Instance, Template, Value};
 use mixer_wasm::WasmAdapter;
 use serde_json::json;
@@ -53,7 +53,7 @@ fn bench(c: &mut Criterion) {
     let instance = authz();
 
     let denier = mixer_adapter_denier::Denier
-        .build(&json!({"status": {"code": 0}}), &ctx("builtin"))
+        .compile_and_build(&json!({"status": {"code": 0}}), &ctx("builtin"))
         .expect("denier");
     c.bench_function("check/builtin-denier", |b| {
         b.iter(|| {
@@ -71,7 +71,9 @@ fn bench(c: &mut Criterion) {
             "limits": limits,
             "instances": mode,
         });
-        let handler = wasm.build(&params, &ctx("deny")).expect("plugin");
+        let handler = wasm
+            .compile_and_build(&params, &ctx("deny"))
+            .expect("plugin");
         let check = handler.as_check().unwrap();
         c.bench_function(&format!("check/wasm-{mode}-instance"), |b| {
             b.iter(|| rt.block_on(check.check(&instance)).unwrap())
@@ -97,7 +99,9 @@ fn bench(c: &mut Criterion) {
             "limits": limits,
             "instances": mode,
         });
-        let handler = wasm.build_handler(&params, &ctx("count")).expect("plugin");
+        let handler = wasm
+            .build_handler(&decode_params(&params).expect("decodes"), &ctx("count"))
+            .expect("plugin");
         // Synchronously: the measure is the plugin's, not the blocking pool's hop.
         c.bench_function(&format!("report/wasm-{mode}-500-metrics"), |b| {
             b.iter(|| handler.report_now(&batch).unwrap())

@@ -4,8 +4,7 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, BuildContext, ErrorKind, Handler, ParamError, Params,
-    Stability,
+    Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError, Stability,
 };
 use mixer_model::Template;
 use serde::Deserialize;
@@ -30,25 +29,25 @@ static INFO: AdapterInfo = AdapterInfo {
 };
 
 /// A handler's params.
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct WasmParams {
+pub struct WasmParams {
     /// Path of the component file; a relative one is resolved by the config loader against
     /// the directory of the file that declares the handler ([`Adapter::path_params`]).
-    module: String,
+    pub module: String,
     /// The plugin's own config, given to it as JSON.
     #[serde(default)]
-    config: serde_json::Value,
+    pub config: serde_json::Value,
     /// Per-call limits.
     #[serde(default)]
-    limits: serde_json::Value,
+    pub limits: serde_json::Value,
     /// `fresh` (the default): a new instance per call; `warm`: instances kept and reused
     /// between this handler's calls ([`Instances`]).
     #[serde(default)]
-    instances: Option<String>,
+    pub instances: Option<String>,
     /// With `instances: warm`, the idle instances kept.
     #[serde(default)]
-    keep_warm: Option<usize>,
+    pub keep_warm: Option<usize>,
 }
 
 fn instances(p: &WasmParams) -> Result<Instances, ParamError> {
@@ -113,11 +112,10 @@ impl WasmAdapter {
             .map_err(Clone::clone)
     }
 
-    /// Decodes params, loads the module and runs the plugin's `validate` on its config.
-    fn load(&self, params: &Params) -> Result<Loaded, Vec<ParamError>> {
-        let p: WasmParams = mixer_adapter_api::decode_params(params).map_err(|e| vec![e])?;
+    /// Loads the module and runs the plugin's `validate` on its config.
+    fn load(&self, p: &WasmParams) -> Result<Loaded, Vec<ParamError>> {
         let limits = Limits::parse(Some(&p.limits)).map_err(|e| vec![e])?;
-        let instances = instances(&p).map_err(|e| vec![e])?;
+        let instances = instances(p).map_err(|e| vec![e])?;
         if p.module.trim().is_empty() {
             return Err(vec![ParamError::new(
                 "module",
@@ -181,13 +179,10 @@ impl WasmAdapter {
     /// [`Adapter::build`], with the handler's own type (for its synchronous calls).
     pub fn build_handler(
         &self,
-        params: &Params,
+        params: &WasmParams,
         ctx: &BuildContext,
     ) -> Result<WasmHandler, AdapterError> {
-        let loaded = self.load(params).map_err(|errors| {
-            let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
-            AdapterError::permanent(ErrorKind::InvalidInstance, lines.join("; "))
-        })?;
+        let loaded = self.load(params).map_err(AdapterError::invalid_config)?;
         Ok(WasmHandler::new(
             loaded.host,
             loaded.plugin,
@@ -200,11 +195,13 @@ impl WasmAdapter {
 }
 
 impl Adapter for WasmAdapter {
+    type Config = WasmParams;
+
     fn info(&self) -> &AdapterInfo {
         &INFO
     }
 
-    fn validate(&self, params: &Params) -> Result<(), Vec<ParamError>> {
+    fn validate(&self, params: &WasmParams) -> Result<(), Vec<ParamError>> {
         self.load(params).map(|_| ())
     }
 
@@ -212,15 +209,18 @@ impl Adapter for WasmAdapter {
         &["module"]
     }
 
-    fn build(&self, params: &Params, ctx: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+    fn build(
+        &self,
+        params: &WasmParams,
+        ctx: &BuildContext,
+    ) -> Result<Arc<dyn Handler>, AdapterError> {
         Ok(Arc::new(self.build_handler(params, ctx)?))
     }
 
-    fn templates_for(&self, params: &Params) -> Option<Vec<Template>> {
+    fn templates_for(&self, params: &WasmParams) -> Option<Vec<Template>> {
         // Loaded (from the cache: validate compiled it a moment ago) for its declaration;
         // a module that does not load has already been reported by validate.
-        let p: WasmParams = mixer_adapter_api::decode_params(params).ok()?;
-        let plugin = self.host().ok()?.load(Path::new(&p.module)).ok()?;
+        let plugin = self.host().ok()?.load(Path::new(&params.module)).ok()?;
         Some(plugin.templates().to_vec())
     }
 }

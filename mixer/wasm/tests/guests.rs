@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use mixer_adapter_api::{Adapter, BuildContext};
+use mixer_adapter_api::{AnyAdapter, BuildContext};
 use mixer_model::{Code, FieldValue, Instance, Template, Value};
 use mixer_wasm::WasmAdapter;
 use serde_json::json;
@@ -46,13 +46,13 @@ async fn deny_header_denies_on_its_header_only() {
     };
     let a = WasmAdapter::default();
     let params = json!({"module": module, "config": {"header": "x-plugin-deny"}});
-    a.validate(&params).expect("valid");
+    a.compile(&params).expect("valid");
     assert_eq!(
-        a.templates_for(&params),
+        Some(a.templates_of(&a.compile(&params).expect("compiles"))),
         Some(vec![Template::Authorization])
     );
     let h = a
-        .build(
+        .compile_and_build(
             &params,
             &BuildContext {
                 handler_name: Arc::from("deny.istio-system"),
@@ -76,11 +76,11 @@ fn deny_header_validates_its_config() {
     };
     let a = WasmAdapter::default();
     let e = a
-        .validate(&json!({"module": module, "config": {"header": " "}}))
+        .compile(&json!({"module": module, "config": {"header": " "}}))
         .unwrap_err();
     assert_eq!(e[0].to_string(), "config.header: must not be empty");
     let e = a
-        .validate(&json!({"module": module, "config": {"headr": "x"}}))
+        .compile(&json!({"module": module, "config": {"headr": "x"}}))
         .unwrap_err();
     assert_eq!(e[0].path, "config");
     assert!(e[0].message.contains("unknown field `headr`"), "{e:?}");
@@ -93,9 +93,9 @@ async fn count_by_bumps_host_counters() {
     };
     let a = WasmAdapter::default();
     let params = json!({"module": module, "config": {"dimension": "destination"}});
-    a.validate(&params).expect("valid");
+    a.compile(&params).expect("valid");
     let h = a
-        .build(
+        .compile_and_build(
             &params,
             &BuildContext {
                 handler_name: Arc::from("count.istio-system"),
@@ -153,17 +153,17 @@ async fn python_deny_decides_as_the_rust_one_does() {
         "limits": {"checkDeadline": "2s", "memoryMib": 64},
     });
     let started = std::time::Instant::now();
-    a.validate(&params).expect("valid");
+    a.compile(&params).expect("valid");
     eprintln!(
         "python-deny: compiled and validated in {:?}",
         started.elapsed()
     );
     let e = a
-        .validate(&json!({"module": module, "config": {"header": " "}}))
+        .compile(&json!({"module": module, "config": {"header": " "}}))
         .unwrap_err();
     assert_eq!(e[0].to_string(), "config.header: must not be empty");
     let h = a
-        .build(
+        .compile_and_build(
             &params,
             &BuildContext {
                 handler_name: Arc::from("python-deny.istio-system"),

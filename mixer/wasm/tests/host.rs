@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fixtures::*;
-use mixer_adapter_api::{Adapter, BuildContext, ErrorKind, Handler, QuotaArgs};
+use mixer_adapter_api::{AnyAdapter, BuildContext, ErrorKind, Handler, QuotaArgs};
 use mixer_model::{Code, FieldValue, Instance, Template, Value};
 use mixer_wasm::{HostOptions, WasmAdapter};
 use serde_json::json;
@@ -32,9 +32,9 @@ fn adapter() -> WasmAdapter {
 }
 
 fn build(adapter: &WasmAdapter, params: serde_json::Value, name: &str) -> Arc<dyn Handler> {
-    adapter.validate(&params).expect("params validate");
+    adapter.compile(&params).expect("params validate");
     adapter
-        .build(
+        .compile_and_build(
             &params,
             &BuildContext {
                 handler_name: Arc::from(name),
@@ -217,7 +217,7 @@ fn validate_rejects_with_the_plugins_message_and_path() {
     let a = adapter();
     let f = write(&plugin(&[AUTHORIZATION], VALIDATE_REJECT, ALLOW, REPORT_OK));
     let errors = a
-        .validate(&json!({"module": f.path, "config": {"header": ""}}))
+        .compile(&json!({"module": f.path, "config": {"header": ""}}))
         .unwrap_err();
     let shown: Vec<String> = errors.iter().map(ToString::to_string).collect();
     assert_eq!(shown, ["config.header: must not be empty"]);
@@ -274,18 +274,18 @@ fn instance_params_are_checked() {
     let a = adapter();
     let f = check_plugin(ALLOW);
     let e = a
-        .validate(&json!({"module": f.path, "instances": "hot"}))
+        .compile(&json!({"module": f.path, "instances": "hot"}))
         .unwrap_err();
     assert_eq!(e[0].path, "instances");
     let e = a
-        .validate(&json!({"module": f.path, "keepWarm": 2}))
+        .compile(&json!({"module": f.path, "keepWarm": 2}))
         .unwrap_err();
     assert_eq!(e[0].path, "keepWarm");
     let e = a
-        .validate(&json!({"module": f.path, "instances": "warm", "keepWarm": 0}))
+        .compile(&json!({"module": f.path, "instances": "warm", "keepWarm": 0}))
         .unwrap_err();
     assert_eq!(e[0].path, "keepWarm");
-    a.validate(&json!({"module": f.path, "instances": "warm", "keepWarm": 2}))
+    a.compile(&json!({"module": f.path, "instances": "warm", "keepWarm": 2}))
         .expect("valid");
 }
 
@@ -293,19 +293,19 @@ fn instance_params_are_checked() {
 fn bad_params_name_their_field() {
     let a = adapter();
     let e = a
-        .validate(&json!({"module": "/nonexistent/x.wasm"}))
+        .compile(&json!({"module": "/nonexistent/x.wasm"}))
         .unwrap_err();
     assert_eq!(e[0].path, "module");
     assert!(e[0].message.contains("cannot read"), "{e:?}");
-    let e = a.validate(&json!({"modul": "x"})).unwrap_err();
+    let e = a.compile(&json!({"modul": "x"})).unwrap_err();
     assert!(e[0].message.contains("unknown field"), "{e:?}");
     let f = check_plugin(ALLOW);
     let e = a
-        .validate(&json!({"module": f.path, "limits": {"checkDeadline": "never"}}))
+        .compile(&json!({"module": f.path, "limits": {"checkDeadline": "never"}}))
         .unwrap_err();
     assert_eq!(e[0].path, "limits.checkDeadline");
     let junk = write("(module)");
-    let e = a.validate(&json!({"module": junk.path})).unwrap_err();
+    let e = a.compile(&json!({"module": junk.path})).unwrap_err();
     assert!(e[0].message.contains("not a valid Wasm component"), "{e:?}");
 }
 
@@ -315,7 +315,7 @@ fn a_plugin_declares_its_templates() {
     let f = check_plugin(ALLOW);
     let params = json!({"module": f.path});
     assert_eq!(
-        a.templates_for(&params),
+        Some(a.templates_of(&a.compile(&params).expect("compiles"))),
         Some(vec![Template::Authorization, Template::CheckNothing])
     );
 }
@@ -342,7 +342,7 @@ async fn an_instance_of_another_template_is_refused() {
 fn a_plugin_cannot_reach_host_files() {
     let a = adapter();
     let f = write(READS_FILES);
-    let e = a.validate(&json!({"module": f.path})).unwrap_err();
+    let e = a.compile(&json!({"module": f.path})).unwrap_err();
     assert_eq!(e[0].path, "module");
     assert!(
         e[0].message
@@ -377,6 +377,6 @@ fn without_the_pool_instances_come_on_demand() {
     });
     assert!(!a.host().unwrap().pooled());
     let f = check_plugin(ALLOW);
-    a.validate(&json!({"module": f.path}))
+    a.compile(&json!({"module": f.path}))
         .expect("loads on demand too");
 }

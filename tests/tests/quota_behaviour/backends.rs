@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use mixer_adapter_api::{Adapter, Handler};
+use mixer_adapter_api::{AnyAdapter, Handler};
 use mixer_adapter_memquota::MemQuota;
 use mixer_adapter_redisquota::RedisQuota;
 use mixer_model::{Code, Status};
@@ -28,8 +28,10 @@ pub struct Mem;
 
 impl Backend for Mem {
     fn build(&self, params: Json) -> Arc<dyn Handler> {
-        MemQuota.validate(&params).expect("valid memquota params");
-        MemQuota.build(&params, &ctx()).expect("memquota handler")
+        MemQuota.compile(&params).expect("valid memquota params");
+        MemQuota
+            .compile_and_build(&params, &ctx())
+            .expect("memquota handler")
     }
     fn prefix(&self) -> &'static str {
         "mixer_memquota"
@@ -111,10 +113,10 @@ impl Backend for RedisServer {
             params["callTimeout"] = json!("2s");
         }
         RedisQuota
-            .validate(&params)
+            .compile(&params)
             .expect("valid redisquota params");
         RedisQuota
-            .build(&params, &ctx())
+            .compile_and_build(&params, &ctx())
             .expect("redisquota handler")
     }
     fn prefix(&self) -> &'static str {

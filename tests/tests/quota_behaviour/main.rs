@@ -62,7 +62,12 @@ behaviour_suite!(
 #[tokio::test(start_paused = true)]
 async fn memquota_memory_stays_bounded() {
     let params = json!({"maxKeys": 1000, "quotas": [quota("rq", 5, "1h", "ROLLING_WINDOW")]});
-    let h = MemQuota.build_handler(&params, &ctx()).expect("handler");
+    let h = MemQuota
+        .build_handler(
+            &mixer_adapter_api::decode_params(&params).expect("decodes"),
+            &ctx(),
+        )
+        .expect("handler");
     let handler: Arc<dyn Handler> = h.clone();
     for i in 0..100_000 {
         let r = try_alloc(

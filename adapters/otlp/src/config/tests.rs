@@ -222,7 +222,7 @@ fn secrets_stay_out_of_errors_and_dumps() {
         "endpoint": "http://user:pw-secret@127.0.0.1:4317",
         "headers": {"authorization": "Bearer t0ken", "x-api-key": "k3y", "x-tenant": "blue"},
     });
-    let adapter: &dyn mixer_adapter_api::Adapter = &crate::Otlp;
+    let adapter: &dyn mixer_adapter_api::AnyAdapter = &crate::Otlp;
     let shown =
         mixer_adapter_api::secrets::Redactor::new(&params, adapter.secret_params()).params();
     assert_eq!(

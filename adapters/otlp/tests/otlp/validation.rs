@@ -1,6 +1,6 @@
 //! The adapter's info and params validation, without a receiver.
 
-use mixer_adapter_api::{Adapter, BuildContext};
+use mixer_adapter_api::{AnyAdapter, BuildContext};
 use mixer_adapter_otlp::Otlp;
 use mixer_model::Template;
 use serde_json::json;
@@ -13,7 +13,7 @@ fn validation_errors_have_paths_and_build_refuses_bad_params() {
         [Template::Metric, Template::LogEntry, Template::TraceSpan]
     );
     let errors = Otlp
-        .validate(&json!({
+        .compile(&json!({
             "endpoint": "http://c:4317",
             "headers": {"grpc-status": "0"},
             "retry": {"maxElapsedTime": "forever"},
@@ -29,11 +29,11 @@ fn validation_errors_have_paths_and_build_refuses_bad_params() {
             "metrics[0].name"
         ]
     );
-    let missing = Otlp.validate(&serde_json::Value::Null).unwrap_err();
+    let missing = Otlp.compile(&serde_json::Value::Null).unwrap_err();
     assert_eq!(missing[0].path, "endpoint");
     // No runtime here: the build refuses instead of panicking.
     let err = Otlp
-        .build(
+        .compile_and_build(
             &json!({"endpoint": "http://127.0.0.1:4317"}),
             &BuildContext {
                 handler_name: "h".into(),

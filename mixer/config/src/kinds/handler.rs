@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use mixer_adapter_api::{AdapterRegistry, FailPolicy};
+use mixer_adapter_api::{AdapterRegistry, CompiledConfig, FailPolicy};
 use serde_json::Value;
 
 use super::adapter::{self, Adapters};
@@ -73,8 +73,8 @@ pub(crate) fn handler(
     };
     let params = spec.get("params").cloned().unwrap_or(Value::Null);
     let mut adapter_resource = None;
-    let resolved = if connection.is_none() {
-        check_adapter(
+    let (resolved, compiled) = if connection.is_none() {
+        let (resolved, compiled) = check_adapter(
             doc,
             registry,
             &adapter,
@@ -82,7 +82,8 @@ pub(crate) fn handler(
             &params,
             "spec.params",
             diags,
-        )?
+        )?;
+        (resolved, Some(compiled))
     } else {
         // An out-of-process adapter declares nothing: its params' secrets are those every
         // handler's params are searched for.
@@ -93,9 +94,10 @@ pub(crate) fn handler(
             secrets::scrub_errors(&resolved.redactor, diags, before);
             adapter_resource = found.ok()?;
         }
-        resolved
+        (resolved, None)
     };
     let mut h = build(doc, adapter, resolved, connection, fail_policy);
+    h.compiled = compiled;
     h.adapter_resource = adapter_resource;
     Some(h)
 }
@@ -108,8 +110,13 @@ pub(crate) fn legacy_handler(
 ) -> Option<HandlerConfig> {
     let params = doc.raw.spec.clone();
     let adapter = doc.raw.kind.clone();
-    check_adapter(doc, registry, &adapter, "kind", &params, "spec", diags)
-        .map(|resolved| build(doc, adapter, resolved, None, None))
+    check_adapter(doc, registry, &adapter, "kind", &params, "spec", diags).map(
+        |(resolved, compiled)| {
+            let mut h = build(doc, adapter, resolved, None, None);
+            h.compiled = Some(compiled);
+            h
+        },
+    )
 }
 
 fn build(
@@ -128,13 +135,14 @@ fn build(
         connection,
         fail_policy,
         adapter_resource: None,
+        compiled: None,
         file: doc.raw.doc.file.clone(),
     }
 }
 
 /// The adapter must be registered and accept the params (`${NAME}`s expanded, `<name>File`s
-/// read). Returns the params as the adapter gets them, or `None` on any problem; no error
-/// shows a secret of the params.
+/// read). Returns the params as the adapter gets them and as it compiled them, or `None` on
+/// any problem; no error shows a secret of the params.
 pub(crate) fn check_adapter(
     doc: &Doc<'_>,
     registry: &AdapterRegistry,
@@ -143,7 +151,7 @@ pub(crate) fn check_adapter(
     params: &Value,
     params_path: &str,
     diags: &mut Diagnostics,
-) -> Option<secrets::Resolved> {
+) -> Option<(secrets::Resolved, CompiledConfig)> {
     let Some(adapter) = registry.get(name) else {
         let hint = did_you_mean(name, registry.names());
         let known: Vec<&str> = registry.names().collect();
@@ -170,8 +178,8 @@ pub(crate) fn check_adapter(
             relative_to(&mut resolved.params, path, dir);
         }
     }
-    match adapter.validate(&resolved.params) {
-        Ok(()) => Some(resolved),
+    match adapter.compile(&resolved.params) {
+        Ok(compiled) => Some((resolved, compiled)),
         Err(errors) => {
             for e in errors {
                 let path = if e.path.is_empty() {

@@ -80,7 +80,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use mixer_adapter_api::secrets::Redactor;
-use mixer_adapter_api::{AdapterRegistry, FailPolicy};
+use mixer_adapter_api::{AdapterRegistry, CompiledConfig, FailPolicy};
 use mixer_model::{Template, ValueType, Vocabulary};
 use serde_json::{Map, Value};
 
@@ -280,7 +280,7 @@ pub(crate) fn ratelimit(
     let params = with_quotas(&adapter, params, quotas);
     let redactor = Redactor::new(&params, declared);
     let before = diags.errors.len();
-    let valid = check_backend(
+    let compiled = check_backend(
         doc,
         registry,
         &adapter,
@@ -291,9 +291,7 @@ pub(crate) fn ratelimit(
         diags,
     );
     crate::secrets::scrub_errors(&redactor, diags, before);
-    if !valid {
-        return None;
-    }
+    let compiled = compiled?;
     Some(Translated {
         handler: HandlerConfig {
             name: raw.full_name(),
@@ -304,6 +302,7 @@ pub(crate) fn ratelimit(
             connection: None,
             fail_policy,
             adapter_resource: None,
+            compiled: Some(compiled),
             file: raw.doc.file.clone(),
         },
         instances,
@@ -363,7 +362,8 @@ fn with_quotas(adapter: &str, params: Value, generated: Vec<Value>) -> Value {
     Value::Object(map)
 }
 
-/// The backend must be registered, take quota instances and accept the params.
+/// The backend must be registered, take quota instances and accept the params; returns
+/// them compiled.
 #[allow(clippy::too_many_arguments)]
 fn check_backend(
     doc: &Doc<'_>,
@@ -374,7 +374,7 @@ fn check_backend(
     file_backend: Option<&Backend>,
     params: &Value,
     diags: &mut Diagnostics,
-) -> bool {
+) -> Option<CompiledConfig> {
     let raw = doc.raw;
     let Some(adapter) = registry.get(name) else {
         let hint = did_you_mean(name, registry.names());
@@ -393,7 +393,7 @@ fn check_backend(
             format!("{what}{hint}")
         };
         diags.error(&raw.doc, field, message);
-        return false;
+        return None;
     };
     if !adapter.info().templates.contains(&Template::Quota) {
         diags.error(
@@ -401,10 +401,10 @@ fn check_backend(
             field,
             format!("adapter {name:?} does not take quota instances"),
         );
-        return false;
+        return None;
     }
-    match adapter.validate(params) {
-        Ok(()) => true,
+    match adapter.compile(params) {
+        Ok(compiled) => Some(compiled),
         Err(errors) => {
             for e in errors {
                 let message = match file_backend {
@@ -416,7 +416,7 @@ fn check_backend(
                 };
                 diags.error(&raw.doc, join(params_path, &e.path), message);
             }
-            false
+            None
         }
     }
 }

@@ -315,11 +315,9 @@ fn supported_templates<'s>(
     match &h.adapter_resource {
         Some(resource) => Some(std::borrow::Cow::Borrowed(&resource.templates)),
         None if h.is_remote() => None,
-        None => scope.registry.get(&h.adapter).map(|a| {
-            a.templates_for(&h.params).map_or(
-                std::borrow::Cow::Borrowed(a.info().templates),
-                std::borrow::Cow::Owned,
-            )
+        None => scope.registry.get(&h.adapter).map(|a| match &h.compiled {
+            Some(config) => std::borrow::Cow::Owned(a.templates_of(config)),
+            None => std::borrow::Cow::Borrowed(a.info().templates),
         }),
     }
 }

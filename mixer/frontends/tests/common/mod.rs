@@ -42,6 +42,8 @@ static RECORDER: AdapterInfo = AdapterInfo {
 };
 
 impl Adapter for Recorder {
+    type Config = Params;
+
     fn info(&self) -> &AdapterInfo {
         &RECORDER
     }
@@ -155,6 +157,8 @@ impl QuotaDown {
 }
 
 impl Adapter for QuotaDown {
+    type Config = Params;
+
     fn info(&self) -> &AdapterInfo {
         &self.info
     }

@@ -55,6 +55,8 @@ static SLOW_INFO: AdapterInfo = AdapterInfo {
 };
 
 impl Adapter for Slow {
+    type Config = Params;
+
     fn info(&self) -> &AdapterInfo {
         &SLOW_INFO
     }

@@ -175,6 +175,8 @@ static FAILING_INFO: AdapterInfo = AdapterInfo {
 };
 
 impl Adapter for Failing {
+    type Config = Params;
+
     fn info(&self) -> &AdapterInfo {
         &FAILING_INFO
     }

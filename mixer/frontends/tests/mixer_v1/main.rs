@@ -111,6 +111,8 @@ static BROKEN: AdapterInfo = AdapterInfo {
 };
 
 impl Adapter for Broken {
+    type Config = Params;
+
     fn info(&self) -> &AdapterInfo {
         &BROKEN
     }

@@ -87,6 +87,8 @@ static QUOTA_RECORDER: AdapterInfo = AdapterInfo {
 };
 
 impl Adapter for QuotaRecorder {
+    type Config = Params;
+
     fn info(&self) -> &AdapterInfo {
         &QUOTA_RECORDER
     }

@@ -32,6 +32,8 @@ static COUNTING: AdapterInfo = AdapterInfo {
 };
 
 impl Adapter for Counting {
+    type Config = Params;
+
     fn info(&self) -> &AdapterInfo {
         &COUNTING
     }

@@ -25,6 +25,8 @@ static BROKEN: AdapterInfo = AdapterInfo {
 };
 
 impl Adapter for Broken {
+    type Config = Params;
+
     fn info(&self) -> &AdapterInfo {
         &BROKEN
     }
@@ -67,6 +69,8 @@ static HOLLOW: AdapterInfo = AdapterInfo {
 };
 
 impl Adapter for Hollow {
+    type Config = Params;
+
     fn info(&self) -> &AdapterInfo {
         &HOLLOW
     }
@@ -99,6 +103,8 @@ static STALLED: AdapterInfo = AdapterInfo {
 };
 
 impl Adapter for Stalled {
+    type Config = Params;
+
     fn info(&self) -> &AdapterInfo {
         &STALLED
     }
@@ -252,6 +258,8 @@ static CLOSING: AdapterInfo = AdapterInfo {
 };
 
 impl Adapter for Closing {
+    type Config = Params;
+
     fn info(&self) -> &AdapterInfo {
         &CLOSING
     }

@@ -20,6 +20,8 @@ static INFO: AdapterInfo = AdapterInfo {
 };
 
 impl Adapter for FakeMemquota {
+    type Config = Params;
+
     fn info(&self) -> &AdapterInfo {
         &INFO
     }
