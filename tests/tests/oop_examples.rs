@@ -269,6 +269,60 @@ async fn allowlist_refusing_its_params_keeps_the_config_out() {
     assert!(body.contains("/nonexistent/allowed.txt"), "{body}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixer_validate_asks_the_remote_adapter_to_validate_its_params() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (adapter, _process) = start_allowlist();
+    let address = adapter.to_string();
+    let validate = |config: &Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_mixer-under-test"))
+            .args(["validate", config.to_str().expect("utf-8")])
+            .output()
+            .expect("run mixer validate");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let good = config(
+        &examples().join("allowlist/allowlist.yaml"),
+        &[
+            ("127.0.0.1:9070", &address),
+            (
+                "adapters/examples/allowlist/allowed.txt",
+                examples()
+                    .join("allowlist/allowed.txt")
+                    .to_str()
+                    .expect("utf-8"),
+            ),
+        ],
+        dir.path(),
+    );
+    let (ok, stderr) = validate(&good);
+    assert!(ok, "the example's own params are valid: {stderr}");
+    // The file exists only for the adapter to judge: the mixer's own checks pass, and only
+    // the adapter's Validate refuses, as `serve` does when it builds the snapshot.
+    let bad_dir = dir.path().join("bad");
+    std::fs::create_dir(&bad_dir).expect("mkdir");
+    let bad = config(
+        &examples().join("allowlist/allowlist.yaml"),
+        &[
+            ("127.0.0.1:9070", &address),
+            (
+                "adapters/examples/allowlist/allowed.txt",
+                "/nonexistent/allowed.txt",
+            ),
+        ],
+        &bad_dir,
+    );
+    let (ok, stderr) = validate(&bad);
+    assert!(!ok, "refused params must fail mixer validate: {stderr}");
+    assert!(stderr.contains("mixer.yaml: handler "), "{stderr}");
+    assert!(stderr.contains("spec.params: "), "{stderr}");
+    assert!(stderr.contains("rejected its params"), "{stderr}");
+    assert!(stderr.contains("/nonexistent/allowed.txt"), "{stderr}");
+}
+
 /// Starts the Python adapter with stubs generated into `dir`.
 fn start_python_adapter(python: &Path, dir: &Path) -> (SocketAddr, Process) {
     let example = examples().join("python-metrics");

@@ -1,7 +1,7 @@
 //! The denier's params, in Istio 1.4's shape.
 
-use mixer_adapter_api::ParamError;
-use mixer_model::{Code, Duration};
+use mixer_adapter_api::{ParamError, duration_param};
+use mixer_model::Code;
 use serde::Deserialize;
 
 /// `params` of a denier handler.
@@ -79,11 +79,11 @@ impl DenierParams {
     pub fn duration(&self) -> Result<std::time::Duration, ParamError> {
         match &self.valid_duration {
             None => Ok(std::time::Duration::from_secs(5)),
-            Some(text) => match Duration::parse(text) {
-                Some(d) if d.0 >= 0 => Ok(d.to_std()),
-                _ => Err(ParamError::new(
+            Some(text) => match duration_param("validDuration", text)? {
+                d if d.0 >= 0 => Ok(d.to_std()),
+                d => Err(ParamError::new(
                     "validDuration",
-                    format!("{text:?} is not a duration such as \"5s\""),
+                    format!("must not be negative, it is {d}"),
                 )),
             },
         }

@@ -227,13 +227,10 @@ fn duration(
 ) -> Option<i128> {
     match text {
         None => Some(default.as_nanos() as i128),
-        Some(t) => match mixer_model::Duration::parse(t.trim()) {
-            Some(d) => Some(i128::from(d.0)),
-            None => {
-                errors.push(ParamError::new(
-                    field,
-                    format!("{t:?} is not a duration such as \"60s\" or \"1m30s\""),
-                ));
+        Some(t) => match mixer_adapter_api::duration_param(field, t) {
+            Ok(d) => Some(i128::from(d.0)),
+            Err(e) => {
+                errors.push(e);
                 None
             }
         },

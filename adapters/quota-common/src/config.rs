@@ -221,17 +221,14 @@ pub struct Quotas {
 /// Parses a duration param; `None` (after recording the error) when it does not parse or is
 /// negative.
 pub fn parse_duration(path: &str, text: &str, errors: &mut Vec<ParamError>) -> Option<Duration> {
-    match mixer_model::Duration::parse(text.trim()) {
-        Some(d) if d.0 >= 0 => Some(d.to_std()),
-        Some(d) => {
+    match mixer_adapter_api::duration_param(path, text) {
+        Ok(d) if d.0 >= 0 => Some(d.to_std()),
+        Ok(d) => {
             errors.push(ParamError::new(path, format!("must be >= 0, it is {d}")));
             None
         }
-        None => {
-            errors.push(ParamError::new(
-                path,
-                format!("{text:?} is not a duration such as \"1s\" or \"500ms\""),
-            ));
+        Err(e) => {
+            errors.push(e);
             None
         }
     }

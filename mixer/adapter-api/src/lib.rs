@@ -96,7 +96,7 @@ pub mod testkit;
 
 pub use adapter::{
     Adapter, AdapterInfo, AnyAdapter, BuildContext, CompiledConfig, Params, Stability,
-    decode_params,
+    decode_params, duration_param,
 };
 pub use error::{AdapterError, ErrorKind, ParamError};
 pub use handler::{

@@ -49,6 +49,7 @@ pub use limits::{
 };
 pub use metrics::{CheckCalls, CheckResults, RuntimeMetrics};
 pub use quota::{QuotaAsk, QuotaOutcome, QuotaPlan, quota_name_matches};
+pub use remote::validate_remote_handlers;
 pub use report::{ReportOutcome, report};
 pub use report_executor::{
     CHECKS_RECENT, CheckActivity, ExecutorStopped, REPORT_NICE, ReportExecutor,

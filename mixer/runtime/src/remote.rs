@@ -4,9 +4,12 @@
 use std::sync::Arc;
 
 use mixer_adapter_api::{
-    AdapterRegistry, Handler, InferredField, RemoteConnection, RemoteHandlerSpec, RemoteInstance,
+    AdapterRegistry, Handler, InferredField, RemoteAdapters, RemoteConnection, RemoteHandlerSpec,
+    RemoteInstance,
 };
 use mixer_config::{Config, FieldExprValue, HandlerConfig};
+
+use crate::snapshot::BuildError;
 
 /// Validates (with the adapter) and builds a handler with a `connection` through the
 /// registry's [`mixer_adapter_api::RemoteAdapters`]. Errors are config errors: the adapter
@@ -17,19 +20,63 @@ pub(crate) fn build_remote(
     connection: &mixer_config::Connection,
     registry: &AdapterRegistry,
 ) -> Result<Arc<dyn Handler>, String> {
-    let Some(remote) = registry.remote() else {
-        return Err(format!(
+    let remote = remote_of(hc, registry)?;
+    with_spec(config, hc, connection, |spec| {
+        validate(remote.as_ref(), hc, spec)?;
+        remote.build(spec).map_err(|e| e.message)
+    })
+}
+
+/// Asks the adapter of every handler with a `connection` to validate its params, as `serve`
+/// does before building a snapshot: what `mixer validate` adds to the config's own checks.
+/// An adapter that cannot be reached is not an error (its handler's fail policy applies
+/// until it is up), as when serving.
+pub fn validate_remote_handlers(config: &Config, registry: &AdapterRegistry) -> Vec<BuildError> {
+    config
+        .handlers
+        .iter()
+        .filter_map(|hc| {
+            let connection = hc.connection.as_ref()?;
+            let checked = remote_of(hc, registry).and_then(|remote| {
+                with_spec(config, hc, connection, |spec| {
+                    validate(remote.as_ref(), hc, spec)
+                })
+            });
+            checked.err().map(|message| BuildError {
+                file: hc.file.clone(),
+                handler: hc.name.to_string(),
+                message,
+            })
+        })
+        .collect()
+}
+
+fn remote_of<'r>(
+    hc: &HandlerConfig,
+    registry: &'r AdapterRegistry,
+) -> Result<&'r Arc<dyn RemoteAdapters>, String> {
+    registry.remote().ok_or_else(|| {
+        format!(
             "adapter {:?} has a connection but this mixer has no out-of-process adapter support",
             hc.adapter
-        ));
-    };
+        )
+    })
+}
+
+/// Calls `f` with what the remote adapter is told of `hc`.
+fn with_spec<T>(
+    config: &Config,
+    hc: &HandlerConfig,
+    connection: &mixer_config::Connection,
+    f: impl FnOnce(&RemoteHandlerSpec<'_>) -> Result<T, String>,
+) -> Result<T, String> {
     let connection = RemoteConnection {
         address: connection.address.clone(),
         timeout: connection.timeout,
         authentication: connection.authentication.clone(),
     };
     let instances = remote_instances(config, hc);
-    let spec = RemoteHandlerSpec {
+    f(&RemoteHandlerSpec {
         handler_name: hc.name.clone(),
         adapter: &hc.adapter,
         params: &hc.params,
@@ -37,17 +84,23 @@ pub(crate) fn build_remote(
         session_based: hc.adapter_resource.as_ref().map(|a| a.session_based),
         connection: &connection,
         instances: &instances,
-    };
-    remote.validate(&spec).map_err(|errors| {
+    })
+}
+
+fn validate(
+    remote: &dyn RemoteAdapters,
+    hc: &HandlerConfig,
+    spec: &RemoteHandlerSpec<'_>,
+) -> Result<(), String> {
+    remote.validate(spec).map_err(|errors| {
         let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
         format!(
             "adapter {:?} at {} rejected its params: {}",
             hc.adapter,
-            connection.address,
-            lines.join("; ")
+            spec.connection.address,
+            hc.redactor.scrub(&lines.join("; "))
         )
-    })?;
-    remote.build(&spec).map_err(|e| e.message)
+    })
 }
 
 /// The instances any rule sends to `hc`, with the field types their expressions infer.

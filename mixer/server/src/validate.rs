@@ -18,12 +18,25 @@ pub fn run(path: &Path, args: &ConfigArgs) -> ExitCode {
         config_root: config_root(path),
         ..config_options(args)
     };
-    match mixer_config::validate(&sources, &crate::adapters::builtin(), &options) {
+    let registry = crate::adapters::builtin();
+    match mixer_config::validate(&sources, &registry, &options) {
         Ok(validated) => {
             for w in &validated.warnings {
                 eprintln!("warning: {w}");
             }
             let c = &validated.config;
+            // Remote adapters judge their own params, as when `serve` builds a snapshot.
+            let refused = mixer_runtime::validate_remote_handlers(c, &registry);
+            if !refused.is_empty() {
+                for e in &refused {
+                    eprintln!(
+                        "{}: handler {}: spec.params: {}",
+                        e.file, e.handler, e.message
+                    );
+                }
+                eprintln!("{}: {} errors", path.display(), refused.len());
+                return ExitCode::FAILURE;
+            }
             // With --invalid-config skip: what `serve` would leave out, dependents included.
             for d in &c.dropped {
                 println!("dropped: {d}");

@@ -55,11 +55,12 @@ impl Limits {
         let raw: RawLimits = mixer_adapter_api::decode_params(value)
             .map_err(|e| ParamError::new(join("limits", &e.path), e.message))?;
         let duration = |field: &str, text: &str| -> Result<Duration, ParamError> {
-            match mixer_model::Duration::parse(text.trim()) {
-                Some(d) if d.0 > 0 => Ok(d.to_std()),
-                _ => Err(ParamError::new(
-                    format!("limits.{field}"),
-                    format!("{text:?} is not a positive duration such as \"1ms\""),
+            let path = format!("limits.{field}");
+            match mixer_adapter_api::duration_param(path.clone(), text)? {
+                d if d.0 > 0 => Ok(d.to_std()),
+                d => Err(ParamError::new(
+                    path,
+                    format!("must be above zero, it is {d}"),
                 )),
             }
         };

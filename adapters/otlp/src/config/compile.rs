@@ -9,20 +9,17 @@ fn duration(
     errors: &mut Vec<ParamError>,
 ) -> Duration {
     let Some(text) = text else { return default };
-    match mixer_model::Duration::parse(text.trim()) {
-        Some(d) if d.0 > 0 => d.to_std(),
-        Some(_) => {
+    match mixer_adapter_api::duration_param(path, text) {
+        Ok(d) if d.0 > 0 => d.to_std(),
+        Ok(_) => {
             errors.push(ParamError::new(
                 path,
                 format!("{text:?} must be above zero"),
             ));
             default
         }
-        None => {
-            errors.push(ParamError::new(
-                path,
-                format!("{text:?} is not a duration (such as \"500ms\", \"10s\", \"1m\")"),
-            ));
+        Err(e) => {
+            errors.push(e);
             default
         }
     }

@@ -3,13 +3,10 @@
 use super::*;
 
 fn duration(path: &str, text: &str, errors: &mut Vec<ParamError>) -> Option<i64> {
-    match mixer_model::Duration::parse(text.trim()) {
-        Some(d) => Some(d.0),
-        None => {
-            errors.push(ParamError::new(
-                path,
-                format!("{text:?} is not a duration such as \"10m\" or \"1m30s\""),
-            ));
+    match mixer_adapter_api::duration_param(path, text) {
+        Ok(d) => Some(d.0),
+        Err(e) => {
+            errors.push(e);
             None
         }
     }
