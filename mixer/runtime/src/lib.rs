@@ -14,6 +14,7 @@
 //! (or [`Runtime::ready_snapshot`]) and finishes on it; a reload builds a whole new snapshot
 //! and swaps it in, so a request never sees half a config.
 
+mod build_error;
 mod check;
 mod content;
 mod deadline;
@@ -36,6 +37,7 @@ mod store;
 mod verdicts;
 mod watch;
 
+pub use build_error::BuildError;
 pub use check::{Checked, Wants, check};
 pub use content::{CheckOutcome, ConfigContent, DiskState, FileHash};
 pub use deadline::DEFAULT_HANDLER_TIMEOUT;
@@ -56,7 +58,7 @@ pub use report_executor::{
 };
 pub use report_queue::{Overflow, QueueOptions};
 pub use shared_tier::{SharedHit, SharedTier, SharedTierRef, use_limited};
-pub use snapshot::{BuildError, Built, BuiltHandler, RuntimeOptions, Snapshot};
+pub use snapshot::{Built, BuiltHandler, RuntimeOptions, Snapshot};
 pub use store::{ConfigOrigin, NotReady, ReloadError, Runtime};
 pub use verdicts::{CacheOptions, encode_value};
 pub use watch::{WatchGuard, WatchOptions, watch, watch_with};

@@ -9,7 +9,7 @@ use mixer_adapter_api::{
 };
 use mixer_config::{Config, FieldExprValue, HandlerConfig};
 
-use crate::snapshot::BuildError;
+use crate::build_error::BuildError;
 
 /// Validates (with the adapter) and builds a handler with a `connection` through the
 /// registry's [`mixer_adapter_api::RemoteAdapters`]. Errors are config errors: the adapter

@@ -10,6 +10,7 @@ use mixer_adapter_api::{AdapterError, AdapterRegistry, BuildContext, FailPolicy,
 use mixer_config::{Config, MatchErrorPolicy};
 use mixer_model::{AttrId, Variety};
 
+use crate::build_error::BuildError;
 use crate::metrics::{CheckCalls, RuntimeMetrics};
 use crate::reads::ReadAttrs;
 use crate::remote::build_remote;
@@ -170,18 +171,6 @@ impl std::fmt::Debug for Snapshot {
             .field("rules", &self.config.rules.len())
             .finish()
     }
-}
-
-/// A handler that could not be built.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{file}: handler {handler}: {message}")]
-pub struct BuildError {
-    /// The file that declared it.
-    pub file: String,
-    /// The handler.
-    pub handler: String,
-    /// Why.
-    pub message: String,
 }
 
 /// A newly built snapshot. Handlers of the previous one it no longer uses are closed when

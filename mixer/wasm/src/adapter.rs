@@ -9,10 +9,11 @@ use mixer_adapter_api::{
 use mixer_model::Template;
 use serde::Deserialize;
 
+use crate::call::CallContext;
 use crate::handler::{Instances, WasmHandler};
 use crate::host::{HostOptions, WasmHost};
 use crate::limits::Limits;
-use crate::plugin::{CallContext, Plugin};
+use crate::plugin::Plugin;
 
 /// The name in `compiledAdapter:`.
 pub const ADAPTER_NAME: &str = "wasm";
@@ -140,9 +141,13 @@ impl WasmAdapter {
         });
         // The report deadline: validating is off the request path and may parse a lot.
         let errors = plugin
-            .call(&host, &ctx, &limits, limits.report_deadline, |pl, s| {
-                pl.call_validate(s, &config)
-            })
+            .call(
+                host.clock(),
+                &ctx,
+                &limits,
+                limits.report_deadline,
+                |pl, s| pl.call_validate(s, &config),
+            )
             .map_err(|f| {
                 vec![ParamError::new(
                     "config",

@@ -12,10 +12,12 @@ use mixer_adapter_api::{
 use mixer_model::{CheckResult, Instance, QuotaResult, Variety};
 
 use crate::bindings as wit;
+use crate::call::{CallContext, CallState};
 use crate::convert;
+use crate::fault::{Fault, FaultKind};
 use crate::host::WasmHost;
 use crate::limits::Limits;
-use crate::plugin::{CallContext, CallState, Fault, FaultKind, Live, Plugin};
+use crate::plugin::{Live, Plugin};
 
 /// Where a handler's calls run (`params.instances`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,19 +93,20 @@ impl WasmHandler {
         let Instances::Warm { keep } = self.instances else {
             return self
                 .plugin
-                .call(&self.host, &self.ctx, &self.limits, deadline, f);
+                .call(self.host.clock(), &self.ctx, &self.limits, deadline, f);
         };
         let idle = self.warm.lock().unwrap_or_else(|p| p.into_inner()).pop();
         let mut live = match idle {
             Some(live) => live,
-            None => self
-                .plugin
-                .instantiate(&self.host, &self.ctx, &self.limits, deadline)?,
+            None => {
+                self.plugin
+                    .instantiate(self.host.clock(), &self.ctx, &self.limits, deadline)?
+            }
         };
         // A fault drops the instance with `live`: its memory may be half-written.
         let answer = self
             .plugin
-            .run(&self.host, &mut live, &self.limits, deadline, f)?;
+            .run(self.host.clock(), &mut live, &self.limits, deadline, f)?;
         let mut idle = self.warm.lock().unwrap_or_else(|p| p.into_inner());
         if idle.len() < keep {
             idle.push(live);

@@ -9,6 +9,7 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
+use crate::epoch::EpochClock;
 use crate::limits::MAX_MEMORY_MIB;
 use crate::metrics::WasmMetrics;
 use crate::plugin::{LoadError, Plugin};
@@ -43,7 +44,7 @@ impl Default for HostOptions {
 /// The wasmtime engine, the ticker that advances its epoch, and compiled plugins by the
 /// SHA-256 of their bytes.
 pub struct WasmHost {
-    engine: Engine,
+    clock: EpochClock,
     options: HostOptions,
     pooled: bool,
     cache: Mutex<Cache>,
@@ -93,7 +94,7 @@ impl WasmHost {
             "Wasm plugin engine started"
         );
         Ok(Arc::new(WasmHost {
-            engine,
+            clock: EpochClock::new(engine, options.epoch_tick),
             options,
             pooled,
             cache: Mutex::default(),
@@ -103,7 +104,12 @@ impl WasmHost {
 
     /// The engine.
     pub fn engine(&self) -> &Engine {
-        &self.engine
+        self.clock.engine()
+    }
+
+    /// The engine with the clock of plugin deadlines.
+    pub(crate) fn clock(&self) -> &EpochClock {
+        &self.clock
     }
 
     /// The metrics of every handler on this host.
@@ -140,7 +146,13 @@ impl WasmHost {
         }
         // Compiled outside the lock: compiling takes milliseconds to seconds, and two loads
         // of the same new file at once only waste one compilation.
-        let plugin = Arc::new(Plugin::compile(self, origin, bytes, hash)?);
+        let plugin = Arc::new(Plugin::compile(
+            &self.clock,
+            &self.metrics,
+            origin,
+            bytes,
+            hash,
+        )?);
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         cache.order.retain(|h| h != &hash);
         cache.order.push(hash);
@@ -158,13 +170,6 @@ impl WasmHost {
         cache.order.retain(|h| h != hash);
         cache.order.push(*hash);
         Some(plugin)
-    }
-
-    /// Deadline in epoch ticks: at least the deadline, at most one tick more.
-    pub(crate) fn ticks(&self, deadline: Duration) -> u64 {
-        let tick = self.options.epoch_tick.as_nanos().max(1);
-        let ticks = deadline.as_nanos().div_ceil(tick);
-        u64::try_from(ticks).unwrap_or(u64::MAX - 1) + 1
     }
 }
 

@@ -27,9 +27,13 @@
 
 mod adapter;
 mod bindings;
+mod call;
 mod convert;
+mod epoch;
+mod fault;
 mod handler;
 mod host;
+mod imports;
 mod limits;
 mod metrics;
 mod plugin;

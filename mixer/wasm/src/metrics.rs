@@ -16,16 +16,15 @@ use prometheus::{
     Encoder, Gauge, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry,
 };
 
-use crate::bindings::mixer::adapter::host::{Host, Level};
-use crate::plugin::{CallState, FaultKind};
+use crate::fault::FaultKind;
 
 /// Series a handler's plugin may create through the host imports; beyond it new names or
 /// keys are dropped (and logged), so that a plugin counting by request id cannot exhaust
 /// the mixer's memory or Prometheus.
 const MAX_SERIES_PER_HANDLER: usize = 1000;
 /// Longest name, key or log message a plugin may pass; longer ones are cut.
-const MAX_LABEL: usize = 128;
-const MAX_MESSAGE: usize = 4096;
+pub(crate) const MAX_LABEL: usize = 128;
+pub(crate) const MAX_MESSAGE: usize = 4096;
 
 /// Metrics of every Wasm handler of a host, in one registry so each family is written once.
 pub struct WasmMetrics {
@@ -125,6 +124,26 @@ impl WasmMetrics {
     /// written twice makes the page invalid). The host's gauges always have a sample, so
     /// their TYPE line marks the page as written; a counter family is left out while it has
     /// no series.
+    /// Adds `delta` to a plugin's counter `name{key}`, if its series is admitted.
+    pub(crate) fn count(&self, handler: &str, name: &str, key: &str, delta: u64) {
+        let (name, key) = (cut(name, MAX_LABEL), cut(key, MAX_LABEL));
+        if self.admit(handler, format!("{handler}\0c\0{name}\0{key}")) {
+            self.counters
+                .with_label_values(&[handler, name, key])
+                .inc_by(delta);
+        }
+    }
+
+    /// Observes `value` in a plugin's histogram `name`, if finite and admitted.
+    pub(crate) fn observe(&self, handler: &str, name: &str, value: f64) {
+        let name = cut(name, MAX_LABEL);
+        if value.is_finite() && self.admit(handler, format!("{handler}\0h\0{name}")) {
+            self.histograms
+                .with_label_values(&[handler, name])
+                .observe(value);
+        }
+    }
+
     pub(crate) fn render(&self, out: &mut String) {
         if out.contains("# TYPE mixer_wasm_host_pool_instances ") {
             return;
@@ -164,7 +183,7 @@ impl WasmMetrics {
     }
 }
 
-fn cut(s: &str, max: usize) -> &str {
+pub(crate) fn cut(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
     }
@@ -173,59 +192,4 @@ fn cut(s: &str, max: usize) -> &str {
         end -= 1;
     }
     &s[..end]
-}
-
-impl Host for CallState {
-    fn log(&mut self, level: Level, message: String, fields: Vec<(String, String)>) {
-        let handler: &str = &self.ctx.handler;
-        let message = cut(&message, MAX_MESSAGE);
-        let fields: Vec<String> = fields
-            .iter()
-            .take(32)
-            .map(|(k, v)| format!("{}={}", cut(k, MAX_LABEL), cut(v, MAX_LABEL)))
-            .collect();
-        let fields = fields.join(" ");
-        match level {
-            Level::Debug => {
-                tracing::debug!(target: "mixer_wasm::plugin", handler, %fields, "{message}")
-            }
-            Level::Info => {
-                tracing::info!(target: "mixer_wasm::plugin", handler, %fields, "{message}")
-            }
-            Level::Warn => {
-                tracing::warn!(target: "mixer_wasm::plugin", handler, %fields, "{message}")
-            }
-            Level::Error => {
-                tracing::error!(target: "mixer_wasm::plugin", handler, %fields, "{message}")
-            }
-        }
-    }
-
-    fn now(&mut self) -> i64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-    }
-
-    fn counter_add(&mut self, name: String, key: String, delta: u64) {
-        let m = &self.ctx.metrics;
-        let handler: &str = &self.ctx.handler;
-        let (name, key) = (cut(&name, MAX_LABEL), cut(&key, MAX_LABEL));
-        if m.admit(handler, format!("{handler}\0c\0{name}\0{key}")) {
-            m.counters
-                .with_label_values(&[handler, name, key])
-                .inc_by(delta);
-        }
-    }
-
-    fn histogram_observe(&mut self, name: String, value: f64) {
-        let m = &self.ctx.metrics;
-        let handler: &str = &self.ctx.handler;
-        let name = cut(&name, MAX_LABEL);
-        if value.is_finite() && m.admit(handler, format!("{handler}\0h\0{name}")) {
-            m.histograms
-                .with_label_values(&[handler, name])
-                .observe(value);
-        }
-    }
 }

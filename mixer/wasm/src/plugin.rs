@@ -5,12 +5,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mixer_model::Template;
+use wasmtime::Store;
+use wasmtime::Trap;
 use wasmtime::component::{Component, HasSelf, Linker};
-use wasmtime::{ResourceLimiter, Store, Trap};
 
 use crate::HOST_INTERFACE;
 use crate::bindings::{self, PluginPre};
-use crate::host::WasmHost;
+use crate::call::{CallContext, CallState, MemoryCap};
+use crate::epoch::EpochClock;
+use crate::fault::{Fault, FaultKind};
 use crate::limits::Limits;
 use crate::metrics::WasmMetrics;
 
@@ -83,60 +86,6 @@ impl std::fmt::Debug for Plugin {
     }
 }
 
-/// What kind of limit or failure stopped a call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum FaultKind {
-    /// The plugin trapped (`unreachable`, out-of-bounds access, a Rust panic).
-    Trap,
-    /// Its wall-clock deadline passed.
-    Deadline,
-    /// It tried to grow its memory past the cap.
-    Memory,
-    /// It used up its fuel.
-    Fuel,
-    /// No instance could be made (the pool is full, the initial memory is over the cap).
-    Instantiate,
-}
-
-impl FaultKind {
-    /// The `kind` label of `mixer_wasm_plugin_faults_total`.
-    pub(crate) fn label(self) -> &'static str {
-        match self {
-            FaultKind::Trap => "trap",
-            FaultKind::Deadline => "deadline",
-            FaultKind::Memory => "memory",
-            FaultKind::Fuel => "fuel",
-            FaultKind::Instantiate => "instantiate",
-        }
-    }
-}
-
-/// A call that did not return.
-#[derive(Clone, Debug)]
-pub(crate) struct Fault {
-    pub(crate) kind: FaultKind,
-    pub(crate) message: String,
-}
-
-/// Who is calling, for the host imports' logs and metrics.
-pub(crate) struct CallContext {
-    pub(crate) handler: Arc<str>,
-    pub(crate) metrics: Arc<WasmMetrics>,
-}
-
-/// The data of one call's store.
-pub(crate) struct CallState {
-    cap: MemoryCap,
-    pub(crate) ctx: Arc<CallContext>,
-}
-
-/// The memory cap, remembering whether it refused a growth so that the trap that follows
-/// (Rust aborts on a failed allocation) is counted as what it is.
-struct MemoryCap {
-    max_bytes: usize,
-    refused: bool,
-}
-
 /// An instance and its store: made for one call (fresh), or kept for the next calls of the
 /// same handler (warm).
 pub(crate) struct Live {
@@ -147,42 +96,16 @@ pub(crate) struct Live {
 /// The bound on making an instance (and running its start function).
 const INSTANTIATE_DEADLINE: Duration = Duration::from_millis(100);
 
-/// Table elements an instance may have; generous for any wit-bindgen component.
-const MAX_TABLE_ELEMENTS: usize = 100_000;
-
-impl ResourceLimiter for MemoryCap {
-    fn memory_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        if desired > self.max_bytes {
-            self.refused = true;
-            return Ok(false);
-        }
-        Ok(true)
-    }
-
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        Ok(desired <= MAX_TABLE_ELEMENTS)
-    }
-}
-
 impl Plugin {
     /// Compiles, checks imports and exports, and asks the plugin for its info.
     pub(crate) fn compile(
-        host: &WasmHost,
+        clock: &EpochClock,
+        metrics: &Arc<WasmMetrics>,
         origin: &str,
         bytes: &[u8],
         hash: [u8; 32],
     ) -> Result<Plugin, LoadError> {
-        let engine = host.engine();
+        let engine = clock.engine();
         let component = Component::new(engine, bytes).map_err(|e| LoadError::Compile {
             origin: origin.to_string(),
             message: format!("{e:#}"),
@@ -217,11 +140,11 @@ impl Plugin {
         };
         let ctx = Arc::new(CallContext {
             handler: Arc::from(format!("load of {origin}")),
-            metrics: host.metrics.clone(),
+            metrics: metrics.clone(),
         });
         let info = plugin
             .call(
-                host,
+                clock,
                 &ctx,
                 &Limits::default(),
                 Duration::from_secs(1),
@@ -267,26 +190,26 @@ impl Plugin {
     /// `deadline`. Every way the call can fail comes back as a [`Fault`], never a panic.
     pub(crate) fn call<R>(
         &self,
-        host: &WasmHost,
+        clock: &EpochClock,
         ctx: &Arc<CallContext>,
         limits: &Limits,
         deadline: Duration,
         f: impl FnOnce(&bindings::Plugin, &mut Store<CallState>) -> wasmtime::Result<R>,
     ) -> Result<R, Fault> {
-        let mut live = self.instantiate(host, ctx, limits, deadline)?;
-        self.run(host, &mut live, limits, deadline, f)
+        let mut live = self.instantiate(clock, ctx, limits, deadline)?;
+        self.run(clock, &mut live, limits, deadline, f)
     }
 
     /// A new instance in a store of its own, with `limits`' memory cap.
     pub(crate) fn instantiate(
         &self,
-        host: &WasmHost,
+        clock: &EpochClock,
         ctx: &Arc<CallContext>,
         limits: &Limits,
         deadline: Duration,
     ) -> Result<Live, Fault> {
         let mut store = Store::new(
-            host.engine(),
+            clock.engine(),
             CallState {
                 cap: MemoryCap {
                     max_bytes: usize::try_from(limits.memory_bytes).unwrap_or(usize::MAX),
@@ -298,7 +221,7 @@ impl Plugin {
         store.limiter(|s| &mut s.cap);
         // Instantiation is the host's work (and a start function's); it gets a bound of its
         // own so that the call's deadline is the plugin's time alone.
-        store.set_epoch_deadline(host.ticks(INSTANTIATE_DEADLINE.max(deadline)));
+        store.set_epoch_deadline(clock.ticks(INSTANTIATE_DEADLINE.max(deadline)));
         store.set_fuel(u64::MAX).map_err(|e| Fault {
             kind: FaultKind::Instantiate,
             message: format!("{e:#}"),
@@ -324,7 +247,7 @@ impl Plugin {
     /// [`Fault`] the instance must be dropped (its memory may be half-written).
     pub(crate) fn run<R>(
         &self,
-        host: &WasmHost,
+        clock: &EpochClock,
         live: &mut Live,
         limits: &Limits,
         deadline: Duration,
@@ -339,7 +262,7 @@ impl Plugin {
                 kind: FaultKind::Instantiate,
                 message: format!("{e:#}"),
             })?;
-        store.set_epoch_deadline(host.ticks(deadline));
+        store.set_epoch_deadline(clock.ticks(deadline));
         f(&live.instance, store).map_err(|e| {
             let kind = if store.data().cap.refused {
                 FaultKind::Memory
