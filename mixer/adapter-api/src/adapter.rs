@@ -108,13 +108,6 @@ pub struct CompiledConfig {
     config: Arc<dyn Any + Send + Sync>,
 }
 
-impl CompiledConfig {
-    /// The name of the adapter that compiled it.
-    pub fn adapter(&self) -> &'static str {
-        self.adapter
-    }
-}
-
 impl std::fmt::Debug for CompiledConfig {
     // The config may hold secrets: only whose it is shows.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
