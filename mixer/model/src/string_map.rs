@@ -90,7 +90,7 @@ impl StringMap {
     }
 
     /// Entries in key order.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &str)> {
         self.entries
             .iter()
             .map(|e| (&self.text[e.key()], &self.text[e.value()]))
