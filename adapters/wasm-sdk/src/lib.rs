@@ -22,9 +22,14 @@
 //! WASI: do not print, read files or the environment (use [`host::log`] instead); the mixer
 //! refuses a component that imports anything but `mixer:adapter/host`.
 //!
-//! Each call runs in a fresh instance, so a plugin keeps nothing between calls: its config
-//! arrives with every call, already accepted by [`Plugin::validate`] when the mixer loaded
-//! the handler.
+//! By default each call runs in a fresh instance, so a plugin keeps nothing between calls
+//! (with the handler's `instances: warm`, an instance serves many calls, but a plugin must
+//! not count on what it left in memory): its config arrives with every call, already
+//! accepted by [`Plugin::validate`] when the mixer loaded the handler.
+//!
+//! A report takes a [`Batch`], read in place: iterate it for [`InstanceRef`]s and look up
+//! their fields by name (`instance.value("value")`, `instance.map_entry("dimensions",
+//! "destination")`).
 
 #![allow(missing_docs)]
 
@@ -45,11 +50,59 @@ pub use bindings::{
     QuotaResult, Template, Value,
 };
 
+mod batch;
+
+pub use batch::Batch;
+pub use mixer_wasm_batch::{FieldRef, InstanceRef, Instances, MapRef, StringMapRef, ValueRef};
+
 /// The host's imports: logging, the time, counters and histograms.
 pub mod host {
-    pub use crate::bindings::mixer::adapter::host::{
-        Level, counter_add, histogram_observe, log, now,
-    };
+    use mixer_wasm_batch::text;
+    use std::cell::RefCell;
+
+    pub use crate::bindings::mixer::adapter::host::{Level, histogram_observe, log, now};
+
+    /// The counter deltas of the call under way: by name, then by key, each list sorted.
+    type Pending = Vec<(String, Vec<(String, u64)>)>;
+
+    thread_local! {
+        static PENDING: RefCell<Pending> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// Adds `delta` to the counter `name` with the label value `key`, exported by the mixer
+    /// as `mixer_wasm_plugin_counter_total{handler, name, key}`.
+    ///
+    /// The deltas of one call are summed here and handed to the host once per counter
+    /// when the call returns: a report of 500 instances that counts by one dimension
+    /// crosses into the host once per distinct key, not 500 times. A call that traps
+    /// counts nothing, as it reports nothing.
+    pub fn counter_add(name: &str, key: &str, delta: u64) {
+        PENDING.with_borrow_mut(|pending| {
+            let keys = match pending.binary_search_by(|(n, _)| text::cmp(n, name)) {
+                Ok(at) => &mut pending[at].1,
+                Err(at) => {
+                    pending.insert(at, (name.to_string(), Vec::new()));
+                    &mut pending[at].1
+                }
+            };
+            match keys.binary_search_by(|(k, _)| text::cmp(k, key)) {
+                Ok(at) => keys[at].1 = keys[at].1.saturating_add(delta),
+                Err(at) => keys.insert(at, (key.to_string(), delta)),
+            }
+        });
+    }
+
+    /// Hands the call's summed counters to the host; the export wrappers of
+    /// [`plugin!`](crate::plugin) call it when the plugin's function returns.
+    #[doc(hidden)]
+    pub fn __flush() {
+        let pending = PENDING.with_borrow_mut(std::mem::take);
+        for (name, keys) in pending {
+            for (key, delta) in keys {
+                crate::bindings::mixer::adapter::host::counter_add(&name, &key, delta);
+            }
+        }
+    }
 }
 
 pub use serde;
@@ -68,7 +121,7 @@ pub mod code {
 /// A plugin adapter.
 pub trait Plugin {
     /// The plugin's config, from the handler's `params.config`.
-    type Config: serde::de::DeserializeOwned;
+    type Config: serde::de::DeserializeOwned + 'static;
     /// Its name, for logs and metrics.
     const NAME: &'static str;
     /// The templates it takes; rules that send another are config errors.
@@ -94,7 +147,7 @@ pub trait Plugin {
     }
 
     /// Takes a report batch.
-    fn report(_config: &Self::Config, _instances: &[Instance]) -> Result<(), String> {
+    fn report(_config: &Self::Config, _batch: &Batch) -> Result<(), String> {
         Err(format!("{} does not take reports", Self::NAME))
     }
 }
@@ -117,7 +170,9 @@ macro_rules! plugin {
                     instance: $crate::Instance,
                 ) -> Result<$crate::CheckResult, String> {
                     let config = $crate::__config::<$plugin>(&config)?;
-                    <$plugin as $crate::Plugin>::check(&config, &instance)
+                    let answer = <$plugin as $crate::Plugin>::check(&config, &instance);
+                    $crate::host::__flush();
+                    answer
                 }
                 fn quota(
                     config: String,
@@ -125,11 +180,19 @@ macro_rules! plugin {
                     args: $crate::QuotaArgs,
                 ) -> Result<$crate::QuotaResult, String> {
                     let config = $crate::__config::<$plugin>(&config)?;
-                    <$plugin as $crate::Plugin>::quota(&config, &instance, &args)
+                    let answer = <$plugin as $crate::Plugin>::quota(&config, &instance, &args);
+                    $crate::host::__flush();
+                    answer
                 }
-                fn report(config: String, instances: Vec<$crate::Instance>) -> Result<(), String> {
+                fn report(
+                    config: String,
+                    batch: $crate::bindings::ReportBatch,
+                ) -> Result<(), String> {
                     let config = $crate::__config::<$plugin>(&config)?;
-                    <$plugin as $crate::Plugin>::report(&config, &instances)
+                    let batch = $crate::Batch::__new(batch)?;
+                    let answer = <$plugin as $crate::Plugin>::report(&config, &batch);
+                    $crate::host::__flush();
+                    answer
                 }
             }
             $crate::bindings::export!(Exports);
@@ -153,9 +216,28 @@ pub fn __validate<P: Plugin>(config: &str) -> Vec<FieldError> {
     }
 }
 
+thread_local! {
+    /// The last config parsed, by its text: a warm instance (`instances: warm`) serves
+    /// many calls of one handler, and parsing its JSON on each was a sixth of a check
+    /// through deny-header (docs/wasm.md).
+    static CONFIG: std::cell::RefCell<Option<(String, std::rc::Rc<dyn std::any::Any>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 #[doc(hidden)]
-pub fn __config<P: Plugin>(config: &str) -> Result<P::Config, String> {
-    serde_json::from_str(config).map_err(|e| format!("config: {e}"))
+pub fn __config<P: Plugin>(config: &str) -> Result<std::rc::Rc<P::Config>, String> {
+    let cached = CONFIG.with_borrow(|cached| match cached {
+        Some((text, parsed)) if text == config => parsed.clone().downcast::<P::Config>().ok(),
+        _ => None,
+    });
+    if let Some(parsed) = cached {
+        return Ok(parsed);
+    }
+    let parsed = std::rc::Rc::new(
+        serde_json::from_str::<P::Config>(config).map_err(|e| format!("config: {e}"))?,
+    );
+    CONFIG.set(Some((config.to_string(), parsed.clone())));
+    Ok(parsed)
 }
 
 impl FieldError {

@@ -11,6 +11,7 @@ use mixer_adapter_api::{
 };
 use mixer_model::{CheckResult, Instance, QuotaResult, Variety};
 
+use crate::batch;
 use crate::bindings as wit;
 use crate::call::{CallContext, CallState};
 use crate::convert;
@@ -198,16 +199,17 @@ impl WasmHandler {
 
     /// One report batch, synchronously (bounded by the report deadline).
     pub fn report_now(&self, instances: &[Instance]) -> Result<(), AdapterError> {
-        let args: Vec<wit::Instance> = instances
-            .iter()
-            .filter(|i| self.plugin.templates().contains(&i.template))
-            .map(convert::instance)
-            .collect();
-        if args.is_empty() {
+        let batch = batch::pack(
+            instances
+                .iter()
+                .filter(|i| self.plugin.templates().contains(&i.template)),
+        );
+        // The first word is the instance count.
+        if batch.words.first().is_none_or(|&n| n == 0) {
             return Ok(());
         }
         self.call(self.limits.report_deadline, |p, s| {
-            p.call_report(s, &self.config, &args)
+            p.call_report(s, &self.config, &batch)
         })
         .map_err(|f| self.fault(f))?
         .map_err(|m| self.declined(m))

@@ -26,6 +26,7 @@
 //!   system, sockets, ...) is refused when it loads.
 
 mod adapter;
+mod batch;
 mod bindings;
 mod call;
 mod convert;

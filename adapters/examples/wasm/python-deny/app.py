@@ -67,5 +67,5 @@ class WitWorld(wit_world.WitWorld):
     def quota(self, config, instance, args):
         raise Err("python-deny serves no quota")
 
-    def report(self, config, instances):
+    def report(self, config, batch):
         raise Err("python-deny serves no reports")

@@ -2,7 +2,7 @@
 //! `mixer_wasm_plugin_counter_total{handler, name="<name>", key="<dimension's value>"}`.
 //! The metric's `value` is added when it is a whole number, otherwise 1.
 
-use mixer_wasm_sdk::{FieldError, Instance, Plugin, Template, Value, host};
+use mixer_wasm_sdk::{Batch, FieldError, Plugin, Template, ValueRef, host};
 
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -32,16 +32,17 @@ impl Plugin for CountBy {
         Vec::new()
     }
 
-    fn report(config: &Config, instances: &[Instance]) -> Result<(), String> {
-        for instance in instances {
-            let key = instance
-                .map_entry("dimensions", &config.dimension)
-                .map_or_else(|| "unknown".to_string(), Value::to_text);
+    fn report(config: &Config, batch: &Batch) -> Result<(), String> {
+        for instance in batch {
             let delta = match instance.value("value") {
-                Some(Value::Int64(n)) if *n >= 0 => *n as u64,
+                Some(ValueRef::Int64(n)) if n >= 0 => n as u64,
                 _ => 1,
             };
-            host::counter_add(&config.name, &key, delta);
+            match instance.map_entry("dimensions", &config.dimension) {
+                Some(ValueRef::String(key)) => host::counter_add(&config.name, key, delta),
+                Some(other) => host::counter_add(&config.name, &other.to_text(), delta),
+                None => host::counter_add(&config.name, "unknown", delta),
+            }
         }
         Ok(())
     }
