@@ -139,7 +139,10 @@ mod tests {
         }
         let wit = cases("enum", "template");
         for t in Template::ALL {
-            let at = wit.iter().position(|c| *c == t.name()).unwrap_or_else(|| panic!("{}", t.name()));
+            let at = wit
+                .iter()
+                .position(|c| *c == t.name())
+                .unwrap_or_else(|| panic!("{}", t.name()));
             assert_eq!(template(t) as usize, at, "{t:?}");
         }
     }
