@@ -7,19 +7,12 @@ use mixer_model::{FieldValue, Instance, Template, Value};
 use mixer_wasm_batch::{Writer, case};
 
 use crate::bindings as wit;
+use crate::convert;
 
-/// The index of `t`'s case in the WIT's `template` enum.
+/// The index of `t`'s case in the WIT's `template` enum: the generated enum's
+/// discriminant, which follows the WIT's order.
 fn template(t: Template) -> u32 {
-    match t {
-        Template::Authorization => 0,
-        Template::CheckNothing => 1,
-        Template::ListEntry => 2,
-        Template::Quota => 3,
-        Template::Metric => 4,
-        Template::LogEntry => 5,
-        Template::TraceSpan => 6,
-        Template::ReportNothing => 7,
-    }
+    convert::template(t) as u32
 }
 
 /// Packs `instances`, in order.
