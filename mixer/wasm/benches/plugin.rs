@@ -1,7 +1,8 @@
 //! One check through the deny-header plugin beside the built-in denier, and a report batch
 //! of 500 metric instances through count-by beside a built-in Prometheus counter by the
 //! same dimension; each plugin with a fresh instance per call and
-//! with warm instances (`params.instances`), so that the default is chosen by measurement.
+//! with warm instances (`params.instances`), so that the default is chosen by measurement;
+//! and the warm report again with a fuel limit, for what fuel accounting costs.
 //! Needs the example plugins: adapters/examples/wasm/build.sh.
 //!
 //! The deadlines are raised from their defaults (1 ms for a check): the bench measures the
@@ -141,12 +142,19 @@ fn bench(c: &mut Criterion) {
     c.bench_function("report/builtin-prometheus-500-metrics", |b| {
         b.iter(|| rt.block_on(report.report(&batch)).unwrap())
     });
-    for mode in ["fresh", "warm"] {
+    // With a fuel limit the plugin runs on the engine that compiles fuel accounting in:
+    // what `limits.fuel` costs, beside the same warm report without it.
+    let fueled = json!({"checkDeadline": "50ms", "reportDeadline": "1s", "fuel": 1_000_000_000u64});
+    for (mode, instances, limits) in [
+        ("fresh", "fresh", &limits),
+        ("warm", "warm", &limits),
+        ("warm-fuel", "warm", &fueled),
+    ] {
         let params = json!({
             "module": guest("count-by"),
             "config": {"dimension": "destination"},
             "limits": limits,
-            "instances": mode,
+            "instances": instances,
         });
         let handler = wasm
             .build_handler(&decode_params(&params).expect("decodes"), &ctx("count"))

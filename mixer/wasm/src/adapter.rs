@@ -128,7 +128,7 @@ impl WasmAdapter {
             .map_err(|e| vec![ParamError::new("", e)])?
             .clone();
         let plugin = host
-            .load(Path::new(&p.module))
+            .load(Path::new(&p.module), &limits)
             .map_err(|e| vec![ParamError::new("module", e.to_string())])?;
         let config = if p.config.is_null() {
             "{}".to_string()
@@ -141,13 +141,9 @@ impl WasmAdapter {
         });
         // The report deadline: validating is off the request path and may parse a lot.
         let errors = plugin
-            .call(
-                host.clock(),
-                &ctx,
-                &limits,
-                limits.report_deadline,
-                |pl, s| pl.call_validate(s, &config),
-            )
+            .call(&ctx, &limits, limits.report_deadline, |pl, s| {
+                pl.call_validate(s, &config)
+            })
             .map_err(|f| {
                 vec![ParamError::new(
                     "config",
@@ -189,7 +185,7 @@ impl WasmAdapter {
     ) -> Result<WasmHandler, AdapterError> {
         let loaded = self.load(params).map_err(AdapterError::invalid_config)?;
         Ok(WasmHandler::new(
-            loaded.host,
+            &loaded.host,
             loaded.plugin,
             loaded.config,
             loaded.limits,
@@ -225,7 +221,12 @@ impl Adapter for WasmAdapter {
     fn templates_for(&self, params: &WasmParams) -> Option<Vec<Template>> {
         // Loaded (from the cache: validate compiled it a moment ago) for its declaration;
         // a module that does not load has already been reported by validate.
-        let plugin = self.host().ok()?.load(Path::new(&params.module)).ok()?;
+        let limits = Limits::parse(Some(&params.limits)).ok()?;
+        let plugin = self
+            .host()
+            .ok()?
+            .load(Path::new(&params.module), &limits)
+            .ok()?;
         Some(plugin.templates().to_vec())
     }
 }

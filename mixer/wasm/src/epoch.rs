@@ -5,21 +5,33 @@ use std::time::Duration;
 
 use wasmtime::Engine;
 
-/// An engine and how often its epoch advances.
+/// An engine, how often its epoch advances, and whether it meters fuel.
+#[derive(Clone)]
 pub(crate) struct EpochClock {
     engine: Engine,
     tick: Duration,
+    metered: bool,
 }
 
 impl EpochClock {
-    /// `engine`, whose epoch something advances every `tick`.
-    pub(crate) fn new(engine: Engine, tick: Duration) -> EpochClock {
-        EpochClock { engine, tick }
+    /// `engine`, whose epoch something advances every `tick`; `metered` when it was built
+    /// with fuel accounting.
+    pub(crate) fn new(engine: Engine, tick: Duration, metered: bool) -> EpochClock {
+        EpochClock {
+            engine,
+            tick,
+            metered,
+        }
     }
 
     /// The engine.
     pub(crate) fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// Whether code compiled by this engine counts fuel (and a store must be given some).
+    pub(crate) fn metered(&self) -> bool {
+        self.metered
     }
 
     /// Deadline in epoch ticks: at least the deadline, at most one tick more.

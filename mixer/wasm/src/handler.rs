@@ -47,7 +47,6 @@ impl Instances {
 /// A built Wasm handler.
 #[derive(Clone)]
 pub struct WasmHandler {
-    host: Arc<WasmHost>,
     plugin: Arc<Plugin>,
     /// The plugin's own config, as JSON text (what `validate` accepted).
     config: String,
@@ -61,7 +60,7 @@ pub struct WasmHandler {
 
 impl WasmHandler {
     pub(crate) fn new(
-        host: Arc<WasmHost>,
+        host: &WasmHost,
         plugin: Arc<Plugin>,
         config: String,
         limits: Limits,
@@ -73,7 +72,6 @@ impl WasmHandler {
             metrics: host.metrics.clone(),
         });
         WasmHandler {
-            host,
             plugin,
             config,
             limits,
@@ -92,22 +90,15 @@ impl WasmHandler {
         f: impl FnOnce(&wit::Plugin, &mut wasmtime::Store<CallState>) -> wasmtime::Result<R>,
     ) -> Result<R, Fault> {
         let Instances::Warm { keep } = self.instances else {
-            return self
-                .plugin
-                .call(self.host.clock(), &self.ctx, &self.limits, deadline, f);
+            return self.plugin.call(&self.ctx, &self.limits, deadline, f);
         };
         let idle = self.warm.lock().unwrap_or_else(|p| p.into_inner()).pop();
         let mut live = match idle {
             Some(live) => live,
-            None => {
-                self.plugin
-                    .instantiate(self.host.clock(), &self.ctx, &self.limits, deadline)?
-            }
+            None => self.plugin.instantiate(&self.ctx, &self.limits, deadline)?,
         };
         // A fault drops the instance with `live`: its memory may be half-written.
-        let answer = self
-            .plugin
-            .run(self.host.clock(), &mut live, &self.limits, deadline, f)?;
+        let answer = self.plugin.run(&mut live, &self.limits, deadline, f)?;
         let mut idle = self.warm.lock().unwrap_or_else(|p| p.into_inner());
         if idle.len() < keep {
             idle.push(live);

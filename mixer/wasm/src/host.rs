@@ -3,14 +3,14 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use crate::epoch::EpochClock;
-use crate::limits::MAX_MEMORY_MIB;
+use crate::limits::{Limits, MAX_MEMORY_MIB};
 use crate::metrics::WasmMetrics;
 use crate::plugin::{LoadError, Plugin};
 
@@ -41,10 +41,12 @@ impl Default for HostOptions {
     }
 }
 
-/// The wasmtime engine, the ticker that advances its epoch, and compiled plugins by the
-/// SHA-256 of their bytes.
+/// The wasmtime engines (one without fuel accounting, and one with it for the handlers that
+/// set `limits.fuel`, started when the first of them loads), the tickers that advance their
+/// epochs, and compiled plugins by the SHA-256 of their bytes.
 pub struct WasmHost {
-    clock: EpochClock,
+    plain: EpochClock,
+    metered: OnceLock<Result<EpochClock, LoadError>>,
     options: HostOptions,
     pooled: bool,
     cache: Mutex<Cache>,
@@ -53,35 +55,19 @@ pub struct WasmHost {
 
 #[derive(Default)]
 struct Cache {
-    plugins: HashMap<[u8; 32], Arc<Plugin>>,
-    /// Hashes, least recently loaded first.
-    order: Vec<[u8; 32]>,
+    plugins: HashMap<Key, Arc<Plugin>>,
+    /// Keys, least recently loaded first.
+    order: Vec<Key>,
 }
+
+/// A compiled plugin's bytes and whether it was compiled with fuel accounting: the same
+/// file compiled by both engines is two entries.
+type Key = ([u8; 32], bool);
 
 impl WasmHost {
     /// An engine with `options`. Fails only when wasmtime cannot build an engine at all.
     pub fn new(options: HostOptions) -> Result<Arc<WasmHost>, LoadError> {
-        let mut pooled = options.pooling;
-        let engine = if options.pooling {
-            match Engine::new(&engine_config(&options, true)) {
-                Ok(engine) => engine,
-                Err(e) => {
-                    // Containers with a low address-space limit (ulimit -v) or no overcommit
-                    // refuse the reservation; on demand is slower per instance but works.
-                    tracing::warn!(
-                        error = %e,
-                        "the Wasm pooling allocator could not reserve its memory; plugin instances are allocated on demand"
-                    );
-                    pooled = false;
-                    Engine::new(&engine_config(&options, false))
-                        .map_err(|e| LoadError::Engine(e.to_string()))?
-                }
-            }
-        } else {
-            Engine::new(&engine_config(&options, false))
-                .map_err(|e| LoadError::Engine(e.to_string()))?
-        };
-        start_ticker(&engine, options.epoch_tick);
+        let (plain, pooled) = start_engine(&options, false)?;
         let metrics = Arc::new(WasmMetrics::new());
         metrics.host(
             pooled.then_some(options.pool_instances.max(1)),
@@ -94,7 +80,8 @@ impl WasmHost {
             "Wasm plugin engine started"
         );
         Ok(Arc::new(WasmHost {
-            clock: EpochClock::new(engine, options.epoch_tick),
+            plain,
+            metered: OnceLock::new(),
             options,
             pooled,
             cache: Mutex::default(),
@@ -102,14 +89,24 @@ impl WasmHost {
         }))
     }
 
-    /// The engine.
+    /// The engine of plugins without a fuel limit.
     pub fn engine(&self) -> &Engine {
-        self.clock.engine()
+        self.plain.engine()
     }
 
-    /// The engine with the clock of plugin deadlines.
-    pub(crate) fn clock(&self) -> &EpochClock {
-        &self.clock
+    /// The engine for `limits`: the metered one when they set fuel.
+    fn clock(&self, limits: &Limits) -> Result<&EpochClock, LoadError> {
+        if limits.fuel.is_none() {
+            return Ok(&self.plain);
+        }
+        self.metered
+            .get_or_init(|| {
+                let (clock, pooled) = start_engine(&self.options, true)?;
+                tracing::info!(pooled, "Wasm plugin engine with fuel accounting started");
+                Ok(clock)
+            })
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
     /// The metrics of every handler on this host.
@@ -127,36 +124,37 @@ impl WasmHost {
         &self.options
     }
 
-    /// Loads the component at `path`: compiled, checked against the world and
-    /// pre-instantiated the first time its bytes are seen, from the cache after that.
-    pub fn load(&self, path: &Path) -> Result<Arc<Plugin>, LoadError> {
+    /// Loads the component at `path` for a handler with `limits` (which decide the engine):
+    /// compiled, checked against the world and pre-instantiated the first time its bytes are
+    /// seen, from the cache after that.
+    pub fn load(&self, path: &Path, limits: &Limits) -> Result<Arc<Plugin>, LoadError> {
         let bytes = std::fs::read(path).map_err(|e| LoadError::Read {
             path: path.display().to_string(),
             message: e.to_string(),
         })?;
-        self.load_bytes(&path.display().to_string(), &bytes)
+        self.load_bytes(&path.display().to_string(), &bytes, limits)
     }
 
     /// Loads a component from its bytes (binary, or WAT text when built with wasmtime's
     /// `wat` feature); `origin` names it in errors and logs.
-    pub fn load_bytes(&self, origin: &str, bytes: &[u8]) -> Result<Arc<Plugin>, LoadError> {
-        let hash: [u8; 32] = Sha256::digest(bytes).into();
-        if let Some(plugin) = self.touch(&hash) {
+    pub fn load_bytes(
+        &self,
+        origin: &str,
+        bytes: &[u8],
+        limits: &Limits,
+    ) -> Result<Arc<Plugin>, LoadError> {
+        let clock = self.clock(limits)?;
+        let key = (Sha256::digest(bytes).into(), clock.metered());
+        if let Some(plugin) = self.touch(&key) {
             return Ok(plugin);
         }
         // Compiled outside the lock: compiling takes milliseconds to seconds, and two loads
         // of the same new file at once only waste one compilation.
-        let plugin = Arc::new(Plugin::compile(
-            &self.clock,
-            &self.metrics,
-            origin,
-            bytes,
-            hash,
-        )?);
+        let plugin = Arc::new(Plugin::compile(clock, &self.metrics, origin, bytes, key.0)?);
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        cache.order.retain(|h| h != &hash);
-        cache.order.push(hash);
-        cache.plugins.insert(hash, plugin.clone());
+        cache.order.retain(|k| k != &key);
+        cache.order.push(key);
+        cache.plugins.insert(key, plugin.clone());
         while cache.order.len() > self.options.cached_modules.max(1) {
             let oldest = cache.order.remove(0);
             cache.plugins.remove(&oldest);
@@ -164,13 +162,41 @@ impl WasmHost {
         Ok(plugin)
     }
 
-    fn touch(&self, hash: &[u8; 32]) -> Option<Arc<Plugin>> {
+    fn touch(&self, key: &Key) -> Option<Arc<Plugin>> {
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        let plugin = cache.plugins.get(hash).cloned()?;
-        cache.order.retain(|h| h != hash);
-        cache.order.push(*hash);
+        let plugin = cache.plugins.get(key).cloned()?;
+        cache.order.retain(|k| k != key);
+        cache.order.push(*key);
         Some(plugin)
     }
+}
+
+/// An engine for `options` (with fuel accounting when `metered`) and its epoch ticker;
+/// whether it got the pooling allocator.
+fn start_engine(options: &HostOptions, metered: bool) -> Result<(EpochClock, bool), LoadError> {
+    let mut pooled = options.pooling;
+    let engine = if options.pooling {
+        match Engine::new(&engine_config(options, true, metered)) {
+            Ok(engine) => engine,
+            Err(e) => {
+                // Containers with a low address-space limit (ulimit -v) or no overcommit
+                // refuse the reservation; on demand is slower per instance but works.
+                tracing::warn!(
+                    error = %e,
+                    metered,
+                    "the Wasm pooling allocator could not reserve its memory; plugin instances are allocated on demand"
+                );
+                pooled = false;
+                Engine::new(&engine_config(options, false, metered))
+                    .map_err(|e| LoadError::Engine(e.to_string()))?
+            }
+        }
+    } else {
+        Engine::new(&engine_config(options, false, metered))
+            .map_err(|e| LoadError::Engine(e.to_string()))?
+    };
+    start_ticker(&engine, options.epoch_tick);
+    Ok((EpochClock::new(engine, options.epoch_tick, metered), pooled))
 }
 
 /// Bytes of each linear memory kept resident, and reset in place, when its slot is reused.
@@ -178,12 +204,14 @@ const KEEP_RESIDENT: usize = 2 << 20;
 /// The same for tables.
 const KEEP_RESIDENT_TABLE: usize = 64 << 10;
 
-fn engine_config(options: &HostOptions, pooling: bool) -> Config {
+fn engine_config(options: &HostOptions, pooling: bool, metered: bool) -> Config {
     let mut config = Config::new();
     config.wasm_component_model(true);
     config.epoch_interruption(true);
-    // Fuel is opt-in per handler, but the code for it must be compiled in for all.
-    config.consume_fuel(true);
+    // Fuel is compiled into the code as a counter bumped in every block: about a third of
+    // a report batch's cost (docs/wasm.md), so only the engine of handlers with a fuel
+    // limit has it.
+    config.consume_fuel(metered);
     // No component-model async: its per-store bookkeeping costs every call (wasmtime PR
     // 14189 measured a do-nothing call at about 800 ns with it, 300 ns without).
     config.concurrency_support(false);

@@ -69,6 +69,8 @@ pub enum LoadError {
 
 /// A plugin ready to run: compiled once, instantiated afresh for every call.
 pub struct Plugin {
+    /// The engine it was compiled by, and its clock.
+    clock: EpochClock,
     origin: String,
     hash: [u8; 32],
     pre: PluginPre<CallState>,
@@ -132,6 +134,7 @@ impl Plugin {
         let pre = linker.instantiate_pre(&component).map_err(world)?;
         let pre = PluginPre::new(pre).map_err(world)?;
         let mut plugin = Plugin {
+            clock: clock.clone(),
             origin: origin.to_string(),
             hash,
             pre,
@@ -143,13 +146,9 @@ impl Plugin {
             metrics: metrics.clone(),
         });
         let info = plugin
-            .call(
-                clock,
-                &ctx,
-                &Limits::default(),
-                Duration::from_secs(1),
-                |p, s| p.call_info(s),
-            )
+            .call(&ctx, &Limits::default(), Duration::from_secs(1), |p, s| {
+                p.call_info(s)
+            })
             .map_err(|f| LoadError::Info {
                 origin: origin.to_string(),
                 message: f.message,
@@ -190,24 +189,23 @@ impl Plugin {
     /// `deadline`. Every way the call can fail comes back as a [`Fault`], never a panic.
     pub(crate) fn call<R>(
         &self,
-        clock: &EpochClock,
         ctx: &Arc<CallContext>,
         limits: &Limits,
         deadline: Duration,
         f: impl FnOnce(&bindings::Plugin, &mut Store<CallState>) -> wasmtime::Result<R>,
     ) -> Result<R, Fault> {
-        let mut live = self.instantiate(clock, ctx, limits, deadline)?;
-        self.run(clock, &mut live, limits, deadline, f)
+        let mut live = self.instantiate(ctx, limits, deadline)?;
+        self.run(&mut live, limits, deadline, f)
     }
 
     /// A new instance in a store of its own, with `limits`' memory cap.
     pub(crate) fn instantiate(
         &self,
-        clock: &EpochClock,
         ctx: &Arc<CallContext>,
         limits: &Limits,
         deadline: Duration,
     ) -> Result<Live, Fault> {
+        let clock = &self.clock;
         let mut store = Store::new(
             clock.engine(),
             CallState {
@@ -222,10 +220,12 @@ impl Plugin {
         // Instantiation is the host's work (and a start function's); it gets a bound of its
         // own so that the call's deadline is the plugin's time alone.
         store.set_epoch_deadline(clock.ticks(INSTANTIATE_DEADLINE.max(deadline)));
-        store.set_fuel(u64::MAX).map_err(|e| Fault {
-            kind: FaultKind::Instantiate,
-            message: format!("{e:#}"),
-        })?;
+        if clock.metered() {
+            store.set_fuel(u64::MAX).map_err(|e| Fault {
+                kind: FaultKind::Instantiate,
+                message: format!("{e:#}"),
+            })?;
+        }
         match self.pre.instantiate(&mut store) {
             Ok(instance) => Ok(Live { store, instance }),
             Err(e) => {
@@ -247,7 +247,6 @@ impl Plugin {
     /// [`Fault`] the instance must be dropped (its memory may be half-written).
     pub(crate) fn run<R>(
         &self,
-        clock: &EpochClock,
         live: &mut Live,
         limits: &Limits,
         deadline: Duration,
@@ -255,14 +254,16 @@ impl Plugin {
     ) -> Result<R, Fault> {
         let store = &mut live.store;
         store.data_mut().cap.refused = false;
-        // Fuel accounting is compiled into every plugin; without a limit the tank is full.
-        store
-            .set_fuel(limits.fuel.unwrap_or(u64::MAX))
-            .map_err(|e| Fault {
-                kind: FaultKind::Instantiate,
-                message: format!("{e:#}"),
-            })?;
-        store.set_epoch_deadline(clock.ticks(deadline));
+        if self.clock.metered() {
+            // A metered plugin's info and validate run without a limit: the tank is full.
+            store
+                .set_fuel(limits.fuel.unwrap_or(u64::MAX))
+                .map_err(|e| Fault {
+                    kind: FaultKind::Instantiate,
+                    message: format!("{e:#}"),
+                })?;
+        }
+        store.set_epoch_deadline(self.clock.ticks(deadline));
         f(&live.instance, store).map_err(|e| {
             let kind = if store.data().cap.refused {
                 FaultKind::Memory

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use fixtures::*;
 use mixer_adapter_api::{AnyAdapter, BuildContext, ErrorKind, Handler, QuotaArgs};
 use mixer_model::{Code, FieldValue, Instance, Template, Value};
-use mixer_wasm::{HostOptions, WasmAdapter};
+use mixer_wasm::{HostOptions, Limits, WasmAdapter};
 use serde_json::json;
 
 struct Fixture {
@@ -356,17 +356,33 @@ fn an_unchanged_module_is_compiled_once() {
     let a = adapter();
     let f = check_plugin(ALLOW);
     let host = a.host().unwrap();
-    let one = host.load(std::path::Path::new(&f.path)).unwrap();
-    let two = host.load(std::path::Path::new(&f.path)).unwrap();
+    let one = host
+        .load(std::path::Path::new(&f.path), &Limits::default())
+        .unwrap();
+    let two = host
+        .load(std::path::Path::new(&f.path), &Limits::default())
+        .unwrap();
     assert!(Arc::ptr_eq(&one, &two));
     std::fs::write(
         &f.path,
         plugin(&[AUTHORIZATION], VALIDATE_OK, DENY, REPORT_OK),
     )
     .unwrap();
-    let three = host.load(std::path::Path::new(&f.path)).unwrap();
+    let three = host
+        .load(std::path::Path::new(&f.path), &Limits::default())
+        .unwrap();
     assert!(!Arc::ptr_eq(&one, &three));
     assert_eq!(three.templates(), [Template::Authorization]);
+    // A fuel limit needs code compiled with fuel accounting: the same file, compiled again
+    // by the metered engine, and cached there too.
+    let fueled = Limits {
+        fuel: Some(1_000_000),
+        ..Limits::default()
+    };
+    let four = host.load(std::path::Path::new(&f.path), &fueled).unwrap();
+    assert!(!Arc::ptr_eq(&three, &four));
+    let five = host.load(std::path::Path::new(&f.path), &fueled).unwrap();
+    assert!(Arc::ptr_eq(&four, &five));
 }
 
 #[test]
