@@ -30,10 +30,10 @@ mod report;
 mod report_executor;
 mod report_queue;
 mod rules;
+mod runtime;
 mod shared_exprs;
 mod shared_tier;
 mod snapshot;
-mod store;
 mod verdicts;
 mod watch;
 
@@ -57,8 +57,8 @@ pub use report_executor::{
     CHECKS_RECENT, CheckActivity, ExecutorStopped, REPORT_NICE, ReportExecutor,
 };
 pub use report_queue::{Overflow, QueueOptions};
+pub use runtime::{ConfigOrigin, NotReady, ReloadError, Runtime};
 pub use shared_tier::{SharedHit, SharedTier, SharedTierRef, use_limited};
 pub use snapshot::{Built, BuiltHandler, RuntimeOptions, Snapshot};
-pub use store::{ConfigOrigin, NotReady, ReloadError, Runtime};
 pub use verdicts::{CacheOptions, encode_value};
 pub use watch::{WatchGuard, WatchOptions, watch, watch_with};

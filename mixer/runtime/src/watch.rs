@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use notify::{EventKind, RecursiveMode, Watcher};
 
-use crate::store::Runtime;
+use crate::runtime::Runtime;
 
 /// The longest a burst of events delays the check after its first event.
 const MAX_DEBOUNCE: Duration = Duration::from_secs(2);
