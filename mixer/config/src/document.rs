@@ -414,6 +414,47 @@ pub(crate) fn as_map<'a>(
     }
 }
 
+/// A block that must be a mapping, borrowed; unlike [`as_map`], null is reported too.
+pub(crate) fn mapping<'v>(
+    value: &'v Value,
+    path: &str,
+    doc: &DocRef,
+    diags: &mut Diagnostics,
+) -> Option<&'v Map<String, Value>> {
+    match value {
+        Value::Object(m) => Some(m),
+        other => {
+            diags.error(
+                doc,
+                path,
+                format!("expected a mapping, found {}", type_name(other)),
+            );
+            None
+        }
+    }
+}
+
+/// The items of an optional list (absent or null: none); reports anything else.
+pub(crate) fn list<'v>(
+    value: Option<&'v Value>,
+    path: &str,
+    doc: &DocRef,
+    diags: &mut Diagnostics,
+) -> &'v [Value] {
+    match value {
+        None | Some(Value::Null) => &[],
+        Some(Value::Array(items)) => items,
+        Some(other) => {
+            diags.error(
+                doc,
+                path,
+                format!("expected a list, found {}", type_name(other)),
+            );
+            &[]
+        }
+    }
+}
+
 /// An optional string field; reports non-strings.
 pub(crate) fn opt_string(
     map: &Map<String, Value>,

@@ -17,7 +17,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::{Map, Value};
 
 use super::{Doc, oauth, parse_enum};
-use crate::document::{check_keys, opt_string, type_name};
+use crate::document::{check_keys, mapping, opt_string};
 use crate::error::{Diagnostics, join};
 
 const TLS_KEYS: &[&str] = &[
@@ -43,7 +43,7 @@ pub(crate) fn authentication(
     diags: &mut Diagnostics,
 ) -> Option<Authentication> {
     let d = &doc.raw.doc;
-    let map = mapping(doc, value, path, diags)?;
+    let map = mapping(value, path, d, diags)?;
     check_keys(map, &["tls", "mutual"], path, d, diags);
     let tls = map.get("tls").filter(|v| !v.is_null());
     let mutual = map.get("mutual").filter(|v| !v.is_null());
@@ -65,29 +65,9 @@ pub(crate) fn authentication(
     }
 }
 
-/// The block at `path` as a mapping; reports anything else.
-pub(super) fn mapping<'v>(
-    doc: &Doc<'_>,
-    value: &'v Value,
-    path: &str,
-    diags: &mut Diagnostics,
-) -> Option<&'v Map<String, Value>> {
-    match value {
-        Value::Object(m) => Some(m),
-        other => {
-            diags.error(
-                &doc.raw.doc,
-                path,
-                format!("expected a mapping, found {}", type_name(other)),
-            );
-            None
-        }
-    }
-}
-
 fn tls_block(doc: &Doc<'_>, value: &Value, path: &str, diags: &mut Diagnostics) -> Option<Tls> {
     let d = &doc.raw.doc;
-    let map = mapping(doc, value, path, diags)?;
+    let map = mapping(value, path, d, diags)?;
     let before = diags.errors.len();
     check_keys(map, TLS_KEYS, path, d, diags);
     let ca_certificates = optional_certificates(doc, map, "caCertificates", path, diags);
@@ -151,7 +131,7 @@ fn mutual_block(
     diags: &mut Diagnostics,
 ) -> Option<MutualTls> {
     let d = &doc.raw.doc;
-    let map = mapping(doc, value, path, diags)?;
+    let map = mapping(value, path, d, diags)?;
     let before = diags.errors.len();
     check_keys(map, MUTUAL_KEYS, path, d, diags);
     let client_certificate = optional_certificates(doc, map, "clientCertificate", path, diags);

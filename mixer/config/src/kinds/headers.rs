@@ -1,25 +1,26 @@
 //! A rule's `requestHeaderOperations` and `responseHeaderOperations`.
 
-use mixer_model::{HeaderOp, ValueType};
+use mixer_model::{HeaderOp, ValueType, Vocabulary};
 use serde_json::Value;
 
-use super::rule::{Scope, list};
 use super::{Doc, compile_leaf, parse_enum};
-use crate::document::{as_map, check_keys, opt_string};
+use crate::document::{as_map, check_keys, list, opt_string};
 use crate::error::{Diagnostics, index, join};
 use crate::model::HeaderOperationConfig;
 
-/// Validates the header operations under `spec.KEY`.
+/// Validates the header operations under `spec.KEY`, their values compiled against
+/// `vocabulary`.
 pub(crate) fn header_ops(
     doc: &Doc<'_>,
-    scope: &Scope<'_>,
+    vocabulary: &Vocabulary,
     spec: &serde_json::Map<String, Value>,
     key: &str,
     diags: &mut Diagnostics,
 ) -> Vec<HeaderOperationConfig> {
     let path = join("spec", key);
     let mut out = Vec::new();
-    for (i, item) in list(doc, spec.get(key), &path, diags).iter().enumerate() {
+    let items = list(spec.get(key), &path, &doc.raw.doc, diags);
+    for (i, item) in items.iter().enumerate() {
         let here = index(&path, i);
         let Some(map) = as_map(item, &here, &doc.raw.doc, diags) else {
             continue;
@@ -55,7 +56,7 @@ pub(crate) fn header_ops(
             map.get("operation").is_some_and(|v| !v.is_null()) && operation.is_none();
         let operation = operation.unwrap_or(HeaderOp::Replace);
         let values_path = join(&here, "values");
-        let raw_values = list(doc, map.get("values"), &values_path, diags);
+        let raw_values = list(map.get("values"), &values_path, &doc.raw.doc, diags);
         if !bad_operation {
             if operation == HeaderOp::Remove && !raw_values.is_empty() {
                 diags.error(&doc.raw.doc, &values_path, "REMOVE takes no values");
@@ -75,14 +76,9 @@ pub(crate) fn header_ops(
         let mut values = Vec::new();
         for (j, v) in raw_values.iter().enumerate() {
             let vpath = index(&values_path, j);
-            if let Some(e) = compile_leaf(
-                doc,
-                v,
-                &vpath,
-                Some(ValueType::String),
-                scope.vocabulary,
-                diags,
-            ) {
+            if let Some(e) =
+                compile_leaf(doc, v, &vpath, Some(ValueType::String), vocabulary, diags)
+            {
                 values.push(e);
             }
         }

@@ -11,8 +11,7 @@ use mixer_adapter_api::{OAuthClient, TokenHeader};
 use serde_json::{Map, Value};
 
 use super::Doc;
-use super::authentication::mapping;
-use crate::document::{check_keys, expected_string, opt_string, type_name};
+use crate::document::{check_keys, expected_string, mapping, opt_string, type_name};
 use crate::error::{Diagnostics, index, join};
 
 const OAUTH_KEYS: &[&str] = &[
@@ -47,7 +46,7 @@ pub(crate) fn oauth(
     diags: &mut Diagnostics,
 ) -> Option<OAuthClient> {
     let d = &doc.raw.doc;
-    let map = mapping(doc, value, path, diags)?;
+    let map = mapping(value, path, d, diags)?;
     let before = diags.errors.len();
     check_keys(map, OAUTH_KEYS, path, d, diags);
     let client_id = required(
@@ -261,7 +260,7 @@ fn endpoint_params(
     let mut out = BTreeMap::new();
     let map = match value {
         None | Some(Value::Null) => return out,
-        Some(v) => match mapping(doc, v, path, diags) {
+        Some(v) => match mapping(v, path, d, diags) {
             Some(m) => m,
             None => return out,
         },

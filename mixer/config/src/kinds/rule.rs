@@ -6,8 +6,9 @@ use mixer_adapter_api::AdapterRegistry;
 use mixer_model::{Template, ValueType, Vocabulary};
 use serde_json::Value;
 
+use super::headers::header_ops;
 use super::{Doc, compile_leaf, parse_enum};
-use crate::document::{as_map, check_keys, opt_string, type_name};
+use crate::document::{as_map, check_keys, list, opt_string, type_name};
 use crate::error::{Diagnostics, did_you_mean, index, join};
 use crate::model::{ActionConfig, HandlerConfig, InstanceConfig, MatchErrorPolicy, RuleConfig};
 use crate::resolve::{Resolution, Table};
@@ -84,7 +85,7 @@ pub(crate) fn rule(
             );
         }
     }
-    let written = list(doc, spec.get("actions"), "spec.actions", diags);
+    let written = list(spec.get("actions"), "spec.actions", &raw.doc, diags);
     let mut actions = Vec::new();
     let mut needed = Vec::new();
     let mut left_out = Vec::new();
@@ -99,10 +100,20 @@ pub(crate) fn rule(
             Action::Invalid => {}
         }
     }
-    let request_header_operations =
-        super::headers::header_ops(doc, scope, &spec, "requestHeaderOperations", diags);
-    let response_header_operations =
-        super::headers::header_ops(doc, scope, &spec, "responseHeaderOperations", diags);
+    let request_header_operations = header_ops(
+        doc,
+        scope.vocabulary,
+        &spec,
+        "requestHeaderOperations",
+        diags,
+    );
+    let response_header_operations = header_ops(
+        doc,
+        scope.vocabulary,
+        &spec,
+        "responseHeaderOperations",
+        diags,
+    );
     if diags.errors.len() > before {
         return None;
     }
@@ -132,26 +143,6 @@ pub(crate) fn rule(
         request_header_operations,
         response_header_operations,
     })
-}
-
-pub(crate) fn list<'v>(
-    doc: &Doc<'_>,
-    value: Option<&'v Value>,
-    path: &str,
-    diags: &mut Diagnostics,
-) -> &'v [Value] {
-    match value {
-        None | Some(Value::Null) => &[],
-        Some(Value::Array(items)) => items,
-        Some(other) => {
-            diags.error(
-                &doc.raw.doc,
-                path,
-                format!("expected a list, found {}", type_name(other)),
-            );
-            &[]
-        }
-    }
 }
 
 /// What became of one action.
@@ -203,7 +194,7 @@ fn action(
         ),
     };
     let instances_path = join(path, "instances");
-    let items = list(doc, map.get("instances"), &instances_path, diags);
+    let items = list(map.get("instances"), &instances_path, &raw.doc, diags);
     if items.is_empty()
         && map
             .get("instances")
