@@ -3,9 +3,11 @@
 //! snapshot's vocabulary ([`crate::bag_pool`]), given back when the request ends.
 //!
 //! A request begins only once a valid config is active; before that it gets the runtime's
-//! [`NotReady`], which each front end's answer maps to its protocol (gRPC UNAVAILABLE, HTTP
-//! 503) with the runtime's one wording.
+//! [`NotReady`]. Once begun, its check or quota may be [`Undecided`]. Either way it gets no
+//! decision ([`NoDecision`]), which each front end's `respond.rs` maps to its protocol (gRPC
+//! UNAVAILABLE or INTERNAL, HTTP 503 or 500) with the runtime's one wording.
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,13 +37,17 @@ impl RequestScope {
 
     /// The request's bag, to fill.
     pub(crate) fn bag_mut(&mut self) -> &mut AttributeBag {
-        let vocabulary = self.snapshot.vocabulary();
-        self.bag
-            .get_or_insert_with(|| AttributeBag::new(vocabulary.clone()))
+        self.parts_mut().1
     }
 
     /// The snapshot and the request's bag, to read both.
     pub(crate) fn parts(&mut self) -> (&Snapshot, &AttributeBag) {
+        let (snapshot, bag) = self.parts_mut();
+        (snapshot, bag)
+    }
+
+    /// The snapshot and the request's bag, to fill the bag again between decisions on it.
+    pub(crate) fn parts_mut(&mut self) -> (&Snapshot, &mut AttributeBag) {
         let vocabulary = self.snapshot.vocabulary();
         let bag = self
             .bag
@@ -74,10 +80,60 @@ impl Drop for RequestScope {
     }
 }
 
-/// No valid config is active: UNAVAILABLE on every gRPC front end, which proxies and
-/// exporters retry (or fail by their own failure setting), with the runtime's wording.
-pub(crate) fn unavailable(not_ready: NotReady) -> tonic::Status {
-    tonic::Status::unavailable(not_ready.to_string())
+/// Why a request got no decision: no valid config is active, or the runtime left its check or
+/// quota undecided. Never a denial: each front end answers it with an error of its protocol,
+/// so that the proxy's own failure setting decides, worded as the runtime words the cause
+/// (this type's `Display`).
+#[derive(Debug)]
+pub(crate) enum NoDecision {
+    /// No valid config is active yet.
+    NotReady(NotReady),
+    /// A handler failed closed, or an instance cannot be built from the request.
+    Undecided(Undecided),
+}
+
+impl NoDecision {
+    /// True when this request cannot be decided on the active config: an instance of a matched
+    /// rule cannot be built from it (gRPC INTERNAL, HTTP 500, as Istio 1.4 answers). False when
+    /// the mixer cannot decide for now (no config yet, a handler that failed closed), which a
+    /// retry may mend (gRPC UNAVAILABLE, HTTP 503).
+    pub(crate) fn is_internal(&self) -> bool {
+        matches!(self, NoDecision::Undecided(Undecided::Instance(_)))
+    }
+}
+
+impl fmt::Display for NoDecision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NoDecision::NotReady(e) => e.fmt(f),
+            NoDecision::Undecided(e) => e.fmt(f),
+        }
+    }
+}
+
+impl From<NotReady> for NoDecision {
+    fn from(e: NotReady) -> NoDecision {
+        NoDecision::NotReady(e)
+    }
+}
+
+impl From<Undecided> for NoDecision {
+    fn from(e: Undecided) -> NoDecision {
+        NoDecision::Undecided(e)
+    }
+}
+
+/// The gRPC error for a request without a decision, the same on every gRPC front end:
+/// INTERNAL or UNAVAILABLE ([`NoDecision::is_internal`]), which proxies and exporters retry or
+/// fail by their own failure setting.
+pub(crate) fn grpc_status(no_decision: impl Into<NoDecision>) -> tonic::Status {
+    let no_decision = no_decision.into();
+    let code = if no_decision.is_internal() {
+        tonic::Code::Internal
+    } else {
+        tonic::Code::Unavailable
+    };
+    tonic::Status::new(code, no_decision.to_string())
 }
 
 /// Logs a check or quota the mixer could not decide, at most a line per 10 s.
@@ -85,5 +141,45 @@ pub(crate) fn log_undecided(protocol: &'static str, error: &Undecided) {
     static UNDECIDED: LogGate = LogGate::new(Duration::from_secs(10));
     if let Some(held_back) = UNDECIDED.due() {
         tracing::warn!(held_back, protocol, "could not decide: {error}");
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use mixer_adapter_api::{AdapterError, ErrorKind};
+    use mixer_runtime::InstanceError;
+
+    use super::*;
+
+    /// A quota handler that failed closed.
+    pub(crate) fn handler_down() -> Undecided {
+        Undecided::Handler {
+            handler: Arc::from("quota.handler.istio-system"),
+            error: AdapterError::transient(ErrorKind::Unavailable, "redis is down"),
+        }
+    }
+
+    /// An instance that cannot be built from the request.
+    pub(crate) fn instance_unbuilt() -> Undecided {
+        Undecided::Instance(InstanceError {
+            instance: Arc::from("requestcount.instance.istio-system"),
+            field: "dimensions[user]".to_string(),
+            message: "attribute request.headers is absent".to_string(),
+        })
+    }
+
+    #[test]
+    fn grpc_front_ends_answer_in_the_runtimes_words() {
+        let status = grpc_status(NotReady);
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert_eq!(status.message(), "no valid config is active");
+
+        let status = grpc_status(handler_down());
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert_eq!(status.message(), handler_down().to_string());
+
+        let status = grpc_status(instance_unbuilt());
+        assert_eq!(status.code(), tonic::Code::Internal);
+        assert_eq!(status.message(), instance_unbuilt().to_string());
     }
 }

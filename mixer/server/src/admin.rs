@@ -107,12 +107,13 @@ async fn readyz(State(admin): State<Admin>) -> Response {
              drain ends\n{details}"
         );
         (StatusCode::SERVICE_UNAVAILABLE, body).into_response()
-    } else if runtime.is_ready() {
+    } else if let Err(not_ready) = runtime.ready_snapshot() {
+        // The runtime's wording, as every front end answers a request it gets meanwhile.
+        let body = format!("not ready: {not_ready}\n{details}");
+        (StatusCode::SERVICE_UNAVAILABLE, body).into_response()
+    } else {
         let body = format!("ready: config snapshot {}\n{details}", snapshot.id);
         (StatusCode::OK, body).into_response()
-    } else {
-        let body = format!("not ready: no valid config is active\n{details}");
-        (StatusCode::SERVICE_UNAVAILABLE, body).into_response()
     }
 }
 

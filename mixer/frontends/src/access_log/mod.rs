@@ -257,7 +257,7 @@ impl AccessLogService for AccessLog {
     ) -> Result<Response<StreamAccessLogsResponse>, Status> {
         self.runtime
             .ready_snapshot()
-            .map_err(crate::request_scope::unavailable)?;
+            .map_err(crate::request_scope::grpc_status)?;
         let mut stream = request.into_inner();
         let mut state = StreamState {
             identifier: None,

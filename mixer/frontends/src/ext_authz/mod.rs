@@ -71,13 +71,14 @@ use envoy_types::pb::envoy::service::auth::v3::{CheckRequest, CheckResponse};
 use mixer_model::{AttributeBag, Timestamp};
 use mixer_runtime::{Checked, Runtime, Wants};
 
-use crate::request_scope::{RequestScope, unavailable};
+use crate::request_scope::RequestScope;
+use respond::could_not_decide;
 
 pub use attributes::{
     METADATA_ATTRIBUTE, ROUTE_METADATA_ATTRIBUTE, bag_from_request, fill_bag, fill_bag_from_wire,
 };
 pub use encode::framed_check_response;
-pub use respond::{check_response, could_not_decide, http_status, metadata_keys};
+pub use respond::{check_response, http_status, metadata_keys};
 pub use wire::WireError;
 
 /// A peer at a socket address with a principal, as Envoy describes the source or destination
@@ -140,7 +141,7 @@ impl ExtAuthz {
         fill: impl FnOnce(&mut AttributeBag, Timestamp) -> Result<(), tonic::Status>,
     ) -> Result<RequestScope, tonic::Status> {
         // No valid config yet: we cannot decide, which is not the same as "deny".
-        let mut scope = RequestScope::begin(&self.runtime).map_err(unavailable)?;
+        let mut scope = RequestScope::begin(&self.runtime).map_err(could_not_decide)?;
         fill(scope.bag_mut(), Timestamp::now())?;
         Ok(scope)
     }
@@ -158,7 +159,7 @@ async fn checked(mut scope: RequestScope) -> Result<Checked, tonic::Status> {
     };
     // A handler failed closed. Answer a gRPC error (UNAVAILABLE), NOT a denial: Envoy treats
     // an error as a failed call and applies `failure_mode_allow`.
-    checked.map_err(|e| could_not_decide(&e))
+    checked.map_err(could_not_decide)
 }
 
 impl std::fmt::Debug for ExtAuthz {

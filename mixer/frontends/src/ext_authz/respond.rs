@@ -10,7 +10,9 @@ use envoy_types::pb::envoy::r#type::v3::{HttpStatus, StatusCode as HttpStatusCod
 use envoy_types::pb::google::protobuf::{ListValue, Struct, Value as PbValue, value::Kind};
 use envoy_types::pb::google::rpc;
 use mixer_model::{Code, HeaderOp, HeaderOperation, Verdict};
-use mixer_runtime::{Checked, Undecided};
+use mixer_runtime::Checked;
+
+use crate::request_scope::{NoDecision, grpc_status};
 
 /// Keys of the `dynamic_metadata` struct every answer carries. Envoy files it under the
 /// filter's namespace (`envoy.filters.http.ext_authz`), where access logs (`%DYNAMIC_METADATA%`)
@@ -46,17 +48,15 @@ pub fn check_response(checked: &Checked) -> CheckResponse {
     }
 }
 
-/// The gRPC error for a check the mixer could not decide: UNAVAILABLE when a handler failed
-/// closed, INTERNAL when an instance could not be built from the request (Istio's answer).
+/// The gRPC error for a check the mixer could not decide ([`grpc_status`]): UNAVAILABLE when
+/// no valid config is active or a handler failed closed, INTERNAL when an instance could not
+/// be built from the request (Istio's answer).
 ///
 /// Never a denial: Envoy counts an error answer as a failed call and applies its own
 /// `failure_mode_allow` setting (let through, or `status_on_error`, 403 by default), which
 /// is the operator's choice to make, not ours.
-pub fn could_not_decide(error: &Undecided) -> tonic::Status {
-    match error {
-        Undecided::Handler { .. } => tonic::Status::unavailable(error.to_string()),
-        Undecided::Instance(_) => tonic::Status::internal(error.to_string()),
-    }
+pub(crate) fn could_not_decide(no_decision: impl Into<NoDecision>) -> tonic::Status {
+    grpc_status(no_decision)
 }
 
 /// The HTTP status Envoy sends for a denial: 401 for UNAUTHENTICATED, 429 for

@@ -29,22 +29,22 @@
 
 mod attributes;
 mod client_address;
+mod respond;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
-use mixer_model::{Code, HeaderOp, HeaderOperation};
-use mixer_runtime::{Runtime, Undecided, Wants};
+use axum::response::Response;
+use mixer_runtime::{Runtime, Wants};
 
 use crate::request_scope::RequestScope;
+use respond::{check_response, could_not_decide};
 
 pub use attributes::fill_bag;
 pub use client_address::{ClientAddress, RealIpHeader, TrustedProxies};
+pub use respond::http_status;
 
 /// What the forward-auth endpoint is told at start.
 #[derive(Clone, Debug, Default)]
@@ -84,9 +84,7 @@ pub fn router(runtime: Arc<Runtime>, options: ForwardAuthOptions) -> Router {
 async fn check(State(endpoint): State<Endpoint>, request: Request) -> Response {
     let mut scope = match RequestScope::begin(&endpoint.runtime) {
         Ok(scope) => scope,
-        Err(not_ready) => {
-            return (StatusCode::SERVICE_UNAVAILABLE, format!("{not_ready}\n")).into_response();
-        }
+        Err(not_ready) => return could_not_decide(not_ready),
     };
     let client = request
         .extensions()
@@ -107,62 +105,7 @@ async fn check(State(endpoint): State<Endpoint>, request: Request) -> Response {
     };
     drop(scope);
     match decided {
-        Ok(checked) => {
-            let verdict = checked.verdict;
-            let mut headers = HeaderMap::new();
-            if verdict.is_allowed() {
-                apply(&mut headers, &verdict.request_header_ops);
-                apply(&mut headers, &verdict.response_header_ops);
-                (StatusCode::OK, headers, Body::empty()).into_response()
-            } else {
-                apply(&mut headers, &verdict.response_header_ops);
-                let status = http_status(verdict.status.code);
-                let body = format!("{}\n", verdict.status);
-                (status, headers, body).into_response()
-            }
-        }
-        // The mixer could not decide: 5xx, never a denial, so the proxy's own failure
-        // setting decides (nginx turns an auth_request 5xx into 500 for the client): 503
-        // when a handler failed closed, 500 when an instance could not be built (Istio's
-        // INTERNAL).
-        Err(e) => {
-            let status = match e {
-                Undecided::Handler { .. } => StatusCode::SERVICE_UNAVAILABLE,
-                Undecided::Instance(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            };
-            (status, format!("{e}\n")).into_response()
-        }
-    }
-}
-
-/// The HTTP status for a denial's code: 401 for UNAUTHENTICATED, 429 for RESOURCE_EXHAUSTED,
-/// 403 for everything else.
-pub fn http_status(code: Code) -> StatusCode {
-    match code {
-        Code::Ok => StatusCode::OK,
-        Code::Unauthenticated => StatusCode::UNAUTHORIZED,
-        Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
-        _ => StatusCode::FORBIDDEN,
-    }
-}
-
-fn apply(headers: &mut HeaderMap, ops: &[HeaderOperation]) {
-    for op in ops {
-        let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(op.name.as_bytes()),
-            HeaderValue::from_str(&op.value),
-        ) else {
-            continue;
-        };
-        match op.op {
-            HeaderOp::Replace => {
-                headers.insert(name, value);
-            }
-            HeaderOp::Append => {
-                headers.append(name, value);
-            }
-            // A forward-auth answer can only add headers; removal has no meaning here.
-            HeaderOp::Remove => {}
-        }
+        Ok(checked) => check_response(&checked),
+        Err(e) => could_not_decide(e),
     }
 }

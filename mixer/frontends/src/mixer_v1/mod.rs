@@ -99,12 +99,13 @@ use pb::report_request::RepeatedAttributesSemantics;
 use prost::Message;
 use tonic::Status;
 
-use crate::request_scope::{RequestScope, log_undecided, unavailable};
+use crate::request_scope::{RequestScope, log_undecided};
+use respond::could_not_decide;
 
 pub use decode::{DecodeError, decode_into, decode_keeping, encode};
 pub use dictionary::{GLOBAL_WORD_COUNT, GLOBAL_WORDS};
 pub use encode::framed_check_response;
-pub use respond::{check_response, could_not_decide, quota_result};
+pub use respond::{check_response, quota_result};
 
 /// The Mixer v1 service over a runtime.
 #[derive(Clone)]
@@ -126,7 +127,7 @@ impl MixerV1 {
 
     /// The active snapshot, once a valid config is active.
     fn ready(&self) -> Result<Arc<Snapshot>, Status> {
-        self.runtime.ready_snapshot().map_err(unavailable)
+        self.runtime.ready_snapshot().map_err(could_not_decide)
     }
 
     /// Answers one encoded `CheckRequest` (the gRPC method's message) with the gRPC frame of
@@ -174,7 +175,7 @@ impl MixerV1 {
     /// The request's scope with its bag filled from a request read in place (checked in the
     /// order the decoded path checks: readiness, dictionary version, attributes).
     fn filled(&self, view: &wire::CheckView<'_>) -> Result<(RequestScope, usize), Status> {
-        let mut scope = RequestScope::begin(&self.runtime).map_err(unavailable)?;
+        let mut scope = RequestScope::begin(&self.runtime).map_err(could_not_decide)?;
         let client_words = check_word_count(view.global_word_count)?;
         if let Some(attributes) = &view.attributes {
             check_attribute_count(attributes, self.runtime.limits(), "the check")?;
@@ -185,7 +186,7 @@ impl MixerV1 {
 
     /// Check for a decoded request.
     async fn check_decoded(&self, request: pb::CheckRequest) -> Result<pb::CheckResponse, Status> {
-        let mut scope = RequestScope::begin(&self.runtime).map_err(unavailable)?;
+        let mut scope = RequestScope::begin(&self.runtime).map_err(could_not_decide)?;
         let client_words = check_word_count(request.global_word_count)?;
         let limits = self.runtime.limits();
         if let Some(attributes) = &request.attributes {
@@ -293,7 +294,7 @@ async fn respond(
             // a check.
             Err(e) => {
                 log_undecided("mixer-v1", &e);
-                return Err(could_not_decide(&e));
+                return Err(could_not_decide(e));
             }
         }
     }
@@ -305,7 +306,7 @@ async fn checked(scope: &mut RequestScope) -> Result<mixer_runtime::Checked, Sta
     scope
         .check(Wants::Reads, "mixer-v1")
         .await
-        .map_err(|e| could_not_decide(&e))
+        .map_err(could_not_decide)
 }
 
 /// INVALID_ARGUMENT when a Check asks for more quotas than `--max-check-quotas`.

@@ -1,4 +1,5 @@
-//! Verdict → `CheckResponse`, quota outcome → `QuotaResult`.
+//! Verdict → `CheckResponse`, quota outcome → `QuotaResult`, and "could not decide" → gRPC
+//! error.
 
 use std::collections::HashSet;
 
@@ -12,6 +13,7 @@ use mixer_runtime::QuotaOutcome;
 use pb::referenced_attributes::{AttributeMatch, Condition};
 
 use super::dictionary::WordEncoder;
+use crate::request_scope::{NoDecision, grpc_status};
 
 /// The response to an allowed or denied check (the mixer decided).
 ///
@@ -180,12 +182,10 @@ fn header_op(op: &HeaderOperation) -> pb::HeaderOperation {
     }
 }
 
-/// Could not decide: UNAVAILABLE (a handler failed closed), so the proxy's fail-open/closed
-/// setting applies; INTERNAL for an instance that cannot be built, as Istio 1.4 answers it
-/// (`mixer/pkg/api/grpcServer.go`), which the proxy's network fail policy handles alike.
-pub fn could_not_decide(error: &mixer_runtime::Undecided) -> tonic::Status {
-    match error {
-        mixer_runtime::Undecided::Handler { .. } => tonic::Status::unavailable(error.to_string()),
-        mixer_runtime::Undecided::Instance(_) => tonic::Status::internal(error.to_string()),
-    }
+/// Could not decide ([`grpc_status`]): UNAVAILABLE (no valid config is active, or a handler
+/// failed closed), so the proxy's fail-open/closed setting applies; INTERNAL for an instance
+/// that cannot be built, as Istio 1.4 answers it (`mixer/pkg/api/grpcServer.go`), which the
+/// proxy's network fail policy handles alike.
+pub(crate) fn could_not_decide(no_decision: impl Into<NoDecision>) -> tonic::Status {
+    grpc_status(no_decision)
 }

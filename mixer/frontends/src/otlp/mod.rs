@@ -222,7 +222,7 @@ impl Otlp {
     fn snapshot(&self) -> Result<Arc<Snapshot>, Status> {
         self.runtime
             .ready_snapshot()
-            .map_err(crate::request_scope::unavailable)
+            .map_err(crate::request_scope::grpc_status)
     }
 
     /// INVALID_ARGUMENT (which OTLP exporters do not retry) for an export with more records

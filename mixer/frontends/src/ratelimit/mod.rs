@@ -6,7 +6,8 @@
 //!
 //! ## From a `RateLimitRequest` to quota calls
 //!
-//! Each descriptor of the request is decided on its own, in order, with a bag of its own:
+//! Each descriptor of the request is decided on its own, in order, with the request's bag
+//! (pooled, as every check front end's) holding that descriptor's attributes alone:
 //!
 //! | attribute | type | taken from |
 //! |---|---|---|
@@ -48,7 +49,8 @@
 //! | some descriptor refused (any non-OK quota status) | `overall_code` OVER_LIMIT |
 //! | each descriptor | one `DescriptorStatus`, in request order: `code` OK / OVER_LIMIT; `current_limit` (name, requests per unit, unit), `limit_remaining` and `duration_until_reset` as the most constraining quota handler counted them (see [`descriptor_status`]) |
 //! | headers | `response_headers_to_add`: `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (whole seconds, rounded up), from the most constraining descriptor with a known limit |
-//! | a handler failed closed, or no valid config yet | gRPC error UNAVAILABLE (see [`respond::could_not_decide`]) |
+//! | a handler failed closed, or no valid config yet | gRPC error UNAVAILABLE, so that Envoy's `failure_mode_deny` decides |
+//! | a quota instance cannot be built from a descriptor | gRPC error INTERNAL, as Istio 1.4 answers an instance it cannot build |
 //! | empty `domain` or no descriptor | gRPC error INVALID_ARGUMENT (envoyproxy/ratelimit refuses them too) |
 //! | a `limit` override with unit UNKNOWN | gRPC error INVALID_ARGUMENT |
 //! | more descriptors than `--max-ratelimit-descriptors` (64), or a descriptor with more entries than `--max-descriptor-entries` (64) | gRPC error INVALID_ARGUMENT naming the limit and its flag, counted on the wire before the request is decoded ([`check_encoded_limits`]), so that such a request costs a pass over its bytes and nothing else |
@@ -68,10 +70,12 @@ use mixer_adapter_api::{LimitOverride, QuotaArgs};
 use mixer_model::{AttributeBag, StringMap, Timestamp, Value};
 use mixer_runtime::{QuotaPlan, RequestLimits, Runtime, Snapshot};
 
+use crate::bag_pool::{keep_spare, spare_bag};
 use crate::protowire::{self, Reader, WireError};
-use crate::request_scope::{log_undecided, unavailable};
+use crate::request_scope::{RequestScope, log_undecided};
+use respond::could_not_decide;
 
-pub use respond::{could_not_decide, descriptor_status, response, response_of, window_of};
+pub use respond::{descriptor_status, response, response_of, window_of};
 
 /// `ratelimit.domain`: the request's domain.
 pub const DOMAIN: &str = "ratelimit.domain";
@@ -107,7 +111,7 @@ impl RateLimit {
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, tonic::Status> {
         // One snapshot for the whole request, whatever reloads happen meanwhile.
-        let snapshot = self.runtime.ready_snapshot().map_err(unavailable)?;
+        let mut scope = RequestScope::begin(&self.runtime).map_err(could_not_decide)?;
         if request.domain.is_empty() {
             return Err(tonic::Status::invalid_argument(
                 "rate limit domain must not be empty",
@@ -123,7 +127,9 @@ impl RateLimit {
             request.descriptors.iter().map(|d| d.entries.len()),
             self.runtime.limits(),
         )?;
-        decide_on(&snapshot, request, Timestamp::now()).await
+        let (snapshot, bag) = scope.parts_mut();
+        let planned = plan_descriptors(snapshot, bag, request, Timestamp::now())?;
+        counted(snapshot, &planned).await
     }
 }
 
@@ -138,10 +144,36 @@ pub async fn decide_on(
     request: &RateLimitRequest,
     now: Timestamp,
 ) -> Result<RateLimitResponse, tonic::Status> {
-    let mut planned = Vec::with_capacity(request.descriptors.len());
-    for (i, descriptor) in request.descriptors.iter().enumerate() {
-        planned.push(plan_descriptor(snapshot, request, i, descriptor, now)?);
-    }
+    // The bag is only read while planning, so it goes back to this thread's pool before the
+    // handlers are awaited.
+    let mut bag = spare_bag(snapshot.vocabulary());
+    let planned = plan_descriptors(snapshot, &mut bag, request, now);
+    keep_spare(bag);
+    counted(snapshot, &planned?).await
+}
+
+/// Every descriptor's quota plan and arguments, in request order (`None` for one that asks for
+/// nothing), each planned on `bag` holding that descriptor's attributes alone.
+fn plan_descriptors(
+    snapshot: &Snapshot,
+    bag: &mut AttributeBag,
+    request: &RateLimitRequest,
+    now: Timestamp,
+) -> Result<Vec<Option<(QuotaPlan, QuotaArgs)>>, tonic::Status> {
+    request
+        .descriptors
+        .iter()
+        .enumerate()
+        .map(|(i, descriptor)| plan_descriptor(snapshot, bag, request, i, descriptor, now))
+        .collect()
+}
+
+/// Counts the planned descriptors of a request (see [`decide_on`]): every limit that is not
+/// replaced, with each quota handler called once.
+async fn counted(
+    snapshot: &Snapshot,
+    planned: &[Option<(QuotaPlan, QuotaArgs)>],
+) -> Result<RateLimitResponse, tonic::Status> {
     let replaced: Vec<String> = planned
         .iter()
         .flatten()
@@ -166,16 +198,18 @@ pub async fn decide_on(
             // `failure_mode_deny` decides; never an OK response by accident.
             Err(e) => {
                 log_undecided("ratelimit", &e);
-                return Err(could_not_decide(&e));
+                return Err(could_not_decide(e));
             }
         }
     }
     Ok(response_of(&outcomes))
 }
 
-/// One descriptor's quota plan and arguments; `None` for one that asks for nothing.
+/// One descriptor's quota plan and arguments, planned on `bag`; `None` for one that asks for
+/// nothing.
 fn plan_descriptor(
     snapshot: &Snapshot,
+    bag: &mut AttributeBag,
     request: &RateLimitRequest,
     i: usize,
     descriptor: &RateLimitDescriptor,
@@ -197,10 +231,12 @@ fn plan_descriptor(
             ))
         })?,
     };
-    let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
-    fill_bag(&mut bag, &request.domain, descriptor, hits, now);
+    // The request's one bag, emptied of the previous descriptor's attributes, so that each
+    // descriptor is decided on its own.
+    bag.clear();
+    fill_bag(bag, &request.domain, descriptor, hits, now);
     Ok(Some((
-        mixer_runtime::quota::plan(snapshot, &bag, None),
+        mixer_runtime::quota::plan(snapshot, &*bag, None),
         args,
     )))
 }

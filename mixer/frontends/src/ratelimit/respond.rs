@@ -8,7 +8,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_li
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit as PbRateLimit,
 };
-use mixer_runtime::{QuotaOutcome, Undecided};
+use mixer_runtime::QuotaOutcome;
+
+use crate::request_scope::{NoDecision, grpc_status};
 
 /// The limit header (the requests per unit of the most constraining descriptor). The names are
 /// the draft IETF ones envoyproxy/ratelimit emitted (its later versions default to the same
@@ -196,17 +198,14 @@ fn pb_duration(d: Duration) -> envoy_types::pb::google::protobuf::Duration {
     }
 }
 
-/// The gRPC error for a descriptor the mixer could not decide (a quota handler failed closed:
-/// its storage is down, it timed out...).
+/// The gRPC error for a request the mixer could not decide ([`grpc_status`]): no valid config
+/// is active, or a quota handler failed closed (its storage is down, it timed out...).
 ///
 /// UNAVAILABLE, as Limitador answers storage errors: Envoy counts an error as a failed call and
 /// applies its `failure_mode_deny` (allow by default, or 500 when set), the operator's choice.
-/// Never UNKNOWN and never an OK response.
-pub fn could_not_decide(error: &Undecided) -> tonic::Status {
-    match error {
-        Undecided::Handler { .. } => tonic::Status::unavailable(error.to_string()),
-        // A quota instance that cannot be built from the descriptor: INTERNAL, as Istio
-        // answers an instance it cannot build; Envoy's failure mode applies all the same.
-        Undecided::Instance(_) => tonic::Status::internal(error.to_string()),
-    }
+/// Never UNKNOWN and never an OK response. A quota instance that cannot be built from a
+/// descriptor is INTERNAL, as Istio answers an instance it cannot build; Envoy's failure mode
+/// applies all the same.
+pub(crate) fn could_not_decide(no_decision: impl Into<NoDecision>) -> tonic::Status {
+    grpc_status(no_decision)
 }
