@@ -280,15 +280,17 @@ impl Remote {
 
 impl Adapter for Remote {
     type Config = Params;
+    type Compiled = Params;
 
     fn info(&self) -> &AdapterInfo {
         &ALLOWLIST
     }
 
-    fn validate(&self, params: &Params) -> Result<(), Vec<ParamError>> {
-        self.with_spec(params, "conformance.allowlist".into(), |spec| {
+    fn compile(&self, params: Params) -> Result<Params, Vec<ParamError>> {
+        self.with_spec(&params, "conformance.allowlist".into(), |spec| {
             self.factory.validate(spec)
-        })
+        })?;
+        Ok(params)
     }
 
     fn build(&self, params: &Params, ctx: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {

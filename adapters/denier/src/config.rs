@@ -1,7 +1,7 @@
 //! The denier's params, in Istio 1.4's shape.
 
 use mixer_adapter_api::{ParamError, duration_param};
-use mixer_model::Code;
+use mixer_model::{CheckResult, Code, Status};
 use serde::Deserialize;
 
 /// `params` of a denier handler.
@@ -35,22 +35,21 @@ pub struct StatusParams {
 }
 
 impl DenierParams {
-    /// Every problem with these params.
-    pub fn validate(&self) -> Result<(), Vec<ParamError>> {
-        let mut errors = Vec::new();
-        if let Err(e) = self.code() {
-            errors.push(e);
-        }
-        if let Err(e) = self.duration() {
-            errors.push(e);
-        }
-        if let Err(e) = self.use_count() {
-            errors.push(e);
-        }
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(errors)
+    /// The answer every check gets, or every problem with these params.
+    pub fn compile(&self) -> Result<CheckResult, Vec<ParamError>> {
+        match (self.code(), self.duration(), self.use_count()) {
+            (Ok(code), Ok(valid_duration), Ok(valid_use_count)) => {
+                let message = self.status.as_ref().map(|s| s.message.clone());
+                Ok(CheckResult {
+                    status: Status::new(code, message.unwrap_or_default()),
+                    valid_duration,
+                    valid_use_count,
+                })
+            }
+            (code, duration, count) => Err([code.err(), duration.err(), count.err()]
+                .into_iter()
+                .flatten()
+                .collect()),
         }
     }
 

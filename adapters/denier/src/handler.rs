@@ -2,9 +2,7 @@
 
 use async_trait::async_trait;
 use mixer_adapter_api::{AdapterError, CheckHandler, Handler, QuotaArgs, QuotaHandler};
-use mixer_model::{CheckResult, Instance, QuotaResult, Status};
-
-use crate::config::DenierParams;
+use mixer_model::{CheckResult, Instance, QuotaResult};
 
 /// Answers every check with the configured status and grants no quota.
 pub struct DenierHandler {
@@ -12,27 +10,10 @@ pub struct DenierHandler {
 }
 
 impl DenierHandler {
-    /// From validated params; anything invalid falls back to the default.
-    pub fn new(params: &DenierParams) -> DenierHandler {
-        let message = params
-            .status
-            .as_ref()
-            .map(|s| s.message.clone())
-            .unwrap_or_default();
-        DenierHandler {
-            result: CheckResult {
-                status: Status::new(
-                    params
-                        .code()
-                        .unwrap_or(mixer_model::Code::FailedPrecondition),
-                    message,
-                ),
-                valid_duration: params
-                    .duration()
-                    .unwrap_or(std::time::Duration::from_secs(5)),
-                valid_use_count: params.use_count().unwrap_or(1000),
-            },
-        }
+    /// Answers with `result`, what [`DenierParams::compile`](crate::DenierParams::compile)
+    /// made of the params.
+    pub fn new(result: CheckResult) -> DenierHandler {
+        DenierHandler { result }
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use mixer_adapter_api::{
     Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError, Stability,
 };
-use mixer_model::Template;
+use mixer_model::{CheckResult, Template};
 
 pub use config::DenierParams;
 
@@ -28,28 +28,31 @@ pub struct Denier;
 
 impl Adapter for Denier {
     type Config = DenierParams;
+    /// The answer every check gets.
+    type Compiled = CheckResult;
 
     fn info(&self) -> &AdapterInfo {
         &INFO
     }
 
-    fn validate(&self, params: &DenierParams) -> Result<(), Vec<ParamError>> {
-        params.validate()
+    fn compile(&self, params: DenierParams) -> Result<CheckResult, Vec<ParamError>> {
+        params.compile()
     }
 
     fn build(
         &self,
-        params: &DenierParams,
+        result: &CheckResult,
         _ctx: &BuildContext,
     ) -> Result<Arc<dyn Handler>, AdapterError> {
-        Ok(Arc::new(handler::DenierHandler::new(params)))
+        Ok(Arc::new(handler::DenierHandler::new(result.clone())))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use mixer_adapter_api::AnyAdapter;
+    // Only the erased trait: these tests start from params, as the config loader does.
+    use super::{Denier, Template};
+    use mixer_adapter_api::{AnyAdapter, BuildContext};
     use mixer_model::{Code, Instance};
     use serde_json::json;
 

@@ -373,11 +373,6 @@ impl ListParams {
             blacklist: self.blacklist,
         })
     }
-
-    /// Every problem with these params.
-    pub fn validate(&self) -> Result<(), Vec<ParamError>> {
-        self.compile().map(|_| ())
-    }
 }
 
 #[cfg(test)]

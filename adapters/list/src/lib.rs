@@ -77,11 +77,10 @@ impl ListChecker {
     /// that want [`ListHandler::ready`] or [`ListHandler::generation`].
     pub fn build_handler(
         &self,
-        params: &ListParams,
+        config: &ListConfig,
         ctx: &BuildContext,
     ) -> Result<Arc<ListHandler>, AdapterError> {
-        let config = params.compile().map_err(AdapterError::invalid_config)?;
-        ListHandler::start(config, ctx.handler_name.clone())
+        ListHandler::start(config.clone(), ctx.handler_name.clone())
     }
 }
 
@@ -91,21 +90,22 @@ const SECRET_PARAMS: &[mixer_adapter_api::secrets::SecretParam] =
 
 impl Adapter for ListChecker {
     type Config = ListParams;
+    type Compiled = ListConfig;
 
     fn info(&self) -> &AdapterInfo {
         &INFO
     }
 
-    fn validate(&self, params: &ListParams) -> Result<(), Vec<ParamError>> {
-        params.validate()
+    fn compile(&self, params: ListParams) -> Result<ListConfig, Vec<ParamError>> {
+        params.compile()
     }
 
     fn build(
         &self,
-        params: &ListParams,
+        config: &ListConfig,
         ctx: &BuildContext,
     ) -> Result<Arc<dyn Handler>, AdapterError> {
-        Ok(self.build_handler(params, ctx)?)
+        Ok(self.build_handler(config, ctx)?)
     }
 
     fn secret_params(&self) -> &'static [mixer_adapter_api::secrets::SecretParam] {

@@ -14,7 +14,7 @@ use serde_json::{Value as Json, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use crate::{ListChecker, ListHandler};
+use crate::{ListChecker, ListHandler, ListParams};
 
 fn ctx() -> BuildContext {
     BuildContext {
@@ -33,9 +33,9 @@ fn entry(value: Option<Value>) -> Instance {
 }
 
 fn build(params: Json) -> Arc<ListHandler> {
-    ListChecker.compile(&params).expect("valid params");
-    let params = decode_params(&params).expect("decodes");
-    ListChecker.build_handler(&params, &ctx()).expect("builds")
+    let params: ListParams = decode_params(&params).expect("decodes");
+    let config = params.compile().expect("valid params");
+    ListChecker.build_handler(&config, &ctx()).expect("builds")
 }
 
 async fn check_value(h: &ListHandler, value: Value) -> Result<CheckResult, AdapterError> {

@@ -84,12 +84,11 @@ impl MemQuota {
     /// that want [`MemQuotaHandler::tracked_keys`] or [`MemQuotaHandler::sweep`].
     pub fn build_handler(
         &self,
-        params: &MemQuotaParams,
+        config: &MemQuotaConfig,
         ctx: &BuildContext,
     ) -> Result<Arc<MemQuotaHandler>, AdapterError> {
-        let config = params.compile().map_err(AdapterError::invalid_config)?;
         Ok(Arc::new(MemQuotaHandler::new(
-            config,
+            config.clone(),
             ctx.handler_name.clone(),
         )))
     }
@@ -97,20 +96,21 @@ impl MemQuota {
 
 impl Adapter for MemQuota {
     type Config = MemQuotaParams;
+    type Compiled = MemQuotaConfig;
 
     fn info(&self) -> &AdapterInfo {
         &INFO
     }
 
-    fn validate(&self, params: &MemQuotaParams) -> Result<(), Vec<ParamError>> {
-        params.compile().map(|_| ())
+    fn compile(&self, params: MemQuotaParams) -> Result<MemQuotaConfig, Vec<ParamError>> {
+        params.compile()
     }
 
     fn build(
         &self,
-        params: &MemQuotaParams,
+        config: &MemQuotaConfig,
         ctx: &BuildContext,
     ) -> Result<Arc<dyn Handler>, AdapterError> {
-        Ok(self.build_handler(params, ctx)?)
+        Ok(self.build_handler(config, ctx)?)
     }
 }

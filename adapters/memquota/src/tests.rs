@@ -5,12 +5,13 @@ use mixer_adapter_api::{AnyAdapter, BuildContext, QuotaArgs, QuotaHandler};
 use mixer_model::{Code, FieldValue, Instance, Template, Value};
 use serde_json::json;
 
-use crate::{MemQuota, MemQuotaHandler};
+use crate::{MemQuota, MemQuotaHandler, MemQuotaParams};
 
 fn build(params: serde_json::Value) -> Arc<MemQuotaHandler> {
+    let params: MemQuotaParams = mixer_adapter_api::decode_params(&params).expect("decodes");
     MemQuota
         .build_handler(
-            &mixer_adapter_api::decode_params(&params).expect("decodes"),
+            &params.compile().expect("valid params"),
             &BuildContext {
                 handler_name: "h.ns".into(),
             },

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, Handler, QuotaArgs,
+    Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, Handler, ParamError, QuotaArgs,
     QuotaHandler, ReportHandler, Stability,
 };
 use mixer_model::{CheckResult, Instance, QuotaResult, Status, Template};
@@ -35,9 +35,14 @@ pub struct Noop;
 
 impl Adapter for Noop {
     type Config = NoopParams;
+    type Compiled = NoopParams;
 
     fn info(&self) -> &AdapterInfo {
         &INFO
+    }
+
+    fn compile(&self, params: NoopParams) -> Result<NoopParams, Vec<ParamError>> {
+        Ok(params)
     }
 
     fn build(

@@ -89,12 +89,11 @@ impl Otlp {
     /// inside a tokio runtime.
     pub fn build_handler(
         &self,
-        params: &OtlpParams,
+        config: &OtlpConfig,
         ctx: &BuildContext,
     ) -> Result<Arc<OtlpHandler>, AdapterError> {
-        let config = params.compile().map_err(AdapterError::invalid_config)?;
         Ok(Arc::new(OtlpHandler::new(
-            config,
+            config.clone(),
             ctx.handler_name.clone(),
         )?))
     }
@@ -106,21 +105,22 @@ const SECRET_PARAMS: &[mixer_adapter_api::secrets::SecretParam] =
 
 impl Adapter for Otlp {
     type Config = OtlpParams;
+    type Compiled = OtlpConfig;
 
     fn info(&self) -> &AdapterInfo {
         &INFO
     }
 
-    fn validate(&self, params: &OtlpParams) -> Result<(), Vec<ParamError>> {
-        params.compile().map(|_| ())
+    fn compile(&self, params: OtlpParams) -> Result<OtlpConfig, Vec<ParamError>> {
+        params.compile()
     }
 
     fn build(
         &self,
-        params: &OtlpParams,
+        config: &OtlpConfig,
         ctx: &BuildContext,
     ) -> Result<Arc<dyn Handler>, AdapterError> {
-        Ok(self.build_handler(params, ctx)?)
+        Ok(self.build_handler(config, ctx)?)
     }
 
     fn secret_params(&self) -> &'static [mixer_adapter_api::secrets::SecretParam] {

@@ -90,12 +90,11 @@ impl Prometheus {
     /// Builds the concrete handler (what [`Adapter::build`] returns, unerased).
     pub fn build_handler(
         &self,
-        params: &PrometheusParams,
+        config: &PrometheusConfig,
         ctx: &BuildContext,
     ) -> Result<Arc<PrometheusHandler>, AdapterError> {
-        let config = params.compile().map_err(AdapterError::invalid_config)?;
         Ok(Arc::new(PrometheusHandler::new(
-            config,
+            config.clone(),
             ctx.handler_name.clone(),
         )?))
     }
@@ -103,20 +102,21 @@ impl Prometheus {
 
 impl Adapter for Prometheus {
     type Config = PrometheusParams;
+    type Compiled = PrometheusConfig;
 
     fn info(&self) -> &AdapterInfo {
         &INFO
     }
 
-    fn validate(&self, params: &PrometheusParams) -> Result<(), Vec<ParamError>> {
-        params.validate()
+    fn compile(&self, params: PrometheusParams) -> Result<PrometheusConfig, Vec<ParamError>> {
+        params.compile()
     }
 
     fn build(
         &self,
-        params: &PrometheusParams,
+        config: &PrometheusConfig,
         ctx: &BuildContext,
     ) -> Result<Arc<dyn Handler>, AdapterError> {
-        Ok(self.build_handler(params, ctx)?)
+        Ok(self.build_handler(config, ctx)?)
     }
 }

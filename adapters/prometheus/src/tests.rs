@@ -7,13 +7,13 @@ use mixer_adapter_api::{AnyAdapter, BuildContext, ErrorKind};
 use mixer_model::{FieldValue, Instance, StringMap, Template, Value};
 use serde_json::json;
 
-use crate::{Prometheus, PrometheusHandler};
+use crate::{Prometheus, PrometheusHandler, PrometheusParams};
 
 fn build(params: serde_json::Value) -> Arc<PrometheusHandler> {
-    Prometheus.compile(&params).expect("valid params");
+    let params: PrometheusParams = mixer_adapter_api::decode_params(&params).expect("decodes");
     Prometheus
         .build_handler(
-            &mixer_adapter_api::decode_params(&params).expect("decodes"),
+            &params.compile().expect("valid params"),
             &BuildContext {
                 handler_name: "prom.istio-system".into(),
             },

@@ -74,12 +74,11 @@ impl RedisQuota {
     /// Builds the concrete handler (what [`Adapter::build`] returns, unerased).
     pub fn build_handler(
         &self,
-        params: &RedisQuotaParams,
+        config: &RedisQuotaConfig,
         ctx: &BuildContext,
     ) -> Result<Arc<RedisQuotaHandler>, AdapterError> {
-        let config = params.compile().map_err(AdapterError::invalid_config)?;
         Ok(Arc::new(RedisQuotaHandler::new(
-            config,
+            config.clone(),
             ctx.handler_name.clone(),
         )?))
     }
@@ -87,21 +86,22 @@ impl RedisQuota {
 
 impl Adapter for RedisQuota {
     type Config = RedisQuotaParams;
+    type Compiled = RedisQuotaConfig;
 
     fn info(&self) -> &AdapterInfo {
         &INFO
     }
 
-    fn validate(&self, params: &RedisQuotaParams) -> Result<(), Vec<ParamError>> {
-        params.compile().map(|_| ())
+    fn compile(&self, params: RedisQuotaParams) -> Result<RedisQuotaConfig, Vec<ParamError>> {
+        params.compile()
     }
 
     fn build(
         &self,
-        params: &RedisQuotaParams,
+        config: &RedisQuotaConfig,
         ctx: &BuildContext,
     ) -> Result<Arc<dyn Handler>, AdapterError> {
-        Ok(self.build_handler(params, ctx)?)
+        Ok(self.build_handler(config, ctx)?)
     }
 
     fn secret_params(&self) -> &'static [SecretParam] {

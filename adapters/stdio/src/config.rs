@@ -381,11 +381,6 @@ impl StdioParams {
             json: self.output_as_json.unwrap_or(true),
         })
     }
-
-    /// Every problem with these params.
-    pub fn validate(&self) -> Result<(), Vec<ParamError>> {
-        self.compile().map(|_| ())
-    }
 }
 
 #[cfg(test)]

@@ -86,12 +86,11 @@ impl Stdio {
     /// Builds the concrete handler (what [`Adapter::build`] returns, unerased).
     pub fn build_handler(
         &self,
-        params: &StdioParams,
+        config: &StdioConfig,
         ctx: &BuildContext,
     ) -> Result<Arc<StdioHandler>, AdapterError> {
-        let config = params.compile().map_err(AdapterError::invalid_config)?;
         Ok(Arc::new(StdioHandler::new(
-            config,
+            config.clone(),
             ctx.handler_name.clone(),
         )?))
     }
@@ -99,20 +98,21 @@ impl Stdio {
 
 impl Adapter for Stdio {
     type Config = StdioParams;
+    type Compiled = StdioConfig;
 
     fn info(&self) -> &AdapterInfo {
         &INFO
     }
 
-    fn validate(&self, params: &StdioParams) -> Result<(), Vec<ParamError>> {
-        params.compile().map(|_| ())
+    fn compile(&self, params: StdioParams) -> Result<StdioConfig, Vec<ParamError>> {
+        params.compile()
     }
 
     fn build(
         &self,
-        params: &StdioParams,
+        config: &StdioConfig,
         ctx: &BuildContext,
     ) -> Result<Arc<dyn Handler>, AdapterError> {
-        Ok(self.build_handler(params, ctx)?)
+        Ok(self.build_handler(config, ctx)?)
     }
 }

@@ -19,9 +19,9 @@ fn ctx() -> BuildContext {
 }
 
 fn build(params: serde_json::Value) -> Arc<StdioHandler> {
-    Stdio.compile(&params).expect("valid params");
-    let params = mixer_adapter_api::decode_params(&params).expect("decodes");
-    Stdio.build_handler(&params, &ctx()).expect("built")
+    let params: StdioParams = mixer_adapter_api::decode_params(&params).expect("decodes");
+    let config = params.compile().expect("valid params");
+    Stdio.build_handler(&config, &ctx()).expect("built")
 }
 
 struct FakeClock(Arc<AtomicU64>);

@@ -1,4 +1,4 @@
-//! The adapter lifecycle: info, validate params, build a handler.
+//! The adapter lifecycle: info, compile params, build a handler.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -50,27 +50,32 @@ pub struct BuildContext {
 /// An adapter: a factory of handlers. Built-in, out-of-process and Wasm adapters all appear to
 /// the runtime through this trait and the handler traits.
 ///
-/// Its params are decoded once, when config loads, into its own [`Adapter::Config`] (a serde
-/// type: a wrong field or type is an error at its field path), checked by
-/// [`Adapter::validate`], and kept; [`Adapter::build`] gets the decoded config, so it never
-/// parses params again and `mixer validate` finds every params error `serve` would.
+/// A handler's params go through two steps, both when config loads (so `mixer validate` finds
+/// every params error `serve` would): they are decoded into the adapter's own
+/// [`Adapter::Config`] (a serde type: a wrong field or type is an error at its field path),
+/// then [`Adapter::compile`] checks what decoding cannot and turns them into the
+/// [`Adapter::Compiled`] form handlers are built from. [`Adapter::build`] gets that form, so
+/// nothing is parsed or checked twice.
 pub trait Adapter: Send + Sync + 'static {
     /// The handler params, decoded (`#[serde(deny_unknown_fields)]` catches misspelt keys).
-    type Config: DeserializeOwned + Send + Sync + 'static;
+    type Config: DeserializeOwned;
+
+    /// What [`Adapter::compile`] makes of a config: checked, and in the shape handlers use
+    /// (parsed durations, compiled patterns, a loaded module). An adapter with nothing to
+    /// convert uses its [`Adapter::Config`].
+    type Compiled: Send + Sync + 'static;
 
     /// What it is and what it supports.
     fn info(&self) -> &AdapterInfo;
 
-    /// Checks what decoding cannot (ranges, combinations, files that must exist); returns
-    /// every problem found, at its field path.
-    fn validate(&self, _config: &Self::Config) -> Result<(), Vec<ParamError>> {
-        Ok(())
-    }
+    /// Checks what decoding cannot (ranges, combinations, files that must exist) and converts;
+    /// returns every problem found, at its field path.
+    fn compile(&self, config: Self::Config) -> Result<Self::Compiled, Vec<ParamError>>;
 
-    /// Builds a handler from a config that passed [`Adapter::validate`].
+    /// Builds a handler from a config [`Adapter::compile`] accepted.
     fn build(
         &self,
-        config: &Self::Config,
+        compiled: &Self::Compiled,
         ctx: &BuildContext,
     ) -> Result<Arc<dyn Handler>, AdapterError>;
 
@@ -91,17 +96,18 @@ pub trait Adapter: Send + Sync + 'static {
         &[]
     }
 
-    /// The templates a handler built from `config` accepts, when they depend on its config
+    /// The templates a handler built from `compiled` accepts, when they depend on its config
     /// rather than on the adapter (a Wasm plugin declares its own when its module loads);
     /// rules sending it another template are config errors. `None`: those of
     /// [`AdapterInfo::templates`].
-    fn templates_for(&self, _config: &Self::Config) -> Option<Vec<Template>> {
+    fn templates_for(&self, _compiled: &Self::Compiled) -> Option<Vec<Template>> {
         None
     }
 }
 
-/// A handler's params decoded and validated by its adapter, once, when config loads; what
-/// [`AnyAdapter::build_compiled`] builds from. Cheap to clone.
+/// A handler's params decoded and compiled by its adapter ([`Adapter::Compiled`], type
+/// hidden), once, when config loads; what [`AnyAdapter::build_compiled`] builds from. Cheap
+/// to clone.
 #[derive(Clone)]
 pub struct CompiledConfig {
     adapter: &'static str,
@@ -123,7 +129,7 @@ pub trait AnyAdapter: Send + Sync {
     /// What it is and what it supports.
     fn info(&self) -> &AdapterInfo;
 
-    /// Decodes and validates params: every problem, at its field path inside them.
+    /// Decodes and compiles params: every problem, at its field path inside them.
     fn compile(&self, params: &Params) -> Result<CompiledConfig, Vec<ParamError>>;
 
     /// Builds a handler from a config this adapter compiled.
@@ -162,10 +168,9 @@ impl<A: Adapter> AnyAdapter for A {
 
     fn compile(&self, params: &Params) -> Result<CompiledConfig, Vec<ParamError>> {
         let config: A::Config = decode_params(params).map_err(|e| vec![e])?;
-        Adapter::validate(self, &config)?;
         Ok(CompiledConfig {
             adapter: Adapter::info(self).name,
-            config: Arc::new(config),
+            config: Arc::new(Adapter::compile(self, config)?),
         })
     }
 
@@ -196,8 +201,8 @@ impl<A: Adapter> AnyAdapter for A {
 fn typed<'c, A: Adapter>(
     config: &'c CompiledConfig,
     name: &str,
-) -> Result<&'c A::Config, AdapterError> {
-    config.config.downcast_ref::<A::Config>().ok_or_else(|| {
+) -> Result<&'c A::Compiled, AdapterError> {
+    config.config.downcast_ref::<A::Compiled>().ok_or_else(|| {
         AdapterError::permanent(
             ErrorKind::Internal,
             format!(

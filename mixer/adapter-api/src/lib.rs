@@ -5,10 +5,10 @@
 //! 1. [`Adapter::info`] declares its name, the templates it supports and whether its check
 //!    results may be cached;
 //! 2. when config loads, a handler's `params` are decoded into the adapter's own
-//!    [`Adapter::Config`] and checked by [`Adapter::validate`], so a bad config is rejected
-//!    (by `mixer validate` too) before it replaces a good one; the result is kept as a
-//!    [`CompiledConfig`];
-//! 3. [`Adapter::build`] turns that config into a [`Handler`], which offers one or more of
+//!    [`Adapter::Config`] and compiled by [`Adapter::compile`] into its
+//!    [`Adapter::Compiled`] form, so a bad config is rejected (by `mixer validate` too)
+//!    before it replaces a good one; the result is kept as a [`CompiledConfig`];
+//! 3. [`Adapter::build`] turns that form into a [`Handler`], which offers one or more of
 //!    [`CheckHandler`], [`QuotaHandler`] and [`ReportHandler`];
 //! 4. [`Handler::close`] runs when no config snapshot uses the handler any more.
 //!
@@ -46,17 +46,18 @@
 //!
 //! impl Adapter for AllowAll {
 //!     type Config = AllowAllConfig;
+//!     /// How long an answer may be cached.
+//!     type Compiled = Duration;
 //!     fn info(&self) -> &AdapterInfo { &INFO }
-//!     fn validate(&self, config: &AllowAllConfig) -> Result<(), Vec<ParamError>> {
+//!     fn compile(&self, config: AllowAllConfig) -> Result<Duration, Vec<ParamError>> {
 //!         match config.valid_seconds {
 //!             Some(0) => Err(vec![ParamError::new("validSeconds", "must be above 0")]),
-//!             _ => Ok(()),
+//!             seconds => Ok(Duration::from_secs(seconds.unwrap_or(60))),
 //!         }
 //!     }
-//!     fn build(&self, config: &AllowAllConfig, _: &BuildContext)
+//!     fn build(&self, valid: &Duration, _: &BuildContext)
 //!         -> Result<Arc<dyn Handler>, AdapterError> {
-//!         let valid = Duration::from_secs(config.valid_seconds.unwrap_or(60));
-//!         Ok(Arc::new(AllowAllHandler(valid)))
+//!         Ok(Arc::new(AllowAllHandler(*valid)))
 //!     }
 //! }
 //!

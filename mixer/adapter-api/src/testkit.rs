@@ -372,12 +372,13 @@ mod tests {
     }
     impl Adapter for Sloppy {
         type Config = SloppyConfig;
+        type Compiled = SloppyConfig;
         fn info(&self) -> &AdapterInfo {
             &SLOPPY
         }
-        fn validate(&self, config: &SloppyConfig) -> Result<(), Vec<ParamError>> {
+        fn compile(&self, config: SloppyConfig) -> Result<SloppyConfig, Vec<ParamError>> {
             assert!(config.a.is_some(), "no params");
-            Ok(())
+            Ok(config)
         }
         fn build(
             &self,

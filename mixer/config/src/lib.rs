@@ -8,7 +8,7 @@
 //! ```
 //! use std::sync::Arc;
 //! use mixer_adapter_api::{Adapter, AdapterError, AdapterInfo, AdapterRegistry, BuildContext,
-//!     Handler, Stability};
+//!     Handler, ParamError, Stability};
 //! use mixer_config::{ConfigOptions, SourceFile, validate};
 //! use mixer_model::Template;
 //!
@@ -21,7 +21,9 @@
 //!     templates: &[Template::CheckNothing], cacheable: true, stability: Stability::Stable };
 //! impl Adapter for Deny {
 //!     type Config = NoParams;
+//!     type Compiled = NoParams;
 //!     fn info(&self) -> &AdapterInfo { &INFO }
+//!     fn compile(&self, none: NoParams) -> Result<NoParams, Vec<ParamError>> { Ok(none) }
 //!     fn build(&self, _: &NoParams, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
 //!         unreachable!("not built in this example")
 //!     }

@@ -208,15 +208,16 @@ static NEEDS_FILE: mixer_adapter_api::AdapterInfo = mixer_adapter_api::AdapterIn
 
 impl mixer_adapter_api::Adapter for NeedsFile {
     type Config = mixer_adapter_api::Params;
+    type Compiled = mixer_adapter_api::Params;
 
     fn info(&self) -> &mixer_adapter_api::AdapterInfo {
         &NEEDS_FILE
     }
-    fn validate(
+    fn compile(
         &self,
-        _: &mixer_adapter_api::Params,
-    ) -> Result<(), Vec<mixer_adapter_api::ParamError>> {
-        Ok(())
+        params: mixer_adapter_api::Params,
+    ) -> Result<mixer_adapter_api::Params, Vec<mixer_adapter_api::ParamError>> {
+        Ok(params)
     }
     fn build(
         &self,

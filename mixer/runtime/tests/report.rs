@@ -10,8 +10,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use common::bag;
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, AdapterRegistry, BuildContext, Handler, ParamError, Params,
-    ReportHandler, Stability, decode_params,
+    Adapter, AdapterError, AdapterInfo, AdapterRegistry, BuildContext, Handler, ParamError,
+    ReportHandler, Stability,
 };
 use mixer_config::{ConfigOptions, SourceFile};
 use mixer_model::{Instance, Template, Value};
@@ -44,20 +44,20 @@ struct RecorderParams {
 }
 
 impl Adapter for Recorder {
-    type Config = Params;
+    type Config = RecorderParams;
+    type Compiled = RecorderParams;
 
     fn info(&self) -> &AdapterInfo {
         &RECORDER
     }
-    fn validate(&self, params: &Params) -> Result<(), Vec<ParamError>> {
-        decode_params::<RecorderParams>(params)
-            .map(|_| ())
-            .map_err(|e| vec![e])
+    fn compile(&self, params: RecorderParams) -> Result<RecorderParams, Vec<ParamError>> {
+        Ok(params)
     }
-    fn build(&self, params: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
-        let p = decode_params::<RecorderParams>(params).map_err(|e| {
-            AdapterError::permanent(mixer_adapter_api::ErrorKind::Internal, e.to_string())
-        })?;
+    fn build(
+        &self,
+        p: &RecorderParams,
+        _: &BuildContext,
+    ) -> Result<Arc<dyn Handler>, AdapterError> {
         Ok(Arc::new(RecorderHandler {
             sink: self.0.clone(),
             delay: Duration::from_millis(p.delay_ms),

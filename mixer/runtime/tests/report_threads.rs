@@ -30,12 +30,13 @@ static THREADS: AdapterInfo = AdapterInfo {
 
 impl Adapter for Threads {
     type Config = Params;
+    type Compiled = Params;
 
     fn info(&self) -> &AdapterInfo {
         &THREADS
     }
-    fn validate(&self, _: &Params) -> Result<(), Vec<ParamError>> {
-        Ok(())
+    fn compile(&self, params: Params) -> Result<Params, Vec<ParamError>> {
+        Ok(params)
     }
     fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
         Ok(Arc::new(self.clone()))

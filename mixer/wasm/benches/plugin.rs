@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use mixer_adapter_api::{AnyAdapter, BuildContext, decode_params};
+use mixer_adapter_api::{Adapter, AnyAdapter, BuildContext, decode_params};
 use mixer_model::{FieldValue, Instance, Template, Value};
 use mixer_wasm::WasmAdapter;
 use serde_json::json;
@@ -156,9 +156,8 @@ fn bench(c: &mut Criterion) {
             "limits": limits,
             "instances": instances,
         });
-        let handler = wasm
-            .build_handler(&decode_params(&params).expect("decodes"), &ctx("count"))
-            .expect("plugin");
+        let loaded = Adapter::compile(&wasm, decode_params(&params).expect("decodes"));
+        let handler = wasm.build_handler(&loaded.expect("plugin"), &ctx("count"));
         // Synchronously: the measure is the plugin's, not the blocking pool's hop.
         c.bench_function(&format!("report/wasm-{mode}-500-metrics"), |b| {
             b.iter(|| handler.report_now(&batch).unwrap())

@@ -88,7 +88,9 @@ impl Default for WasmAdapter {
     }
 }
 
-struct Loaded {
+/// A handler's params compiled: its module loaded (and compiled, or found in the host's
+/// cache), its config accepted by the plugin's own `validate`, its limits parsed.
+pub struct LoadedPlugin {
     host: Arc<WasmHost>,
     plugin: Arc<Plugin>,
     config: String,
@@ -114,7 +116,7 @@ impl WasmAdapter {
     }
 
     /// Loads the module and runs the plugin's `validate` on its config.
-    fn load(&self, p: &WasmParams) -> Result<Loaded, Vec<ParamError>> {
+    fn load(&self, p: &WasmParams) -> Result<LoadedPlugin, Vec<ParamError>> {
         let limits = Limits::parse(Some(&p.limits)).map_err(|e| vec![e])?;
         let instances = instances(p).map_err(|e| vec![e])?;
         if p.module.trim().is_empty() {
@@ -168,7 +170,7 @@ impl WasmAdapter {
                 })
                 .collect());
         }
-        Ok(Loaded {
+        Ok(LoadedPlugin {
             host,
             plugin,
             config,
@@ -178,32 +180,28 @@ impl WasmAdapter {
     }
 
     /// [`Adapter::build`], with the handler's own type (for its synchronous calls).
-    pub fn build_handler(
-        &self,
-        params: &WasmParams,
-        ctx: &BuildContext,
-    ) -> Result<WasmHandler, AdapterError> {
-        let loaded = self.load(params).map_err(AdapterError::invalid_config)?;
-        Ok(WasmHandler::new(
+    pub fn build_handler(&self, loaded: &LoadedPlugin, ctx: &BuildContext) -> WasmHandler {
+        WasmHandler::new(
             &loaded.host,
-            loaded.plugin,
-            loaded.config,
+            loaded.plugin.clone(),
+            loaded.config.clone(),
             loaded.limits,
             loaded.instances,
             ctx.handler_name.clone(),
-        ))
+        )
     }
 }
 
 impl Adapter for WasmAdapter {
     type Config = WasmParams;
+    type Compiled = LoadedPlugin;
 
     fn info(&self) -> &AdapterInfo {
         &INFO
     }
 
-    fn validate(&self, params: &WasmParams) -> Result<(), Vec<ParamError>> {
-        self.load(params).map(|_| ())
+    fn compile(&self, params: WasmParams) -> Result<LoadedPlugin, Vec<ParamError>> {
+        self.load(&params)
     }
 
     fn path_params(&self) -> &'static [&'static str] {
@@ -212,21 +210,13 @@ impl Adapter for WasmAdapter {
 
     fn build(
         &self,
-        params: &WasmParams,
+        loaded: &LoadedPlugin,
         ctx: &BuildContext,
     ) -> Result<Arc<dyn Handler>, AdapterError> {
-        Ok(Arc::new(self.build_handler(params, ctx)?))
+        Ok(Arc::new(self.build_handler(loaded, ctx)))
     }
 
-    fn templates_for(&self, params: &WasmParams) -> Option<Vec<Template>> {
-        // Loaded (from the cache: validate compiled it a moment ago) for its declaration;
-        // a module that does not load has already been reported by validate.
-        let limits = Limits::parse(Some(&params.limits)).ok()?;
-        let plugin = self
-            .host()
-            .ok()?
-            .load(Path::new(&params.module), &limits)
-            .ok()?;
-        Some(plugin.templates().to_vec())
+    fn templates_for(&self, loaded: &LoadedPlugin) -> Option<Vec<Template>> {
+        Some(loaded.plugin.templates().to_vec())
     }
 }

@@ -39,7 +39,7 @@ mod limits;
 mod metrics;
 mod plugin;
 
-pub use adapter::{ADAPTER_NAME, WasmAdapter, WasmParams};
+pub use adapter::{ADAPTER_NAME, LoadedPlugin, WasmAdapter, WasmParams};
 pub use handler::{Instances, WasmHandler};
 pub use host::{HostOptions, WasmHost};
 pub use limits::Limits;

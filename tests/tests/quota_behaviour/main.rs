@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mixer_adapter_api::{ErrorKind, Handler};
-use mixer_adapter_memquota::MemQuota;
+use mixer_adapter_memquota::{MemQuota, MemQuotaParams};
 use serde_json::json;
 use tokio::time::{Instant, sleep};
 
@@ -62,11 +62,9 @@ behaviour_suite!(
 #[tokio::test(start_paused = true)]
 async fn memquota_memory_stays_bounded() {
     let params = json!({"maxKeys": 1000, "quotas": [quota("rq", 5, "1h", "ROLLING_WINDOW")]});
+    let params: MemQuotaParams = mixer_adapter_api::decode_params(&params).expect("decodes");
     let h = MemQuota
-        .build_handler(
-            &mixer_adapter_api::decode_params(&params).expect("decodes"),
-            &ctx(),
-        )
+        .build_handler(&params.compile().expect("valid params"), &ctx())
         .expect("handler");
     let handler: Arc<dyn Handler> = h.clone();
     for i in 0..100_000 {

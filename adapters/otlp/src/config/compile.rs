@@ -394,9 +394,4 @@ impl OtlpParams {
             points,
         })
     }
-
-    /// Every problem with these params.
-    pub fn validate(&self) -> Result<(), Vec<ParamError>> {
-        self.compile().map(|_| ())
-    }
 }

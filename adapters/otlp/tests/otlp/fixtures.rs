@@ -3,16 +3,16 @@
 
 use std::sync::Arc;
 
-use mixer_adapter_api::{AnyAdapter, BuildContext};
-use mixer_adapter_otlp::{Otlp, OtlpHandler};
+use mixer_adapter_api::BuildContext;
+use mixer_adapter_otlp::{Otlp, OtlpHandler, OtlpParams};
 use mixer_model::{FieldValue, Instance, Template, Timestamp, Value};
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use serde_json::json;
 
 pub fn build(params: serde_json::Value) -> Arc<OtlpHandler> {
-    Otlp.compile(&params).expect("valid params");
+    let params: OtlpParams = mixer_adapter_api::decode_params(&params).expect("decodes");
     Otlp.build_handler(
-        &mixer_adapter_api::decode_params(&params).expect("decodes"),
+        &params.compile().expect("valid params"),
         &BuildContext {
             handler_name: "otlp.istio-system".into(),
         },

@@ -361,9 +361,4 @@ impl PrometheusParams {
         }
         Ok(PrometheusConfig { metrics, expiry })
     }
-
-    /// Every problem with these params.
-    pub fn validate(&self) -> Result<(), Vec<ParamError>> {
-        self.compile().map(|_| ())
-    }
 }

@@ -56,12 +56,13 @@ static SLOW_INFO: AdapterInfo = AdapterInfo {
 
 impl Adapter for Slow {
     type Config = Params;
+    type Compiled = Params;
 
     fn info(&self) -> &AdapterInfo {
         &SLOW_INFO
     }
-    fn validate(&self, _: &Params) -> Result<(), Vec<ParamError>> {
-        Ok(())
+    fn compile(&self, params: Params) -> Result<Params, Vec<ParamError>> {
+        Ok(params)
     }
     fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
         Ok(Arc::new(SlowHandler {

@@ -176,13 +176,14 @@ static FAILING_INFO: AdapterInfo = AdapterInfo {
 
 impl Adapter for Failing {
     type Config = Params;
+    type Compiled = Params;
 
     fn info(&self) -> &AdapterInfo {
         &FAILING_INFO
     }
 
-    fn validate(&self, _params: &Params) -> Result<(), Vec<ParamError>> {
-        Ok(())
+    fn compile(&self, params: Params) -> Result<Params, Vec<ParamError>> {
+        Ok(params)
     }
 
     fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {

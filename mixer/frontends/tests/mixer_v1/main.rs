@@ -112,12 +112,13 @@ static BROKEN: AdapterInfo = AdapterInfo {
 
 impl Adapter for Broken {
     type Config = Params;
+    type Compiled = Params;
 
     fn info(&self) -> &AdapterInfo {
         &BROKEN
     }
-    fn validate(&self, _: &Params) -> Result<(), Vec<ParamError>> {
-        Ok(())
+    fn compile(&self, params: Params) -> Result<Params, Vec<ParamError>> {
+        Ok(params)
     }
     fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
         Ok(Arc::new(BrokenHandler))

@@ -88,12 +88,13 @@ static QUOTA_RECORDER: AdapterInfo = AdapterInfo {
 
 impl Adapter for QuotaRecorder {
     type Config = Params;
+    type Compiled = Params;
 
     fn info(&self) -> &AdapterInfo {
         &QUOTA_RECORDER
     }
-    fn validate(&self, _: &Params) -> Result<(), Vec<ParamError>> {
-        Ok(())
+    fn compile(&self, params: Params) -> Result<Params, Vec<ParamError>> {
+        Ok(params)
     }
     fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
         Ok(Arc::new(QuotaRecorderHandler(self.0.clone())))

@@ -33,12 +33,13 @@ static COUNTING: AdapterInfo = AdapterInfo {
 
 impl Adapter for Counting {
     type Config = Params;
+    type Compiled = Params;
 
     fn info(&self) -> &AdapterInfo {
         &COUNTING
     }
-    fn validate(&self, _: &Params) -> Result<(), Vec<ParamError>> {
-        Ok(())
+    fn compile(&self, params: Params) -> Result<Params, Vec<ParamError>> {
+        Ok(params)
     }
     fn build(&self, params: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
         let mut limits = HashMap::new();

@@ -26,12 +26,13 @@ static BROKEN: AdapterInfo = AdapterInfo {
 
 impl Adapter for Broken {
     type Config = Params;
+    type Compiled = Params;
 
     fn info(&self) -> &AdapterInfo {
         &BROKEN
     }
-    fn validate(&self, _: &Params) -> Result<(), Vec<ParamError>> {
-        Ok(())
+    fn compile(&self, params: Params) -> Result<Params, Vec<ParamError>> {
+        Ok(params)
     }
     fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
         Ok(Arc::new(BrokenHandler))
@@ -70,12 +71,13 @@ static HOLLOW: AdapterInfo = AdapterInfo {
 
 impl Adapter for Hollow {
     type Config = Params;
+    type Compiled = Params;
 
     fn info(&self) -> &AdapterInfo {
         &HOLLOW
     }
-    fn validate(&self, _: &Params) -> Result<(), Vec<ParamError>> {
-        Ok(())
+    fn compile(&self, params: Params) -> Result<Params, Vec<ParamError>> {
+        Ok(params)
     }
     fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
         Ok(Arc::new(HollowHandler))
@@ -104,12 +106,13 @@ static STALLED: AdapterInfo = AdapterInfo {
 
 impl Adapter for Stalled {
     type Config = Params;
+    type Compiled = Params;
 
     fn info(&self) -> &AdapterInfo {
         &STALLED
     }
-    fn validate(&self, _: &Params) -> Result<(), Vec<ParamError>> {
-        Ok(())
+    fn compile(&self, params: Params) -> Result<Params, Vec<ParamError>> {
+        Ok(params)
     }
     fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
         Ok(Arc::new(StalledHandler))
@@ -259,12 +262,13 @@ static CLOSING: AdapterInfo = AdapterInfo {
 
 impl Adapter for Closing {
     type Config = Params;
+    type Compiled = Params;
 
     fn info(&self) -> &AdapterInfo {
         &CLOSING
     }
-    fn validate(&self, _: &Params) -> Result<(), Vec<ParamError>> {
-        Ok(())
+    fn compile(&self, params: Params) -> Result<Params, Vec<ParamError>> {
+        Ok(params)
     }
     fn build(&self, _: &Params, ctx: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
         Ok(Arc::new(ClosingHandler(ctx.handler_name.clone())))

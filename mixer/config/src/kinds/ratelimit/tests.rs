@@ -21,16 +21,17 @@ static INFO: AdapterInfo = AdapterInfo {
 
 impl Adapter for FakeMemquota {
     type Config = Params;
+    type Compiled = Params;
 
     fn info(&self) -> &AdapterInfo {
         &INFO
     }
-    fn validate(&self, params: &Params) -> Result<(), Vec<ParamError>> {
+    fn compile(&self, params: Params) -> Result<Params, Vec<ParamError>> {
         self.0.lock().expect("lock").push(params.clone());
         if params.get("bad").is_some() {
             return Err(vec![ParamError::new("bad", "not allowed")]);
         }
-        Ok(())
+        Ok(params)
     }
     fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
         unreachable!("not built here")
