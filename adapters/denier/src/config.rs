@@ -1,6 +1,6 @@
 //! The denier's params, in Istio 1.4's shape.
 
-use mixer_adapter_api::{ParamError, duration_param};
+use mixer_adapter_api::{DurationParam, ParamError};
 use mixer_model::{CheckResult, Code, Status};
 use serde::Deserialize;
 
@@ -13,7 +13,7 @@ pub struct DenierParams {
     pub status: Option<StatusParams>,
     /// How long a result may be cached (default 5s).
     #[serde(default)]
-    pub valid_duration: Option<String>,
+    pub valid_duration: Option<DurationParam>,
     /// How many uses a result may be cached for (default 1000).
     #[serde(default)]
     pub valid_use_count: Option<i64>,
@@ -78,13 +78,7 @@ impl DenierParams {
     pub fn duration(&self) -> Result<std::time::Duration, ParamError> {
         match &self.valid_duration {
             None => Ok(std::time::Duration::from_secs(5)),
-            Some(text) => match duration_param("validDuration", text)? {
-                d if d.0 >= 0 => Ok(d.to_std()),
-                d => Err(ParamError::new(
-                    "validDuration",
-                    format!("must not be negative, it is {d}"),
-                )),
-            },
+            Some(valid) => valid.non_negative("validDuration"),
         }
     }
 

@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use mixer_adapter_api::ParamError;
+use mixer_adapter_api::{DurationParam, ParamError};
 use serde::Deserialize;
 
 use crate::entry_type::EntryType;
@@ -27,13 +27,13 @@ pub struct ListParams {
     pub provider_url: String,
     /// How often the provider is polled (default `60s`, at least `1s`).
     #[serde(default)]
-    pub refresh_interval: Option<String>,
+    pub refresh_interval: Option<DurationParam>,
     /// How long a fetched list is used when the provider keeps failing (default `300s`).
     #[serde(default)]
-    pub ttl: Option<String>,
+    pub ttl: Option<DurationParam>,
     /// How long callers may cache an answer (default `300s`).
     #[serde(default)]
-    pub caching_interval: Option<String>,
+    pub caching_interval: Option<DurationParam>,
     /// How many times callers may use a cached answer (default `10000`).
     #[serde(default)]
     pub caching_use_count: Option<i64>,
@@ -217,32 +217,18 @@ pub struct ListConfig {
     pub blacklist: bool,
 }
 
-/// A duration param: `None` when absent, Err when unparsable. Signed, so that validation can
-/// name negative values.
-fn duration(
-    field: &str,
-    text: &Option<String>,
+/// A duration param, or its default; signed, so that validation can name negative values.
+/// `None` (with the error recorded) when it is not a duration.
+fn signed(
+    path: &str,
+    param: &Option<DurationParam>,
     default: Duration,
     errors: &mut Vec<ParamError>,
-) -> Option<i128> {
-    match text {
-        None => Some(default.as_nanos() as i128),
-        Some(t) => match mixer_adapter_api::duration_param(field, t) {
-            Ok(d) => Some(i128::from(d.0)),
-            Err(e) => {
-                errors.push(e);
-                None
-            }
-        },
+) -> Option<mixer_model::Duration> {
+    match param {
+        None => Some(mixer_model::Duration::from_std(default)),
+        Some(d) => ParamError::collect(d.value(path), errors),
     }
-}
-
-fn show(nanos: i128) -> String {
-    mixer_model::Duration(i64::try_from(nanos).unwrap_or(i64::MAX)).to_string()
-}
-
-fn to_std(nanos: i128) -> Duration {
-    Duration::from_nanos(u64::try_from(nanos).unwrap_or(0))
 }
 
 impl ListParams {
@@ -263,14 +249,14 @@ impl ListParams {
         };
         let has_provider = !self.provider_url.trim().is_empty();
 
-        let refresh = duration(
+        let refresh = signed(
             "refreshInterval",
             &self.refresh_interval,
             DEFAULT_REFRESH,
             &mut errors,
         );
-        let ttl = duration("ttl", &self.ttl, DEFAULT_TTL, &mut errors);
-        let caching = duration(
+        let ttl = signed("ttl", &self.ttl, DEFAULT_TTL, &mut errors);
+        let caching = signed(
             "cachingInterval",
             &self.caching_interval,
             DEFAULT_CACHING_INTERVAL,
@@ -279,36 +265,31 @@ impl ListParams {
 
         // Istio checked the refresh/ttl relationship only when there is a provider.
         if has_provider {
-            if let Some(r) = refresh
-                && r < 1_000_000_000
+            if let Some(refresh) = refresh
+                && refresh.0 < 1_000_000_000
             {
                 errors.push(ParamError::new(
                     "refreshInterval",
-                    format!(
-                        "refresh interval must be at least 1 second, it is {}",
-                        show(r)
-                    ),
+                    format!("refresh interval must be at least 1 second, it is {refresh}"),
                 ));
             }
-            if let (Some(t), Some(r)) = (ttl, refresh)
-                && t < r
+            if let (Some(ttl), Some(refresh)) = (ttl, refresh)
+                && ttl.0 < refresh.0
             {
                 errors.push(ParamError::new(
                     "ttl",
                     format!(
-                        "ttl must be > refreshInterval, ttl is {} and refreshInterval is {}",
-                        show(t),
-                        show(r)
+                        "ttl must be > refreshInterval, ttl is {ttl} and refreshInterval is {refresh}"
                     ),
                 ));
             }
         }
-        if let Some(c) = caching
-            && c < 0
+        if let Some(caching) = caching
+            && caching.0 < 0
         {
             errors.push(ParamError::new(
                 "cachingInterval",
-                format!("caching interval must be >= 0, it is {}", show(c)),
+                format!("caching interval must be >= 0, it is {caching}"),
             ));
         }
         let use_count = match self.caching_use_count {
@@ -364,9 +345,9 @@ impl ListParams {
         }
         Ok(ListConfig {
             provider,
-            refresh_interval: to_std(refresh.unwrap_or_default()),
-            ttl: to_std(ttl.unwrap_or_default()),
-            caching_interval: to_std(caching.unwrap_or_default()),
+            refresh_interval: refresh.unwrap_or_default().to_std(),
+            ttl: ttl.unwrap_or_default().to_std(),
+            caching_interval: caching.unwrap_or_default().to_std(),
             caching_use_count: use_count,
             overrides: self.overrides.clone(),
             entry_type: self.entry_type,

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use mixer_adapter_api::ParamError;
+use mixer_adapter_api::{DurationParam, ParamError};
 use mixer_adapter_quota_common::{Algorithm, QuotaParams, Quotas, dedup_duration};
 use serde::Deserialize;
 
@@ -19,7 +19,7 @@ pub struct MemQuotaParams {
     pub quotas: Vec<QuotaParams>,
     /// How long a deduplication id is remembered (default `1s`, > 0).
     #[serde(default)]
-    pub min_deduplication_duration: Option<String>,
+    pub min_deduplication_duration: Option<DurationParam>,
     /// Most counters kept at once (default 100000); beyond it the least recently used is
     /// dropped. The same cap applies to remembered deduplication ids.
     #[serde(default)]

@@ -9,7 +9,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use mixer_adapter_api::ParamError;
+use mixer_adapter_api::{DurationParam, ParamError};
 use serde::Deserialize;
 
 /// Default per-attempt deadline of one export call.
@@ -40,7 +40,7 @@ pub struct OtlpParams {
     pub endpoint: String,
     /// Deadline of one export attempt (Go duration, default `10s`).
     #[serde(default)]
-    pub timeout: Option<String>,
+    pub timeout: Option<DurationParam>,
     /// gRPC metadata sent with every export (`authorization`, `x-tenant`...).
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
@@ -76,7 +76,7 @@ pub struct BatchParams {
     pub max_export_batch_size: Option<i64>,
     /// How often aggregated metrics are exported (Go duration, default `10s`).
     #[serde(default)]
-    pub scheduled_delay: Option<String>,
+    pub scheduled_delay: Option<DurationParam>,
 }
 
 /// `retry` params.
@@ -88,13 +88,13 @@ pub struct RetryParams {
     pub enabled: Option<bool>,
     /// Delay before the first retry (default `100ms`); doubled after each retry.
     #[serde(default)]
-    pub initial_backoff: Option<String>,
+    pub initial_backoff: Option<DurationParam>,
     /// Longest delay between retries (default `1s`).
     #[serde(default)]
-    pub max_backoff: Option<String>,
+    pub max_backoff: Option<DurationParam>,
     /// No retry starts after this much time since the first attempt (default `5s`).
     #[serde(default)]
-    pub max_elapsed_time: Option<String>,
+    pub max_elapsed_time: Option<DurationParam>,
 }
 
 /// One metric (`metrics[]`).

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-use mixer_adapter_api::ParamError;
+use mixer_adapter_api::{DurationParam, ParamError};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 
@@ -208,10 +208,10 @@ pub struct ExplicitBuckets {
 pub struct ExpirationPolicy {
     /// A series not updated for this long is removed (`10m`); required, above zero.
     #[serde(default, alias = "metrics_expiry_duration")]
-    pub metrics_expiry_duration: Option<String>,
+    pub metrics_expiry_duration: Option<DurationParam>,
     /// How often series are checked; default: half of `metricsExpiryDuration`.
     #[serde(default, alias = "expiry_check_interval_duration")]
-    pub expiry_check_interval_duration: Option<String>,
+    pub expiry_check_interval_duration: Option<DurationParam>,
 }
 
 /// One validated metric.

@@ -7,7 +7,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mixer_adapter_api::ParamError;
+use mixer_adapter_api::{DurationParam, ParamError};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 
@@ -128,11 +128,11 @@ pub struct QuotaParams {
     pub max_amount: Option<i64>,
     /// The window (required, `> 0`): a duration such as `1s`.
     #[serde(default)]
-    pub valid_duration: Option<String>,
+    pub valid_duration: Option<DurationParam>,
     /// Rolling window granularity (default `max(100ms, validDuration / 600)`, capped at
     /// `validDuration`); ignored by the other algorithms.
     #[serde(default)]
-    pub bucket_duration: Option<String>,
+    pub bucket_duration: Option<DurationParam>,
     /// How to count (the adapter's default when absent).
     #[serde(default)]
     pub rate_limit_algorithm: Option<Algorithm>,
@@ -156,7 +156,7 @@ pub struct OverrideParams {
     pub max_amount: Option<i64>,
     /// The window for matching instances (default: the quota's).
     #[serde(default)]
-    pub valid_duration: Option<String>,
+    pub valid_duration: Option<DurationParam>,
     /// Shadow mode for matching instances (default: the quota's).
     #[serde(default)]
     pub shadow_mode: Option<bool>,
@@ -218,28 +218,12 @@ pub struct Quotas {
     pub(crate) by_short_name: HashMap<String, usize>,
 }
 
-/// Parses a duration param; `None` (after recording the error) when it does not parse or is
-/// negative.
-pub fn parse_duration(path: &str, text: &str, errors: &mut Vec<ParamError>) -> Option<Duration> {
-    match mixer_adapter_api::duration_param(path, text) {
-        Ok(d) if d.0 >= 0 => Some(d.to_std()),
-        Ok(d) => {
-            errors.push(ParamError::new(path, format!("must be >= 0, it is {d}")));
-            None
-        }
-        Err(e) => {
-            errors.push(e);
-            None
-        }
-    }
-}
-
 /// `minDeduplicationDuration`: default 1s, must be > 0.
-pub fn dedup_duration(text: &Option<String>, errors: &mut Vec<ParamError>) -> Duration {
-    let Some(text) = text else {
+pub fn dedup_duration(param: &Option<DurationParam>, errors: &mut Vec<ParamError>) -> Duration {
+    let Some(param) = param else {
         return DEFAULT_DEDUP;
     };
-    match parse_duration("minDeduplicationDuration", text, errors) {
+    match ParamError::collect(param.non_negative("minDeduplicationDuration"), errors) {
         Some(d) if d.is_zero() => {
             errors.push(ParamError::new(
                 "minDeduplicationDuration",
@@ -439,8 +423,8 @@ fn check_max(path: &str, v: Option<i64>, errors: &mut Vec<ParamError>) -> Option
     }
 }
 
-fn positive(path: &str, text: &str, errors: &mut Vec<ParamError>) -> Option<Duration> {
-    let d = parse_duration(path, text, errors)?;
+fn positive(path: &str, param: &DurationParam, errors: &mut Vec<ParamError>) -> Option<Duration> {
+    let d = ParamError::collect(param.non_negative(path), errors)?;
     if d < MIN_DURATION {
         errors.push(ParamError::new(
             path,

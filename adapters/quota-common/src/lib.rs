@@ -37,7 +37,7 @@ mod select;
 
 pub use config::{
     Algorithm, DEFAULT_DEDUP, Limit, MAX_BUCKETS, MIN_DURATION, Override, OverrideParams, Quota,
-    QuotaParams, Quotas, dedup_duration, default_bucket, parse_duration,
+    QuotaParams, Quotas, dedup_duration, default_bucket,
 };
 pub use metrics::{Metrics, QuotaMetrics, escape, render_one};
 pub use outcome::{Decision, Refusal, finish};

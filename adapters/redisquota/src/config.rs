@@ -6,10 +6,10 @@
 
 use std::time::Duration;
 
-use mixer_adapter_api::ParamError;
 use mixer_adapter_api::breaker::BreakerOptions;
 use mixer_adapter_api::secrets::{SecretParam, redact_url};
-use mixer_adapter_quota_common::{Algorithm, QuotaParams, Quotas, dedup_duration, parse_duration};
+use mixer_adapter_api::{DurationParam, ParamError};
+use mixer_adapter_quota_common::{Algorithm, QuotaParams, Quotas, dedup_duration};
 use redis::IntoConnectionInfo;
 use serde::Deserialize;
 
@@ -49,11 +49,11 @@ pub struct RedisQuotaParams {
     pub connection_pool_size: Option<i64>,
     /// How long a deduplication id is remembered in Redis (default `1s`, > 0).
     #[serde(default)]
-    pub min_deduplication_duration: Option<String>,
+    pub min_deduplication_duration: Option<DurationParam>,
     /// Longest one call to Redis may take, connecting included (default `5ms`); past it the
     /// allocation fails (retryable) and the fail policy applies.
     #[serde(default)]
-    pub call_timeout: Option<String>,
+    pub call_timeout: Option<DurationParam>,
     /// Consecutive failed calls that open the circuit breaker (default 5; 0 turns it off).
     /// While open, allocations fail at once without calling Redis.
     #[serde(default)]
@@ -61,7 +61,7 @@ pub struct RedisQuotaParams {
     /// How long the circuit stays open before one probe call is let through (default
     /// `500ms`); the probe's success closes it.
     #[serde(default)]
-    pub breaker_cool_down: Option<String>,
+    pub breaker_cool_down: Option<DurationParam>,
 }
 
 /// Validated params.
@@ -174,17 +174,22 @@ impl RedisQuotaParams {
         let dedup = dedup_duration(&self.min_deduplication_duration, &mut errors);
         let call_timeout = match &self.call_timeout {
             None => DEFAULT_CALL_TIMEOUT,
-            Some(text) => match parse_duration("callTimeout", text, &mut errors) {
-                Some(d) if !d.is_zero() && d <= MAX_CALL_TIMEOUT => d,
-                Some(_) => {
-                    errors.push(ParamError::new(
-                        "callTimeout",
-                        format!("callTimeout {text:?} must be above 0 and at most 10s"),
-                    ));
-                    DEFAULT_CALL_TIMEOUT
+            Some(param) => {
+                match ParamError::collect(param.non_negative("callTimeout"), &mut errors) {
+                    Some(d) if !d.is_zero() && d <= MAX_CALL_TIMEOUT => d,
+                    None => DEFAULT_CALL_TIMEOUT,
+                    Some(_) => {
+                        errors.push(ParamError::new(
+                            "callTimeout",
+                            format!(
+                                "callTimeout {:?} must be above 0 and at most 10s",
+                                param.text()
+                            ),
+                        ));
+                        DEFAULT_CALL_TIMEOUT
+                    }
                 }
-                None => DEFAULT_CALL_TIMEOUT,
-            },
+            }
         };
         let failure_threshold = match self.breaker_failure_threshold {
             None => DEFAULT_BREAKER_FAILURE_THRESHOLD,
@@ -196,20 +201,11 @@ impl RedisQuotaParams {
                 DEFAULT_BREAKER_FAILURE_THRESHOLD
             }),
         };
-        let cool_down = match &self.breaker_cool_down {
-            None => DEFAULT_BREAKER_COOL_DOWN,
-            Some(text) => match parse_duration("breakerCoolDown", text, &mut errors) {
-                Some(d) if !d.is_zero() => d,
-                Some(_) => {
-                    errors.push(ParamError::new(
-                        "breakerCoolDown",
-                        format!("breakerCoolDown {text:?} must be above 0"),
-                    ));
-                    DEFAULT_BREAKER_COOL_DOWN
-                }
-                None => DEFAULT_BREAKER_COOL_DOWN,
-            },
-        };
+        let cool_down = self
+            .breaker_cool_down
+            .as_ref()
+            .and_then(|d| ParamError::collect(d.positive("breakerCoolDown"), &mut errors))
+            .unwrap_or(DEFAULT_BREAKER_COOL_DOWN);
         match quotas {
             Some(quotas) if errors.is_empty() => Ok(RedisQuotaConfig {
                 quotas,

@@ -213,23 +213,6 @@ fn typed<'c, A: Adapter>(
     })
 }
 
-/// Parses a duration param (`"5s"`, `"1m30s"`, `"0.5s"`: Go's syntax, as Istio's params
-/// took), leaving range checks to the adapter; the error names `path`.
-///
-/// ```
-/// use mixer_adapter_api::duration_param;
-/// assert_eq!(duration_param("validDuration", " 1m30s ").unwrap().to_std().as_secs(), 90);
-/// let e = duration_param("validDuration", "soon").unwrap_err();
-/// assert_eq!(e.to_string(), "validDuration: \"soon\" is not a duration such as \"5s\"");
-/// ```
-pub fn duration_param(
-    path: impl Into<String>,
-    text: &str,
-) -> Result<mixer_model::Duration, ParamError> {
-    mixer_model::Duration::parse(text.trim())
-        .ok_or_else(|| ParamError::new(path, format!("{text:?} is not a duration such as \"5s\"")))
-}
-
 /// Decodes params into an adapter's own config type, reporting the field path of the first
 /// problem. Missing params (`null`) decode as an empty map so that defaults apply.
 ///

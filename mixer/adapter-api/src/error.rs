@@ -96,6 +96,19 @@ impl ParamError {
             message: message.into(),
         }
     }
+
+    /// The value of `result`, or `None` once its error is recorded in `errors`: one step of a
+    /// compile that reports every problem of the params, not only the first.
+    ///
+    /// ```
+    /// use mixer_adapter_api::{DurationParam, ParamError};
+    /// let mut errors = Vec::new();
+    /// let ttl = ParamError::collect(DurationParam::new("soon").positive("ttl"), &mut errors);
+    /// assert_eq!((ttl, errors[0].path.as_str()), (None, "ttl"));
+    /// ```
+    pub fn collect<T>(result: Result<T, ParamError>, errors: &mut Vec<ParamError>) -> Option<T> {
+        result.map_err(|e| errors.push(e)).ok()
+    }
 }
 
 impl fmt::Display for ParamError {

@@ -86,6 +86,7 @@
 
 mod adapter;
 pub mod breaker;
+mod duration;
 mod error;
 mod handler;
 mod log_gate;
@@ -97,8 +98,9 @@ pub mod testkit;
 
 pub use adapter::{
     Adapter, AdapterInfo, AnyAdapter, BuildContext, CompiledConfig, Params, Stability,
-    decode_params, duration_param,
+    decode_params,
 };
+pub use duration::DurationParam;
 pub use error::{AdapterError, ErrorKind, ParamError};
 pub use handler::{
     CheckHandler, Exposition, Handler, LimitOverride, QuotaArgs, QuotaCall, QuotaHandler,

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use mixer_adapter_api::ParamError;
+use mixer_adapter_api::{DurationParam, ParamError};
 use serde::Deserialize;
 
 /// The largest memory cap a handler may ask for; also the pool's slot size.
@@ -39,8 +39,8 @@ impl Default for Limits {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct RawLimits {
-    check_deadline: Option<String>,
-    report_deadline: Option<String>,
+    check_deadline: Option<DurationParam>,
+    report_deadline: Option<DurationParam>,
     memory_mib: Option<u64>,
     fuel: Option<u64>,
 }
@@ -54,21 +54,11 @@ impl Limits {
         };
         let raw: RawLimits = mixer_adapter_api::decode_params(value)
             .map_err(|e| ParamError::new(join("limits", &e.path), e.message))?;
-        let duration = |field: &str, text: &str| -> Result<Duration, ParamError> {
-            let path = format!("limits.{field}");
-            match mixer_adapter_api::duration_param(path.clone(), text)? {
-                d if d.0 > 0 => Ok(d.to_std()),
-                d => Err(ParamError::new(
-                    path,
-                    format!("must be above zero, it is {d}"),
-                )),
-            }
-        };
-        if let Some(text) = &raw.check_deadline {
-            limits.check_deadline = duration("checkDeadline", text)?;
+        if let Some(deadline) = &raw.check_deadline {
+            limits.check_deadline = deadline.positive("limits.checkDeadline")?;
         }
-        if let Some(text) = &raw.report_deadline {
-            limits.report_deadline = duration("reportDeadline", text)?;
+        if let Some(deadline) = &raw.report_deadline {
+            limits.report_deadline = deadline.positive("limits.reportDeadline")?;
         }
         if let Some(mib) = raw.memory_mib {
             if mib == 0 || mib > MAX_MEMORY_MIB {

@@ -2,27 +2,17 @@
 
 use super::*;
 
+/// Every duration param of the otlp adapter has a default and must be above zero.
 fn duration(
     path: &str,
-    text: &Option<String>,
+    param: &Option<DurationParam>,
     default: Duration,
     errors: &mut Vec<ParamError>,
 ) -> Duration {
-    let Some(text) = text else { return default };
-    match mixer_adapter_api::duration_param(path, text) {
-        Ok(d) if d.0 > 0 => d.to_std(),
-        Ok(_) => {
-            errors.push(ParamError::new(
-                path,
-                format!("{text:?} must be above zero"),
-            ));
-            default
-        }
-        Err(e) => {
-            errors.push(e);
-            default
-        }
-    }
+    param
+        .as_ref()
+        .and_then(|d| ParamError::collect(d.positive(path), errors))
+        .unwrap_or(default)
 }
 
 fn check_endpoint(endpoint: &str, errors: &mut Vec<ParamError>) {

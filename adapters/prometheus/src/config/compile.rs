@@ -2,16 +2,6 @@
 
 use super::*;
 
-fn duration(path: &str, text: &str, errors: &mut Vec<ParamError>) -> Option<i64> {
-    match mixer_adapter_api::duration_param(path, text) {
-        Ok(d) => Some(d.0),
-        Err(e) => {
-            errors.push(e);
-            None
-        }
-    }
-}
-
 fn buckets(path: &str, def: &Option<BucketsDefinition>, errors: &mut Vec<ParamError>) -> Vec<f64> {
     let Some(def) = def else {
         // Istio used the client library's default buckets when none were given.
@@ -313,7 +303,10 @@ impl PrometheusParams {
                     ));
                     None
                 }
-                Some(t) => duration(&format!("{base}.metricsExpiryDuration"), t, &mut errors),
+                Some(t) => {
+                    let path = format!("{base}.metricsExpiryDuration");
+                    ParamError::collect(t.value(&path), &mut errors).map(|d| d.0)
+                }
             };
             if let Some(t) = ttl
                 && t <= 0
@@ -328,11 +321,10 @@ impl PrometheusParams {
             }
             let interval = match &p.expiry_check_interval_duration {
                 None => Some(0),
-                Some(t) => duration(
-                    &format!("{base}.expiryCheckIntervalDuration"),
-                    t,
-                    &mut errors,
-                ),
+                Some(t) => {
+                    let path = format!("{base}.expiryCheckIntervalDuration");
+                    ParamError::collect(t.value(&path), &mut errors).map(|d| d.0)
+                }
             };
             if let Some(i) = interval
                 && i < 0
