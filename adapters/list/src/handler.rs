@@ -8,7 +8,7 @@ use std::time::Duration;
 use arc_swap::ArcSwapOption;
 use async_trait::async_trait;
 use mixer_adapter_api::{AdapterError, CheckHandler, ErrorKind, Handler};
-use mixer_model::{CheckResult, Code, Instance, Status, Value};
+use mixer_model::{CheckResult, Code, Instance, ListEntryInstance, Status, Value};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -265,7 +265,7 @@ impl Handler for ListHandler {
 impl CheckHandler for ListHandler {
     async fn check(&self, instance: &Instance) -> Result<CheckResult, AdapterError> {
         let list = self.list()?;
-        let value = match lookup_value(instance.value("value")) {
+        let value = match lookup_value(ListEntryInstance::of(instance).and_then(|l| l.value)) {
             Ok(v) => v,
             Err(message) => return Ok(self.result(Code::InvalidArgument, message)),
         };

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use mixer_model::{Instance, Timestamp, Value};
+use mixer_model::{LogEntryInstance, Timestamp, TraceSpanInstance, Value};
 use opentelemetry::logs::{AnyValue, LogRecord as _, Logger as _, Severity};
 use opentelemetry::trace::{
     SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
@@ -130,49 +130,37 @@ fn hex_id<const N: usize>(field: &str, text: &str) -> Result<[u8; N], String> {
     Ok(out)
 }
 
-fn string_field<'a>(instance: &'a Instance, field: &str) -> Option<&'a str> {
-    instance.value(field).and_then(Value::as_str)
-}
-
-fn time_field(instance: &Instance, field: &str) -> Result<SystemTime, String> {
-    match instance.value(field) {
-        Some(Value::Timestamp(t)) => Ok(system_time(*t)),
-        Some(other) => Err(format!(
-            "{field} is a {}, not a TIMESTAMP",
-            other.value_type()
-        )),
-        None => Err(format!("{field} is missing")),
-    }
+fn time_field(value: Option<Timestamp>, field: &str) -> Result<SystemTime, String> {
+    value
+        .map(system_time)
+        .ok_or_else(|| format!("{field} is missing"))
 }
 
 /// A tracespan instance as a span. Ids are hexadecimal: a 32-digit (or B3's 16-digit) trace
 /// id, 16-digit span ids; an empty or absent parent id makes a root span.
-pub fn span(instance: &Instance, scope: InstrumentationScope) -> Result<SpanData, String> {
-    let trace_id = match string_field(instance, "trace_id") {
+pub fn span(
+    instance: &TraceSpanInstance<'_>,
+    scope: InstrumentationScope,
+) -> Result<SpanData, String> {
+    let trace_id = match instance.trace_id {
         Some(t) => TraceId::from_bytes(hex_id::<16>("trace_id", t)?),
         None => return Err("trace_id is missing".into()),
     };
-    let mut span_id = match string_field(instance, "span_id") {
+    let mut span_id = match instance.span_id {
         Some(t) => hex_id::<8>("span_id", t)?,
         None => return Err("span_id is missing".into()),
     };
-    let mut parent = match string_field(instance, "parent_span_id").map(str::trim) {
+    let mut parent = match instance.parent_span_id.map(str::trim) {
         None | Some("") => None,
         Some(t) => Some(hex_id::<8>("parent_span_id", t)?),
     };
-    let start_time = time_field(instance, "start_time")?;
-    let end_time = time_field(instance, "end_time")?;
+    let start_time = time_field(instance.start_time, "start_time")?;
+    let end_time = time_field(instance.end_time, "end_time")?;
     if end_time < start_time {
         return Err("end_time is before start_time".into());
     }
-    let client = instance
-        .value("client_span")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let rewrite = instance
-        .value("rewrite_client_span_id")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
+    let client = instance.client_span.unwrap_or(false);
+    let rewrite = instance.rewrite_client_span_id.unwrap_or(false);
     if rewrite {
         let mut rewritten = span_id;
         for (b, p) in rewritten.iter_mut().zip(REWRITE_PAD) {
@@ -189,14 +177,14 @@ pub fn span(instance: &Instance, scope: InstrumentationScope) -> Result<SpanData
     } else {
         SpanKind::Server
     };
-    let name = match string_field(instance, "span_name") {
+    let name = match instance.span_name {
         Some(n) if !n.is_empty() => n.to_string(),
         _ => instance.name.to_string(),
     };
 
-    let mut attributes = attributes(instance.map("span_tags").unwrap_or(&[]));
+    let mut attributes = attributes(instance.span_tags.as_slice());
     let mut status = Status::Unset;
-    if let Some(code) = instance.value("http_status_code").and_then(Value::as_i64)
+    if let Some(code) = instance.http_status_code
         && code > 0
     {
         if !attributes
@@ -297,33 +285,24 @@ pub fn severity_text(severity: &str) -> Option<&'static str> {
 
 /// A logentry instance as a log record: `timestamp` (now when absent), the severity string
 /// as text and number, the `variables` as attributes.
-pub fn log_record(instance: &Instance, logger: &SdkLogger) -> Result<SdkLogRecord, String> {
+pub fn log_record(
+    instance: &LogEntryInstance<'_>,
+    logger: &SdkLogger,
+) -> Result<SdkLogRecord, String> {
     let mut record = logger.create_log_record();
     let now = SystemTime::now();
-    let timestamp = match instance.value("timestamp") {
-        Some(Value::Timestamp(t)) => system_time(*t),
-        Some(other) => {
-            return Err(format!(
-                "timestamp is a {}, not a TIMESTAMP",
-                other.value_type()
-            ));
-        }
-        None => now,
-    };
+    let timestamp = instance.timestamp.map_or(now, system_time);
     record.set_timestamp(timestamp);
     record.set_observed_timestamp(now);
-    if let Some(v) = instance.value("severity") {
-        let severity = v.to_string();
-        if !severity.is_empty() {
-            if let Some(number) = severity_number(&severity) {
-                record.set_severity_number(number);
-            }
-            if let Some(text) = severity_text(&severity) {
-                record.set_severity_text(text);
-            }
+    if let Some(severity) = instance.severity.filter(|s| !s.is_empty()) {
+        if let Some(number) = severity_number(severity) {
+            record.set_severity_number(number);
+        }
+        if let Some(text) = severity_text(severity) {
+            record.set_severity_text(text);
         }
     }
-    for (k, v) in instance.map("variables").unwrap_or(&[]) {
+    for (k, v) in instance.variables {
         record.add_attribute(Key::from(k.to_string()), any_value(v));
     }
     Ok(record)
@@ -332,7 +311,12 @@ pub fn log_record(instance: &Instance, logger: &SdkLogger) -> Result<SdkLogRecor
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mixer_model::{FieldValue, Template};
+    use mixer_model::{FieldValue, Instance, Template};
+
+    /// `span` of an instance these tests build.
+    fn span_of(instance: &Instance, scope: InstrumentationScope) -> Result<SpanData, String> {
+        span(&TraceSpanInstance::of(instance).expect("a tracespan"), scope)
+    }
 
     fn tracespan(fields: Vec<(&'static str, Value)>) -> Instance {
         Instance {
@@ -372,7 +356,7 @@ mod tests {
         let mut f = base();
         f.push(("client_span", Value::Bool(true)));
         f.push(("rewrite_client_span_id", Value::Bool(true)));
-        let s = span(&tracespan(f), scope("x")).unwrap();
+        let s = span_of(&tracespan(f), scope("x")).unwrap();
         // Istio's own test vector.
         assert_eq!(
             s.span_context.span_id(),
@@ -381,7 +365,7 @@ mod tests {
         assert_eq!(s.span_kind, SpanKind::Client);
         let mut f = base();
         f.push(("rewrite_client_span_id", Value::Bool(true)));
-        let s = span(&tracespan(f), scope("x")).unwrap();
+        let s = span_of(&tracespan(f), scope("x")).unwrap();
         assert_eq!(
             s.parent_span_id,
             SpanId::from_bytes([0x9d, 0x91, 0x64, 0xde, 0xd2, 0x86, 0x11, 0xb9])
@@ -395,21 +379,21 @@ mod tests {
         let mut f = base();
         f[0].1 = Value::from("nothex");
         assert!(
-            span(&tracespan(f), scope("x"))
+            span_of(&tracespan(f), scope("x"))
                 .unwrap_err()
                 .contains("trace_id")
         );
         let mut f = base();
         f.remove(3);
         assert!(
-            span(&tracespan(f), scope("x"))
+            span_of(&tracespan(f), scope("x"))
                 .unwrap_err()
                 .contains("end_time")
         );
         let mut f = base();
         f[2].1 = Value::Timestamp(Timestamp(5_000));
         assert!(
-            span(&tracespan(f), scope("x"))
+            span_of(&tracespan(f), scope("x"))
                 .unwrap_err()
                 .contains("before")
         );
@@ -419,14 +403,14 @@ mod tests {
     fn http_status() {
         let mut f = base();
         f.push(("http_status_code", Value::Int64(404)));
-        let s = span(&tracespan(f.clone()), scope("x")).unwrap();
+        let s = span_of(&tracespan(f.clone()), scope("x")).unwrap();
         assert_eq!(s.status, Status::Unset);
         assert!(
             s.attributes
                 .contains(&KeyValue::new(HTTP_STATUS_ATTRIBUTE, 404))
         );
         f.push(("client_span", Value::Bool(true)));
-        let s = span(&tracespan(f), scope("x")).unwrap();
+        let s = span_of(&tracespan(f), scope("x")).unwrap();
         assert_eq!(s.status, Status::error(""));
     }
 

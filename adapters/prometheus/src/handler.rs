@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use mixer_adapter_api::{AdapterError, ErrorKind, Exposition, Handler, ReportHandler};
-use mixer_model::{Instance, Template, Value};
+use mixer_model::{Instance, MetricInstance, Value};
 use prometheus::{
     Counter, CounterVec, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, Opts, Registry,
     TextEncoder,
@@ -219,9 +219,9 @@ impl PrometheusHandler {
     /// new series needs them twice.
     fn dimensions<'i>(
         metric: &'i Metric,
-        instance: &'i Instance,
+        instance: &MetricInstance<'i>,
     ) -> impl Iterator<Item = Option<&'i Value>> + 'i {
-        let dims = instance.map("dimensions").unwrap_or(&[]);
+        let dims = instance.dimensions.as_slice();
         metric
             .spec
             .labels
@@ -243,18 +243,20 @@ impl PrometheusHandler {
 
     /// Records one instance; `now` is the batch's time (expiry is counted in minutes, so one
     /// clock read per batch is close enough).
-    fn record(&self, metric: &Metric, instance: &Instance, now: Instant) -> Result<(), String> {
-        let Some(value) = instance.value("value") else {
+    fn record(
+        &self,
+        metric: &Metric,
+        instance: &MetricInstance<'_>,
+        now: Instant,
+    ) -> Result<(), String> {
+        let Some(value) = instance.value else {
             return Err("the instance has no value".into());
         };
         let mut point = None;
         let value = if metric.spec.precounted.is_some() {
             let sum = match &metric.spec.sum_dimension {
-                Some(name) => match instance
-                    .map("dimensions")
-                    .and_then(|d| d.iter().find(|(k, _)| **k == **name))
-                {
-                    Some((_, v)) => numeric_value(v).map_err(|e| format!("sum {name:?}: {e}"))?,
+                Some(name) => match instance.dimensions.get(name) {
+                    Some(v) => numeric_value(v).map_err(|e| format!("sum {name:?}: {e}"))?,
                     // As a missing label is "unknown": the instance did not say.
                     None => 0.0,
                 },
@@ -382,20 +384,20 @@ impl ReportHandler for PrometheusHandler {
         let now = Instant::now();
         let mut errors = Vec::new();
         for instance in instances {
-            if instance.template != Template::Metric {
+            let Some(instance) = MetricInstance::of(instance) else {
                 continue;
-            }
+            };
             // Instances meant for metrics this handler does not define are ignored.
             // Most instances are named `name.namespace` already: no key to build.
             let index = self
                 .by_instance
-                .get(&*instance.name)
-                .or_else(|| self.by_instance.get(instance_key(&instance.name).as_str()));
+                .get(instance.name)
+                .or_else(|| self.by_instance.get(instance_key(instance.name).as_str()));
             let Some(&index) = index else {
                 continue;
             };
             let metric = &self.metrics[index];
-            if let Err(e) = self.record(metric, instance, now) {
+            if let Err(e) = self.record(metric, &instance, now) {
                 errors.push(format!(
                     "could not record {} for metric {}: {e}",
                     instance.name, metric.spec.full_name

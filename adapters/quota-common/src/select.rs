@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mixer_adapter_api::{AdapterError, ErrorKind, LimitOverride};
-use mixer_model::{Instance, Value};
+use mixer_model::{Instance, QuotaInstance, Value};
 
 use crate::config::{Limit, MAX_BUCKETS, Override, Quota, Quotas, default_bucket};
 
@@ -60,7 +60,7 @@ impl Quotas {
                 format!("no quota configured for instance {:?}", instance.name),
             )
         })?;
-        let dims = instance.map("dimensions").unwrap_or(&[]);
+        let dims = QuotaInstance::of(instance).map_or(&[][..], |q| q.dimensions.as_slice());
         let matched = quota
             .overrides
             .iter()

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use mixer_adapter_api::{AdapterError, ErrorKind, Handler, ReportHandler};
-use mixer_model::{Instance, Template, Timestamp, Value};
+use mixer_model::{Instance, InstanceView, Timestamp, Value};
 
 use crate::config::{Level, StdioConfig};
 use crate::format::Record;
@@ -73,38 +73,30 @@ impl StdioHandler {
         let mut out = String::new();
         let mut now = None;
         for instance in instances {
-            let (level, time, mut fields): (Level, Option<Timestamp>, Vec<(&str, &Value)>) =
-                match instance.template {
-                    Template::LogEntry => {
-                        let level = instance
-                            .value("severity")
-                            .and_then(Value::as_str)
-                            .map_or(Level::Info, |s| self.severity_level(s));
-                        let time = match instance.value("timestamp") {
-                            Some(Value::Timestamp(t)) => Some(*t),
-                            _ => None,
-                        };
-                        let vars = instance.map("variables").unwrap_or(&[]);
-                        (level, time, vars.iter().map(|(k, v)| (&**k, v)).collect())
-                    }
-                    Template::Metric => {
-                        let dims = instance.map("dimensions").unwrap_or(&[]);
-                        (
-                            self.metric_level,
-                            None,
-                            dims.iter().map(|(k, v)| (&**k, v)).collect(),
-                        )
-                    }
-                    _ => continue,
-                };
+            let (level, time, mut fields, value): (
+                Level,
+                Option<Timestamp>,
+                Vec<(&str, &Value)>,
+                _,
+            ) = match instance.view() {
+                InstanceView::LogEntry(log) => {
+                    let level = log.severity.map_or(Level::Info, |s| self.severity_level(s));
+                    (level, log.timestamp, log.variables.iter().collect(), None)
+                }
+                InstanceView::Metric(metric) => (
+                    self.metric_level,
+                    None,
+                    metric.dimensions.iter().collect(),
+                    metric.value,
+                ),
+                _ => continue,
+            };
             if level < self.output_level {
                 continue;
             }
             // Sorted by name, as Istio did, for a stable layout.
             fields.sort_by(|a, b| a.0.cmp(b.0));
-            if instance.template == Template::Metric
-                && let Some(v) = instance.value("value")
-            {
+            if let Some(v) = value {
                 fields.insert(0, ("value", v));
             }
             let time = time.unwrap_or_else(|| *now.get_or_insert_with(|| (self.now)()));

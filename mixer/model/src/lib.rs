@@ -2,6 +2,7 @@
 //! declares them, referenced-attribute sets, template instances and verdicts.
 //!
 //! Nothing here knows about protocols, policies or adapters; every other crate builds on it.
+//! Adapters read instances through their templates' typed views ([`Instance::view`]).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -16,6 +17,7 @@
 //! ```
 
 mod bag;
+mod instance;
 mod referenced;
 mod standard;
 mod status;
@@ -26,11 +28,16 @@ mod verdict;
 mod vocabulary;
 
 pub use bag::{AttributeBag, Bag, BagError};
+pub use instance::{
+    Action, AuthorizationInstance, CheckNothingInstance, Entries, FieldValue, Instance,
+    InstanceView, ListEntryInstance, LogEntryInstance, MetricInstance, QuotaInstance,
+    ReportNothingInstance, Subject, TraceSpanInstance,
+};
 pub use referenced::{Presence, Reference, ReferencedAttributes};
 pub use standard::STANDARD_ATTRIBUTES;
 pub use status::{Code, Status};
 pub use string_map::StringMap;
-pub use template::{FieldKind, FieldSpec, FieldValue, Instance, Template, Variety, camel_to_snake};
+pub use template::{FieldKind, FieldSpec, Template, Variety, camel_to_snake};
 pub use value::{Duration, Timestamp, Value, ValueType};
 pub use verdict::{CheckResult, HeaderOp, HeaderOperation, QuotaLimit, QuotaResult, Verdict};
 pub use vocabulary::{AttrId, AttributeInfo, Vocabulary, VocabularyError, edit_distance};

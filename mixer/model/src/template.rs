@@ -1,9 +1,8 @@
-//! The fixed templates and the instances built from them.
+//! The fixed templates: their names, varieties and fields.
 
 use std::fmt;
-use std::sync::Arc;
 
-use crate::value::{Value, ValueType};
+use crate::value::ValueType;
 
 /// Which kind of call a template's instances go to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -209,50 +208,6 @@ pub fn camel_to_snake(name: &str) -> String {
         }
     }
     out
-}
-
-/// The value of one instance field.
-#[derive(Clone, Debug, PartialEq)]
-pub enum FieldValue {
-    /// A single value.
-    Value(Value),
-    /// Named values (dimensions, tags, variables), in config order.
-    Map(Vec<(Arc<str>, Value)>),
-}
-
-/// A template instance: what a rule sends to a handler, built from the request's attributes.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Instance {
-    /// The instance's fully qualified name (`name.namespace`).
-    pub name: Arc<str>,
-    /// Its template.
-    pub template: Template,
-    /// Fields that evaluated to a value, in template order. Fields whose expression found
-    /// nothing are left out, as Istio did.
-    pub fields: Vec<(&'static str, FieldValue)>,
-}
-
-impl Instance {
-    /// A field's value.
-    pub fn field(&self, name: &str) -> Option<&FieldValue> {
-        self.fields.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
-    }
-
-    /// A single-valued field.
-    pub fn value(&self, name: &str) -> Option<&Value> {
-        match self.field(name) {
-            Some(FieldValue::Value(v)) => Some(v),
-            _ => None,
-        }
-    }
-
-    /// A map field.
-    pub fn map(&self, name: &str) -> Option<&[(Arc<str>, Value)]> {
-        match self.field(name) {
-            Some(FieldValue::Map(m)) => Some(m),
-            _ => None,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,11 @@
 use std::collections::HashMap;
 
 use mixer_adapter_api::{InferredField, RemoteInstance};
-use mixer_model::{CheckResult, Code, Instance, QuotaResult, Status, Template, Value, ValueType};
+use mixer_model::{
+    AuthorizationInstance, CheckResult, Code, Entries, ListEntryInstance, LogEntryInstance,
+    MetricInstance, QuotaInstance, QuotaResult, Status, Template, TraceSpanInstance, Value,
+    ValueType,
+};
 use mixer_proto::istio::mixer::adapter::model::v1beta1 as model;
 use mixer_proto::istio::policy::v1beta1 as policy;
 use mixer_proto::{authorization, listentry, logentry, metric, quota, tracespan};
@@ -98,136 +102,106 @@ pub fn value_type(t: ValueType) -> policy::ValueType {
     }
 }
 
-struct Fields<'a>(&'a Instance);
+fn values(entries: Entries<'_>) -> HashMap<String, policy::Value> {
+    entries
+        .iter()
+        .map(|(k, v)| (k.to_owned(), value(v)))
+        .collect()
+}
 
-impl Fields<'_> {
-    fn value(&self, name: &str) -> Option<policy::Value> {
-        self.0.value(name).map(value)
-    }
+fn text(s: Option<&str>) -> String {
+    s.unwrap_or_default().to_owned()
+}
 
-    fn map(&self, name: &str) -> HashMap<String, policy::Value> {
-        self.0
-            .map(name)
-            .map(|m| m.iter().map(|(k, v)| (k.to_string(), value(v))).collect())
-            .unwrap_or_default()
-    }
-
-    /// A string field; non-strings are rendered as text, as Istio's string fields took.
-    fn string(&self, name: &str) -> String {
-        match self.0.value(name) {
-            None => String::new(),
-            Some(v) => v.as_str().map_or_else(|| v.to_string(), str::to_owned),
-        }
-    }
-
-    fn int(&self, name: &str) -> i64 {
-        self.0.value(name).and_then(Value::as_i64).unwrap_or(0)
-    }
-
-    fn bool(&self, name: &str) -> bool {
-        self.0.value(name).and_then(Value::as_bool).unwrap_or(false)
-    }
-
-    fn timestamp(&self, name: &str) -> Option<policy::TimeStamp> {
-        match self.0.value(name) {
-            Some(Value::Timestamp(t)) => Some(timestamp(*t)),
-            _ => None,
-        }
-    }
-
-    fn ip(&self, name: &str) -> Option<policy::IpAddress> {
-        match self.0.value(name) {
-            Some(Value::IpAddress(ip)) => Some(ip_address(*ip)),
-            _ => None,
-        }
-    }
+fn ip(ip: Option<std::net::IpAddr>) -> Option<policy::IpAddress> {
+    ip.map(ip_address)
 }
 
 /// `authorization.InstanceMsg`.
-pub fn authorization(i: &Instance) -> authorization::InstanceMsg {
-    let f = Fields(i);
+pub fn authorization(i: &AuthorizationInstance<'_>) -> authorization::InstanceMsg {
     authorization::InstanceMsg {
-        name: i.name.to_string(),
+        name: i.name.to_owned(),
         subject: Some(authorization::SubjectMsg {
-            user: f.string("subject.user"),
-            groups: f.string("subject.groups"),
-            properties: f.map("subject.properties"),
+            user: text(i.subject.user),
+            groups: text(i.subject.groups),
+            properties: values(i.subject.properties),
         }),
         action: Some(authorization::ActionMsg {
-            namespace: f.string("action.namespace"),
-            service: f.string("action.service"),
-            method: f.string("action.method"),
-            path: f.string("action.path"),
-            properties: f.map("action.properties"),
+            namespace: text(i.action.namespace),
+            service: text(i.action.service),
+            method: text(i.action.method),
+            path: text(i.action.path),
+            properties: values(i.action.properties),
         }),
     }
 }
 
-/// `listentry.InstanceMsg` (its `value` is a string in the protocol).
-pub fn listentry(i: &Instance) -> listentry::InstanceMsg {
+/// `listentry.InstanceMsg`: its `value` is a string in the protocol, so a value of another
+/// type goes as its text, as Istio's string fields took it.
+pub fn listentry(i: &ListEntryInstance<'_>) -> listentry::InstanceMsg {
     listentry::InstanceMsg {
-        name: i.name.to_string(),
-        value: Fields(i).string("value"),
+        name: i.name.to_owned(),
+        value: match i.value {
+            None => String::new(),
+            Some(v) => v.as_str().map_or_else(|| v.to_string(), str::to_owned),
+        },
     }
 }
 
 /// `quota.InstanceMsg`.
-pub fn quota(i: &Instance) -> quota::InstanceMsg {
+pub fn quota(i: &QuotaInstance<'_>) -> quota::InstanceMsg {
     quota::InstanceMsg {
-        name: i.name.to_string(),
-        dimensions: Fields(i).map("dimensions"),
+        name: i.name.to_owned(),
+        dimensions: values(i.dimensions),
     }
 }
 
 /// `metric.InstanceMsg`.
-pub fn metric(i: &Instance) -> metric::InstanceMsg {
-    let f = Fields(i);
+pub fn metric(i: &MetricInstance<'_>) -> metric::InstanceMsg {
     metric::InstanceMsg {
-        name: i.name.to_string(),
-        value: f.value("value"),
-        dimensions: f.map("dimensions"),
-        monitored_resource_type: f.string("monitored_resource_type"),
-        monitored_resource_dimensions: f.map("monitored_resource_dimensions"),
+        name: i.name.to_owned(),
+        value: i.value.map(value),
+        dimensions: values(i.dimensions),
+        monitored_resource_type: text(i.monitored_resource_type),
+        monitored_resource_dimensions: values(i.monitored_resource_dimensions),
     }
 }
 
 /// `logentry.InstanceMsg`.
-pub fn logentry(i: &Instance) -> logentry::InstanceMsg {
-    let f = Fields(i);
+pub fn logentry(i: &LogEntryInstance<'_>) -> logentry::InstanceMsg {
     logentry::InstanceMsg {
-        name: i.name.to_string(),
-        variables: f.map("variables"),
-        timestamp: f.timestamp("timestamp"),
-        severity: f.string("severity"),
-        monitored_resource_type: f.string("monitored_resource_type"),
-        monitored_resource_dimensions: f.map("monitored_resource_dimensions"),
+        name: i.name.to_owned(),
+        variables: values(i.variables),
+        timestamp: i.timestamp.map(timestamp),
+        severity: text(i.severity),
+        monitored_resource_type: text(i.monitored_resource_type),
+        monitored_resource_dimensions: values(i.monitored_resource_dimensions),
     }
 }
 
 /// `tracespan.InstanceMsg`.
-pub fn tracespan(i: &Instance) -> tracespan::InstanceMsg {
-    let f = Fields(i);
+pub fn tracespan(i: &TraceSpanInstance<'_>) -> tracespan::InstanceMsg {
     tracespan::InstanceMsg {
-        name: i.name.to_string(),
-        trace_id: f.string("trace_id"),
-        span_id: f.string("span_id"),
-        parent_span_id: f.string("parent_span_id"),
-        span_name: f.string("span_name"),
-        start_time: f.timestamp("start_time"),
-        end_time: f.timestamp("end_time"),
-        span_tags: f.map("span_tags"),
-        http_status_code: f.int("http_status_code"),
-        client_span: f.bool("client_span"),
-        rewrite_client_span_id: f.bool("rewrite_client_span_id"),
-        source_name: f.string("source_name"),
-        source_ip: f.ip("source_ip"),
-        destination_name: f.string("destination_name"),
-        destination_ip: f.ip("destination_ip"),
-        request_size: f.int("request_size"),
-        request_total_size: f.int("request_total_size"),
-        response_size: f.int("response_size"),
-        response_total_size: f.int("response_total_size"),
-        api_protocol: f.string("api_protocol"),
+        name: i.name.to_owned(),
+        trace_id: text(i.trace_id),
+        span_id: text(i.span_id),
+        parent_span_id: text(i.parent_span_id),
+        span_name: text(i.span_name),
+        start_time: i.start_time.map(timestamp),
+        end_time: i.end_time.map(timestamp),
+        span_tags: values(i.span_tags),
+        http_status_code: i.http_status_code.unwrap_or(0),
+        client_span: i.client_span.unwrap_or(false),
+        rewrite_client_span_id: i.rewrite_client_span_id.unwrap_or(false),
+        source_name: text(i.source_name),
+        source_ip: ip(i.source_ip),
+        destination_name: text(i.destination_name),
+        destination_ip: ip(i.destination_ip),
+        request_size: i.request_size.unwrap_or(0),
+        request_total_size: i.request_total_size.unwrap_or(0),
+        response_size: i.response_size.unwrap_or(0),
+        response_total_size: i.response_total_size.unwrap_or(0),
+        api_protocol: text(i.api_protocol),
     }
 }
 

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use mixer_config::MatchErrorPolicy;
-use mixer_model::{Code, Presence, Value, Variety};
+use mixer_model::{Code, ListEntryInstance, Presence, Value, Variety};
 use mixer_runtime::{RuntimeMetrics, RuntimeOptions};
 
 const CONFIG: &str = r#"
@@ -86,7 +86,7 @@ async fn allowed_request_gets_header_operations_and_instances() {
     let eval = mixer_runtime::evaluate(&snap, &b, Variety::Check);
     assert_eq!(eval.dispatches.len(), 1);
     assert_eq!(
-        eval.dispatches[0].instance.value("value"),
+        ListEntryInstance::of(&eval.dispatches[0].instance).and_then(|l| l.value),
         Some(&Value::from("amy"))
     );
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mixer_adapter_api::{AdapterError, ErrorKind};
-use mixer_model::{Instance, Value};
+use mixer_model::{MetricInstance, Value};
 use opentelemetry::metrics::{Counter, Gauge, Histogram};
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::metrics::data::ResourceMetrics;
@@ -106,12 +106,16 @@ impl OtlpHandler {
         }
     }
 
-    pub(super) fn record_metric(&self, metric: &Metric, instance: &Instance) -> Result<(), String> {
-        let value = match instance.value("value") {
+    pub(super) fn record_metric(
+        &self,
+        metric: &Metric,
+        instance: &MetricInstance<'_>,
+    ) -> Result<(), String> {
+        let value = match instance.value {
             Some(v) => numeric_value(v)?,
             None => return Err("the instance has no value".into()),
         };
-        let attributes = convert::attributes(instance.map("dimensions").unwrap_or(&[]));
+        let attributes = convert::attributes(instance.dimensions.as_slice());
         match &metric.instrument {
             Instrument::Counter(c) => {
                 if !(value >= 0.0 && value.is_finite()) {

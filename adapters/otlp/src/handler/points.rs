@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use mixer_adapter_api::{AdapterError, ErrorKind};
-use mixer_model::{Instance, Value};
+use mixer_model::{MetricInstance, Value};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
@@ -27,12 +27,8 @@ pub(super) struct PointExporter {
 }
 
 /// The point an instance carries, decoded.
-pub fn decode_point(instance: &Instance) -> Result<ResourceMetrics, String> {
-    let bytes = instance
-        .map("dimensions")
-        .and_then(|dims| dims.iter().find(|(k, _)| &**k == POINT_DIMENSION))
-        .map(|(_, v)| v);
-    match bytes {
+pub fn decode_point(instance: &MetricInstance<'_>) -> Result<ResourceMetrics, String> {
+    match instance.dimensions.get(POINT_DIMENSION) {
         Some(Value::Bytes(b)) => ResourceMetrics::decode(&b[..])
             .map_err(|e| format!("dimension {POINT_DIMENSION:?} is not an OTLP point: {e}")),
         Some(other) => Err(format!(
@@ -223,6 +219,7 @@ fn status_error(status: &tonic::Status, count: usize) -> AdapterError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mixer_model::Instance;
     use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
     use opentelemetry_proto::tonic::metrics::v1::{
         AggregationTemporality, NumberDataPoint, Sum, number_data_point,
@@ -290,6 +287,7 @@ mod tests {
 
     #[test]
     fn an_instance_without_its_point_is_refused_by_name() {
+        let decode = |i: &Instance| decode_point(&MetricInstance::of(i).expect("a metric"));
         let instance = |dims: Vec<(&str, Value)>| Instance {
             name: "p.istio-system".into(),
             template: mixer_model::Template::Metric,
@@ -301,17 +299,17 @@ mod tests {
             )],
         };
         assert!(
-            decode_point(&instance(vec![]))
+            decode(&instance(vec![]))
                 .unwrap_err()
                 .contains("no dimension")
         );
         assert!(
-            decode_point(&instance(vec![("point", Value::from("x"))]))
+            decode(&instance(vec![("point", Value::from("x"))]))
                 .unwrap_err()
                 .contains("not the BYTES")
         );
         assert!(
-            decode_point(&instance(vec![(
+            decode(&instance(vec![(
                 "point",
                 Value::Bytes(vec![0xff, 0xff].into())
             )]))
@@ -319,7 +317,7 @@ mod tests {
             .contains("not an OTLP point")
         );
         let good = sum_point("a", AggregationTemporality::Delta, 1);
-        let decoded = decode_point(&instance(vec![(
+        let decoded = decode(&instance(vec![(
             "point",
             Value::Bytes(good.encode_to_vec().into()),
         )]))

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use async_trait::async_trait;
 use mixer_adapter_api::{AdapterError, ErrorKind, ReportHandler};
-use mixer_model::{Instance, Template};
+use mixer_model::{Instance, InstanceView};
 use opentelemetry::InstrumentationScope;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::logs::{LogBatch, LogExporter as _, SdkLogRecord};
@@ -149,31 +149,33 @@ impl ReportHandler for OtlpHandler {
         let mut logs = Vec::new();
         let mut points = Vec::new();
         for instance in instances {
-            match instance.template {
-                Template::TraceSpan => match convert::span(instance, self.scope(&instance.name)) {
-                    Ok(span) => spans.push(span),
-                    Err(e) => invalid.push(format!("{}: {e}", instance.name)),
-                },
-                Template::LogEntry => match convert::log_record(instance, &self.logger) {
+            match instance.view() {
+                InstanceView::TraceSpan(span) => {
+                    match convert::span(&span, self.scope(&instance.name)) {
+                        Ok(span) => spans.push(span),
+                        Err(e) => invalid.push(format!("{}: {e}", instance.name)),
+                    }
+                }
+                InstanceView::LogEntry(log) => match convert::log_record(&log, &self.logger) {
                     Ok(record) => logs.push((record, self.scope(&instance.name))),
                     Err(e) => invalid.push(format!("{}: {e}", instance.name)),
                 },
-                Template::Metric
-                    if self.point_instances.contains(&instance_key(&instance.name)) =>
+                InstanceView::Metric(point)
+                    if self.point_instances.contains(&instance_key(point.name)) =>
                 {
-                    match super::decode_point(instance) {
+                    match super::decode_point(&point) {
                         Ok(point) => points.push(point),
                         Err(e) => invalid.push(format!("{}: {e}", instance.name)),
                     }
                 }
-                Template::Metric => {
+                InstanceView::Metric(value) => {
                     // Instances meant for metrics this handler does not define are ignored.
-                    let Some(&index) = self.by_instance.get(instance_key(&instance.name).as_str())
+                    let Some(&index) = self.by_instance.get(instance_key(value.name).as_str())
                     else {
                         continue;
                     };
                     let metric = &self.metrics[index];
-                    if let Err(e) = self.record_metric(metric, instance) {
+                    if let Err(e) = self.record_metric(metric, &value) {
                         invalid.push(format!(
                             "{} (metric {}): {e}",
                             instance.name, metric.spec.name

@@ -13,7 +13,7 @@ use mixer_adapter_api::{
     Adapter, AdapterError, AdapterInfo, BuildContext, ErrorKind, Handler, ParamError, Params,
     QuotaArgs, QuotaHandler, ReportHandler, Stability,
 };
-use mixer_model::{AttributeBag, Instance, QuotaResult, Template};
+use mixer_model::{AttributeBag, Instance, LogEntryInstance, QuotaResult, Template};
 
 /// Records every report instance it is given, after `delay` (a slow backend when not zero).
 pub struct Recorder {
@@ -197,8 +197,9 @@ pub fn recorded(records: &Mutex<Vec<Instance>>) -> Vec<Vars> {
         .expect("not poisoned")
         .iter()
         .map(|i| {
-            i.map("variables")
-                .expect("variables")
+            LogEntryInstance::of(i)
+                .expect("a logentry")
+                .variables
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect()

@@ -2,6 +2,7 @@
 
 use super::*;
 use mixer_frontends::mixer_v1::GLOBAL_WORD_COUNT;
+use mixer_model::LogEntryInstance;
 use pb::report_request::RepeatedAttributesSemantics;
 use tonic::Code;
 
@@ -12,11 +13,10 @@ fn recorded(records: &Mutex<Vec<Instance>>) -> Vec<(String, String, i64)> {
         .expect("not poisoned")
         .iter()
         .map(|i| {
-            let vars = i.map("variables").expect("variables");
+            let vars = LogEntryInstance::of(i).expect("a logentry").variables;
             let get = |k: &str| {
-                vars.iter()
-                    .find(|(n, _)| n.as_ref() == k)
-                    .map(|(_, v)| v.clone())
+                vars.get(k)
+                    .cloned()
                     .unwrap_or_else(|| panic!("variable {k}"))
             };
             (

@@ -10,7 +10,7 @@ use mixer_adapter_api::{
     Adapter, AdapterError, AdapterInfo, BuildContext, ErrorKind, Handler, ParamError, Params,
     QuotaArgs, QuotaHandler, Stability,
 };
-use mixer_model::{Code, Instance, QuotaLimit, QuotaResult, Status, Template};
+use mixer_model::{Code, Instance, QuotaInstance, QuotaLimit, QuotaResult, Status, Template};
 
 /// One allocation the counting adapter saw: (instance name, dimensions as text, amount).
 pub(crate) type Call = (String, Vec<(String, String)>, i64);
@@ -84,9 +84,9 @@ impl QuotaHandler for CountingHandler {
         instance: &Instance,
         args: &QuotaArgs,
     ) -> Result<QuotaResult, AdapterError> {
-        let dims: Vec<(String, String)> = instance
-            .map("dimensions")
-            .unwrap_or(&[])
+        let dims: Vec<(String, String)> = QuotaInstance::of(instance)
+            .expect("a quota instance")
+            .dimensions
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();

@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 use mixer_adapter_api::{AdapterError, CheckHandler, QuotaArgs, QuotaHandler};
-use mixer_model::{CheckResult, Instance, QuotaResult, Template};
+use mixer_model::{CheckResult, Instance, InstanceView, QuotaInstance, QuotaResult};
 use mixer_proto::istio::mixer::adapter::model::v1beta1 as model;
 use mixer_proto::{authorization, checknothing, listentry, quota};
 use tonic::Request;
@@ -33,15 +33,15 @@ impl CheckHandler for RemoteHandler {
                 .await
             };
         }
-        let result = match instance.template {
-            Template::Authorization => check!(
+        let result = match instance.view() {
+            InstanceView::Authorization(authorization) => check!(
                 authorization,
                 handle_authorization_service_client::HandleAuthorizationServiceClient,
                 HandleAuthorizationRequest,
                 handle_authorization,
-                convert::authorization(instance)
+                convert::authorization(&authorization)
             ),
-            Template::CheckNothing => check!(
+            InstanceView::CheckNothing(_) => check!(
                 checknothing,
                 handle_check_nothing_service_client::HandleCheckNothingServiceClient,
                 HandleCheckNothingRequest,
@@ -50,14 +50,14 @@ impl CheckHandler for RemoteHandler {
                     name: instance.name.to_string()
                 }
             ),
-            Template::ListEntry => check!(
+            InstanceView::ListEntry(entry) => check!(
                 listentry,
                 handle_list_entry_service_client::HandleListEntryServiceClient,
                 HandleListEntryRequest,
                 handle_list_entry,
-                convert::listentry(instance)
+                convert::listentry(&entry)
             ),
-            other => return Err(wrong_variety(other, "check")),
+            _ => return Err(wrong_variety(instance.template, "check")),
         }?;
         Ok(convert::check_result(&result))
     }
@@ -72,9 +72,9 @@ impl QuotaHandler for RemoteHandler {
         instance: &Instance,
         args: &QuotaArgs,
     ) -> Result<QuotaResult, AdapterError> {
-        if instance.template != Template::Quota {
+        let Some(quota_instance) = QuotaInstance::of(instance) else {
             return Err(wrong_variety(instance.template, "quota"));
-        }
+        };
         let dedup_id = if args.deduplication_id.is_empty() {
             self.next_dedup_id()
         } else {
@@ -84,7 +84,7 @@ impl QuotaHandler for RemoteHandler {
         let result = self
             .call("quota", |ch, cfg, t| {
                 let mut req = Request::new(quota::HandleQuotaRequest {
-                    instance: Some(convert::quota(instance)),
+                    instance: Some(convert::quota(&quota_instance)),
                     adapter_config: Some(cfg),
                     dedup_id,
                     quota_request: Some(model::QuotaRequest {

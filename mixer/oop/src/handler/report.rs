@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use async_trait::async_trait;
 use mixer_adapter_api::{AdapterError, ReportHandler};
-use mixer_model::{Instance, Template};
+use mixer_model::{Instance, LogEntryInstance, MetricInstance, Template, TraceSpanInstance};
 use mixer_proto::{logentry, metric, reportnothing, tracespan};
 use tonic::Request;
 
@@ -48,7 +48,7 @@ impl RemoteHandler {
             ($module:ident, $($client:ident)::+, $req:ident, $method:ident, $conv:expr) => {
                 self.call("report", |ch, cfg, t| {
                     let mut req = Request::new($module::$req {
-                        instances: batch.iter().map(|i| $conv(i)).collect(),
+                        instances: batch.iter().filter_map(|i| $conv(i)).collect(),
                         adapter_config: Some(cfg),
                         dedup_id,
                     });
@@ -67,30 +67,30 @@ impl RemoteHandler {
                 handle_metric_service_client::HandleMetricServiceClient,
                 HandleMetricRequest,
                 handle_metric,
-                convert::metric
+                |i| MetricInstance::of(i).map(|m| convert::metric(&m))
             ),
             Template::LogEntry => report!(
                 logentry,
                 handle_log_entry_service_client::HandleLogEntryServiceClient,
                 HandleLogEntryRequest,
                 handle_log_entry,
-                convert::logentry
+                |i| LogEntryInstance::of(i).map(|l| convert::logentry(&l))
             ),
             Template::TraceSpan => report!(
                 tracespan,
                 handle_trace_span_service_client::HandleTraceSpanServiceClient,
                 HandleTraceSpanRequest,
                 handle_trace_span,
-                convert::tracespan
+                |i| TraceSpanInstance::of(i).map(|t| convert::tracespan(&t))
             ),
             Template::ReportNothing => report!(
                 reportnothing,
                 handle_report_nothing_service_client::HandleReportNothingServiceClient,
                 HandleReportNothingRequest,
                 handle_report_nothing,
-                |i: &Instance| reportnothing::InstanceMsg {
+                |i: &Instance| Some(reportnothing::InstanceMsg {
                     name: i.name.to_string()
-                }
+                })
             ),
             other => Err(wrong_variety(other, "report")),
         }
