@@ -19,6 +19,7 @@ mod evaluate;
 
 use std::sync::Arc;
 
+use mixer_adapter_api::{AdapterError, ErrorKind};
 use mixer_model::{Bag, Verdict};
 
 use crate::decision::Undecided;
@@ -123,8 +124,16 @@ async fn decide(
     };
     let mut combined = combine::Combined::new(verdict);
     for d in &dispatches {
+        // The snapshot routes only to handlers it built, so this does not fail; if it did,
+        // skipping the handler would allow a request nobody was asked about.
         let Some(built) = snapshot.handlers.get(d.handler) else {
-            continue;
+            return Err(Undecided::Handler {
+                handler: format!("#{}", d.handler).into(),
+                error: AdapterError::permanent(
+                    ErrorKind::Internal,
+                    "a rule routes to a handler this config snapshot does not hold",
+                ),
+            });
         };
         let answer = dispatch::ask(built, &d.instance).await;
         if combined.add(built, answer, &snapshot.metrics)? == combine::Next::Stop {
