@@ -26,7 +26,6 @@ use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue, MetadataMap};
 
 use crate::config::{Kind, OtlpConfig, ResourceValue, Temporality, instance_key};
 use crate::convert;
-pub use metrics::numeric_value;
 use metrics::{CountingMetricExporter, Instrument, Metric};
 pub use points::{POINT_DIMENSION, decode_point, merge as merge_points};
 pub use report::export_error;

@@ -68,9 +68,7 @@ pub use config::{
     ResourceValue, RetryConfig, RetryParams, Temporality, instance_key, is_valid_instrument_name,
 };
 pub use convert::{HTTP_STATUS_ATTRIBUTE, REWRITE_PAD, severity_number};
-pub use handler::{
-    OtlpHandler, POINT_DIMENSION, decode_point, export_error, merge_points, numeric_value,
-};
+pub use handler::{OtlpHandler, POINT_DIMENSION, decode_point, export_error, merge_points};
 
 static INFO: AdapterInfo = AdapterInfo {
     name: "otlp",

@@ -256,7 +256,9 @@ impl PrometheusHandler {
         let value = if metric.spec.precounted.is_some() {
             let sum = match &metric.spec.sum_dimension {
                 Some(name) => match instance.dimensions.get(name) {
-                    Some(v) => numeric_value(v).map_err(|e| format!("sum {name:?}: {e}"))?,
+                    Some(v) => v
+                        .to_metric_number()
+                        .map_err(|e| format!("sum {name:?}: {e}"))?,
                     // As a missing label is "unknown": the instance did not say.
                     None => 0.0,
                 },
@@ -265,7 +267,7 @@ impl PrometheusHandler {
             point = Some(Point::parse(value, sum)?);
             0.0
         } else {
-            numeric_value(value)?
+            value.to_metric_number()?
         };
         match metric.spec.kind {
             Kind::Counter if !(value >= 0.0 && value.is_finite()) => {
@@ -346,25 +348,6 @@ fn label_value(v: &Value) -> String {
             None => ip.to_string(),
         },
         other => other.to_string(),
-    }
-}
-
-/// The instance's value as a number: INT64 and DOUBLE as they are, DURATION in seconds (as
-/// Istio), BOOL as 1 or 0, STRING parsed as a number; anything else is an error.
-pub fn numeric_value(v: &Value) -> Result<f64, String> {
-    match v {
-        Value::Int64(i) => Ok(*i as f64),
-        Value::Double(d) => Ok(*d),
-        Value::Duration(d) => Ok(d.0 as f64 / 1e9),
-        Value::Bool(b) => Ok(if *b { 1.0 } else { 0.0 }),
-        Value::String(s) => s
-            .trim()
-            .parse::<f64>()
-            .map_err(|_| format!("{s:?} is not a number")),
-        other => Err(format!(
-            "a {} value cannot be a metric value",
-            other.value_type()
-        )),
     }
 }
 

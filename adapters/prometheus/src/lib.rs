@@ -72,7 +72,7 @@ pub use config::{
     Precounted, PrometheusConfig, PrometheusParams, instance_key, is_valid_label_name,
     is_valid_metric_name, safe_name,
 };
-pub use handler::{MISSING_LABEL_VALUE, PrometheusHandler, numeric_value};
+pub use handler::{MISSING_LABEL_VALUE, PrometheusHandler};
 
 static INFO: AdapterInfo = AdapterInfo {
     name: "prometheus",

@@ -179,15 +179,6 @@ async fn label_mapping_and_value_conversions() {
         ),
         "{text}"
     );
-    // Durations in seconds, booleans as 1 or 0.
-    assert_eq!(
-        crate::numeric_value(&Value::Duration(mixer_model::Duration(250_000_000))),
-        Ok(0.25)
-    );
-    assert_eq!(crate::numeric_value(&Value::Bool(false)), Ok(0.0));
-    assert_eq!(crate::numeric_value(&Value::from(" 2.5 ")), Ok(2.5));
-    assert!(crate::numeric_value(&Value::from("many")).is_err());
-    assert!(crate::numeric_value(&Value::StringMap(Arc::new(StringMap::new()))).is_err());
 }
 
 #[tokio::test]

@@ -309,6 +309,26 @@ impl Value {
         }
     }
 
+    /// The value as a metric's number, as Istio's metric adapters read one: INT64 and
+    /// DOUBLE as they are, DURATION in seconds, BOOL as 1 or 0, STRING parsed as a number;
+    /// anything else is an error that says why.
+    pub fn to_metric_number(&self) -> Result<f64, String> {
+        match self {
+            Value::Int64(i) => Ok(*i as f64),
+            Value::Double(d) => Ok(*d),
+            Value::Duration(d) => Ok(d.0 as f64 / 1e9),
+            Value::Bool(b) => Ok(if *b { 1.0 } else { 0.0 }),
+            Value::String(s) => s
+                .trim()
+                .parse::<f64>()
+                .map_err(|_| format!("{s:?} is not a number")),
+            other => Err(format!(
+                "a {} value cannot be a metric value",
+                other.value_type()
+            )),
+        }
+    }
+
     /// The map, if this is a `STRING_MAP`.
     pub fn as_map(&self) -> Option<&StringMap> {
         match self {

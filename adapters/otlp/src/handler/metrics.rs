@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mixer_adapter_api::{AdapterError, ErrorKind};
-use mixer_model::{MetricInstance, Value};
+use mixer_model::MetricInstance;
 use opentelemetry::metrics::{Counter, Gauge, Histogram};
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::metrics::data::ResourceMetrics;
@@ -112,7 +112,7 @@ impl OtlpHandler {
         instance: &MetricInstance<'_>,
     ) -> Result<(), String> {
         let value = match instance.value {
-            Some(v) => numeric_value(v)?,
+            Some(v) => v.to_metric_number()?,
             None => return Err("the instance has no value".into()),
         };
         let attributes = convert::attributes(instance.dimensions.as_slice());
@@ -145,24 +145,5 @@ fn clone_error(e: &OTelSdkError) -> OTelSdkError {
         OTelSdkError::AlreadyShutdown => OTelSdkError::AlreadyShutdown,
         OTelSdkError::Timeout(d) => OTelSdkError::Timeout(*d),
         OTelSdkError::InternalFailure(m) => OTelSdkError::InternalFailure(m.clone()),
-    }
-}
-
-/// The instance's value as a number: INT64 and DOUBLE as they are, DURATION in seconds (as
-/// Istio), BOOL as 1 or 0, STRING parsed as a number; anything else is an error.
-pub fn numeric_value(v: &Value) -> Result<f64, String> {
-    match v {
-        Value::Int64(i) => Ok(*i as f64),
-        Value::Double(d) => Ok(*d),
-        Value::Duration(d) => Ok(d.0 as f64 / 1e9),
-        Value::Bool(b) => Ok(if *b { 1.0 } else { 0.0 }),
-        Value::String(s) => s
-            .trim()
-            .parse::<f64>()
-            .map_err(|_| format!("{s:?} is not a number")),
-        other => Err(format!(
-            "a {} value cannot be a metric value",
-            other.value_type()
-        )),
     }
 }

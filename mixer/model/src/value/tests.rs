@@ -113,3 +113,25 @@ proptest::proptest! {
         let _ = Duration::parse(&s);
     }
 }
+
+#[test]
+fn metric_numbers_are_read_as_istio_metric_adapters_read_them() {
+    assert_eq!(Value::Int64(3).to_metric_number(), Ok(3.0));
+    assert_eq!(Value::Double(1.5).to_metric_number(), Ok(1.5));
+    // Durations in seconds, booleans as 1 or 0, text parsed.
+    assert_eq!(
+        Value::Duration(Duration(250_000_000)).to_metric_number(),
+        Ok(0.25)
+    );
+    assert_eq!(Value::Bool(false).to_metric_number(), Ok(0.0));
+    assert_eq!(Value::from(" 2.5 ").to_metric_number(), Ok(2.5));
+    assert_eq!(
+        Value::from("many").to_metric_number(),
+        Err("\"many\" is not a number".to_string())
+    );
+    assert!(
+        Value::StringMap(Arc::new(StringMap::new()))
+            .to_metric_number()
+            .is_err_and(|e| e.contains("STRING_MAP"))
+    );
+}
