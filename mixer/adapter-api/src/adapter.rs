@@ -123,8 +123,9 @@ impl std::fmt::Debug for CompiledConfig {
     }
 }
 
-/// An [`Adapter`] with its config type hidden: what the [`AdapterRegistry`](crate::AdapterRegistry)
-/// keeps and the config loader and runtime call. Every [`Adapter`] is one.
+/// An [`Adapter`] with its config type hidden: what the mixer's adapter registry
+/// (`mixer_config::AdapterRegistry`) keeps and the config loader and runtime call. Every
+/// [`Adapter`] is one.
 pub trait AnyAdapter: Send + Sync {
     /// What it is and what it supports.
     fn info(&self) -> &AdapterInfo;

@@ -72,9 +72,8 @@
 //!     }
 //! }
 //!
-//! let mut registry = AdapterRegistry::new();
-//! registry.register(Arc::new(AllowAll));
-//! let adapter = registry.get("allowall").expect("registered");
+//! // The mixer sees the adapter with its config type hidden.
+//! let adapter: &dyn AnyAdapter = &AllowAll;
 //! let errors = adapter.compile(&serde_json::json!({"validSeconds": 0})).unwrap_err();
 //! assert_eq!(errors[0].to_string(), "validSeconds: must be above 0");
 //! let errors = adapter.compile(&serde_json::json!({"validSecs": 5})).unwrap_err();
@@ -90,7 +89,6 @@ mod duration;
 mod error;
 mod handler;
 mod log_gate;
-mod registry;
 mod remote;
 pub mod secrets;
 #[cfg(any(test, feature = "testkit"))]
@@ -107,7 +105,6 @@ pub use handler::{
     ReportHandler,
 };
 pub use log_gate::LogGate;
-pub use registry::AdapterRegistry;
 pub use remote::{
     AccessToken, Authentication, InferredField, MutualTls, OAuthClient, ParamsDescriptor, PemFile,
     RemoteAdapters, RemoteConnection, RemoteHandlerSpec, RemoteInstance, Tls, TokenHeader,

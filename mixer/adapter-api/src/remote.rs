@@ -1,7 +1,7 @@
 //! The extension point for out-of-process adapters: handlers whose config names a
 //! `connection` are not looked up by adapter name but built by one [`RemoteAdapters`]
 //! implementation (the gRPC client in `mixer-oop`), which the server installs with
-//! [`AdapterRegistry::set_remote`](crate::AdapterRegistry::set_remote). The runtime never
+//! `mixer_config::AdapterRegistry::set_remote`. The runtime never
 //! depends on that implementation: it sees this trait and the handler traits only.
 
 use std::collections::BTreeMap;

@@ -4,7 +4,7 @@
 //! in `mixer-proto`), so adapters written for Istio's Mixer work unchanged.
 //!
 //! The runtime never sees this crate: the server installs a [`RemoteAdapterFactory`] in the
-//! [`AdapterRegistry`](mixer_adapter_api::AdapterRegistry) with `set_remote`, and every
+//! mixer's adapter registry (`mixer_config::AdapterRegistry`) with `set_remote`, and every
 //! handler whose config has a `connection` is built by it into a [`RemoteHandler`], which
 //! implements the same handler traits as a built-in adapter.
 //!
@@ -129,7 +129,8 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use mixer_adapter_api::{AdapterRegistry, RemoteAdapters, RemoteConnection, RemoteHandlerSpec};
+//! use mixer_adapter_api::{RemoteAdapters, RemoteConnection, RemoteHandlerSpec};
+//! use mixer_config::AdapterRegistry;
 //! use mixer_oop::{OopOptions, RemoteAdapterFactory};
 //!
 //! let factory = Arc::new(RemoteAdapterFactory::new(OopOptions { validate: false, ..Default::default() }));

@@ -10,9 +10,9 @@ use std::time::Duration;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use mixer_adapter_api::{
-    AdapterRegistry, Handler, RemoteAdapters, RemoteConnection, RemoteHandlerSpec, RemoteInstance,
+    Handler, RemoteAdapters, RemoteConnection, RemoteHandlerSpec, RemoteInstance,
 };
-use mixer_config::{ConfigOptions, HandlerConfig, SourceFile};
+use mixer_config::{AdapterRegistry, ConfigOptions, HandlerConfig, SourceFile};
 use mixer_model::{Code, FieldValue, Instance, Template, Value};
 use mixer_oop::{OopOptions, RemoteAdapterFactory};
 use mixer_proto::google::rpc::Status as RpcStatus;

@@ -4,10 +4,9 @@
 use std::sync::Arc;
 
 use mixer_adapter_api::{
-    AdapterRegistry, Handler, InferredField, RemoteAdapters, RemoteConnection, RemoteHandlerSpec,
-    RemoteInstance,
+    Handler, InferredField, RemoteAdapters, RemoteConnection, RemoteHandlerSpec, RemoteInstance,
 };
-use mixer_config::{Config, FieldExprValue, HandlerConfig};
+use mixer_config::{AdapterRegistry, Config, FieldExprValue, HandlerConfig};
 
 use crate::build_error::BuildError;
 

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use mixer_adapter_api::{AdapterRegistry, CompiledConfig, FailPolicy};
+use mixer_adapter_api::{CompiledConfig, FailPolicy};
 use serde_json::Value;
 
 use super::adapter::{self, Adapters};
@@ -11,6 +11,7 @@ use super::{Doc, parse_enum};
 use crate::document::{as_map, check_keys, opt_string, type_name};
 use crate::error::{Diagnostics, did_you_mean, join};
 use crate::model::{Connection, HandlerConfig};
+use crate::registry::AdapterRegistry;
 use crate::secrets;
 
 /// Validates a `kind: handler` document.

@@ -1,12 +1,11 @@
 use std::sync::{Arc, Mutex};
 
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, AdapterRegistry, BuildContext, Handler, ParamError, Params,
-    Stability,
+    Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError, Params, Stability,
 };
 use mixer_model::Template;
 
-use crate::{ConfigOptions, SourceFile, Validated};
+use crate::{AdapterRegistry, ConfigOptions, SourceFile, Validated};
 
 /// Named like memquota; records the params it validates.
 struct FakeMemquota(Arc<Mutex<Vec<Params>>>);
