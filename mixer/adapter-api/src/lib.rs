@@ -89,7 +89,6 @@ mod duration;
 mod error;
 mod handler;
 mod log_gate;
-mod remote;
 pub mod secrets;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
@@ -105,11 +104,6 @@ pub use handler::{
     ReportHandler,
 };
 pub use log_gate::LogGate;
-pub use remote::{
-    AccessToken, Authentication, InferredField, MutualTls, OAuthClient, ParamsDescriptor, PemFile,
-    RemoteAdapters, RemoteConnection, RemoteHandlerSpec, RemoteInstance, Tls, TokenHeader,
-    TokenSource,
-};
 
 /// What the mixer does for a request when a handler cannot decide (down, slow, garbage).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use mixer_adapter_api::{AnyAdapter, RemoteAdapters};
+use mixer_adapter_api::AnyAdapter;
+use mixer_remote::RemoteAdapters;
 
 /// Adapters by name. The server fills it at start-up; config validation looks names up here.
 /// Handlers with a `connection` go to the [`RemoteAdapters`] set with
