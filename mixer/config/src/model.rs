@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use mixer_adapter_api::host::{CompiledConfig, FailPolicy};
 use mixer_adapter_api::secrets::Redactor;
-use mixer_adapter_api::{CompiledConfig, FailPolicy};
 use mixer_model::{HeaderOp, Template, Vocabulary};
 use mixer_remote::ParamsDescriptor;
 

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use mixer_adapter_api::AnyAdapter;
+use mixer_adapter_api::host::AnyAdapter;
 use mixer_remote::RemoteAdapters;
 
 /// Adapters by name. The server fills it at start-up; config validation looks names up here.

@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use mixer_adapter_api::{AdapterError, Handler, ParamError, Params};
+use mixer_adapter_api::host::Params;
+use mixer_adapter_api::{AdapterError, Handler, ParamError};
 use mixer_model::{Template, ValueType};
 
 use crate::connection::RemoteConnection;

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use mixer_adapter_api::{CompiledConfig, FailPolicy};
+use mixer_adapter_api::host::{CompiledConfig, FailPolicy};
 use serde_json::Value;
 
 use super::adapter::{self, Adapters};
@@ -291,7 +291,7 @@ fn connection(doc: &Doc<'_>, value: &Value, diags: &mut Diagnostics) -> Option<C
 #[cfg(test)]
 mod tests {
     use super::super::test_support::{errors, ok};
-    use mixer_adapter_api::FailPolicy;
+    use mixer_adapter_api::host::FailPolicy;
 
     #[test]
     fn compiled_adapter_with_params_and_fail_policy() {

@@ -79,8 +79,8 @@ mod naming;
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use mixer_adapter_api::host::{CompiledConfig, FailPolicy};
 use mixer_adapter_api::secrets::Redactor;
-use mixer_adapter_api::{CompiledConfig, FailPolicy};
 use mixer_model::{Template, ValueType, Vocabulary};
 use serde_json::{Map, Value};
 

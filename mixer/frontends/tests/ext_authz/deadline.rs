@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use mixer_adapter_api::host::Params;
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, Handler, ParamError, Params,
-    Stability,
+    Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, Handler, ParamError, Stability,
 };
 use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile};
 use mixer_frontends::grpc;

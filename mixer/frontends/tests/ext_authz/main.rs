@@ -26,9 +26,10 @@ use envoy_types::pb::envoy::service::auth::v3::attribute_context::{HttpRequest, 
 use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
 use envoy_types::pb::envoy::service::auth::v3::{AttributeContext, CheckRequest, CheckResponse};
 use envoy_types::pb::google::protobuf::Timestamp as PbTimestamp;
+use mixer_adapter_api::host::Params;
 use mixer_adapter_api::{
     Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, ErrorKind, Handler, ParamError,
-    Params, Stability,
+    Stability,
 };
 use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile};
 use mixer_frontends::{ext_authz, grpc};

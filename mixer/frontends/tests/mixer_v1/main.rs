@@ -18,9 +18,10 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use mixer_adapter_api::host::Params;
 use mixer_adapter_api::{
     Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, ErrorKind, Handler, ParamError,
-    Params, Stability,
+    Stability,
 };
 use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile};
 use mixer_frontends::mixer_v1::{dictionary, encode};

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use mixer_adapter_api::host::Params;
 use mixer_adapter_api::{
     Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, ErrorKind, Handler, ParamError,
-    Params, Stability,
+    Stability,
 };
 use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile};
 use mixer_model::{AttributeBag, CheckResult, Instance, StringMap, Template, Value};
