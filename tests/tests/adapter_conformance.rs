@@ -13,12 +13,15 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use mixer_adapter_api::host::Params;
 use mixer_adapter_api::testkit::{Case, Unreachable, assert_conforms};
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, BuildContext, Handler, InferredField, ParamError, Params,
-    RemoteAdapters, RemoteConnection, RemoteHandlerSpec, RemoteInstance, Stability,
+    Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError, Stability,
 };
 use mixer_model::{FieldValue, Instance, Template, Timestamp, Value};
+use mixer_remote::{
+    InferredField, RemoteAdapters, RemoteConnection, RemoteHandlerSpec, RemoteInstance,
+};
 use mixer_tests::Mixer;
 use serde_json::json;
 

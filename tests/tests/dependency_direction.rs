@@ -1,6 +1,8 @@
 //! The crates depend on each other one way only (adapters never on the runtime):
 //! model <- adapter-api <- adapters; model <- policy <- config <- runtime <- frontends <- server;
-//! the leaves `mixer-proto` and `mixer-grpc` are shared by the front ends and the SDK.
+//! adapter-api <- remote (out-of-process adapters as the config describes them) <- config and
+//! the out-of-process client; the leaves `mixer-proto` and `mixer-grpc` are shared by the front
+//! ends and the SDK.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -9,13 +11,22 @@ fn allowed(krate: &str) -> Option<&'static [&'static str]> {
     Some(match krate {
         "mixer-model" => &[],
         "mixer-adapter-api" => &["mixer-model"],
+        // What the config says about an out-of-process adapter, and the trait its handlers
+        // are built through: settings the mixer reads, that no adapter sees.
+        "mixer-remote" => &["mixer-model", "mixer-adapter-api"],
         "mixer-policy" => &["mixer-model"],
-        "mixer-config" => &["mixer-model", "mixer-policy", "mixer-adapter-api"],
+        "mixer-config" => &[
+            "mixer-model",
+            "mixer-policy",
+            "mixer-adapter-api",
+            "mixer-remote",
+        ],
         "mixer-runtime" => &[
             "mixer-model",
             "mixer-policy",
             "mixer-config",
             "mixer-adapter-api",
+            "mixer-remote",
         ],
         "mixer-frontends" => &[
             "mixer-model",
@@ -33,9 +44,15 @@ fn allowed(krate: &str) -> Option<&'static [&'static str]> {
         // gRPC serving over h2, shared by the front ends and the SDK: a leaf like the
         // generated protocol, so neither side reaches the other through it.
         "mixer-grpc" => &[],
-        // The out-of-process client is adapter-level: it implements the adapter API over the
-        // generated protocol. The runtime never depends on it; the server wires it in.
-        "mixer-oop" => &["mixer-model", "mixer-adapter-api", "mixer-proto"],
+        // The out-of-process client is adapter-level: it implements the adapter API's handler
+        // traits and `mixer-remote`'s builder over the generated protocol. The runtime never
+        // depends on it; the server wires it in.
+        "mixer-oop" => &[
+            "mixer-model",
+            "mixer-adapter-api",
+            "mixer-remote",
+            "mixer-proto",
+        ],
         // The SDK for out-of-process adapter authors serves the generated protocol; it is
         // adapter-level like `mixer-oop`, its client-side counterpart.
         "mixer-adapter-sdk" => &["mixer-proto", "mixer-grpc"],

@@ -52,7 +52,8 @@ impl Adapter for Denier {
 mod tests {
     // Only the erased trait: these tests start from params, as the config loader does.
     use super::{Denier, Template};
-    use mixer_adapter_api::{AnyAdapter, BuildContext};
+    use mixer_adapter_api::BuildContext;
+    use mixer_adapter_api::host::AnyAdapter;
     use mixer_model::{Code, Instance};
     use serde_json::json;
 

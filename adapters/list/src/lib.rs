@@ -11,7 +11,8 @@
 //! A whitelist of networks, with no provider:
 //!
 //! ```
-//! use mixer_adapter_api::{AnyAdapter, BuildContext};
+//! use mixer_adapter_api::BuildContext;
+//! use mixer_adapter_api::host::AnyAdapter;
 //! use mixer_adapter_list::ListChecker;
 //! use mixer_model::{Code, FieldValue, Instance, Template, Value};
 //!

@@ -6,9 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mixer_adapter_api::{
-    AdapterError, AnyAdapter, BuildContext, ErrorKind, Handler, decode_params,
-};
+use mixer_adapter_api::host::{AnyAdapter, decode_params};
+use mixer_adapter_api::{AdapterError, BuildContext, ErrorKind, Handler};
 use mixer_model::{CheckResult, Code, FieldValue, Instance, Template, Value};
 use serde_json::{Value as Json, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -14,7 +14,8 @@
 //! - Time is `tokio::time::Instant`, so tests run on tokio's paused clock.
 //!
 //! ```
-//! use mixer_adapter_api::{AnyAdapter, BuildContext, QuotaArgs};
+//! use mixer_adapter_api::host::AnyAdapter;
+//! use mixer_adapter_api::{BuildContext, QuotaArgs};
 //! use mixer_adapter_memquota::MemQuota;
 //! use mixer_model::{Code, FieldValue, Instance, Template, Value};
 //!

@@ -1,14 +1,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use mixer_adapter_api::{AnyAdapter, BuildContext, QuotaArgs, QuotaHandler};
+use mixer_adapter_api::host::AnyAdapter;
+use mixer_adapter_api::{BuildContext, QuotaArgs, QuotaHandler};
 use mixer_model::{Code, FieldValue, Instance, Template, Value};
 use serde_json::json;
 
 use crate::{MemQuota, MemQuotaHandler, MemQuotaParams};
 
 fn build(params: serde_json::Value) -> Arc<MemQuotaHandler> {
-    let params: MemQuotaParams = mixer_adapter_api::decode_params(&params).expect("decodes");
+    let params: MemQuotaParams = mixer_adapter_api::host::decode_params(&params).expect("decodes");
     MemQuota
         .build_handler(
             &params.compile().expect("valid params"),

@@ -150,7 +150,8 @@ mod tests {
             .await
             .expect("ok");
         assert!(
-            mixer_adapter_api::AnyAdapter::compile(&Noop, &serde_json::json!({"x": 1})).is_err()
+            mixer_adapter_api::host::AnyAdapter::compile(&Noop, &serde_json::json!({"x": 1}))
+                .is_err()
         );
     }
 }

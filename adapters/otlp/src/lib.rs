@@ -21,7 +21,7 @@
 //! Params are checked with their paths before anything is built:
 //!
 //! ```
-//! use mixer_adapter_api::AnyAdapter;
+//! use mixer_adapter_api::host::AnyAdapter;
 //! use mixer_adapter_otlp::Otlp;
 //!
 //! let params = serde_json::json!({

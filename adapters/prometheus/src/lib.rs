@@ -12,7 +12,8 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use mixer_adapter_api::{AnyAdapter, BuildContext};
+//! use mixer_adapter_api::BuildContext;
+//! use mixer_adapter_api::host::AnyAdapter;
 //! use mixer_adapter_prometheus::Prometheus;
 //! use mixer_model::{FieldValue, Instance, Template, Value, Duration};
 //!

@@ -3,14 +3,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use mixer_adapter_api::{AnyAdapter, BuildContext, ErrorKind};
+use mixer_adapter_api::host::AnyAdapter;
+use mixer_adapter_api::{BuildContext, ErrorKind};
 use mixer_model::{FieldValue, Instance, StringMap, Template, Value};
 use serde_json::json;
 
 use crate::{Prometheus, PrometheusHandler, PrometheusParams};
 
 fn build(params: serde_json::Value) -> Arc<PrometheusHandler> {
-    let params: PrometheusParams = mixer_adapter_api::decode_params(&params).expect("decodes");
+    let params: PrometheusParams =
+        mixer_adapter_api::host::decode_params(&params).expect("decodes");
     Prometheus
         .build_handler(
             &params.compile().expect("valid params"),

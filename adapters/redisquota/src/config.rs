@@ -228,7 +228,7 @@ impl RedisQuotaParams {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mixer_adapter_api::decode_params;
+    use mixer_adapter_api::host::decode_params;
     use serde_json::json;
 
     fn compile(v: serde_json::Value) -> Result<RedisQuotaConfig, Vec<ParamError>> {

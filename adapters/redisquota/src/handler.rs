@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use mixer_adapter_api::breaker::CircuitBreaker;
+use mixer_adapter_api::log_gate::LogGate;
 use mixer_adapter_api::{
-    AdapterError, ErrorKind, Exposition, Handler, LogGate, QuotaArgs, QuotaCall, QuotaHandler,
+    AdapterError, ErrorKind, Exposition, Handler, QuotaArgs, QuotaCall, QuotaHandler,
 };
 use mixer_adapter_quota_common::{Decision, Metrics, Refusal, Selected, finish, render_one};
 use mixer_model::{Instance, QuotaResult};

@@ -18,7 +18,7 @@
 //!   Connections come back by themselves.
 //!
 //! ```
-//! use mixer_adapter_api::AnyAdapter;
+//! use mixer_adapter_api::host::AnyAdapter;
 //! use mixer_adapter_redisquota::RedisQuota;
 //!
 //! let params = serde_json::json!({

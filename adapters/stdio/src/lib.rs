@@ -12,7 +12,8 @@
 //! An access log in a file:
 //!
 //! ```
-//! use mixer_adapter_api::{AnyAdapter, BuildContext};
+//! use mixer_adapter_api::BuildContext;
+//! use mixer_adapter_api::host::AnyAdapter;
 //! use mixer_adapter_stdio::Stdio;
 //! use mixer_model::{FieldValue, Instance, Template, Timestamp, Value};
 //!

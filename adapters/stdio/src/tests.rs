@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use mixer_adapter_api::{AnyAdapter, BuildContext, ReportHandler};
+use mixer_adapter_api::host::AnyAdapter;
+use mixer_adapter_api::{BuildContext, ReportHandler};
 use mixer_model::{FieldValue, Instance, StringMap, Template, Timestamp, Value};
 use serde_json::json;
 
@@ -19,7 +20,7 @@ fn ctx() -> BuildContext {
 }
 
 fn build(params: serde_json::Value) -> Arc<StdioHandler> {
-    let params: StdioParams = mixer_adapter_api::decode_params(&params).expect("decodes");
+    let params: StdioParams = mixer_adapter_api::host::decode_params(&params).expect("decodes");
     let config = params.compile().expect("valid params");
     Stdio.build_handler(&config, &ctx()).expect("built")
 }
@@ -44,7 +45,7 @@ impl FakeClock {
 }
 
 fn build_with_clock(params: serde_json::Value, clock: Clock) -> StdioHandler {
-    let config = mixer_adapter_api::decode_params::<StdioParams>(&params)
+    let config = mixer_adapter_api::host::decode_params::<StdioParams>(&params)
         .expect("decodes")
         .compile()
         .expect("valid");

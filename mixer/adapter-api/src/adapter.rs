@@ -1,16 +1,12 @@
 //! The adapter lifecycle: info, compile params, build a handler.
 
-use std::any::Any;
 use std::sync::Arc;
 
 use mixer_model::Template;
 use serde::de::DeserializeOwned;
 
-use crate::error::{AdapterError, ErrorKind, ParamError};
+use crate::error::{AdapterError, ParamError};
 use crate::handler::Handler;
-
-/// Handler params as they come from config: YAML turned into a JSON-like tree.
-pub type Params = serde_json::Value;
 
 /// How settled an adapter is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,133 +99,4 @@ pub trait Adapter: Send + Sync + 'static {
     fn templates_for(&self, _compiled: &Self::Compiled) -> Option<Vec<Template>> {
         None
     }
-}
-
-/// A handler's params decoded and compiled by its adapter ([`Adapter::Compiled`], type
-/// hidden), once, when config loads; what [`AnyAdapter::build_compiled`] builds from. Cheap
-/// to clone.
-#[derive(Clone)]
-pub struct CompiledConfig {
-    adapter: &'static str,
-    config: Arc<dyn Any + Send + Sync>,
-}
-
-impl std::fmt::Debug for CompiledConfig {
-    // The config may hold secrets: only whose it is shows.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CompiledConfig")
-            .field("adapter", &self.adapter)
-            .finish_non_exhaustive()
-    }
-}
-
-/// An [`Adapter`] with its config type hidden: what the [`AdapterRegistry`](crate::AdapterRegistry)
-/// keeps and the config loader and runtime call. Every [`Adapter`] is one.
-pub trait AnyAdapter: Send + Sync {
-    /// What it is and what it supports.
-    fn info(&self) -> &AdapterInfo;
-
-    /// Decodes and compiles params: every problem, at its field path inside them.
-    fn compile(&self, params: &Params) -> Result<CompiledConfig, Vec<ParamError>>;
-
-    /// Builds a handler from a config this adapter compiled.
-    fn build_compiled(
-        &self,
-        config: &CompiledConfig,
-        ctx: &BuildContext,
-    ) -> Result<Arc<dyn Handler>, AdapterError>;
-
-    /// See [`Adapter::secret_params`].
-    fn secret_params(&self) -> &'static [crate::secrets::SecretParam];
-
-    /// See [`Adapter::path_params`].
-    fn path_params(&self) -> &'static [&'static str];
-
-    /// The templates a handler built from `config` accepts: its own (see
-    /// [`Adapter::templates_for`]) or the adapter's.
-    fn templates_of(&self, config: &CompiledConfig) -> Vec<Template>;
-
-    /// [`AnyAdapter::compile`] then [`AnyAdapter::build_compiled`], for tests and tools that
-    /// start from params.
-    fn compile_and_build(
-        &self,
-        params: &Params,
-        ctx: &BuildContext,
-    ) -> Result<Arc<dyn Handler>, AdapterError> {
-        let config = self.compile(params).map_err(AdapterError::invalid_config)?;
-        self.build_compiled(&config, ctx)
-    }
-}
-
-impl<A: Adapter> AnyAdapter for A {
-    fn info(&self) -> &AdapterInfo {
-        Adapter::info(self)
-    }
-
-    fn compile(&self, params: &Params) -> Result<CompiledConfig, Vec<ParamError>> {
-        let config: A::Config = decode_params(params).map_err(|e| vec![e])?;
-        Ok(CompiledConfig {
-            adapter: Adapter::info(self).name,
-            config: Arc::new(Adapter::compile(self, config)?),
-        })
-    }
-
-    fn build_compiled(
-        &self,
-        config: &CompiledConfig,
-        ctx: &BuildContext,
-    ) -> Result<Arc<dyn Handler>, AdapterError> {
-        Adapter::build(self, typed::<A>(config, Adapter::info(self).name)?, ctx)
-    }
-
-    fn secret_params(&self) -> &'static [crate::secrets::SecretParam] {
-        Adapter::secret_params(self)
-    }
-
-    fn path_params(&self) -> &'static [&'static str] {
-        Adapter::path_params(self)
-    }
-
-    fn templates_of(&self, config: &CompiledConfig) -> Vec<Template> {
-        typed::<A>(config, Adapter::info(self).name)
-            .ok()
-            .and_then(|c| Adapter::templates_for(self, c))
-            .unwrap_or_else(|| Adapter::info(self).templates.to_vec())
-    }
-}
-
-fn typed<'c, A: Adapter>(
-    config: &'c CompiledConfig,
-    name: &str,
-) -> Result<&'c A::Compiled, AdapterError> {
-    config.config.downcast_ref::<A::Compiled>().ok_or_else(|| {
-        AdapterError::permanent(
-            ErrorKind::Internal,
-            format!(
-                "a config compiled by adapter {:?} was given to adapter {name:?}",
-                config.adapter
-            ),
-        )
-    })
-}
-
-/// Decodes params into an adapter's own config type, reporting the field path of the first
-/// problem. Missing params (`null`) decode as an empty map so that defaults apply.
-///
-/// ```
-/// #[derive(serde::Deserialize)]
-/// #[serde(deny_unknown_fields)]
-/// struct Config { size: u32 }
-/// let err = mixer_adapter_api::decode_params::<Config>(&serde_json::json!({"size": "big"}))
-///     .err().unwrap();
-/// assert_eq!(err.path, "size");
-/// ```
-pub fn decode_params<T: DeserializeOwned>(params: &Params) -> Result<T, ParamError> {
-    let empty = serde_json::Value::Object(serde_json::Map::new());
-    let params = if params.is_null() { &empty } else { params };
-    serde_path_to_error::deserialize(params).map_err(|e| {
-        let path = e.path().to_string();
-        let path = if path == "." { String::new() } else { path };
-        ParamError::new(path, e.into_inner().to_string())
-    })
 }

@@ -11,7 +11,8 @@ use crate::ParamError;
 /// at least a second) are the adapter's, with [`DurationParam::text`] for its messages.
 ///
 /// ```
-/// use mixer_adapter_api::{DurationParam, decode_params};
+/// use mixer_adapter_api::DurationParam;
+/// use mixer_adapter_api::host::decode_params;
 /// #[derive(serde::Deserialize)]
 /// #[serde(rename_all = "camelCase")]
 /// struct Params { valid_duration: Option<DurationParam> }
@@ -113,7 +114,8 @@ mod tests {
 
     #[test]
     fn a_number_is_not_a_duration() {
-        let e = crate::decode_params::<DurationParam>(&serde_json::json!(5)).expect_err("number");
+        let e =
+            crate::host::decode_params::<DurationParam>(&serde_json::json!(5)).expect_err("number");
         assert!(e.message.contains("expected a string"), "{e}");
     }
 }

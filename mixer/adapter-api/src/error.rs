@@ -38,7 +38,7 @@ impl ErrorKind {
 }
 
 /// A handler could not decide. This is not a denial: the front end applies the handler's
-/// [`crate::FailPolicy`] or reports an error to the proxy.
+/// [`crate::host::FailPolicy`] or reports an error to the proxy.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{kind:?}: {message}")]
 pub struct AdapterError {

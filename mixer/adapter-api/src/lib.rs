@@ -7,7 +7,8 @@
 //! 2. when config loads, a handler's `params` are decoded into the adapter's own
 //!    [`Adapter::Config`] and compiled by [`Adapter::compile`] into its
 //!    [`Adapter::Compiled`] form, so a bad config is rejected (by `mixer validate` too)
-//!    before it replaces a good one; the result is kept as a [`CompiledConfig`];
+//!    before it replaces a good one; the result is kept as a
+//!    [`CompiledConfig`](host::CompiledConfig);
 //! 3. [`Adapter::build`] turns that form into a [`Handler`], which offers one or more of
 //!    [`CheckHandler`], [`QuotaHandler`] and [`ReportHandler`];
 //! 4. [`Handler::close`] runs when no config snapshot uses the handler any more.
@@ -16,7 +17,15 @@
 //! [`secrets`] for what is hidden without a declaration.
 //!
 //! A handler answers with data ([`CheckResult`](mixer_model::CheckResult) for a denial too);
-//! an [`AdapterError`] means it could not decide, and the handler's [`FailPolicy`] applies.
+//! an [`AdapterError`] means it could not decide, and the handler's
+//! [`FailPolicy`](host::FailPolicy) applies.
+//!
+//! The crate root holds what an adapter implements or returns, and nothing else. The mixer's
+//! side of the boundary (adapters with their config type hidden, params as config gives them,
+//! fail policies) is in [`host`]. Helpers an adapter may use are modules of their own:
+//! [`breaker`] (a circuit breaker for a backend), [`secrets`] (what is hidden of params),
+//! [`log_gate`] (one log line per interval while a backend fails), and `testkit` (feature
+//! `testkit`: the conformance kit adapters' tests run).
 //!
 //! A complete adapter that allows everything:
 //!
@@ -25,6 +34,7 @@
 //! use std::time::Duration;
 //! use async_trait::async_trait;
 //! use mixer_adapter_api::*;
+//! use mixer_adapter_api::host::AnyAdapter;
 //! use mixer_model::{CheckResult, Instance, Template};
 //!
 //! struct AllowAll;
@@ -72,9 +82,8 @@
 //!     }
 //! }
 //!
-//! let mut registry = AdapterRegistry::new();
-//! registry.register(Arc::new(AllowAll));
-//! let adapter = registry.get("allowall").expect("registered");
+//! // The mixer sees the adapter with its config type hidden.
+//! let adapter: &dyn AnyAdapter = &AllowAll;
 //! let errors = adapter.compile(&serde_json::json!({"validSeconds": 0})).unwrap_err();
 //! assert_eq!(errors[0].to_string(), "validSeconds: must be above 0");
 //! let errors = adapter.compile(&serde_json::json!({"validSecs": 5})).unwrap_err();
@@ -89,46 +98,16 @@ pub mod breaker;
 mod duration;
 mod error;
 mod handler;
-mod log_gate;
-mod registry;
-mod remote;
+pub mod host;
+pub mod log_gate;
 pub mod secrets;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 
-pub use adapter::{
-    Adapter, AdapterInfo, AnyAdapter, BuildContext, CompiledConfig, Params, Stability,
-    decode_params,
-};
+pub use adapter::{Adapter, AdapterInfo, BuildContext, Stability};
 pub use duration::DurationParam;
 pub use error::{AdapterError, ErrorKind, ParamError};
 pub use handler::{
     CheckHandler, Exposition, Handler, LimitOverride, QuotaArgs, QuotaCall, QuotaHandler,
     ReportHandler,
 };
-pub use log_gate::LogGate;
-pub use registry::AdapterRegistry;
-pub use remote::{
-    AccessToken, Authentication, InferredField, MutualTls, OAuthClient, ParamsDescriptor, PemFile,
-    RemoteAdapters, RemoteConnection, RemoteHandlerSpec, RemoteInstance, Tls, TokenHeader,
-    TokenSource,
-};
-
-/// What the mixer does for a request when a handler cannot decide (down, slow, garbage).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum FailPolicy {
-    /// Let the request through.
-    Open,
-    /// Deny the request (UNAVAILABLE).
-    Closed,
-}
-
-impl FailPolicy {
-    /// Envoy's defaults: checks fail closed (ext_authz), quota fails open (rate limit).
-    pub fn default_for(variety: mixer_model::Variety) -> FailPolicy {
-        match variety {
-            mixer_model::Variety::Quota | mixer_model::Variety::Report => FailPolicy::Open,
-            mixer_model::Variety::Check => FailPolicy::Closed,
-        }
-    }
-}

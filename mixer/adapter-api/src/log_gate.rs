@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 ///
 /// ```
 /// use std::time::Duration;
-/// use mixer_adapter_api::LogGate;
+/// use mixer_adapter_api::log_gate::LogGate;
 ///
 /// static DOWN: LogGate = LogGate::new(Duration::from_secs(10));
 /// if let Some(held_back) = DOWN.due() {

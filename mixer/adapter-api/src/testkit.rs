@@ -21,9 +21,10 @@ use std::time::Duration;
 
 use mixer_model::{Instance, Template, Variety};
 
-use crate::adapter::{AnyAdapter, BuildContext, Params};
+use crate::adapter::BuildContext;
 use crate::error::AdapterError;
 use crate::handler::{Handler, QuotaArgs};
+use crate::host::{AnyAdapter, Params};
 
 /// How long one call may take before the kit calls it hung.
 pub const CALL_LIMIT: Duration = Duration::from_secs(5);

@@ -1,6 +1,6 @@
 //! A readable summary of a config for the admin endpoint `/config_dump`.
 
-use mixer_adapter_api::FailPolicy;
+use mixer_adapter_api::host::FailPolicy;
 use mixer_model::HeaderOp;
 use serde_json::{Map, Value, json};
 

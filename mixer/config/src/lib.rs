@@ -7,9 +7,9 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use mixer_adapter_api::{Adapter, AdapterError, AdapterInfo, AdapterRegistry, BuildContext,
-//!     Handler, ParamError, Stability};
-//! use mixer_config::{ConfigOptions, SourceFile, validate};
+//! use mixer_adapter_api::{Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError,
+//!     Stability};
+//! use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile, validate};
 //! use mixer_model::Template;
 //!
 //! // A registry with one adapter that supports `checknothing` and takes no params.
@@ -81,12 +81,11 @@ mod error;
 mod expr;
 mod kinds;
 mod model;
+mod registry;
 mod resolve;
 mod secrets;
 mod source;
 mod validate;
-
-use mixer_adapter_api::AdapterRegistry;
 
 pub use error::ConfigError;
 pub use expr::{CompileError, Expression, Syntax};
@@ -95,6 +94,7 @@ pub use model::{
     FieldExprValue, HandlerConfig, HeaderOperationConfig, InstanceConfig, MatchErrorPolicy,
     RateLimitBehaviour, RuleConfig,
 };
+pub use registry::AdapterRegistry;
 pub use source::{SourceFile, emptied_files, read_sources};
 pub use validate::LANG_ANNOTATION;
 

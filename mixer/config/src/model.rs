@@ -4,9 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use mixer_adapter_api::host::{CompiledConfig, FailPolicy};
 use mixer_adapter_api::secrets::Redactor;
-use mixer_adapter_api::{CompiledConfig, FailPolicy, ParamsDescriptor};
 use mixer_model::{HeaderOp, Template, Vocabulary};
+use mixer_remote::ParamsDescriptor;
 
 use crate::expr::Expression;
 
@@ -187,7 +188,7 @@ pub struct Connection {
     /// Per-call timeout.
     pub timeout: Option<Duration>,
     /// Istio's `authentication` block (TLS or mutual TLS), its certificate files read.
-    pub authentication: Option<mixer_adapter_api::Authentication>,
+    pub authentication: Option<mixer_remote::Authentication>,
 }
 
 /// An instance: how to build one template's data from a request's attributes.

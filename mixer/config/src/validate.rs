@@ -4,7 +4,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use mixer_adapter_api::AdapterRegistry;
 use mixer_model::Vocabulary;
 
 use crate::document::{RawDoc, parse_file};
@@ -15,6 +14,7 @@ use crate::model::{
     Config, DropReason, DroppedDocument, HandlerConfig, InstanceConfig, RateLimitBehaviour,
     RuleConfig,
 };
+use crate::registry::AdapterRegistry;
 use crate::resolve::{Entry, Resolution, Table};
 use crate::source::SourceFile;
 use crate::{ConfigOptions, InvalidConfig, Validated};

@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use mixer_adapter_api::{AdapterRegistry, Authentication, TokenHeader, TokenSource};
-use mixer_config::{ConfigOptions, SourceFile, Validated, validate};
+use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile, Validated, validate};
+use mixer_remote::{Authentication, TokenHeader, TokenSource};
 
 // Only the PEM framing is checked at load (the DER inside is rustls's business at connect
 // time), so any base64 body will do here.

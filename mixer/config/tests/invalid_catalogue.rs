@@ -4,8 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use mixer_adapter_api::AdapterRegistry;
-use mixer_config::{ConfigOptions, read_sources, validate};
+use mixer_config::{AdapterRegistry, ConfigOptions, read_sources, validate};
 
 fn catalogue() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies/invalid")

@@ -1,8 +1,7 @@
 //! Istio 1.4 documents that sit beside the mixer's config and are not the mixer's to act on:
 //! they load with a warning, so Istio bundles load unchanged.
 
-use mixer_adapter_api::AdapterRegistry;
-use mixer_config::{ConfigOptions, SourceFile, validate};
+use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile, validate};
 
 #[test]
 fn templates_the_mixer_has_are_ignored_with_a_warning() {

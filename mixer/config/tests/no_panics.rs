@@ -4,8 +4,7 @@ use std::sync::Arc;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use mixer_adapter_api::AdapterRegistry;
-use mixer_config::{ConfigOptions, SourceFile, validate};
+use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile, validate};
 use proptest::prelude::*;
 
 const VALID: &str = r#"kind: handler

@@ -11,7 +11,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mixer_adapter_api::LogGate;
+use mixer_adapter_api::log_gate::LogGate;
 use mixer_model::AttributeBag;
 use mixer_runtime::{Checked, NotReady, Runtime, Snapshot, Undecided, Wants};
 

@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 
-use mixer_adapter_api::{InferredField, RemoteInstance};
 use mixer_model::{
     AuthorizationInstance, CheckResult, Code, Entries, ListEntryInstance, LogEntryInstance,
     MetricInstance, QuotaInstance, QuotaResult, Status, Template, TraceSpanInstance, Value,
@@ -13,6 +12,7 @@ use mixer_model::{
 use mixer_proto::istio::mixer::adapter::model::v1beta1 as model;
 use mixer_proto::istio::policy::v1beta1 as policy;
 use mixer_proto::{authorization, listentry, logentry, metric, quota, tracespan};
+use mixer_remote::{InferredField, RemoteInstance};
 use prost::Message;
 use prost_types::Any;
 

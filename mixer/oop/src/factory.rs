@@ -3,10 +3,9 @@
 
 use std::sync::Arc;
 
-use mixer_adapter_api::{
-    AdapterError, ErrorKind, Handler, ParamError, RemoteAdapters, RemoteHandlerSpec,
-};
+use mixer_adapter_api::{AdapterError, ErrorKind, Handler, ParamError};
 use mixer_proto::istio::mixer::adapter::model::v1beta1 as model;
+use mixer_remote::{RemoteAdapters, RemoteHandlerSpec};
 
 use crate::convert;
 use crate::handler::RemoteHandler;

@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use mixer_adapter_api::{
-    AdapterError, CheckHandler, ErrorKind, Exposition, Handler, QuotaHandler, RemoteConnection,
-    RemoteInstance, ReportHandler,
+    AdapterError, CheckHandler, ErrorKind, Exposition, Handler, QuotaHandler, ReportHandler,
 };
 use mixer_model::Template;
 use mixer_proto::istio::mixer::adapter::model::v1beta1 as model;
+use mixer_remote::{RemoteConnection, RemoteInstance};
 use prost_types::Any;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;

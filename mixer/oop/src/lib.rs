@@ -4,7 +4,7 @@
 //! in `mixer-proto`), so adapters written for Istio's Mixer work unchanged.
 //!
 //! The runtime never sees this crate: the server installs a [`RemoteAdapterFactory`] in the
-//! [`AdapterRegistry`](mixer_adapter_api::AdapterRegistry) with `set_remote`, and every
+//! mixer's adapter registry (`mixer_config::AdapterRegistry`) with `set_remote`, and every
 //! handler whose config has a `connection` is built by it into a [`RemoteHandler`], which
 //! implements the same handler traits as a built-in adapter.
 //!
@@ -40,11 +40,11 @@
 //! `adapter` document describes it: its `spec.config` is the base64 of a serialized
 //! `google.protobuf.FileDescriptorSet`, and its top-level message named `Params` is the
 //! config message (`mixer-config` checks the params against it at load, and passes the
-//! descriptor as [`RemoteHandlerSpec::params_descriptor`](mixer_adapter_api::RemoteHandlerSpec)).
+//! descriptor as [`RemoteHandlerSpec::params_descriptor`](mixer_remote::RemoteHandlerSpec)).
 //! The YAML is read with proto3's JSON mapping (`backendAddress` or `backend_address`, enums
 //! by name, durations as `"1.5s"`, nested messages, lists, maps) and sent as an `Any` of type
 //! `type.googleapis.com/<package>.Params` ([`typed_params_any`]); params that do not fit are
-//! refused by [`RemoteAdapters::validate`](mixer_adapter_api::RemoteAdapters::validate), so
+//! refused by [`RemoteAdapters::validate`](mixer_remote::RemoteAdapters::validate), so
 //! the config is rejected and the previous one stays. Without an `adapter` document (or with
 //! an empty `config`) the params go as a `google.protobuf.Struct` ([`STRUCT_TYPE_URL`],
 //! [`params_any`]).
@@ -129,7 +129,8 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use mixer_adapter_api::{AdapterRegistry, RemoteAdapters, RemoteConnection, RemoteHandlerSpec};
+//! use mixer_remote::{RemoteAdapters, RemoteConnection, RemoteHandlerSpec};
+//! use mixer_config::AdapterRegistry;
 //! use mixer_oop::{OopOptions, RemoteAdapterFactory};
 //!
 //! let factory = Arc::new(RemoteAdapterFactory::new(OopOptions { validate: false, ..Default::default() }));

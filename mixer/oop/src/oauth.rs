@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mixer_adapter_api::secrets::redact_url;
-use mixer_adapter_api::{OAuthClient, PemFile};
+use mixer_remote::{OAuthClient, PemFile};
 use oauth2::basic::{
     BasicErrorResponse, BasicRevocationErrorResponse, BasicTokenIntrospectionResponse,
     BasicTokenType,
@@ -715,7 +715,7 @@ mod tests {
             token_url: url.into(),
             scopes: vec!["a.read".into()],
             endpoint_params: std::collections::BTreeMap::new(),
-            header: mixer_adapter_api::TokenHeader::Bearer,
+            header: mixer_remote::TokenHeader::Bearer,
         };
         assert!(
             TokenEndpoint::new(&client("https://[::1]:9443/oauth/token?tenant=a"), None).is_ok()

@@ -6,7 +6,7 @@ use rustls::RootCertStore;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, TrustAnchor};
 
-use mixer_adapter_api::PemFile;
+use mixer_remote::PemFile;
 
 /// Where system CA bundles live (Debian/Ubuntu, Fedora/RHEL, Alpine/macOS); `SSL_CERT_FILE`
 /// comes first. Istio 1.4 trusted the system's CAs as well as `caCertificates`.

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mixer_adapter_api::{AccessToken, OAuthClient, PemFile, TokenHeader};
+use mixer_remote::{AccessToken, OAuthClient, PemFile, TokenHeader};
 use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue};
 use tonic::service::Interceptor;
 use tonic::{Request, Status};

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use mixer_adapter_api::{AdapterError, Authentication, ErrorKind, RemoteConnection, TokenSource};
+use mixer_adapter_api::{AdapterError, ErrorKind};
+use mixer_remote::{Authentication, RemoteConnection, TokenSource};
 use std::sync::Arc;
 
 use rustls::RootCertStore;

@@ -5,7 +5,8 @@
 //! sent as an `Any` of type `type.googleapis.com/<message>`. Without a descriptor the params
 //! go as a `google.protobuf.Struct` ([`params_any`](crate::params_any)).
 
-use mixer_adapter_api::{ParamError, ParamsDescriptor};
+use mixer_adapter_api::ParamError;
+use mixer_remote::ParamsDescriptor;
 use prost::Message;
 use prost_reflect::{DescriptorPool, DynamicMessage};
 use prost_types::Any;
@@ -35,7 +36,7 @@ pub fn adapter_config(
 ///
 /// ```
 /// use std::sync::Arc;
-/// use mixer_adapter_api::ParamsDescriptor;
+/// use mixer_remote::ParamsDescriptor;
 /// use prost::Message;
 /// use prost_types::{DescriptorProto, FieldDescriptorProto, FileDescriptorProto, FileDescriptorSet};
 /// use prost_types::field_descriptor_proto::{Label, Type};

@@ -8,13 +8,13 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mixer_adapter_api::{AdapterRegistry, RemoteAdapters, RemoteConnection, RemoteHandlerSpec};
 use mixer_adapter_sdk::{
     Adapter, CheckResult, Config, Error, ListEntry, ListEntryInstance, Server, ServerTls,
 };
-use mixer_config::{ConfigOptions, SourceFile};
+use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile};
 use mixer_model::{AttributeBag, StringMap, Value};
 use mixer_oop::{OopOptions, RemoteAdapterFactory, ValidateOutcome};
+use mixer_remote::{RemoteAdapters, RemoteConnection, RemoteHandlerSpec};
 use mixer_runtime::{RuntimeMetrics, RuntimeOptions, Snapshot};
 use support::Pki;
 use support::token_endpoint::TokenEndpoint;

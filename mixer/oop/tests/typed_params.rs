@@ -9,16 +9,15 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use mixer_adapter_api::{
-    AdapterRegistry, Handler, RemoteAdapters, RemoteConnection, RemoteHandlerSpec, RemoteInstance,
-};
-use mixer_config::{ConfigOptions, HandlerConfig, SourceFile};
+use mixer_adapter_api::Handler;
+use mixer_config::{AdapterRegistry, ConfigOptions, HandlerConfig, SourceFile};
 use mixer_model::{Code, FieldValue, Instance, Template, Value};
 use mixer_oop::{OopOptions, RemoteAdapterFactory};
 use mixer_proto::google::rpc::Status as RpcStatus;
 use mixer_proto::istio::mixer::adapter::model::v1beta1 as model;
 use mixer_proto::listentry;
 use mixer_proto::testdata::{Params, params};
+use mixer_remote::{RemoteAdapters, RemoteConnection, RemoteHandlerSpec, RemoteInstance};
 use prost::Message;
 use tonic::{Request, Response, Status};
 

@@ -8,8 +8,7 @@
 use std::sync::Arc;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use mixer_adapter_api::AdapterRegistry;
-use mixer_config::{ConfigOptions, SourceFile};
+use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile};
 use mixer_model::{AttributeBag, StringMap, Value, Variety};
 use mixer_runtime::{CacheOptions, RuntimeMetrics, RuntimeOptions, Snapshot};
 

@@ -295,8 +295,8 @@ fn build_instance(
         };
         // An attribute a proxy never sends fails every request like this one: a line
         // per 10 s, the counter has them all.
-        static FAILING: mixer_adapter_api::LogGate =
-            mixer_adapter_api::LogGate::new(Duration::from_secs(10));
+        static FAILING: mixer_adapter_api::log_gate::LogGate =
+            mixer_adapter_api::log_gate::LogGate::new(Duration::from_secs(10));
         if let Some(held_back) = FAILING.due() {
             tracing::warn!(%error, held_back, "instance not built; counted in mixer_instance_errors_total");
         }

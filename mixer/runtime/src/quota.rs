@@ -7,7 +7,8 @@
 
 use std::time::Duration;
 
-use mixer_adapter_api::{AdapterError, FailPolicy, QuotaArgs, QuotaCall};
+use mixer_adapter_api::host::FailPolicy;
+use mixer_adapter_api::{AdapterError, QuotaArgs, QuotaCall};
 use mixer_config::RateLimitBehaviour;
 use mixer_model::{Bag, QuotaResult, ReferencedAttributes, Status, Template, Variety};
 

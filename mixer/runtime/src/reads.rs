@@ -72,8 +72,7 @@ impl ReadAttrs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mixer_adapter_api::AdapterRegistry;
-    use mixer_config::{ConfigOptions, SourceFile};
+    use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile};
 
     const CONFIG: &str = r#"
 kind: instance

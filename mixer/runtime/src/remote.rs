@@ -3,16 +3,16 @@
 
 use std::sync::Arc;
 
-use mixer_adapter_api::{
-    AdapterRegistry, Handler, InferredField, RemoteAdapters, RemoteConnection, RemoteHandlerSpec,
-    RemoteInstance,
+use mixer_adapter_api::Handler;
+use mixer_config::{AdapterRegistry, Config, FieldExprValue, HandlerConfig};
+use mixer_remote::{
+    InferredField, RemoteAdapters, RemoteConnection, RemoteHandlerSpec, RemoteInstance,
 };
-use mixer_config::{Config, FieldExprValue, HandlerConfig};
 
 use crate::build_error::BuildError;
 
 /// Validates (with the adapter) and builds a handler with a `connection` through the
-/// registry's [`mixer_adapter_api::RemoteAdapters`]. Errors are config errors: the adapter
+/// registry's [`mixer_remote::RemoteAdapters`]. Errors are config errors: the adapter
 /// refused the params, or this mixer has no out-of-process support.
 pub(crate) fn build_remote(
     config: &Config,

@@ -18,8 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use mixer_adapter_api::AdapterRegistry;
-use mixer_config::{ConfigError, ConfigOptions, SourceFile};
+use mixer_config::{AdapterRegistry, ConfigError, ConfigOptions, SourceFile};
 
 use crate::content::{CheckOutcome, ConfigContent, DiskState};
 use crate::metrics::RuntimeMetrics;

@@ -75,8 +75,7 @@ impl SharedExprs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mixer_adapter_api::AdapterRegistry;
-    use mixer_config::{ConfigOptions, SourceFile};
+    use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile};
 
     const INSTANCES: &str = r#"
 kind: instance

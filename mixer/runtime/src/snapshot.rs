@@ -6,8 +6,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use mixer_adapter_api::{AdapterError, AdapterRegistry, BuildContext, FailPolicy, Handler};
-use mixer_config::{Config, MatchErrorPolicy};
+use mixer_adapter_api::host::FailPolicy;
+use mixer_adapter_api::{AdapterError, BuildContext, Handler};
+use mixer_config::{AdapterRegistry, Config, MatchErrorPolicy};
 use mixer_model::{AttrId, Variety};
 
 use crate::build_error::BuildError;

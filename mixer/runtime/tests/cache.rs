@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use common::*;
+use mixer_adapter_api::host::Params;
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, AdapterRegistry, BuildContext, CheckHandler, Handler,
-    ParamError, Params, Stability,
+    Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, Handler, ParamError, Stability,
 };
-use mixer_config::{ConfigOptions, SourceFile};
+use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile};
 use mixer_model::{CheckResult, Instance, Template, Value};
 use mixer_runtime::{CacheOptions, RuntimeMetrics, RuntimeOptions, Snapshot};
 

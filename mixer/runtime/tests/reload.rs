@@ -207,21 +207,21 @@ static NEEDS_FILE: mixer_adapter_api::AdapterInfo = mixer_adapter_api::AdapterIn
 };
 
 impl mixer_adapter_api::Adapter for NeedsFile {
-    type Config = mixer_adapter_api::Params;
-    type Compiled = mixer_adapter_api::Params;
+    type Config = mixer_adapter_api::host::Params;
+    type Compiled = mixer_adapter_api::host::Params;
 
     fn info(&self) -> &mixer_adapter_api::AdapterInfo {
         &NEEDS_FILE
     }
     fn compile(
         &self,
-        params: mixer_adapter_api::Params,
-    ) -> Result<mixer_adapter_api::Params, Vec<mixer_adapter_api::ParamError>> {
+        params: mixer_adapter_api::host::Params,
+    ) -> Result<mixer_adapter_api::host::Params, Vec<mixer_adapter_api::ParamError>> {
         Ok(params)
     }
     fn build(
         &self,
-        params: &mixer_adapter_api::Params,
+        params: &mixer_adapter_api::host::Params,
         _: &mixer_adapter_api::BuildContext,
     ) -> Result<Arc<dyn mixer_adapter_api::Handler>, mixer_adapter_api::AdapterError> {
         let file = params["file"].as_str().unwrap_or_default();

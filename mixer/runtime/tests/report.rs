@@ -10,10 +10,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use common::bag;
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, AdapterRegistry, BuildContext, Handler, ParamError,
-    ReportHandler, Stability,
+    Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError, ReportHandler, Stability,
 };
-use mixer_config::{ConfigOptions, SourceFile};
+use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile};
 use mixer_model::{Instance, Template, Value};
 use mixer_runtime::{Overflow, QueueOptions, RuntimeMetrics, RuntimeOptions, Snapshot};
 

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use common::*;
+use mixer_adapter_api::host::Params;
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError, Params, ReportHandler,
-    Stability,
+    Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError, ReportHandler, Stability,
 };
 use mixer_config::{ConfigOptions, SourceFile};
 use mixer_model::{Instance, Template, Value};

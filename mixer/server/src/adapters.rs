@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use mixer_adapter_api::AdapterRegistry;
+use mixer_config::AdapterRegistry;
 
 /// How `serve` sets up the Wasm plugin engine (README: "Wasm plugins").
 #[derive(clap::Args, Debug, Clone)]

@@ -12,7 +12,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use mixer_adapter_api::{Adapter, AnyAdapter, BuildContext, decode_params};
+use mixer_adapter_api::host::{AnyAdapter, decode_params};
+use mixer_adapter_api::{Adapter, BuildContext};
 use mixer_model::{FieldValue, Instance, Template, Value};
 use mixer_wasm::WasmAdapter;
 use serde_json::json;

@@ -5,8 +5,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use mixer_adapter_api::log_gate::LogGate;
 use mixer_adapter_api::{
-    AdapterError, CheckHandler, ErrorKind, Exposition, Handler, LogGate, QuotaArgs, QuotaHandler,
+    AdapterError, CheckHandler, ErrorKind, Exposition, Handler, QuotaArgs, QuotaHandler,
     ReportHandler,
 };
 use mixer_model::{CheckResult, Instance, QuotaResult, Variety};

@@ -52,7 +52,7 @@ impl Limits {
         let Some(value) = value.filter(|v| !v.is_null()) else {
             return Ok(limits);
         };
-        let raw: RawLimits = mixer_adapter_api::decode_params(value)
+        let raw: RawLimits = mixer_adapter_api::host::decode_params(value)
             .map_err(|e| ParamError::new(join("limits", &e.path), e.message))?;
         if let Some(deadline) = &raw.check_deadline {
             limits.check_deadline = deadline.positive("limits.checkDeadline")?;

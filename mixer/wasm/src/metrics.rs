@@ -159,8 +159,8 @@ impl WasmMetrics {
 
     /// Whether `handler` may have one more series named `series`.
     fn admit(&self, handler: &str, series: String) -> bool {
-        static FULL: mixer_adapter_api::LogGate =
-            mixer_adapter_api::LogGate::new(std::time::Duration::from_secs(10));
+        static FULL: mixer_adapter_api::log_gate::LogGate =
+            mixer_adapter_api::log_gate::LogGate::new(std::time::Duration::from_secs(10));
         let mut guard = self.series.lock().unwrap_or_else(|p| p.into_inner());
         let (seen, per_handler) = &mut *guard;
         if seen.contains(&series) {

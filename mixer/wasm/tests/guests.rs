@@ -5,7 +5,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use mixer_adapter_api::{AnyAdapter, BuildContext};
+use mixer_adapter_api::BuildContext;
+use mixer_adapter_api::host::AnyAdapter;
 use mixer_model::{Code, FieldValue, Instance, Template, Value};
 use mixer_wasm::WasmAdapter;
 use serde_json::json;

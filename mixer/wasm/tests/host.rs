@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fixtures::*;
-use mixer_adapter_api::{AnyAdapter, BuildContext, ErrorKind, Handler, QuotaArgs};
+use mixer_adapter_api::host::AnyAdapter;
+use mixer_adapter_api::{BuildContext, ErrorKind, Handler, QuotaArgs};
 use mixer_model::{Code, FieldValue, Instance, Template, Value};
 use mixer_wasm::{HostOptions, Limits, WasmAdapter};
 use serde_json::json;

@@ -6,7 +6,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use mixer_adapter_api::{AnyAdapter, Handler};
+use mixer_adapter_api::Handler;
+use mixer_adapter_api::host::AnyAdapter;
 use mixer_adapter_memquota::MemQuota;
 use mixer_adapter_redisquota::RedisQuota;
 use mixer_model::{Code, Status};

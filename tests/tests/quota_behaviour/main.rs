@@ -62,7 +62,7 @@ behaviour_suite!(
 #[tokio::test(start_paused = true)]
 async fn memquota_memory_stays_bounded() {
     let params = json!({"maxKeys": 1000, "quotas": [quota("rq", 5, "1h", "ROLLING_WINDOW")]});
-    let params: MemQuotaParams = mixer_adapter_api::decode_params(&params).expect("decodes");
+    let params: MemQuotaParams = mixer_adapter_api::host::decode_params(&params).expect("decodes");
     let h = MemQuota
         .build_handler(&params.compile().expect("valid params"), &ctx())
         .expect("handler");

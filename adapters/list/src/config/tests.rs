@@ -1,5 +1,5 @@
 use super::*;
-use mixer_adapter_api::decode_params;
+use mixer_adapter_api::host::decode_params;
 use serde_json::json;
 
 fn compile(v: serde_json::Value) -> Result<ListConfig, Vec<ParamError>> {

@@ -1,5 +1,5 @@
 use super::*;
-use mixer_adapter_api::decode_params;
+use mixer_adapter_api::host::decode_params;
 use serde_json::json;
 
 fn compile(v: serde_json::Value) -> Result<OtlpConfig, Vec<ParamError>> {
@@ -222,7 +222,7 @@ fn secrets_stay_out_of_errors_and_dumps() {
         "endpoint": "http://user:pw-secret@127.0.0.1:4317",
         "headers": {"authorization": "Bearer t0ken", "x-api-key": "k3y", "x-tenant": "blue"},
     });
-    let adapter: &dyn mixer_adapter_api::AnyAdapter = &crate::Otlp;
+    let adapter: &dyn mixer_adapter_api::host::AnyAdapter = &crate::Otlp;
     let shown =
         mixer_adapter_api::secrets::Redactor::new(&params, adapter.secret_params()).params();
     assert_eq!(

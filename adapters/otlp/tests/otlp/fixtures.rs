@@ -10,7 +10,7 @@ use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use serde_json::json;
 
 pub fn build(params: serde_json::Value) -> Arc<OtlpHandler> {
-    let params: OtlpParams = mixer_adapter_api::decode_params(&params).expect("decodes");
+    let params: OtlpParams = mixer_adapter_api::host::decode_params(&params).expect("decodes");
     Otlp.build_handler(
         &params.compile().expect("valid params"),
         &BuildContext {

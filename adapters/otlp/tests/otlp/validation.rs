@@ -1,6 +1,7 @@
 //! The adapter's info and params validation, without a receiver.
 
-use mixer_adapter_api::{AnyAdapter, BuildContext};
+use mixer_adapter_api::BuildContext;
+use mixer_adapter_api::host::AnyAdapter;
 use mixer_adapter_otlp::Otlp;
 use mixer_model::Template;
 use serde_json::json;

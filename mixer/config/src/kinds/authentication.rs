@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use mixer_adapter_api::{
+use mixer_remote::{
     AccessToken, Authentication, MutualTls, PemFile, Tls, TokenHeader, TokenSource,
 };
 use rustls_pki_types::pem::{self, PemObject};

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use mixer_adapter_api::{AdapterRegistry, CompiledConfig, FailPolicy};
+use mixer_adapter_api::host::{CompiledConfig, FailPolicy};
 use serde_json::Value;
 
 use super::adapter::{self, Adapters};
@@ -11,6 +11,7 @@ use super::{Doc, parse_enum};
 use crate::document::{as_map, check_keys, opt_string, type_name};
 use crate::error::{Diagnostics, did_you_mean, join};
 use crate::model::{Connection, HandlerConfig};
+use crate::registry::AdapterRegistry;
 use crate::secrets;
 
 /// Validates a `kind: handler` document.
@@ -290,7 +291,7 @@ fn connection(doc: &Doc<'_>, value: &Value, diags: &mut Diagnostics) -> Option<C
 #[cfg(test)]
 mod tests {
     use super::super::test_support::{errors, ok};
-    use mixer_adapter_api::FailPolicy;
+    use mixer_adapter_api::host::FailPolicy;
 
     #[test]
     fn compiled_adapter_with_params_and_fail_policy() {

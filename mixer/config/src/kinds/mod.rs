@@ -95,8 +95,7 @@ pub(crate) fn parse_enum<T: Copy>(
 pub(crate) mod test_support {
     use std::sync::Arc;
 
-    use mixer_adapter_api::AdapterRegistry;
-
+    use crate::registry::AdapterRegistry;
     use crate::{ConfigOptions, SourceFile, Validated};
 
     /// Denier and noop.

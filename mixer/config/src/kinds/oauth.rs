@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use mixer_adapter_api::{OAuthClient, TokenHeader};
+use mixer_remote::{OAuthClient, TokenHeader};
 use serde_json::{Map, Value};
 
 use super::Doc;

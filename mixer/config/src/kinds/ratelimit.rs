@@ -79,8 +79,8 @@ mod naming;
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use mixer_adapter_api::host::{CompiledConfig, FailPolicy};
 use mixer_adapter_api::secrets::Redactor;
-use mixer_adapter_api::{AdapterRegistry, CompiledConfig, FailPolicy};
 use mixer_model::{Template, ValueType, Vocabulary};
 use serde_json::{Map, Value};
 
@@ -92,6 +92,7 @@ use crate::model::{
     ActionConfig, FieldExpr, FieldExprValue, HandlerConfig, InstanceConfig, MatchErrorPolicy,
     RateLimitBehaviour, RuleConfig,
 };
+use crate::registry::AdapterRegistry;
 use descriptors::walk;
 use naming::{match_source, quote, unique_name};
 

@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use mixer_adapter_api::AdapterRegistry;
 use mixer_model::{Template, ValueType, Vocabulary};
 use serde_json::Value;
 
@@ -11,6 +10,7 @@ use super::{Doc, compile_leaf, parse_enum};
 use crate::document::{as_map, check_keys, list, opt_string, type_name};
 use crate::error::{Diagnostics, did_you_mean, index, join};
 use crate::model::{ActionConfig, HandlerConfig, InstanceConfig, MatchErrorPolicy, RuleConfig};
+use crate::registry::AdapterRegistry;
 use crate::resolve::{Resolution, Table};
 
 /// What rules are resolved against.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use base64::Engine;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
-use mixer_adapter_api::ParamsDescriptor;
+use mixer_remote::ParamsDescriptor;
 use prost_reflect::{DescriptorPool, DynamicMessage, Kind, MessageDescriptor};
 use serde_json::Value;
 use serde_path_to_error::Segment;

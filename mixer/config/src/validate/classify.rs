@@ -1,13 +1,13 @@
 //! What each document is: its kind (sorted into the categories names are unique in) and its
 //! expression language.
 
-use mixer_adapter_api::AdapterRegistry;
 use mixer_model::Template;
 
 use super::LANG_ANNOTATION;
 use crate::document::RawDoc;
 use crate::error::{Diagnostics, did_you_mean, join};
 use crate::expr::Syntax;
+use crate::registry::AdapterRegistry;
 
 /// The kinds this crate reads besides legacy adapter and template kinds.
 const KINDS: [&str; 6] = [

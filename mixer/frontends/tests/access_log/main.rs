@@ -17,8 +17,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use envoy_types::pb::envoy::service::accesslog::v3::access_log_service_client::AccessLogServiceClient;
-use mixer_adapter_api::AdapterRegistry;
-use mixer_config::{ConfigOptions, SourceFile};
+use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile};
 use mixer_frontends::access_log;
 use mixer_model::Instance;
 use mixer_runtime::{ConfigOrigin, Runtime, RuntimeMetrics, RuntimeOptions};

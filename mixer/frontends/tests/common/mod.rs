@@ -9,9 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use mixer_adapter_api::host::Params;
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, BuildContext, ErrorKind, Handler, ParamError, Params,
-    QuotaArgs, QuotaHandler, ReportHandler, Stability,
+    Adapter, AdapterError, AdapterInfo, BuildContext, ErrorKind, Handler, ParamError, QuotaArgs,
+    QuotaHandler, ReportHandler, Stability,
 };
 use mixer_model::{AttributeBag, Instance, LogEntryInstance, QuotaResult, Template};
 

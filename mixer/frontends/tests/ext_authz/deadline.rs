@@ -10,11 +10,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use mixer_adapter_api::host::Params;
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, AdapterRegistry, BuildContext, CheckHandler, Handler,
-    ParamError, Params, Stability,
+    Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, Handler, ParamError, Stability,
 };
-use mixer_config::{ConfigOptions, SourceFile};
+use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile};
 use mixer_frontends::grpc;
 use mixer_model::{CheckResult, Instance, Template};
 use mixer_runtime::{ConfigOrigin, Runtime, RuntimeMetrics, RuntimeOptions};

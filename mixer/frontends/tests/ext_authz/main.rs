@@ -26,11 +26,12 @@ use envoy_types::pb::envoy::service::auth::v3::attribute_context::{HttpRequest, 
 use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
 use envoy_types::pb::envoy::service::auth::v3::{AttributeContext, CheckRequest, CheckResponse};
 use envoy_types::pb::google::protobuf::Timestamp as PbTimestamp;
+use mixer_adapter_api::host::Params;
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, AdapterRegistry, BuildContext, CheckHandler, ErrorKind,
-    Handler, ParamError, Params, Stability,
+    Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, ErrorKind, Handler, ParamError,
+    Stability,
 };
-use mixer_config::{ConfigOptions, SourceFile};
+use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile};
 use mixer_frontends::{ext_authz, grpc};
 use mixer_model::{CheckResult, Instance, Template};
 use mixer_runtime::{ConfigOrigin, Runtime, RuntimeMetrics, RuntimeOptions};

@@ -18,11 +18,12 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use mixer_adapter_api::host::Params;
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, AdapterRegistry, BuildContext, CheckHandler, ErrorKind,
-    Handler, ParamError, Params, Stability,
+    Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, ErrorKind, Handler, ParamError,
+    Stability,
 };
-use mixer_config::{ConfigOptions, SourceFile};
+use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile};
 use mixer_frontends::mixer_v1::{dictionary, encode};
 use mixer_model::{CheckResult, Instance, StringMap, Template, Value};
 use mixer_proto::istio::mixer::v1 as pb;

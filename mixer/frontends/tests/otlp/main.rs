@@ -18,8 +18,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mixer_adapter_api::AdapterRegistry;
-use mixer_config::{ConfigOptions, SourceFile};
+use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile};
 use mixer_model::Instance;
 use mixer_runtime::{ConfigOrigin, QueueOptions, Runtime, RuntimeMetrics, RuntimeOptions};
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;

@@ -6,9 +6,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use mixer_adapter_api::host::Params;
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, BuildContext, ErrorKind, Handler, ParamError, Params,
-    QuotaArgs, QuotaHandler, Stability,
+    Adapter, AdapterError, AdapterInfo, BuildContext, ErrorKind, Handler, ParamError, QuotaArgs,
+    QuotaHandler, Stability,
 };
 use mixer_model::{Code, Instance, QuotaInstance, QuotaLimit, QuotaResult, Status, Template};
 

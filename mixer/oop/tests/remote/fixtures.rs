@@ -5,9 +5,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mixer_adapter_api::{RemoteConnection, RemoteHandlerSpec};
 use mixer_model::{FieldValue, Instance, Template, Value};
 use mixer_oop::{OopOptions, RemoteAdapterFactory, RemoteHandler};
+use mixer_remote::{RemoteConnection, RemoteHandlerSpec};
 
 pub fn options() -> OopOptions {
     OopOptions {

@@ -5,8 +5,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mixer_adapter_api::{Handler, RemoteAdapters, RemoteConnection, RemoteHandlerSpec};
+use mixer_adapter_api::Handler;
 use mixer_oop::RemoteAdapterFactory;
+use mixer_remote::{RemoteAdapters, RemoteConnection, RemoteHandlerSpec};
 
 use crate::adapter::{State, serve};
 use crate::fixtures::*;

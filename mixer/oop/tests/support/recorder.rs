@@ -4,12 +4,13 @@
 
 use std::sync::{Arc, Mutex};
 
-use mixer_adapter_api::{AdapterError, AdapterRegistry, RemoteConnection, RemoteHandlerSpec};
-use mixer_config::{ConfigOptions, SourceFile};
+use mixer_adapter_api::AdapterError;
+use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile};
 use mixer_model::{FieldValue, Instance, Template, Value};
 use mixer_oop::{OopOptions, RemoteAdapterFactory, RemoteHandler};
 use mixer_proto::istio::mixer::adapter::model::v1beta1 as model;
 use mixer_proto::listentry;
+use mixer_remote::{RemoteConnection, RemoteHandlerSpec};
 use tonic::transport::{Identity, ServerTlsConfig};
 use tonic::{Request, Response, Status};
 

@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use mixer_adapter_api::{AdapterError, FailPolicy};
+use mixer_adapter_api::AdapterError;
+use mixer_adapter_api::host::FailPolicy;
 use mixer_model::{CheckResult, Variety, Verdict};
 
 use super::Decided;

@@ -5,11 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use mixer_adapter_api::host::Params;
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, AdapterRegistry, BuildContext, CheckHandler, ErrorKind,
-    Handler, ParamError, Params, Stability,
+    Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, ErrorKind, Handler, ParamError,
+    Stability,
 };
-use mixer_config::{ConfigOptions, SourceFile};
+use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile};
 use mixer_model::{AttributeBag, CheckResult, Instance, StringMap, Template, Value};
 use mixer_runtime::{RuntimeMetrics, RuntimeOptions, Snapshot};
 

@@ -1,12 +1,12 @@
 use std::sync::{Arc, Mutex};
 
+use mixer_adapter_api::host::{FailPolicy, Params};
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, AdapterRegistry, BuildContext, Handler, ParamError, Params,
-    Stability,
+    Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError, Stability,
 };
 use mixer_model::Template;
 
-use crate::{ConfigOptions, SourceFile, Validated};
+use crate::{AdapterRegistry, ConfigOptions, SourceFile, Validated};
 
 /// Named like memquota; records the params it validates.
 struct FakeMemquota(Arc<Mutex<Vec<Params>>>);
@@ -190,7 +190,7 @@ fn other_backends_keep_their_params_and_rules_can_name_the_handler() {
     let h = &v.config.handlers[0];
     assert_eq!(h.adapter, "noop");
     assert!(h.params.is_null());
-    assert_eq!(h.fail_policy, Some(mixer_adapter_api::FailPolicy::Closed));
+    assert_eq!(h.fail_policy, Some(FailPolicy::Closed));
     assert_eq!(v.config.rules.len(), 2);
     let warnings: Vec<String> = v.warnings.iter().map(ToString::to_string).collect();
     assert_eq!(
@@ -414,7 +414,7 @@ fn the_backend_of_bare_files_is_the_only_quota_handler_or_the_flag_s_choice() {
         .expect("generated");
     assert_eq!(h.params["minDeduplicationDuration"], "2s");
     assert_eq!(h.params["quotas"].as_array().map(Vec::len), Some(2));
-    assert_eq!(h.fail_policy, Some(mixer_adapter_api::FailPolicy::Closed));
+    assert_eq!(h.fail_policy, Some(FailPolicy::Closed));
 
     // Two: ambiguous without the flag...
     let (result, _) = run_files(

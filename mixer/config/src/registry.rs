@@ -1,10 +1,11 @@
-//! The set of adapters a mixer binary knows, by name.
+//! The set of adapters a mixer binary knows, by name. It lives with config validation, the
+//! first to look names up in it, rather than in the adapter API: adapters never see it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::adapter::AnyAdapter;
-use crate::remote::RemoteAdapters;
+use mixer_adapter_api::host::AnyAdapter;
+use mixer_remote::RemoteAdapters;
 
 /// Adapters by name. The server fills it at start-up; config validation looks names up here.
 /// Handlers with a `connection` go to the [`RemoteAdapters`] set with
