@@ -315,7 +315,10 @@ mod tests {
 
     /// `span` of an instance these tests build.
     fn span_of(instance: &Instance, scope: InstrumentationScope) -> Result<SpanData, String> {
-        span(&TraceSpanInstance::of(instance).expect("a tracespan"), scope)
+        span(
+            &TraceSpanInstance::of(instance).expect("a tracespan"),
+            scope,
+        )
     }
 
     fn tracespan(fields: Vec<(&'static str, Value)>) -> Instance {
