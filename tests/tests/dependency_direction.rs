@@ -1,6 +1,7 @@
 //! The crates depend on each other one way only (adapters never on the runtime):
 //! model <- adapter-api <- adapters; model <- policy <- config <- runtime <- frontends <- server;
-//! the leaves `mixer-proto` and `mixer-grpc` are shared by the front ends and the SDK.
+//! the leaves `mixer-proto` and `mixer-grpc` are shared by the front ends and the SDK, which
+//! serves the adapter API out of process.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -36,9 +37,15 @@ fn allowed(krate: &str) -> Option<&'static [&'static str]> {
         // The out-of-process client is adapter-level: it implements the adapter API over the
         // generated protocol. The runtime never depends on it; the server wires it in.
         "mixer-oop" => &["mixer-model", "mixer-adapter-api", "mixer-proto"],
-        // The SDK for out-of-process adapter authors serves the generated protocol; it is
-        // adapter-level like `mixer-oop`, its client-side counterpart.
-        "mixer-adapter-sdk" => &["mixer-proto", "mixer-grpc"],
+        // The SDK for out-of-process adapter authors serves the adapter API (any `Adapter`,
+        // the same a mixer builds in) over the generated protocol; it is adapter-level like
+        // `mixer-oop`, its client-side counterpart.
+        "mixer-adapter-sdk" => &[
+            "mixer-model",
+            "mixer-adapter-api",
+            "mixer-proto",
+            "mixer-grpc",
+        ],
         // Adapters see only the adapter API (and the model it speaks), plus shared adapter
         // libraries that obey the same rule.
         k if k.starts_with("mixer-adapter-") => &[
