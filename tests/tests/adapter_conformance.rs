@@ -1,8 +1,10 @@
 //! The conformance kit of the adapter API (`mixer_adapter_api::testkit`) over every adapter
 //! built into the mixer, each with a real backend where it has one: a real Redis for
 //! redisquota, a real mixer's OTLP ingest for the OTLP exporter, and a closed port for each
-//! backend's outage; and over an SDK adapter (the allowlist example, its own process) through
-//! the out-of-process transport the server uses.
+//! backend's outage; over an SDK adapter (the allowlist example, its own process) through
+//! the out-of-process transport the server uses; and over built-in adapters, unchanged,
+//! served by the SDK and reached through that same transport: a built-in adapter moves out of
+//! process without a rewrite.
 
 #[path = "support/redis.rs"]
 mod redis;
@@ -13,10 +15,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mixer_adapter_api::host::Params;
+use mixer_adapter_api::host::{AnyAdapter, Params};
 use mixer_adapter_api::testkit::{Case, Unreachable, assert_conforms};
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError, Stability,
+    Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError, QuotaArgs, Stability,
 };
 use mixer_model::{FieldValue, Instance, Template, Timestamp, Value};
 use mixer_remote::{
@@ -232,6 +234,10 @@ async fn every_built_in_adapter_conforms() {
 /// `{"address": ..., "params": {...}}`, the address of the adapter's process and its own params.
 struct Remote {
     factory: Arc<dyn RemoteAdapters>,
+    /// What the adapter declares, as its process does.
+    info: AdapterInfo,
+    /// The instances its rules send it, for Validate and CreateSession.
+    instances: Vec<RemoteInstance>,
 }
 
 static ALLOWLIST: AdapterInfo = AdapterInfo {
@@ -243,6 +249,32 @@ static ALLOWLIST: AdapterInfo = AdapterInfo {
 };
 
 impl Remote {
+    fn new(info: AdapterInfo, instances: Vec<RemoteInstance>) -> Remote {
+        let factory = mixer_server::adapters::builtin()
+            .remote()
+            .expect("the server registers the out-of-process client")
+            .clone();
+        Remote {
+            factory,
+            info,
+            instances,
+        }
+    }
+
+    /// A remote adapter declaring `info`, sent an instance of each of its templates.
+    fn of_templates(info: &AdapterInfo) -> Remote {
+        let instances = info
+            .templates
+            .iter()
+            .map(|t| RemoteInstance {
+                name: of(*t).name,
+                template: *t,
+                fields: Vec::new(),
+            })
+            .collect();
+        Remote::new(info.clone(), instances)
+    }
+
     fn with_spec<T>(
         &self,
         params: &Params,
@@ -260,23 +292,14 @@ impl Remote {
             timeout: Some(Duration::from_millis(500)),
             authentication: None,
         };
-        let instances = [RemoteInstance {
-            name: "entry.instance.default".into(),
-            template: Template::ListEntry,
-            fields: vec![InferredField {
-                field: "value",
-                key: None,
-                value_type: Some(mixer_model::ValueType::String),
-            }],
-        }];
         f(&RemoteHandlerSpec {
             handler_name,
-            adapter: "allowlist",
+            adapter: self.info.name,
             params: &params["params"],
             params_descriptor: None,
             session_based: None,
             connection: &connection,
-            instances: &instances,
+            instances: &self.instances,
         })
     }
 }
@@ -286,13 +309,12 @@ impl Adapter for Remote {
     type Compiled = Params;
 
     fn info(&self) -> &AdapterInfo {
-        &ALLOWLIST
+        &self.info
     }
 
     fn compile(&self, params: Params) -> Result<Params, Vec<ParamError>> {
-        self.with_spec(&params, "conformance.allowlist".into(), |spec| {
-            self.factory.validate(spec)
-        })?;
+        let name = format!("conformance.{}", self.info.name);
+        self.with_spec(&params, name.into(), |spec| self.factory.validate(spec))?;
         Ok(params)
     }
 
@@ -351,12 +373,17 @@ async fn an_sdk_adapter_conforms_through_the_out_of_process_transport() {
     let (addr, _process) = tokio::task::spawn_blocking(start_allowlist)
         .await
         .expect("join");
-    let factory = mixer_server::adapters::builtin()
-        .remote()
-        .expect("the server registers the out-of-process client")
-        .clone();
+    let entry = RemoteInstance {
+        name: "entry.instance.default".into(),
+        template: Template::ListEntry,
+        fields: vec![InferredField {
+            field: "value",
+            key: None,
+            value_type: Some(mixer_model::ValueType::String),
+        }],
+    };
     let case = Case {
-        adapter: Arc::new(Remote { factory }),
+        adapter: Arc::new(Remote::new(ALLOWLIST.clone(), vec![entry])),
         params: json!({"address": addr.to_string(), "params": {"file": file}}),
         unreachable: Some(Unreachable {
             params: json!({"address": format!("127.0.0.1:{}", closed_port()),
@@ -367,4 +394,147 @@ async fn an_sdk_adapter_conforms_through_the_out_of_process_transport() {
         offers_every_variety: true,
     };
     assert_conforms(&case).await;
+}
+
+/// A built-in adapter, unchanged, served by the SDK on a loopback port, on a runtime of its
+/// own: the mixer's client reaches it only through the adapter protocol, as it would the
+/// adapter's own process.
+struct Served {
+    addr: SocketAddr,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Served {
+    fn start(adapter: Arc<dyn AnyAdapter>) -> Served {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the adapter");
+        listener.set_nonblocking(true).expect("non-blocking");
+        let addr = listener.local_addr().expect("adapter address");
+        runtime.spawn(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+            let server = mixer_adapter_sdk::Server::from_arc(adapter);
+            let _ = server
+                .serve_with_shutdown(listener, std::future::pending())
+                .await;
+        });
+        Served {
+            addr,
+            runtime: Some(runtime),
+        }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+fn built_in(name: &str) -> Arc<dyn AnyAdapter> {
+    mixer_server::adapters::builtin()
+        .get(name)
+        .unwrap_or_else(|| panic!("no built-in adapter {name}"))
+        .clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn built_in_adapters_served_by_the_sdk_conform_through_the_out_of_process_transport() {
+    for (name, params) in [
+        ("denier", json!({"status": {"code": 7}})),
+        ("memquota", json!({"quotas": quotas()})),
+        ("listchecker", json!({"overrides": ["a"]})),
+    ] {
+        let adapter = built_in(name);
+        let served = Served::start(adapter.clone());
+        let templates = adapter.info().templates;
+        let case = Case {
+            adapter: Arc::new(Remote::of_templates(adapter.info())),
+            params: json!({"address": served.addr.to_string(), "params": params}),
+            // Out of process, every call goes to the adapter at once.
+            unreachable: Some(Unreachable {
+                params: json!({"address": format!("127.0.0.1:{}", closed_port()),
+                    "params": params}),
+                immediate: templates,
+            }),
+            instances: templates.iter().map(|t| of(*t)).collect(),
+            offers_every_variety: true,
+        };
+        assert_conforms(&case).await;
+    }
+}
+
+/// The same adapter, built in and served by the SDK, answers the same: status code and
+/// message, and how long and how often the answer may be reused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_built_in_adapter_served_by_the_sdk_answers_as_it_does_built_in() {
+    let ctx = BuildContext {
+        handler_name: "same.default".into(),
+    };
+    // Each value, and whether the adapter denies it.
+    for (name, params, asked) in [
+        (
+            "denier",
+            json!({"status": {"code": 7, "message": "not allowed"}, "validDuration": "10s",
+                "validUseCount": 3}),
+            &[("a", true)][..],
+        ),
+        (
+            "listchecker",
+            json!({"overrides": ["a"], "cachingInterval": "30s", "cachingUseCount": 7}),
+            &[("a", false), ("b", true)][..],
+        ),
+    ] {
+        let adapter = built_in(name);
+        let served = Served::start(adapter.clone());
+        let remote = Remote::of_templates(adapter.info());
+        let address = json!({"address": served.addr.to_string(), "params": params});
+        let here = adapter.compile_and_build(&params, &ctx).expect("builds");
+        let there = AnyAdapter::compile_and_build(&remote, &address, &ctx).expect("builds");
+        for (entry, denied) in asked {
+            let instance = instance(
+                "entry.instance.default",
+                Template::ListEntry,
+                vec![("value", value(*entry))],
+            );
+            let built_in = here.as_check().expect("checks").check(&instance).await;
+            let served = there.as_check().expect("checks").check(&instance).await;
+            let built_in = built_in.expect("an answer");
+            assert_eq!(built_in.status.is_ok(), !denied, "{name}, {entry}");
+            assert_eq!(served.expect("an answer"), built_in, "{name}, {entry}");
+        }
+        here.close().await;
+        there.close().await;
+    }
+    // The denier's quota answer too (memquota's depends on the clock).
+    let adapter = built_in("denier");
+    let served = Served::start(adapter.clone());
+    let remote = Remote::of_templates(adapter.info());
+    let params = json!({"status": {"code": 8, "message": "no quota"}, "validDuration": "2s"});
+    let address = json!({"address": served.addr.to_string(), "params": params});
+    let here = adapter.compile_and_build(&params, &ctx).expect("builds");
+    let there = AnyAdapter::compile_and_build(&remote, &address, &ctx).expect("builds");
+    let quota = of(Template::Quota);
+    let args = QuotaArgs {
+        amount: 3,
+        ..QuotaArgs::default()
+    };
+    let built_in = here
+        .as_quota()
+        .expect("quota")
+        .allocate(&quota, &args)
+        .await;
+    let served = there
+        .as_quota()
+        .expect("quota")
+        .allocate(&quota, &args)
+        .await;
+    let built_in = built_in.expect("an answer");
+    assert_eq!(built_in.status.message, "no quota");
+    assert_eq!(served.expect("an answer"), built_in);
 }

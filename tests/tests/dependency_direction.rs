@@ -2,7 +2,7 @@
 //! model <- adapter-api <- adapters; model <- policy <- config <- runtime <- frontends <- server;
 //! adapter-api <- remote (out-of-process adapters as the config describes them) <- config and
 //! the out-of-process client; the leaves `mixer-proto` and `mixer-grpc` are shared by the front
-//! ends and the SDK.
+//! ends and the SDK, which serves the adapter API out of process.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -53,9 +53,15 @@ fn allowed(krate: &str) -> Option<&'static [&'static str]> {
             "mixer-remote",
             "mixer-proto",
         ],
-        // The SDK for out-of-process adapter authors serves the generated protocol; it is
-        // adapter-level like `mixer-oop`, its client-side counterpart.
-        "mixer-adapter-sdk" => &["mixer-proto", "mixer-grpc"],
+        // The SDK for out-of-process adapter authors serves the adapter API (any `Adapter`,
+        // the same a mixer builds in) over the generated protocol; it is adapter-level like
+        // `mixer-oop`, its client-side counterpart.
+        "mixer-adapter-sdk" => &[
+            "mixer-model",
+            "mixer-adapter-api",
+            "mixer-proto",
+            "mixer-grpc",
+        ],
         // Adapters see only the adapter API (and the model it speaks), plus shared adapter
         // libraries that obey the same rule.
         k if k.starts_with("mixer-adapter-") => &[

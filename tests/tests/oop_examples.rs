@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use mixer_adapter_sdk::params_to_any;
 use mixer_adapter_sdk::proto::istio::mixer::adapter::model::v1beta1 as model;
 use mixer_adapter_sdk::proto::{listentry, metric};
 use mixer_model::Value;
+use mixer_oop::params_any;
 use mixer_proto::istio::mixer::v1 as pb;
 use mixer_proto::istio::mixer::v1::mixer_client::MixerClient;
 use mixer_tests::{Mixer, free_addr, http_request};
@@ -182,7 +182,7 @@ async fn allowlist_answers_direct_grpc_calls() {
 
     let missing = backend
         .validate(model::ValidateRequest {
-            adapter_config: Some(params_to_any(&json!({"file": "/nonexistent/allowed.txt"}))),
+            adapter_config: Some(params_any(&json!({"file": "/nonexistent/allowed.txt"}))),
             ..Default::default()
         })
         .await
@@ -190,11 +190,16 @@ async fn allowlist_answers_direct_grpc_calls() {
         .into_inner();
     let status = missing.status.expect("status");
     assert_eq!(status.code, 3, "{status:?}");
-    assert!(status.message.contains("params.file"), "{status:?}");
+    assert!(
+        status
+            .message
+            .starts_with("file: /nonexistent/allowed.txt: "),
+        "{status:?}"
+    );
 
     let session = backend
         .create_session(model::CreateSessionRequest {
-            adapter_config: Some(params_to_any(&json!({"file": allowed}))),
+            adapter_config: Some(params_any(&json!({"file": allowed}))),
             ..Default::default()
         })
         .await
@@ -255,7 +260,7 @@ async fn allowlist_refusing_its_params_keeps_the_config_out() {
         let start = Instant::now();
         loop {
             if let Ok((status, _, body)) = http_request(admin, "GET", "/readyz", &[])
-                && body.contains("params.file")
+                && body.contains("file: /nonexistent/allowed.txt: ")
             {
                 return (status, body);
             }
@@ -382,7 +387,7 @@ async fn python_metrics_adapter_writes_reports_through_the_mixer() {
         .expect("connect");
     let refused = backend
         .validate(model::ValidateRequest {
-            adapter_config: Some(params_to_any(&json!({"path": 7}))),
+            adapter_config: Some(params_any(&json!({"path": 7}))),
             ..Default::default()
         })
         .await
@@ -408,7 +413,7 @@ async fn python_metrics_adapter_writes_reports_through_the_mixer() {
                 }),
                 ..Default::default()
             }],
-            adapter_config: Some(params_to_any(&json!({"path": direct}))),
+            adapter_config: Some(params_any(&json!({"path": direct}))),
             dedup_id: String::new(),
         })
         .await

@@ -29,9 +29,13 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mixer_adapter_sdk::{
-    Adapter, CheckResult, Config, Error, ListEntry, ListEntryInstance, Server,
+use mixer_adapter_sdk::api::{
+    Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, Handler, ParamError, Stability,
 };
+use mixer_adapter_sdk::model::{
+    CheckResult, Code, Instance, ListEntryInstance, Status, Template, Value,
+};
+use mixer_adapter_sdk::{Server, async_trait};
 use mixer_tests::{Mixer, http_request};
 use redis::Redis;
 
@@ -55,39 +59,87 @@ fn redis_installed() -> bool {
 
 /// The out-of-process adapter: a `listentry` handler allowing the values in
 /// `params.allowed`, its answers valid a minute for `params.uses` uses; it counts the calls
-/// it answers, per value.
+/// its handlers answer, per value.
 #[derive(Default)]
 struct Counting {
-    calls: Mutex<HashMap<String, u64>>,
+    calls: Arc<Mutex<HashMap<String, u64>>>,
 }
 
-impl Adapter for Counting {}
+static COUNTING: AdapterInfo = AdapterInfo {
+    name: "counting",
+    description: "allows params.allowed and counts the calls",
+    templates: &[Template::ListEntry],
+    cacheable: true,
+    stability: Stability::Alpha,
+};
 
-impl ListEntry for Counting {
-    async fn check(
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CountingConfig {
+    allowed: Vec<String>,
+    #[serde(default = "default_uses")]
+    uses: i32,
+}
+
+fn default_uses() -> i32 {
+    1000
+}
+
+impl Adapter for Counting {
+    type Config = CountingConfig;
+    type Compiled = CountingConfig;
+
+    fn info(&self) -> &AdapterInfo {
+        &COUNTING
+    }
+
+    fn compile(&self, config: CountingConfig) -> Result<CountingConfig, Vec<ParamError>> {
+        Ok(config)
+    }
+
+    fn build(
         &self,
-        instance: &ListEntryInstance,
-        config: &Config,
-    ) -> Result<CheckResult, Error> {
+        config: &CountingConfig,
+        _: &BuildContext,
+    ) -> Result<Arc<dyn Handler>, AdapterError> {
+        Ok(Arc::new(CountingHandler {
+            allowed: config.allowed.clone(),
+            uses: config.uses,
+            calls: self.calls.clone(),
+        }))
+    }
+}
+
+struct CountingHandler {
+    allowed: Vec<String>,
+    uses: i32,
+    calls: Arc<Mutex<HashMap<String, u64>>>,
+}
+
+impl Handler for CountingHandler {
+    fn as_check(&self) -> Option<&dyn CheckHandler> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl CheckHandler for CountingHandler {
+    async fn check(&self, instance: &Instance) -> Result<CheckResult, AdapterError> {
+        let value = ListEntryInstance::of(instance)
+            .and_then(|i| i.value)
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         *self
             .calls
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .entry(instance.value.clone())
+            .entry(value.to_owned())
             .or_default() += 1;
-        let allowed = config["allowed"]
-            .as_array()
-            .is_some_and(|l| l.iter().any(|v| v.as_str() == Some(&instance.value)));
-        let uses = config["uses"]
-            .as_i64()
-            .and_then(|u| i32::try_from(u).ok())
-            .unwrap_or(CheckResult::DEFAULT_VALID_USE_COUNT);
-        let answer = if allowed {
-            CheckResult::ok()
-        } else {
-            CheckResult::deny(format!("{} is not allowed", instance.value))
-        };
-        Ok(answer.valid_for(Duration::from_secs(60)).valid_uses(uses))
+        let mut answer = CheckResult::ok(Duration::from_secs(60), self.uses);
+        if !self.allowed.iter().any(|a| a == value) {
+            answer.status = Status::new(Code::PermissionDenied, format!("{value} is not allowed"));
+        }
+        Ok(answer)
     }
 }
 
@@ -111,7 +163,7 @@ impl RemoteAdapter {
             .expect("bind the adapter");
         let addr = listener.local_addr().expect("adapter address");
         let counting = Arc::new(Counting::default());
-        let server = Server::from_arc(counting.clone()).list_entry();
+        let server = Server::from_arc(counting.clone());
         runtime.spawn(async move {
             let _ = server
                 .serve_with_shutdown(listener, std::future::pending())

@@ -1,10 +1,13 @@
-//! The gRPC side: a builder that registers one service per template the adapter serves, and
-//! gRPC health.
+//! The gRPC side: a server that registers the service of each template the adapter
+//! declares, and gRPC health.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use mixer_adapter_api::Adapter;
+use mixer_adapter_api::host::AnyAdapter;
+use mixer_model::Template;
 use mixer_proto::istio::mixer::adapter::model::v1beta1 as model;
 use mixer_proto::{
     authorization, checknothing, listentry, logentry, metric, quota, reportnothing, tracespan,
@@ -13,15 +16,11 @@ use tokio::net::{TcpListener, ToSocketAddrs};
 use tonic::server::NamedService;
 use tonic::service::RoutesBuilder;
 
-use crate::config::Config;
+use crate::handlers::Handlers;
+use crate::params::ParamsReader;
 use crate::services::Svc;
-use crate::sessions::Shared;
 use crate::tls::ServerTls;
 use crate::token::{RequiredToken, TokenLayer};
-use crate::traits::{
-    Adapter, Authorization, CheckNothing, ListEntry, LogEntry, Metric, Quota, ReportNothing,
-    TraceSpan,
-};
 
 use authorization::handle_authorization_service_server::{
     HandleAuthorizationService, HandleAuthorizationServiceServer,
@@ -45,188 +44,117 @@ use tracespan::handle_trace_span_service_server::{
     HandleTraceSpanService, HandleTraceSpanServiceServer,
 };
 
+/// The full name of a generated service (`listentry.HandleListEntryService`).
+fn named<S: NamedService>() -> &'static str {
+    S::NAME
+}
+
+const BACKEND: &str = <InfrastructureBackendServer<Svc> as NamedService>::NAME;
+
+/// The service that serves `template`'s instances.
+fn service(template: Template) -> &'static str {
+    match template {
+        Template::Authorization => named::<HandleAuthorizationServiceServer<Svc>>(),
+        Template::CheckNothing => named::<HandleCheckNothingServiceServer<Svc>>(),
+        Template::ListEntry => named::<HandleListEntryServiceServer<Svc>>(),
+        Template::Quota => named::<HandleQuotaServiceServer<Svc>>(),
+        Template::Metric => named::<HandleMetricServiceServer<Svc>>(),
+        Template::LogEntry => named::<HandleLogEntryServiceServer<Svc>>(),
+        Template::TraceSpan => named::<HandleTraceSpanServiceServer<Svc>>(),
+        Template::ReportNothing => named::<HandleReportNothingServiceServer<Svc>>(),
+    }
+}
+
 /// Serves a generated service's unary methods directly (see [`mixer_grpc`]):
-/// `Method => trait::method`, at `/<the service's name>/Method`, and remembers the name (for
-/// health and the start-up line). The service is not added to tonic's routes too: the direct
-/// path is the one that serves, and the routes keep only health and unknown paths.
+/// `Method => trait::method`, at `/<service>/Method`. The service is not added to tonic's
+/// routes too: the direct path is the one that serves, and the routes keep only health and
+/// unknown paths.
 macro_rules! add {
-    ($server:expr, $service:expr, $svc:expr, $($method:literal => $call:path),+) => {{
-        let name = named(&$service);
-        $server.services.push(name);
+    ($methods:expr, $svc:expr, $service:expr, $($method:literal => $call:path),+) => {{
         $(
-            let unary = mixer_grpc::unary($svc, |svc, request| async move {
+            let unary = mixer_grpc::unary($svc.clone(), |svc, request| async move {
                 $call(&svc, request).await
             });
-            $server.methods.add(format!("/{name}/{}", $method), unary);
+            $methods.add(format!("/{}/{}", $service, $method), unary);
         )+
     }};
 }
 
-fn named<S: NamedService>(_: &S) -> &'static str {
-    S::NAME
+/// Adds the methods of the service that serves `template`.
+fn register(methods: &mut mixer_grpc::Methods, svc: &Svc, template: Template) {
+    let name = service(template);
+    match template {
+        Template::Authorization => add!(methods, svc, name,
+            "HandleAuthorization" => HandleAuthorizationService::handle_authorization),
+        Template::CheckNothing => add!(methods, svc, name,
+            "HandleCheckNothing" => HandleCheckNothingService::handle_check_nothing),
+        Template::ListEntry => add!(methods, svc, name,
+            "HandleListEntry" => HandleListEntryService::handle_list_entry),
+        Template::Quota => add!(methods, svc, name,
+            "HandleQuota" => HandleQuotaService::handle_quota),
+        Template::Metric => add!(methods, svc, name,
+            "HandleMetric" => HandleMetricService::handle_metric),
+        Template::LogEntry => add!(methods, svc, name,
+            "HandleLogEntry" => HandleLogEntryService::handle_log_entry),
+        Template::TraceSpan => add!(methods, svc, name,
+            "HandleTraceSpan" => HandleTraceSpanService::handle_trace_span),
+        Template::ReportNothing => add!(methods, svc, name,
+            "HandleReportNothing" => HandleReportNothingService::handle_report_nothing),
+    }
 }
 
-/// Builds the gRPC server of an out-of-process adapter: name the templates the adapter serves,
-/// then [`Server::serve`].
+/// The gRPC server of an out-of-process adapter: any [`Adapter`] of the adapter API, the
+/// same one a mixer could build in, served over Istio 1.4's adapter protocol.
 ///
-/// `InfrastructureBackend` (Validate, CreateSession, CloseSession) and `grpc.health.v1.Health`
-/// are always served; each template method adds its `Handle*Service`, and the adapter type must
-/// implement the template's trait, so a missing implementation is a compile error.
-pub struct Server<A> {
-    shared: Shared<A>,
+/// It serves `InfrastructureBackend` (Validate, CreateSession, CloseSession),
+/// `grpc.health.v1.Health`, and the `Handle*Service` of each template the adapter declares
+/// ([`AdapterInfo::templates`](mixer_adapter_api::AdapterInfo::templates)).
+pub struct Server {
+    adapter: Arc<dyn AnyAdapter>,
+    params: ParamsReader,
     services: Vec<&'static str>,
     tls: Option<ServerTls>,
     token: TokenLayer,
-    methods: mixer_grpc::Methods,
 }
 
-impl<A: Adapter> Server<A> {
-    /// A server for `adapter`, serving no template yet.
-    pub fn new(adapter: A) -> Server<A> {
+impl Server {
+    /// A server for `adapter`.
+    pub fn new<A: Adapter>(adapter: A) -> Server {
         Server::from_arc(Arc::new(adapter))
     }
 
-    /// A server for an adapter already shared with other code.
-    pub fn from_arc(adapter: Arc<A>) -> Server<A> {
-        let shared = Shared {
+    /// A server for an adapter already shared with other code, or one with its config type
+    /// hidden (a built-in adapter from the mixer's registry).
+    pub fn from_arc(adapter: Arc<dyn AnyAdapter>) -> Server {
+        let services = std::iter::once(BACKEND)
+            .chain(adapter.info().templates.iter().map(|t| service(*t)))
+            .collect();
+        Server {
             adapter,
-            sessions: Arc::default(),
-            handled: Arc::default(),
-            templates: Arc::default(),
-            no_params: Arc::new(Config::default()),
-        };
-        let mut server = Server {
-            shared: shared.clone(),
-            services: vec![],
+            params: ParamsReader::default(),
+            services,
             tls: None,
             token: TokenLayer::default(),
-            methods: mixer_grpc::Methods::new(),
-        };
-        add!(
-            server,
-            InfrastructureBackendServer::new(Svc(shared.clone())),
-            Svc(shared.clone()),
-            "Validate" => InfrastructureBackend::validate,
-            "CreateSession" => InfrastructureBackend::create_session,
-            "CloseSession" => InfrastructureBackend::close_session
-        );
-        server
+        }
     }
 
-    fn svc(&self) -> Svc<A> {
-        Svc(self.shared.clone())
-    }
-
-    /// Serves `checknothing` instances.
-    pub fn check_nothing(mut self) -> Self
-    where
-        A: CheckNothing,
-    {
-        add!(
-            self,
-            HandleCheckNothingServiceServer::new(self.svc()),
-            self.svc(),
-            "HandleCheckNothing" => HandleCheckNothingService::handle_check_nothing
-        );
-        self
-    }
-
-    /// Serves `listentry` instances.
-    pub fn list_entry(mut self) -> Self
-    where
-        A: ListEntry,
-    {
-        add!(
-            self,
-            HandleListEntryServiceServer::new(self.svc()),
-            self.svc(),
-            "HandleListEntry" => HandleListEntryService::handle_list_entry
-        );
-        self
-    }
-
-    /// Serves `authorization` instances.
-    pub fn authorization(mut self) -> Self
-    where
-        A: Authorization,
-    {
-        add!(
-            self,
-            HandleAuthorizationServiceServer::new(self.svc()),
-            self.svc(),
-            "HandleAuthorization" => HandleAuthorizationService::handle_authorization
-        );
-        self
-    }
-
-    /// Serves `quota` instances.
-    pub fn quota(mut self) -> Self
-    where
-        A: Quota,
-    {
-        add!(
-            self,
-            HandleQuotaServiceServer::new(self.svc()),
-            self.svc(),
-            "HandleQuota" => HandleQuotaService::handle_quota
-        );
-        self
-    }
-
-    /// Serves `metric` instances.
-    pub fn metric(mut self) -> Self
-    where
-        A: Metric,
-    {
-        add!(
-            self,
-            HandleMetricServiceServer::new(self.svc()),
-            self.svc(),
-            "HandleMetric" => HandleMetricService::handle_metric
-        );
-        self
-    }
-
-    /// Serves `logentry` instances.
-    pub fn log_entry(mut self) -> Self
-    where
-        A: LogEntry,
-    {
-        add!(
-            self,
-            HandleLogEntryServiceServer::new(self.svc()),
-            self.svc(),
-            "HandleLogEntry" => HandleLogEntryService::handle_log_entry
-        );
-        self
-    }
-
-    /// Serves `tracespan` instances.
-    pub fn trace_span(mut self) -> Self
-    where
-        A: TraceSpan,
-    {
-        add!(
-            self,
-            HandleTraceSpanServiceServer::new(self.svc()),
-            self.svc(),
-            "HandleTraceSpan" => HandleTraceSpanService::handle_trace_span
-        );
-        self
-    }
-
-    /// Serves `reportnothing` instances.
-    pub fn report_nothing(mut self) -> Self
-    where
-        A: ReportNothing,
-    {
-        add!(
-            self,
-            HandleReportNothingServiceServer::new(self.svc()),
-            self.svc(),
-            "HandleReportNothing" => HandleReportNothingService::handle_report_nothing
-        );
-        self
+    /// Reads the params the mixer sends as the adapter's own config message (when its config
+    /// has an `adapter` document whose `config` describes the message, as in Istio 1.4):
+    /// `file_descriptor_set` is the serialized `google.protobuf.FileDescriptorSet` of that
+    /// message (`protoc --include_imports --descriptor_set_out=...`, the same bytes as the
+    /// `adapter` document's). The message is read by the protobuf JSON mapping (field names
+    /// in lowerCamelCase, enums by name, durations as `"1.5s"`, 64-bit integers as numbers,
+    /// fields at their default left out) and compiled like params sent as JSON. Call it again
+    /// for more messages.
+    ///
+    /// # Errors
+    ///
+    /// The bytes are not a descriptor set, or one that does not resolve.
+    pub fn params_message(mut self, file_descriptor_set: &[u8]) -> std::io::Result<Server> {
+        self.params
+            .add(file_descriptor_set)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        Ok(self)
     }
 
     /// Accepts only calls that carry `token` (the one the mixer's handler sends); others get
@@ -242,7 +170,7 @@ impl<A: Adapter> Server<A> {
         self
     }
 
-    /// The gRPC services registered so far (full names, health excluded).
+    /// The gRPC services served (full names, health excluded).
     pub fn services(&self) -> &[&'static str] {
         &self.services
     }
@@ -255,20 +183,24 @@ impl<A: Adapter> Server<A> {
     }
 
     /// Serves on a bound listener until `shutdown` completes (for tests and embedding; bind
-    /// port 0 and read `listener.local_addr()` first).
+    /// port 0 and read `listener.local_addr()` first). Once the calls in flight are done,
+    /// every handler the adapter built is closed.
     pub async fn serve_with_shutdown(
         self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> std::io::Result<()> {
         let local: SocketAddr = listener.local_addr()?;
-        let templates = self
-            .services
-            .iter()
-            .filter(|name| !name.starts_with("istio."))
-            .filter_map(|name| name.split_once('.').map(|(package, _)| package.to_string()))
-            .collect();
-        let _ = self.shared.templates.set(templates);
+        let handlers = Arc::new(Handlers::new(self.adapter.clone(), self.params));
+        let svc = Svc::new(handlers.clone());
+        let mut methods = mixer_grpc::Methods::new();
+        add!(methods, svc, BACKEND,
+            "Validate" => InfrastructureBackend::validate,
+            "CreateSession" => InfrastructureBackend::create_session,
+            "CloseSession" => InfrastructureBackend::close_session);
+        for template in self.adapter.info().templates {
+            register(&mut methods, &svc, *template);
+        }
         let (health, health_service) = tonic_health::server::health_reporter();
         for name in &self.services {
             health
@@ -285,13 +217,13 @@ impl<A: Adapter> Server<A> {
             Some(tls) => Some(tls.acceptor()?),
         };
         eprintln!(
-            "mixer adapter listening on {local}{security}: {}",
+            "mixer adapter {} listening on {local}{security}: {}",
+            self.adapter.info().name,
             self.services.join(", ")
         );
         let mut routes = RoutesBuilder::default();
         routes.add_service(health_service);
         let calls = tower_layer::Layer::layer(&self.token, routes.routes());
-        let mut methods = self.methods;
         if let Some(token) = self.token.0.clone() {
             methods = methods.guard(Arc::new(move |headers: &http::HeaderMap| {
                 if token.accepts(headers) {
@@ -305,7 +237,9 @@ impl<A: Adapter> Server<A> {
         if let Some(acceptor) = acceptor {
             server = server.tls(acceptor);
         }
-        server.serve(listener, shutdown).await
+        let served = server.serve(listener, shutdown).await;
+        handlers.close_all().await;
+        served
     }
 }
 

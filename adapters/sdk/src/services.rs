@@ -1,19 +1,18 @@
 //! The generated gRPC service traits (`InfrastructureBackend` and one `Handle*Service` per
-//! template), implemented once over any adapter.
+//! template), implemented once over the adapter's handlers.
 
+use std::sync::Arc;
+
+use mixer_model::{Instance, Template, Variety};
 use mixer_proto::istio::mixer::adapter::model::v1beta1 as model;
 use mixer_proto::{
     authorization, checknothing, listentry, logentry, metric, quota, reportnothing, tracespan,
 };
-use tonic::{Request, Response, Status};
+use moka::policy::EvictionPolicy;
+use tonic::{Code, Request, Response, Status};
 
 use crate::convert;
-use crate::sessions::Shared;
-use crate::traits::{
-    Adapter, Authorization, CheckNothing, ListEntry, LogEntry, Metric, Quota, ReportNothing,
-    TraceSpan,
-};
-use crate::types::Code;
+use crate::handlers::Handlers;
 
 use authorization::handle_authorization_service_server::HandleAuthorizationService;
 use checknothing::handle_check_nothing_service_server::HandleCheckNothingService;
@@ -25,40 +24,104 @@ use quota::handle_quota_service_server::HandleQuotaService;
 use reportnothing::handle_report_nothing_service_server::HandleReportNothingService;
 use tracespan::handle_trace_span_service_server::HandleTraceSpanService;
 
-/// The generated service traits, implemented once over any adapter; each impl requires the
-/// matching template trait.
-pub(crate) struct Svc<A>(pub(crate) Shared<A>);
+/// How many report batches are remembered by `dedup_id`: the mixer retries a batch within
+/// a second or so, far fewer batches than this apart.
+const REMEMBERED_BATCHES: u64 = 4096;
 
-/// The answer to a report batch.
-fn reported() -> Response<model::ReportResult> {
-    Response::new(model::ReportResult {})
+/// Every generated service, over the adapter's handlers; cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Svc {
+    pub(crate) handlers: Arc<Handlers>,
+    /// The `dedup_id`s of the last report batches handled, so a batch the mixer retries
+    /// (same id) after a lost answer is not recorded twice.
+    handled: moka::sync::Cache<String, ()>,
 }
 
-impl<A> Clone for Svc<A> {
-    fn clone(&self) -> Self {
-        Svc(self.0.clone())
+impl Svc {
+    pub(crate) fn new(handlers: Arc<Handlers>) -> Svc {
+        Svc {
+            handlers,
+            handled: moka::sync::Cache::builder()
+                .max_capacity(REMEMBERED_BATCHES)
+                .eviction_policy(EvictionPolicy::lru())
+                .build(),
+        }
+    }
+
+    /// The answer to a call of `template` whose handler lacks that template's side: the
+    /// adapter declares what it cannot serve, and saying so beats any answer.
+    fn lacking(&self, template: Template) -> Status {
+        Status::unimplemented(format!(
+            "adapter {} declares template {template}, but its handler offers no {:?} side \
+             (Handler::as_{})",
+            self.handlers.adapter().info().name,
+            template.variety(),
+            match template.variety() {
+                Variety::Check => "check",
+                Variety::Quota => "quota",
+                Variety::Report => "report",
+            }
+        ))
+    }
+
+    async fn check(
+        &self,
+        adapter_config: Option<prost_types::Any>,
+        instance: Instance,
+    ) -> Result<Response<model::CheckResult>, Status> {
+        let handler = self.handlers.handler(adapter_config.as_ref()).await?;
+        let checks = handler
+            .as_check()
+            .ok_or_else(|| self.lacking(instance.template))?;
+        let result = checks
+            .check(&instance)
+            .await
+            .map_err(|e| convert::error_status(&e))?;
+        Ok(Response::new(convert::check_result(&result)))
+    }
+
+    async fn report(
+        &self,
+        adapter_config: Option<prost_types::Any>,
+        dedup_id: String,
+        template: Template,
+        instances: impl FnOnce() -> Result<Vec<Instance>, Status>,
+    ) -> Result<Response<model::ReportResult>, Status> {
+        if !dedup_id.is_empty() && self.handled.contains_key(&dedup_id) {
+            return Ok(Response::new(model::ReportResult {}));
+        }
+        let handler = self.handlers.handler(adapter_config.as_ref()).await?;
+        let reports = handler.as_report().ok_or_else(|| self.lacking(template))?;
+        reports
+            .report(&instances()?)
+            .await
+            .map_err(|e| convert::error_status(&e))?;
+        if !dedup_id.is_empty() {
+            self.handled.insert(dedup_id, ());
+        }
+        Ok(Response::new(model::ReportResult {}))
     }
 }
 
-fn status_of(result: Result<(), String>) -> mixer_proto::google::rpc::Status {
+fn ok_or_invalid(result: Result<(), String>) -> mixer_proto::google::rpc::Status {
     match result {
-        Ok(()) => convert::status(Code::Ok, ""),
-        Err(message) => convert::status(Code::InvalidArgument, &message),
+        Ok(()) => convert::rpc_status(Code::Ok as i32, ""),
+        Err(message) => convert::rpc_status(Code::InvalidArgument as i32, &message),
     }
 }
 
 #[tonic::async_trait]
-impl<A: Adapter> InfrastructureBackend for Svc<A> {
+impl InfrastructureBackend for Svc {
     async fn validate(
         &self,
         request: Request<model::ValidateRequest>,
     ) -> Result<Response<model::ValidateResponse>, Status> {
         let request = request.get_ref();
         let result = self
-            .0
-            .validated(request.adapter_config.as_ref(), &request.inferred_types);
+            .handlers
+            .validate(request.adapter_config.as_ref(), &request.inferred_types);
         Ok(Response::new(model::ValidateResponse {
-            status: Some(status_of(result.map(drop))),
+            status: Some(ok_or_invalid(result.map(drop))),
         }))
     }
 
@@ -67,20 +130,20 @@ impl<A: Adapter> InfrastructureBackend for Svc<A> {
         request: Request<model::CreateSessionRequest>,
     ) -> Result<Response<model::CreateSessionResponse>, Status> {
         let request = request.get_ref();
-        let validated = self
-            .0
-            .validated(request.adapter_config.as_ref(), &request.inferred_types);
-        let response = match validated {
-            Ok(config) => model::CreateSessionResponse {
-                session_id: self.0.sessions.create(config),
-                status: Some(status_of(Ok(()))),
-            },
-            Err(message) => model::CreateSessionResponse {
-                session_id: String::new(),
-                status: Some(status_of(Err(message))),
-            },
+        let created = self
+            .handlers
+            .create_session(request.adapter_config.as_ref(), &request.inferred_types);
+        let (session_id, status) = match created {
+            Ok(id) => (id, convert::rpc_status(Code::Ok as i32, "")),
+            Err(s) => (
+                String::new(),
+                convert::rpc_status(s.code() as i32, s.message()),
+            ),
         };
-        Ok(Response::new(response))
+        Ok(Response::new(model::CreateSessionResponse {
+            session_id,
+            status: Some(status),
+        }))
     }
 
     async fn close_session(
@@ -88,10 +151,10 @@ impl<A: Adapter> InfrastructureBackend for Svc<A> {
         request: Request<model::CloseSessionRequest>,
     ) -> Result<Response<model::CloseSessionResponse>, Status> {
         let id = &request.get_ref().session_id;
-        let status = if self.0.sessions.close(id) {
-            convert::status(Code::Ok, "")
+        let status = if self.handlers.close_session(id).await {
+            convert::rpc_status(Code::Ok as i32, "")
         } else {
-            convert::status(Code::NotFound, &format!("unknown session {id:?}"))
+            convert::rpc_status(Code::NotFound as i32, &format!("unknown session {id:?}"))
         };
         Ok(Response::new(model::CloseSessionResponse {
             status: Some(status),
@@ -100,112 +163,139 @@ impl<A: Adapter> InfrastructureBackend for Svc<A> {
 }
 
 #[tonic::async_trait]
-impl<A: CheckNothing> HandleCheckNothingService for Svc<A> {
+impl HandleCheckNothingService for Svc {
     async fn handle_check_nothing(
         &self,
         request: Request<checknothing::HandleCheckNothingRequest>,
     ) -> Result<Response<model::CheckResult>, Status> {
         let request = request.into_inner();
-        let config = self.0.config(request.adapter_config.as_ref())?;
         let instance = convert::check_nothing(request.instance);
-        let result = CheckNothing::check(&*self.0.adapter, &instance, &config).await?;
-        Ok(Response::new(convert::check_result(result)))
+        self.check(request.adapter_config, instance).await
     }
 }
 
 #[tonic::async_trait]
-impl<A: ListEntry> HandleListEntryService for Svc<A> {
+impl HandleListEntryService for Svc {
     async fn handle_list_entry(
         &self,
         request: Request<listentry::HandleListEntryRequest>,
     ) -> Result<Response<model::CheckResult>, Status> {
         let request = request.into_inner();
-        let config = self.0.config(request.adapter_config.as_ref())?;
         let instance = convert::list_entry(request.instance);
-        let result = ListEntry::check(&*self.0.adapter, &instance, &config).await?;
-        Ok(Response::new(convert::check_result(result)))
+        self.check(request.adapter_config, instance).await
     }
 }
 
 #[tonic::async_trait]
-impl<A: Authorization> HandleAuthorizationService for Svc<A> {
+impl HandleAuthorizationService for Svc {
     async fn handle_authorization(
         &self,
         request: Request<authorization::HandleAuthorizationRequest>,
     ) -> Result<Response<model::CheckResult>, Status> {
         let request = request.into_inner();
-        let config = self.0.config(request.adapter_config.as_ref())?;
-        let instance = convert::authorization(request.instance);
-        let result = Authorization::check(&*self.0.adapter, &instance, &config).await?;
-        Ok(Response::new(convert::check_result(result)))
+        let instance = convert::authorization(request.instance)?;
+        self.check(request.adapter_config, instance).await
     }
 }
 
 #[tonic::async_trait]
-impl<A: Quota> HandleQuotaService for Svc<A> {
+impl HandleQuotaService for Svc {
     async fn handle_quota(
         &self,
         request: Request<quota::HandleQuotaRequest>,
     ) -> Result<Response<model::QuotaResult>, Status> {
         let request = request.into_inner();
-        let config = self.0.config(request.adapter_config.as_ref())?;
-        let (instance, args) = convert::quota(request.instance, request.quota_request.as_ref());
-        let result = Quota::alloc(&*self.0.adapter, &instance, args, &config).await?;
-        Ok(Response::new(convert::quota_result(instance.name, result)))
+        let (instance, args) = convert::quota(
+            request.instance,
+            request.quota_request.as_ref(),
+            request.dedup_id,
+        )?;
+        let handler = self
+            .handlers
+            .handler(request.adapter_config.as_ref())
+            .await?;
+        let quotas = handler
+            .as_quota()
+            .ok_or_else(|| self.lacking(Template::Quota))?;
+        let result = quotas
+            .allocate(&instance, &args)
+            .await
+            .map_err(|e| convert::error_status(&e))?;
+        Ok(Response::new(convert::quota_result(
+            instance.name.to_string(),
+            &result,
+        )))
     }
 }
 
-/// One report service: the shared dedup/config step, the template's conversion, the
-/// adapter's trait method. The four report templates differ only in those names.
-macro_rules! report_service {
-    ($template:ident, $service:ident, $method:ident, $request:ty, $convert:path) => {
-        #[tonic::async_trait]
-        impl<A: $template> $service for Svc<A> {
-            async fn $method(
-                &self,
-                request: Request<$request>,
-            ) -> Result<Response<model::ReportResult>, Status> {
-                let request = request.into_inner();
-                let Some(config) = self
-                    .0
-                    .report_config(&request.dedup_id, request.adapter_config.as_ref())?
-                else {
-                    return Ok(reported());
-                };
-                let instances: Vec<_> = request.instances.into_iter().map($convert).collect();
-                $template::report(&*self.0.adapter, &instances, &config).await?;
-                self.0.handled.done(request.dedup_id);
-                Ok(reported())
-            }
-        }
-    };
+#[tonic::async_trait]
+impl HandleMetricService for Svc {
+    async fn handle_metric(
+        &self,
+        request: Request<metric::HandleMetricRequest>,
+    ) -> Result<Response<model::ReportResult>, Status> {
+        let request = request.into_inner();
+        let instances = request.instances;
+        self.report(
+            request.adapter_config,
+            request.dedup_id,
+            Template::Metric,
+            || instances.into_iter().map(convert::metric).collect(),
+        )
+        .await
+    }
 }
 
-report_service!(
-    Metric,
-    HandleMetricService,
-    handle_metric,
-    metric::HandleMetricRequest,
-    convert::metric
-);
-report_service!(
-    LogEntry,
-    HandleLogEntryService,
-    handle_log_entry,
-    logentry::HandleLogEntryRequest,
-    convert::log_entry
-);
-report_service!(
-    TraceSpan,
-    HandleTraceSpanService,
-    handle_trace_span,
-    tracespan::HandleTraceSpanRequest,
-    convert::trace_span
-);
-report_service!(
-    ReportNothing,
-    HandleReportNothingService,
-    handle_report_nothing,
-    reportnothing::HandleReportNothingRequest,
-    convert::report_nothing
-);
+#[tonic::async_trait]
+impl HandleLogEntryService for Svc {
+    async fn handle_log_entry(
+        &self,
+        request: Request<logentry::HandleLogEntryRequest>,
+    ) -> Result<Response<model::ReportResult>, Status> {
+        let request = request.into_inner();
+        let instances = request.instances;
+        self.report(
+            request.adapter_config,
+            request.dedup_id,
+            Template::LogEntry,
+            || instances.into_iter().map(convert::log_entry).collect(),
+        )
+        .await
+    }
+}
+
+#[tonic::async_trait]
+impl HandleTraceSpanService for Svc {
+    async fn handle_trace_span(
+        &self,
+        request: Request<tracespan::HandleTraceSpanRequest>,
+    ) -> Result<Response<model::ReportResult>, Status> {
+        let request = request.into_inner();
+        let instances = request.instances;
+        self.report(
+            request.adapter_config,
+            request.dedup_id,
+            Template::TraceSpan,
+            || instances.into_iter().map(convert::trace_span).collect(),
+        )
+        .await
+    }
+}
+
+#[tonic::async_trait]
+impl HandleReportNothingService for Svc {
+    async fn handle_report_nothing(
+        &self,
+        request: Request<reportnothing::HandleReportNothingRequest>,
+    ) -> Result<Response<model::ReportResult>, Status> {
+        let request = request.into_inner();
+        let instances = request.instances;
+        self.report(
+            request.adapter_config,
+            request.dedup_id,
+            Template::ReportNothing,
+            || Ok(instances.into_iter().map(convert::report_nothing).collect()),
+        )
+        .await
+    }
+}

@@ -3,29 +3,69 @@
 //! concurrent calls on one connection, and shutdown letting a call in flight finish.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mixer_adapter_sdk::proto::listentry;
-use mixer_adapter_sdk::{
-    Adapter, CheckResult, Config, Error, ListEntry, ListEntryInstance, Server,
+use mixer_adapter_sdk::api::{
+    Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, Handler, ParamError, Stability,
 };
+use mixer_adapter_sdk::model::{CheckResult, Code, Instance, ListEntryInstance, Status, Template};
+use mixer_adapter_sdk::proto::listentry;
+use mixer_adapter_sdk::{Server, async_trait};
 use prost::Message;
 
+/// Denies "nikto"; a value `sleep-<ms>` answers after that long.
 struct Lists;
 
-impl Adapter for Lists {}
+static INFO: AdapterInfo = AdapterInfo {
+    name: "lists",
+    description: "denies nikto",
+    templates: &[Template::ListEntry],
+    cacheable: true,
+    stability: Stability::Alpha,
+};
 
-impl ListEntry for Lists {
-    async fn check(&self, instance: &ListEntryInstance, _: &Config) -> Result<CheckResult, Error> {
-        if let Some(ms) = instance.value.strip_prefix("sleep-") {
+impl Adapter for Lists {
+    type Config = serde_json::Value;
+    type Compiled = ();
+
+    fn info(&self) -> &AdapterInfo {
+        &INFO
+    }
+
+    fn compile(&self, _: serde_json::Value) -> Result<(), Vec<ParamError>> {
+        Ok(())
+    }
+
+    fn build(&self, _: &(), _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+        Ok(Arc::new(ListsHandler))
+    }
+}
+
+struct ListsHandler;
+
+impl Handler for ListsHandler {
+    fn as_check(&self) -> Option<&dyn CheckHandler> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl CheckHandler for ListsHandler {
+    async fn check(&self, instance: &Instance) -> Result<CheckResult, AdapterError> {
+        let value = ListEntryInstance::of(instance)
+            .and_then(|i| i.value)
+            .and_then(|v| v.as_str())
+            .unwrap_or_default();
+        if let Some(ms) = value.strip_prefix("sleep-") {
             tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(0))).await;
         }
-        Ok(if instance.value == "nikto" {
-            CheckResult::deny("nikto is blocked")
-        } else {
-            CheckResult::ok()
-        })
+        let mut answer = CheckResult::ok(Duration::from_secs(5), 1000);
+        if value == "nikto" {
+            answer.status = Status::new(Code::PermissionDenied, "nikto is blocked");
+        }
+        Ok(answer)
     }
 }
 
@@ -41,7 +81,6 @@ async fn start() -> (
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let served = tokio::spawn(async move {
         Server::new(Lists)
-            .list_entry()
             .serve_with_shutdown(listener, async {
                 let _ = stopped.await;
             })

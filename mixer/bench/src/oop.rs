@@ -7,15 +7,21 @@
 //! Last, report records go to a `metric` handler, remote and then the built-in no-op, and the
 //! records per second delivered are compared.
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use mixer_adapter_sdk::{
-    Adapter, CheckResult, Config, Error, ListEntry, ListEntryInstance, Metric, MetricInstance,
-    Server,
+use mixer_adapter_sdk::api::{
+    Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, Handler, ParamError,
+    ReportHandler, Stability,
 };
+use mixer_adapter_sdk::model::{
+    CheckResult, Code, Instance, ListEntryInstance, Status, Template, Value,
+};
+use mixer_adapter_sdk::{Server, async_trait};
 
 use crate::load::{self, Report, Spec};
 use crate::observe;
@@ -56,27 +62,74 @@ pub struct Args {
 #[derive(Default)]
 pub struct Lists;
 
-impl Adapter for Lists {}
+static LISTS: AdapterInfo = AdapterInfo {
+    name: "bench-lists",
+    description: "denies the values in params.denied; takes every metric batch",
+    templates: &[Template::ListEntry, Template::Metric],
+    cacheable: true,
+    stability: Stability::Alpha,
+};
 
-impl ListEntry for Lists {
-    async fn check(
+/// [`Lists`]' params.
+#[derive(Default, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ListsConfig {
+    /// The values denied.
+    denied: Vec<String>,
+}
+
+impl Adapter for Lists {
+    type Config = ListsConfig;
+    type Compiled = Arc<HashSet<String>>;
+
+    fn info(&self) -> &AdapterInfo {
+        &LISTS
+    }
+
+    fn compile(&self, config: ListsConfig) -> Result<Self::Compiled, Vec<ParamError>> {
+        Ok(Arc::new(config.denied.into_iter().collect()))
+    }
+
+    fn build(
         &self,
-        instance: &ListEntryInstance,
-        config: &Config,
-    ) -> Result<CheckResult, Error> {
-        let denied = config["denied"]
-            .as_array()
-            .is_some_and(|list| list.iter().any(|v| v.as_str() == Some(&instance.value)));
-        Ok(if denied {
-            CheckResult::deny(format!("{} is blocked", instance.value))
-        } else {
-            CheckResult::ok()
-        })
+        denied: &Self::Compiled,
+        _: &BuildContext,
+    ) -> Result<Arc<dyn Handler>, AdapterError> {
+        Ok(Arc::new(ListsHandler(denied.clone())))
     }
 }
 
-impl Metric for Lists {
-    async fn report(&self, _instances: &[MetricInstance], _config: &Config) -> Result<(), Error> {
+/// Denies the values it holds.
+struct ListsHandler(Arc<HashSet<String>>);
+
+impl Handler for ListsHandler {
+    fn as_check(&self) -> Option<&dyn CheckHandler> {
+        Some(self)
+    }
+
+    fn as_report(&self) -> Option<&dyn ReportHandler> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl CheckHandler for ListsHandler {
+    async fn check(&self, instance: &Instance) -> Result<CheckResult, AdapterError> {
+        let value = ListEntryInstance::of(instance)
+            .and_then(|i| i.value)
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let mut answer = CheckResult::ok(Duration::from_secs(5), 1000);
+        if self.0.contains(value) {
+            answer.status = Status::new(Code::PermissionDenied, format!("{value} is blocked"));
+        }
+        Ok(answer)
+    }
+}
+
+#[async_trait]
+impl ReportHandler for ListsHandler {
+    async fn report(&self, _instances: &[Instance]) -> Result<(), AdapterError> {
         Ok(())
     }
 }
@@ -84,8 +137,6 @@ impl Metric for Lists {
 /// Serves [`Lists`] until the process ends.
 pub async fn serve_adapter(addr: SocketAddr) -> anyhow::Result<()> {
     Server::new(Lists)
-        .list_entry()
-        .metric()
         .serve(addr)
         .await
         .context("serving the adapter")
@@ -309,20 +360,34 @@ mod tests {
 
     #[tokio::test]
     async fn the_adapter_denies_exactly_the_listed_values() {
-        let config = Config::from_json(serde_json::json!({"denied": ["nikto"]}));
-        let instance = |v: &str| ListEntryInstance {
-            name: "agent".into(),
-            value: v.into(),
+        use mixer_adapter_sdk::api::host::AnyAdapter;
+        use mixer_adapter_sdk::model::FieldValue;
+        let ctx = BuildContext {
+            handler_name: "agents.istio-system".into(),
         };
-        let nikto = Lists
-            .check(&instance("nikto"), &config)
-            .await
-            .expect("answer");
-        let curl = Lists
-            .check(&instance("curl"), &config)
-            .await
-            .expect("answer");
-        assert!(!nikto.is_ok());
-        assert!(curl.is_ok());
+        let handler = Lists
+            .compile_and_build(&serde_json::json!({"denied": ["nikto"]}), &ctx)
+            .expect("builds");
+        let instance = |v: &str| Instance {
+            name: "agent".into(),
+            template: Template::ListEntry,
+            fields: vec![("value", FieldValue::Value(Value::from(v)))],
+        };
+        let check = handler.as_check().expect("checks");
+        let nikto = check.check(&instance("nikto")).await.expect("answer");
+        let curl = check.check(&instance("curl")).await.expect("answer");
+        assert_eq!(nikto.status.code, Code::PermissionDenied);
+        assert!(curl.status.is_ok());
+        // The metric handler has no params: nothing is denied.
+        let open = Lists
+            .compile_and_build(&serde_json::Value::Null, &ctx)
+            .expect("builds");
+        let nikto = open
+            .as_check()
+            .expect("checks")
+            .check(&instance("nikto"))
+            .await;
+        assert!(nikto.expect("answer").status.is_ok());
+        assert!(open.as_report().is_some());
     }
 }

@@ -23,9 +23,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use bytes::Bytes;
-use mixer_adapter_sdk::{
-    Adapter, CheckResult, Config, Error, ListEntry, ListEntryInstance, Server,
+use mixer_adapter_sdk::api::{
+    Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, Handler, ParamError, Stability,
 };
+use mixer_adapter_sdk::model::{
+    CheckResult, Code, Instance, ListEntryInstance, Status, Template, Value,
+};
+use mixer_adapter_sdk::{Server, async_trait};
 use mixer_frontends::grpc;
 
 use crate::bags::Request;
@@ -87,33 +91,63 @@ pub struct Args {
 /// Istio's default use count, so that any cache may keep it for the whole run.
 pub struct Keys;
 
-impl Adapter for Keys {}
+static KEYS: AdapterInfo = AdapterInfo {
+    name: "bench-keys",
+    description: "allows the keys whose number is even",
+    templates: &[Template::ListEntry],
+    cacheable: true,
+    stability: Stability::Alpha,
+};
 
-impl ListEntry for Keys {
-    async fn check(
-        &self,
-        instance: &ListEntryInstance,
-        _config: &Config,
-    ) -> Result<CheckResult, Error> {
-        let even = instance
-            .value
+impl Adapter for Keys {
+    type Config = serde_json::Value;
+    type Compiled = ();
+
+    fn info(&self) -> &AdapterInfo {
+        &KEYS
+    }
+
+    fn compile(&self, _params: serde_json::Value) -> Result<(), Vec<ParamError>> {
+        Ok(())
+    }
+
+    fn build(&self, _: &(), _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+        Ok(Arc::new(KeysHandler))
+    }
+}
+
+/// Decides keys.
+struct KeysHandler;
+
+impl Handler for KeysHandler {
+    fn as_check(&self) -> Option<&dyn CheckHandler> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl CheckHandler for KeysHandler {
+    async fn check(&self, instance: &Instance) -> Result<CheckResult, AdapterError> {
+        let value = ListEntryInstance::of(instance)
+            .and_then(|i| i.value)
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let even = value
             .rsplit('-')
             .next()
             .and_then(|n| n.parse::<u64>().ok())
             .is_some_and(|n| n % 2 == 0);
-        let answer = if even {
-            CheckResult::ok()
-        } else {
-            CheckResult::deny(format!("{} is not allowed", instance.value))
-        };
-        Ok(answer.valid_for(Duration::from_secs(60)).valid_uses(10_000))
+        let mut answer = CheckResult::ok(Duration::from_secs(60), 10_000);
+        if !even {
+            answer.status = Status::new(Code::PermissionDenied, format!("{value} is not allowed"));
+        }
+        Ok(answer)
     }
 }
 
 /// Serves [`Keys`] until the process ends.
 pub async fn serve_adapter(addr: SocketAddr) -> anyhow::Result<()> {
     Server::new(Keys)
-        .list_entry()
         .serve(addr)
         .await
         .context("serving the adapter")
@@ -576,22 +610,26 @@ mod tests {
 
     #[tokio::test]
     async fn the_adapter_allows_even_keys_for_a_minute() {
-        let config = Config::from_json(serde_json::json!({}));
-        let instance = |v: &str| ListEntryInstance {
-            name: "key".into(),
-            value: v.into(),
+        use mixer_adapter_sdk::api::host::AnyAdapter;
+        use mixer_adapter_sdk::model::FieldValue;
+        let ctx = BuildContext {
+            handler_name: "keys.istio-system".into(),
         };
-        let even = Keys
-            .check(&instance("key-42"), &config)
-            .await
-            .expect("answer");
-        let odd = Keys
-            .check(&instance("key-7"), &config)
-            .await
-            .expect("answer");
-        assert!(even.is_ok());
-        assert!(!odd.is_ok());
+        let handler = Keys
+            .compile_and_build(&serde_json::json!({}), &ctx)
+            .expect("builds");
+        let instance = |v: &str| Instance {
+            name: "key".into(),
+            template: Template::ListEntry,
+            fields: vec![("value", FieldValue::Value(Value::from(v)))],
+        };
+        let check = handler.as_check().expect("checks");
+        let even = check.check(&instance("key-42")).await.expect("answer");
+        let odd = check.check(&instance("key-7")).await.expect("answer");
+        assert!(even.status.is_ok());
+        assert!(!odd.status.is_ok());
         assert_eq!(even.valid_duration, Duration::from_secs(60));
+        assert_eq!(even.valid_use_count, 10_000);
     }
 
     #[test]

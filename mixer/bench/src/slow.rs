@@ -8,13 +8,23 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use mixer_adapter_sdk::{Adapter, Config, Error, Metric, MetricInstance, Server};
+use mixer_adapter_sdk::api::{
+    Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError, ReportHandler, Stability,
+};
+use mixer_adapter_sdk::model::{Instance, Template};
+use mixer_adapter_sdk::{Server, async_trait};
 use tokio::sync::oneshot;
 
-/// The adapter's state: its delay and what it has seen.
+/// The adapter: its delay, and what its handlers have seen.
 #[derive(Debug, Default)]
 pub struct Slow {
     delay: Duration,
+    counts: Arc<Counts>,
+}
+
+/// What the adapter's handlers have seen.
+#[derive(Debug, Default)]
+struct Counts {
     received: AtomicU64,
     batches: AtomicU64,
     in_progress: AtomicU64,
@@ -23,21 +33,47 @@ pub struct Slow {
 impl Slow {
     /// Instances received so far (counted when a batch arrives, before the delay).
     pub fn received(&self) -> u64 {
-        self.received.load(Ordering::SeqCst)
+        self.counts.received.load(Ordering::SeqCst)
     }
 
     /// Batches received so far.
     pub fn batches(&self) -> u64 {
-        self.batches.load(Ordering::SeqCst)
+        self.counts.batches.load(Ordering::SeqCst)
     }
 
     /// Instances of batches received but not yet answered.
     pub fn in_progress(&self) -> u64 {
-        self.in_progress.load(Ordering::SeqCst)
+        self.counts.in_progress.load(Ordering::SeqCst)
     }
 }
 
-impl Adapter for Slow {}
+static INFO: AdapterInfo = AdapterInfo {
+    name: "bench-slow",
+    description: "takes a fixed time per metric batch and counts what it receives",
+    templates: &[Template::Metric],
+    cacheable: false,
+    stability: Stability::Alpha,
+};
+
+impl Adapter for Slow {
+    type Config = serde_json::Value;
+    type Compiled = ();
+
+    fn info(&self) -> &AdapterInfo {
+        &INFO
+    }
+
+    fn compile(&self, _params: serde_json::Value) -> Result<(), Vec<ParamError>> {
+        Ok(())
+    }
+
+    fn build(&self, _: &(), _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+        Ok(Arc::new(SlowHandler {
+            delay: self.delay,
+            counts: self.counts.clone(),
+        }))
+    }
+}
 
 /// Takes `n` off the in-progress count when a call ends, also when the mixer gives up on the
 /// call and the server drops its future mid-sleep (otherwise the count would never settle).
@@ -49,13 +85,27 @@ impl Drop for InProgress<'_> {
     }
 }
 
-impl Metric for Slow {
-    async fn report(&self, instances: &[MetricInstance], _config: &Config) -> Result<(), Error> {
+/// Sleeps through each batch, counting it.
+struct SlowHandler {
+    delay: Duration,
+    counts: Arc<Counts>,
+}
+
+impl Handler for SlowHandler {
+    fn as_report(&self) -> Option<&dyn ReportHandler> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl ReportHandler for SlowHandler {
+    async fn report(&self, instances: &[Instance]) -> Result<(), AdapterError> {
         let n = instances.len() as u64;
-        self.received.fetch_add(n, Ordering::SeqCst);
-        self.batches.fetch_add(1, Ordering::SeqCst);
-        self.in_progress.fetch_add(n, Ordering::SeqCst);
-        let _done = InProgress(&self.in_progress, n);
+        let counts = &self.counts;
+        counts.received.fetch_add(n, Ordering::SeqCst);
+        counts.batches.fetch_add(1, Ordering::SeqCst);
+        counts.in_progress.fetch_add(n, Ordering::SeqCst);
+        let _done = InProgress(&counts.in_progress, n);
         tokio::time::sleep(self.delay).await;
         Ok(())
     }
@@ -79,7 +129,7 @@ pub async fn start(delay: Duration) -> anyhow::Result<Running> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (stop, stopped) = oneshot::channel::<()>();
-    let server = Server::from_arc(adapter.clone()).metric();
+    let server = Server::from_arc(adapter.clone());
     tokio::spawn(async move {
         let shutdown = async {
             let _ = stopped.await;
@@ -97,19 +147,38 @@ pub async fn start(delay: Duration) -> anyhow::Result<Running> {
 
 #[cfg(test)]
 mod tests {
+    use mixer_adapter_sdk::api::host::AnyAdapter;
+
     use super::*;
+
+    fn batch(n: usize) -> Vec<Instance> {
+        let metric = Instance {
+            name: "requestcount.instance.istio-system".into(),
+            template: Template::Metric,
+            fields: vec![],
+        };
+        vec![metric; n]
+    }
+
+    fn handler(slow: &Slow) -> Arc<dyn Handler> {
+        let ctx = BuildContext {
+            handler_name: "slow.istio-system".into(),
+        };
+        slow.compile_and_build(&serde_json::Value::Null, &ctx)
+            .expect("builds")
+    }
 
     #[tokio::test(start_paused = true)]
     async fn counts_on_arrival_and_settles_after_the_delay() {
-        let slow = Arc::new(Slow {
+        let slow = Slow {
             delay: Duration::from_secs(1),
             ..Slow::default()
-        });
-        let batch = vec![MetricInstance::default(); 3];
-        let call = {
-            let slow = slow.clone();
-            tokio::spawn(async move { slow.report(&batch, &Config::default()).await })
         };
+        let handler = handler(&slow);
+        let call = tokio::spawn(async move {
+            let reports = handler.as_report().expect("reports");
+            reports.report(&batch(3)).await
+        });
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert_eq!((slow.received(), slow.in_progress()), (3, 3));
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -126,12 +195,9 @@ mod tests {
             delay: Duration::from_secs(5),
             ..Slow::default()
         };
-        let batch = vec![MetricInstance::default(); 2];
-        let cut = tokio::time::timeout(
-            Duration::from_millis(100),
-            slow.report(&batch, &Config::default()),
-        )
-        .await;
+        let handler = handler(&slow);
+        let reports = handler.as_report().expect("reports");
+        let cut = tokio::time::timeout(Duration::from_millis(100), reports.report(&batch(2))).await;
         assert!(cut.is_err());
         assert_eq!((slow.received(), slow.in_progress()), (2, 0));
     }

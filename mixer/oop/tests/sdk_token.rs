@@ -6,30 +6,17 @@ mod support;
 
 use std::time::Duration;
 
-use mixer_adapter_sdk::{
-    Adapter, CheckResult, Config, Error, ListEntry, ListEntryInstance, RequiredToken, Server,
-    ServerTls,
-};
+use mixer_adapter_sdk::{RequiredToken, Server, ServerTls};
 use support::Pki;
+use support::allow::Allow;
 use support::recorder::{check, handler};
-
-struct Allow;
-
-impl Adapter for Allow {}
-
-impl ListEntry for Allow {
-    async fn check(&self, _: &ListEntryInstance, _: &Config) -> Result<CheckResult, Error> {
-        Ok(CheckResult::ok())
-    }
-}
 
 async fn serve(pki: &Pki, token_file: &str) -> u16 {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let port = listener.local_addr().expect("addr").port();
-    let server = Server::new(Allow)
-        .list_entry()
+    let server = Server::new(Allow::everything())
         .tls(ServerTls::new(
             pki.read("server.pem"),
             pki.read("server.key"),

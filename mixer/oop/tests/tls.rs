@@ -8,31 +8,15 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mixer_adapter_sdk::{
-    Adapter, CheckResult, Config, Error, ListEntry, ListEntryInstance, Server, ServerTls,
-};
+use mixer_adapter_sdk::{Server, ServerTls};
 use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile};
 use mixer_model::{AttributeBag, StringMap, Value};
 use mixer_oop::{OopOptions, RemoteAdapterFactory, ValidateOutcome};
 use mixer_remote::{RemoteAdapters, RemoteConnection, RemoteHandlerSpec};
 use mixer_runtime::{RuntimeMetrics, RuntimeOptions, Snapshot};
 use support::Pki;
+use support::allow::Allow;
 use support::token_endpoint::TokenEndpoint;
-
-/// Lets `good` through.
-struct Allow;
-
-impl Adapter for Allow {}
-
-impl ListEntry for Allow {
-    async fn check(&self, i: &ListEntryInstance, _: &Config) -> Result<CheckResult, Error> {
-        Ok(if i.value == "good" {
-            CheckResult::ok()
-        } else {
-            CheckResult::deny(format!("{} is not listed", i.value))
-        })
-    }
-}
 
 /// Serves `Allow` with `tls` on a free port until the test ends; returns the port.
 async fn serve(tls: ServerTls) -> u16 {
@@ -40,7 +24,7 @@ async fn serve(tls: ServerTls) -> u16 {
         .await
         .expect("bind");
     let port = listener.local_addr().expect("addr").port();
-    let server = Server::new(Allow).list_entry().tls(tls);
+    let server = Server::new(Allow::only("good")).tls(tls);
     tokio::spawn(server.serve_with_shutdown(listener, std::future::pending()));
     port
 }

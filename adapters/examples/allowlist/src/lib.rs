@@ -2,73 +2,127 @@
 //! named by the handler's `params.file`. The file is read again whenever its modification
 //! time or size changes, so editing it takes effect on the next check (after the mixer's
 //! cached answers expire: one second).
+//!
+//! It is an [`Adapter`] of the adapter API like any built-in one; the SDK's [`Server`]
+//! serves it.
 
-use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use mixer_adapter_sdk::{
-    Adapter, CheckResult, Config, Error, ListEntry, ListEntryInstance, Server,
+use mixer_adapter_sdk::api::{
+    Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, ErrorKind, Handler, ParamError,
+    Stability,
+};
+use mixer_adapter_sdk::model::{CheckResult, Code, Instance, ListEntryInstance, Status, Template};
+use mixer_adapter_sdk::{Server, async_trait};
+
+static INFO: AdapterInfo = AdapterInfo {
+    name: "allowlist",
+    description: "allows the values listed, one per line, in the file params.file names",
+    templates: &[Template::ListEntry],
+    cacheable: true,
+    stability: Stability::Alpha,
 };
 
-/// The adapter: the allowed values of each file it was asked about, with the file's stamp.
-#[derive(Default)]
-pub struct Allowlist {
-    files: Mutex<HashMap<PathBuf, (Stamp, HashSet<String>)>>,
+/// The handler's params.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The allow-list file: one value per line; blank lines and `#` comments are skipped.
+    /// Relative to the adapter's working directory.
+    pub file: PathBuf,
 }
 
-type Stamp = (Option<SystemTime>, u64);
-
-fn file_param(config: &Config) -> Result<&Path, String> {
-    config["file"]
-        .as_str()
-        .map(Path::new)
-        .ok_or_else(|| "params.file: expected the path of the allow-list file".into())
-}
-
-impl Allowlist {
-    /// The allowed values in `path`, read again if the file changed since last time.
-    fn contains(&self, path: &Path, value: &str) -> Result<bool, Error> {
-        let meta = std::fs::metadata(path)?;
-        let stamp = (meta.modified().ok(), meta.len());
-        let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
-        if files.get(path).is_none_or(|(seen, _)| *seen != stamp) {
-            let text = std::fs::read_to_string(path)?;
-            let values = text
-                .lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                .map(String::from)
-                .collect();
-            files.insert(path.to_path_buf(), (stamp, values));
-        }
-        Ok(files[path].1.contains(value))
-    }
-}
+/// The adapter.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Allowlist;
 
 impl Adapter for Allowlist {
-    fn validate(&self, config: &Config) -> Result<(), String> {
-        let path = file_param(config)?;
-        std::fs::metadata(path)
-            .map(drop)
-            .map_err(|e| format!("params.file: {}: {e}", path.display()))
+    type Config = Config;
+    /// The file, known to exist when the params were compiled.
+    type Compiled = PathBuf;
+
+    fn info(&self) -> &AdapterInfo {
+        &INFO
+    }
+
+    fn compile(&self, config: Config) -> Result<PathBuf, Vec<ParamError>> {
+        match std::fs::metadata(&config.file) {
+            Ok(_) => Ok(config.file),
+            Err(e) => Err(vec![ParamError::new(
+                "file",
+                format!("{}: {e}", config.file.display()),
+            )]),
+        }
+    }
+
+    fn build(&self, file: &PathBuf, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+        Ok(Arc::new(AllowlistHandler {
+            file: file.clone(),
+            read: Mutex::default(),
+        }))
     }
 }
 
-impl ListEntry for Allowlist {
-    async fn check(
-        &self,
-        instance: &ListEntryInstance,
-        config: &Config,
-    ) -> Result<CheckResult, Error> {
-        let path = file_param(config).map_err(Error::invalid)?;
-        let answer = if self.contains(path, &instance.value)? {
-            CheckResult::ok()
-        } else {
-            CheckResult::deny(format!("{:?} is not on the allow list", instance.value))
-        };
-        Ok(answer.valid_for(Duration::from_secs(1)))
+/// When the file was last read (modification time and size), and the values it held.
+type Read = Option<((Option<SystemTime>, u64), Arc<HashSet<String>>)>;
+
+/// Checks values against one file.
+struct AllowlistHandler {
+    file: PathBuf,
+    read: Mutex<Read>,
+}
+
+impl AllowlistHandler {
+    /// The allowed values, read again if the file changed since last time.
+    fn allowed(&self) -> std::io::Result<Arc<HashSet<String>>> {
+        let meta = std::fs::metadata(&self.file)?;
+        let stamp = (meta.modified().ok(), meta.len());
+        let mut read = self.read.lock().unwrap_or_else(|e| e.into_inner());
+        match &*read {
+            Some((seen, values)) if *seen == stamp => Ok(values.clone()),
+            _ => {
+                let text = std::fs::read_to_string(&self.file)?;
+                let values: Arc<HashSet<String>> = Arc::new(
+                    text.lines()
+                        .map(str::trim)
+                        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                        .map(String::from)
+                        .collect(),
+                );
+                *read = Some((stamp, values.clone()));
+                Ok(values)
+            }
+        }
+    }
+}
+
+impl Handler for AllowlistHandler {
+    fn as_check(&self) -> Option<&dyn CheckHandler> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl CheckHandler for AllowlistHandler {
+    async fn check(&self, instance: &Instance) -> Result<CheckResult, AdapterError> {
+        let value = ListEntryInstance::of(instance)
+            .and_then(|i| i.value)
+            .and_then(|v| v.as_str())
+            .unwrap_or_default();
+        // A file that went away is "could not decide": the handler's fail policy applies.
+        let allowed = self.allowed().map_err(|e| {
+            let file = self.file.display();
+            AdapterError::transient(ErrorKind::Unavailable, format!("{file}: {e}"))
+        })?;
+        let mut answer = CheckResult::ok(Duration::from_secs(1), 1000);
+        if !allowed.contains(value) {
+            let denied = format!("{value:?} is not on the allow list");
+            answer.status = Status::new(Code::PermissionDenied, denied);
+        }
+        Ok(answer)
     }
 }
 
@@ -76,11 +130,69 @@ impl ListEntry for Allowlist {
 pub fn main() -> std::process::ExitCode {
     let addr = mixer_adapter_sdk::listen_addr("127.0.0.1:9070");
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
-    match runtime.block_on(Server::new(Allowlist::default()).list_entry().serve(addr)) {
+    match runtime.block_on(Server::new(Allowlist).serve(addr)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("allowlist: {e}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mixer_adapter_sdk::api::host::AnyAdapter;
+    use mixer_adapter_sdk::model::{FieldValue, Value};
+    use serde_json::json;
+
+    use super::*;
+
+    fn user(name: &str) -> Instance {
+        Instance {
+            name: "user.instance.istio-system".into(),
+            template: Template::ListEntry,
+            fields: vec![("value", FieldValue::Value(Value::from(name)))],
+        }
+    }
+
+    #[tokio::test]
+    async fn allows_the_listed_values_and_follows_the_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("allowed.txt");
+        std::fs::write(&file, "# users\nalice\n\n").expect("write");
+        let ctx = BuildContext {
+            handler_name: "allowlist.istio-system".into(),
+        };
+        let handler = Allowlist
+            .compile_and_build(&json!({ "file": file }), &ctx)
+            .expect("builds");
+        let check = handler.as_check().expect("checks");
+        let alice = check.check(&user("alice")).await.expect("answer");
+        assert!(alice.status.is_ok());
+        assert_eq!(alice.valid_duration, Duration::from_secs(1));
+        let mallory = check.check(&user("mallory")).await.expect("answer");
+        assert_eq!(mallory.status.code, Code::PermissionDenied);
+        assert_eq!(
+            mallory.status.message,
+            "\"mallory\" is not on the allow list"
+        );
+
+        std::fs::write(&file, "alice\nmallory\n").expect("rewrite");
+        let mallory = check.check(&user("mallory")).await.expect("answer");
+        assert!(mallory.status.is_ok(), "the file is read again");
+
+        std::fs::remove_file(&file).expect("remove");
+        let gone = check.check(&user("alice")).await.expect_err("no file");
+        assert_eq!((gone.kind, gone.retryable), (ErrorKind::Unavailable, true));
+    }
+
+    #[test]
+    fn params_name_an_existing_file() {
+        let missing = AnyAdapter::compile(&Allowlist, &json!({"file": "/nonexistent/allowed.txt"}))
+            .expect_err("no such file");
+        assert_eq!(missing[0].path, "file");
+        assert!(missing[0].message.starts_with("/nonexistent/allowed.txt: "));
+        let none = AnyAdapter::compile(&Allowlist, &json!({})).expect_err("no file named");
+        assert!(none[0].message.contains("missing field `file`"), "{none:?}");
     }
 }

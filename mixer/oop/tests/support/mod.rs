@@ -3,6 +3,7 @@
 //! into a temporary directory (the config names files, as in production).
 #![allow(dead_code)]
 
+pub mod allow;
 pub mod recorder;
 pub mod token_endpoint;
 
