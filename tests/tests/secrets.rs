@@ -434,8 +434,8 @@ fn passwords_from_the_environment_and_from_files_reach_redis_and_reload() {
 }
 
 /// A real out-of-process adapter (the allowlist example) refuses its params at config load
-/// with a message that quotes one of them: the refusal reaches `/readyz` and the log without
-/// the secret.
+/// with a message that quotes one of them, which holds a secret (a URL's password): the
+/// refusal reaches `/readyz` and the log without the secret.
 #[test]
 fn an_adapters_refusal_does_not_show_the_secret_it_quotes() {
     let addr = free_addr();
@@ -449,7 +449,8 @@ fn an_adapters_refusal_does_not_show_the_secret_it_quotes() {
     });
     let dir = tempfile::tempdir().expect("temp dir");
     let config = dir.path().join("config.yaml");
-    // The adapter says "params.file: PATH: No such file": PATH holds the token.
+    // The adapter says "file: PATH: No such file": PATH is a URL whose password is the
+    // secret (the allowlist's params are strict, so no secret-named key can ride along).
     std::fs::write(
         &config,
         format!(
@@ -460,8 +461,7 @@ spec:
   adapter: allowlist
   connection: {{address: '{addr}', timeout: 2s}}
   params:
-    token: oop-token-g
-    file: /nonexistent/oop-token-g/allowed.txt
+    file: https://reader:oop-token-g@lists.example/allowed.txt
 ---
 kind: instance
 metadata: {{name: user}}
@@ -485,9 +485,12 @@ spec:
         ready = http_request(mixer.admin, "GET", "/readyz", &[])
             .map(|(_, _, b)| b)
             .unwrap_or_default();
-        ready.contains("params.file")
+        ready.contains("rejected its params")
     });
-    assert!(ready.contains("/nonexistent/***/allowed.txt"), "{ready}");
+    assert!(
+        ready.contains("file: https://reader:***@lists.example/allowed.txt"),
+        "{ready}"
+    );
     assert_hidden("/readyz", &ready, &["oop-token-g"]);
     drop(mixer);
     let _ = adapter.kill();
