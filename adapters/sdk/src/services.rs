@@ -228,74 +228,52 @@ impl HandleQuotaService for Svc {
     }
 }
 
-#[tonic::async_trait]
-impl HandleMetricService for Svc {
-    async fn handle_metric(
-        &self,
-        request: Request<metric::HandleMetricRequest>,
-    ) -> Result<Response<model::ReportResult>, Status> {
-        let request = request.into_inner();
-        let instances = request.instances;
-        self.report(
-            request.adapter_config,
-            request.dedup_id,
-            Template::Metric,
-            || instances.into_iter().map(convert::metric).collect(),
-        )
-        .await
-    }
+/// One report service: the generated trait's method hands the batch, converted by the
+/// template's function, to [`Svc::report`]. The four report templates differ only in these.
+macro_rules! report_service {
+    ($service:ident, $method:ident, $request:ty, $template:expr, $convert:expr) => {
+        #[tonic::async_trait]
+        impl $service for Svc {
+            async fn $method(
+                &self,
+                request: Request<$request>,
+            ) -> Result<Response<model::ReportResult>, Status> {
+                let request = request.into_inner();
+                let instances = request.instances;
+                self.report(request.adapter_config, request.dedup_id, $template, || {
+                    instances.into_iter().map($convert).collect()
+                })
+                .await
+            }
+        }
+    };
 }
 
-#[tonic::async_trait]
-impl HandleLogEntryService for Svc {
-    async fn handle_log_entry(
-        &self,
-        request: Request<logentry::HandleLogEntryRequest>,
-    ) -> Result<Response<model::ReportResult>, Status> {
-        let request = request.into_inner();
-        let instances = request.instances;
-        self.report(
-            request.adapter_config,
-            request.dedup_id,
-            Template::LogEntry,
-            || instances.into_iter().map(convert::log_entry).collect(),
-        )
-        .await
-    }
-}
-
-#[tonic::async_trait]
-impl HandleTraceSpanService for Svc {
-    async fn handle_trace_span(
-        &self,
-        request: Request<tracespan::HandleTraceSpanRequest>,
-    ) -> Result<Response<model::ReportResult>, Status> {
-        let request = request.into_inner();
-        let instances = request.instances;
-        self.report(
-            request.adapter_config,
-            request.dedup_id,
-            Template::TraceSpan,
-            || instances.into_iter().map(convert::trace_span).collect(),
-        )
-        .await
-    }
-}
-
-#[tonic::async_trait]
-impl HandleReportNothingService for Svc {
-    async fn handle_report_nothing(
-        &self,
-        request: Request<reportnothing::HandleReportNothingRequest>,
-    ) -> Result<Response<model::ReportResult>, Status> {
-        let request = request.into_inner();
-        let instances = request.instances;
-        self.report(
-            request.adapter_config,
-            request.dedup_id,
-            Template::ReportNothing,
-            || Ok(instances.into_iter().map(convert::report_nothing).collect()),
-        )
-        .await
-    }
-}
+report_service!(
+    HandleMetricService,
+    handle_metric,
+    metric::HandleMetricRequest,
+    Template::Metric,
+    convert::metric
+);
+report_service!(
+    HandleLogEntryService,
+    handle_log_entry,
+    logentry::HandleLogEntryRequest,
+    Template::LogEntry,
+    convert::log_entry
+);
+report_service!(
+    HandleTraceSpanService,
+    handle_trace_span,
+    tracespan::HandleTraceSpanRequest,
+    Template::TraceSpan,
+    convert::trace_span
+);
+report_service!(
+    HandleReportNothingService,
+    handle_report_nothing,
+    reportnothing::HandleReportNothingRequest,
+    Template::ReportNothing,
+    |i| Ok(convert::report_nothing(i))
+);
