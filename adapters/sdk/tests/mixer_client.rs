@@ -2,19 +2,18 @@
 //! reaches the mixer as the same kind, with the retryability that kind has, so the handler's
 //! fail policy and the report retries apply as they would to the adapter built in.
 
-use std::sync::Arc;
+mod support;
+
 use std::time::Duration;
 
-use mixer_adapter_sdk::api::{
-    Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, ErrorKind, Handler, ParamError,
-    Stability,
-};
+use mixer_adapter_sdk::api::{AdapterError, AdapterInfo, CheckHandler, ErrorKind, Stability};
 use mixer_adapter_sdk::model::{
     CheckResult, FieldValue, Instance, ListEntryInstance, Template, Value,
 };
 use mixer_adapter_sdk::{Server, async_trait};
 use mixer_oop::{BreakerOptions, OopOptions, RemoteAdapterFactory};
 use mixer_remote::{RemoteConnection, RemoteHandlerSpec, RemoteInstance};
+use support::CheckAdapter;
 
 const KINDS: [ErrorKind; 7] = [
     ErrorKind::Unavailable,
@@ -37,9 +36,6 @@ fn retryable(kind: ErrorKind) -> bool {
     )
 }
 
-/// Fails a check of the value that names an error kind (`unavailable`...) with that kind.
-struct Failing;
-
 static INFO: AdapterInfo = AdapterInfo {
     name: "failing",
     description: "fails as asked",
@@ -48,30 +44,8 @@ static INFO: AdapterInfo = AdapterInfo {
     stability: Stability::Alpha,
 };
 
-impl Adapter for Failing {
-    type Config = serde_json::Value;
-    type Compiled = ();
-
-    fn info(&self) -> &AdapterInfo {
-        &INFO
-    }
-
-    fn compile(&self, _: serde_json::Value) -> Result<(), Vec<ParamError>> {
-        Ok(())
-    }
-
-    fn build(&self, _: &(), _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
-        Ok(Arc::new(FailingHandler))
-    }
-}
-
+/// Fails a check of the value that names an error kind (`unavailable`...) with that kind.
 struct FailingHandler;
-
-impl Handler for FailingHandler {
-    fn as_check(&self) -> Option<&dyn CheckHandler> {
-        Some(self)
-    }
-}
 
 #[async_trait]
 impl CheckHandler for FailingHandler {
@@ -95,7 +69,10 @@ impl CheckHandler for FailingHandler {
 async fn each_error_kind_reaches_the_mixer_as_that_kind() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(Server::new(Failing).serve_with_shutdown(listener, std::future::pending()));
+    tokio::spawn(
+        Server::new(CheckAdapter::new(&INFO, FailingHandler))
+            .serve_with_shutdown(listener, std::future::pending()),
+    );
 
     let factory = RemoteAdapterFactory::new(OopOptions {
         validate: false,

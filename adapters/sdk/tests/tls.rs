@@ -1,62 +1,26 @@
 //! `Server::tls`: the adapter serves over TLS, and with a client CA it refuses a client
 //! that has no certificate. Real handshakes on 127.0.0.1 with rcgen certificates.
 
-use std::sync::Arc;
-use std::time::Duration;
+mod support;
 
-use mixer_adapter_sdk::api::{
-    Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, Handler, ParamError, Stability,
-};
-use mixer_adapter_sdk::model::{CheckResult, Instance, Template};
+use mixer_adapter_sdk::api::{AdapterInfo, Stability};
+use mixer_adapter_sdk::model::Template;
 use mixer_adapter_sdk::proto::istio::mixer::adapter::model::v1beta1 as model;
-use mixer_adapter_sdk::{Server, ServerTls, async_trait};
+use mixer_adapter_sdk::{Server, ServerTls};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa, KeyPair,
 };
+use support::{AllowAll, CheckAdapter};
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 /// Serves checknothing, allowing everything; takes no params.
-struct Nothing;
-
-static INFO: AdapterInfo = AdapterInfo {
+static NOTHING: AdapterInfo = AdapterInfo {
     name: "nothing",
     description: "allows everything",
     templates: &[Template::CheckNothing],
     cacheable: true,
     stability: Stability::Alpha,
 };
-
-impl Adapter for Nothing {
-    type Config = serde_json::Value;
-    type Compiled = ();
-
-    fn info(&self) -> &AdapterInfo {
-        &INFO
-    }
-
-    fn compile(&self, _: serde_json::Value) -> Result<(), Vec<ParamError>> {
-        Ok(())
-    }
-
-    fn build(&self, _: &(), _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
-        Ok(Arc::new(Allow))
-    }
-}
-
-struct Allow;
-
-impl Handler for Allow {
-    fn as_check(&self) -> Option<&dyn CheckHandler> {
-        Some(self)
-    }
-}
-
-#[async_trait]
-impl CheckHandler for Allow {
-    async fn check(&self, _: &Instance) -> Result<CheckResult, AdapterError> {
-        Ok(CheckResult::ok(Duration::from_secs(5), 1000))
-    }
-}
 
 struct Pki {
     ca: String,
@@ -87,7 +51,7 @@ async fn serve(tls: ServerTls) -> String {
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let server = Server::new(Nothing).tls(tls);
+    let server = Server::new(CheckAdapter::new(&NOTHING, AllowAll)).tls(tls);
     tokio::spawn(server.serve_with_shutdown(listener, std::future::pending()));
     format!("https://{addr}")
 }

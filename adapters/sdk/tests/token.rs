@@ -1,23 +1,19 @@
 //! `Server::require_token`: calls without the token, or with another one, are UNAUTHENTICATED
 //! before they reach the adapter; health probes need none.
 
-use std::sync::Arc;
-use std::time::Duration;
+mod support;
 
-use mixer_adapter_sdk::api::{
-    Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, Handler, ParamError, Stability,
-};
-use mixer_adapter_sdk::model::{CheckResult, Instance, Template};
+use mixer_adapter_sdk::api::{AdapterInfo, Stability};
+use mixer_adapter_sdk::model::Template;
 use mixer_adapter_sdk::proto::istio::mixer::adapter::model::v1beta1 as model;
-use mixer_adapter_sdk::{RequiredToken, Server, async_trait};
+use mixer_adapter_sdk::{RequiredToken, Server};
+use support::{AllowAll, CheckAdapter};
 use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
 /// Serves checknothing, allowing everything; takes no params.
-struct Nothing;
-
-static INFO: AdapterInfo = AdapterInfo {
+static NOTHING: AdapterInfo = AdapterInfo {
     name: "nothing",
     description: "allows everything",
     templates: &[Template::CheckNothing],
@@ -25,44 +21,12 @@ static INFO: AdapterInfo = AdapterInfo {
     stability: Stability::Alpha,
 };
 
-impl Adapter for Nothing {
-    type Config = serde_json::Value;
-    type Compiled = ();
-
-    fn info(&self) -> &AdapterInfo {
-        &INFO
-    }
-
-    fn compile(&self, _: serde_json::Value) -> Result<(), Vec<ParamError>> {
-        Ok(())
-    }
-
-    fn build(&self, _: &(), _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
-        Ok(Arc::new(Allow))
-    }
-}
-
-struct Allow;
-
-impl Handler for Allow {
-    fn as_check(&self) -> Option<&dyn CheckHandler> {
-        Some(self)
-    }
-}
-
-#[async_trait]
-impl CheckHandler for Allow {
-    async fn check(&self, _: &Instance) -> Result<CheckResult, AdapterError> {
-        Ok(CheckResult::ok(Duration::from_secs(5), 1000))
-    }
-}
-
 async fn serve(token: RequiredToken) -> Channel {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let server = Server::new(Nothing).require_token(token);
+    let server = Server::new(CheckAdapter::new(&NOTHING, AllowAll)).require_token(token);
     tokio::spawn(server.serve_with_shutdown(listener, std::future::pending()));
     Channel::from_shared(format!("http://{addr}"))
         .expect("uri")

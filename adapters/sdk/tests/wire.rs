@@ -2,21 +2,18 @@
 //! each gets a gRPC status that says what is wrong, and the connection keeps serving. Also
 //! concurrent calls on one connection, and shutdown letting a call in flight finish.
 
+mod support;
+
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mixer_adapter_sdk::api::{
-    Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, Handler, ParamError, Stability,
-};
+use mixer_adapter_sdk::api::{AdapterError, AdapterInfo, CheckHandler, Stability};
 use mixer_adapter_sdk::model::{CheckResult, Code, Instance, ListEntryInstance, Status, Template};
 use mixer_adapter_sdk::proto::listentry;
 use mixer_adapter_sdk::{Server, async_trait};
 use prost::Message;
-
-/// Denies "nikto"; a value `sleep-<ms>` answers after that long.
-struct Lists;
+use support::CheckAdapter;
 
 static INFO: AdapterInfo = AdapterInfo {
     name: "lists",
@@ -26,30 +23,8 @@ static INFO: AdapterInfo = AdapterInfo {
     stability: Stability::Alpha,
 };
 
-impl Adapter for Lists {
-    type Config = serde_json::Value;
-    type Compiled = ();
-
-    fn info(&self) -> &AdapterInfo {
-        &INFO
-    }
-
-    fn compile(&self, _: serde_json::Value) -> Result<(), Vec<ParamError>> {
-        Ok(())
-    }
-
-    fn build(&self, _: &(), _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
-        Ok(Arc::new(ListsHandler))
-    }
-}
-
+/// Denies "nikto"; a value `sleep-<ms>` answers after that long.
 struct ListsHandler;
-
-impl Handler for ListsHandler {
-    fn as_check(&self) -> Option<&dyn CheckHandler> {
-        Some(self)
-    }
-}
 
 #[async_trait]
 impl CheckHandler for ListsHandler {
@@ -80,7 +55,7 @@ async fn start() -> (
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let served = tokio::spawn(async move {
-        Server::new(Lists)
+        Server::new(CheckAdapter::new(&INFO, ListsHandler))
             .serve_with_shutdown(listener, async {
                 let _ = stopped.await;
             })
