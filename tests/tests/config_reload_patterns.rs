@@ -17,8 +17,8 @@
 //! - A change no file event reports (a write through mmap, see inotify(7)), caught by the
 //!   periodic content check.
 //!
-//! The expected hashes come from coreutils' `sha256sum`, not from the mixer's code: for a
-//! config of one file, `sha256sum config.yaml | sha256sum`.
+//! The expected files hashes come from coreutils' `sha256sum`, not from the mixer's code:
+//! for a config of one file, `sha256sum config.yaml | sha256sum`.
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::symlink;
@@ -135,7 +135,7 @@ fn wait_active(
     since: Instant,
     limit: Duration,
 ) -> Duration {
-    let hash_line = format!("config_hash: {hash}\n");
+    let hash_line = format!("files_hash: {hash}\n");
     loop {
         let verdict = verdict(mixer);
         let (status, body) = readyz(mixer);
@@ -252,7 +252,7 @@ fn configmap_volume_folder_follows_the_data_swap_and_skips_unchanged_swaps() {
     // read beside the per-file symlink.
     let (_, _, body) = http_request(mixer.admin, "GET", "/config_dump", &[]).expect("dump");
     let dump: serde_json::Value = serde_json::from_str(&body).expect("json");
-    assert_eq!(dump["config_hash"], hash2.as_str());
+    assert_eq!(dump["files_hash"], hash2.as_str());
     assert_eq!(dump["disk"]["state"], "current");
     let names: Vec<&str> = dump["config_files"]
         .as_array()
@@ -262,7 +262,13 @@ fn configmap_volume_folder_follows_the_data_swap_and_skips_unchanged_swaps() {
         .collect();
     assert_eq!(names, ["config.yaml"]);
     assert_eq!(
-        metric(&mixer, &format!(r#"mixer_config_info{{hash="{hash2}"}}"#)),
+        metric(
+            &mixer,
+            &format!(
+                r#"mixer_config_info{{files_hash="{hash2}",hash="{}"}}"#,
+                dump["config_hash"].as_str().expect("config hash")
+            )
+        ),
         1.0
     );
 
@@ -331,7 +337,7 @@ fn configmap_file_follows_the_data_swap_and_readyz_calls_a_rejected_update_stale
         );
         std::thread::sleep(Duration::from_millis(20));
     };
-    assert!(body.contains(&format!("config_hash: {hash3}\n")), "{body}");
+    assert!(body.contains(&format!("files_hash: {hash3}\n")), "{body}");
     assert!(body.contains(&broken), "{body}");
     assert!(!body.contains("config: current"), "{body}");
     assert!(body.contains("last reload failed"), "{body}");
@@ -566,4 +572,77 @@ fn periodic_check_catches_a_change_no_event_reports() {
     std::thread::sleep(Duration::from_millis(1000));
     assert_eq!(verdict(&unwatched), Some(allowed("one")));
     assert!(unwatched.terminate().success());
+}
+
+/// The `config_hash:` line of `/readyz`.
+fn config_hash(mixer: &Mixer) -> String {
+    let (_, body) = readyz(mixer);
+    body.lines()
+        .find_map(|l| l.strip_prefix("config_hash: "))
+        .unwrap_or_else(|| panic!("no config_hash in /readyz: {body}"))
+        .to_string()
+}
+
+/// A file a handler reads (here a listchecker's local list, as for a Wasm module or a
+/// `<name>File` secret) is part of the config: changed under a running mixer, it reloads
+/// the config as a changed config file does, the config hash changes with it and `/readyz`
+/// never calls the old content current meanwhile. The list adapter alone would see the
+/// change only at its next refresh, a minute later.
+#[test]
+fn a_file_a_handler_reads_reloads_like_a_config_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let list = dir.path().join("blocked.txt");
+    std::fs::write(&list, "bob\n").expect("write list");
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+kind: handler
+metadata: {{name: blocked, namespace: istio-system}}
+spec:
+  compiledAdapter: listchecker
+  params: {{providerUrl: "file://{}", blacklist: true, refreshInterval: 60s, ttl: 300s}}
+---
+kind: instance
+metadata: {{name: user, namespace: istio-system}}
+spec:
+  compiledTemplate: listentry
+  params: {{value: 'request.headers["x-user"] | "nobody"'}}
+---
+kind: rule
+metadata: {{name: blocked, namespace: istio-system}}
+spec:
+  actions: [{{handler: blocked, instances: [user]}}]
+"#,
+            list.display()
+        ),
+    )
+    .expect("write config");
+    let mixer = start(&config, &[]);
+    let status = |user: &str| {
+        http_request(mixer.http, "GET", "/check", &[("x-user", user)])
+            .expect("forward-auth answers")
+            .0
+    };
+    let before = config_hash(&mixer);
+    assert_eq!(status("bob"), 403);
+    assert_eq!(status("carol"), 200);
+    std::fs::write(&list, "carol\n").expect("rewrite list");
+    let since = Instant::now();
+    loop {
+        if status("carol") == 403 && status("bob") == 200 {
+            break;
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(8),
+            "the changed list was not loaded; /readyz: {:?}",
+            readyz(&mixer)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (status_code, body) = readyz(&mixer);
+    assert_eq!(status_code, 200);
+    assert!(body.contains("config: current"), "{body}");
+    assert_ne!(config_hash(&mixer), before);
 }

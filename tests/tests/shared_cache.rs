@@ -822,3 +822,77 @@ fn shapes_are_kept_in_process_and_shared_within_the_refresh() {
         "replica 1 did not learn the shape within the refresh: {counts:?}"
     );
 }
+
+/// The `config_hash:` line of a replica's `/readyz`.
+fn config_hash(mixer: &Mixer) -> String {
+    let (_, _, body) = http_request(mixer.admin, "GET", "/readyz", &[]).expect("readyz");
+    body.lines()
+        .find_map(|l| l.strip_prefix("config_hash: "))
+        .unwrap_or_else(|| panic!("no config_hash in /readyz: {body}"))
+        .to_string()
+}
+
+/// Two replicas load the same file, a listchecker blocking `${BLOCKED}`, under different
+/// environments (bob blocked on one, carol on the other). They resolve to different configs,
+/// so they must not share verdicts: a verdict allowing carol, stored by the replica that
+/// blocks bob, would otherwise let carol through the replica that blocks her.
+#[test]
+fn replicas_whose_environment_differs_share_no_verdict() {
+    if !redis_installed() {
+        return;
+    }
+    let redis = Redis::start();
+    let url = shared(&redis);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config_file = dir.path().join("config.yaml");
+    let text = config(Backend::Listchecker, None, &["${BLOCKED}"], 10_000)
+        .replace("blacklist: false", "blacklist: true");
+    std::fs::write(&config_file, text).expect("write config");
+    let path = config_file.to_str().expect("utf-8 path");
+    let mut args = vec!["--config", path, "--worker-threads", "1"];
+    args.extend(shared_flags(&url));
+    let blocks = |user: &str, log: &str| {
+        let mixer = Mixer::start_with_env_and_log(
+            binary(),
+            &args,
+            &[("BLOCKED", user)],
+            &dir.path().join(log),
+        );
+        mixer.wait_ready(Duration::from_secs(20));
+        mixer
+    };
+    let (blocks_bob, blocks_carol) = (blocks("bob", "bob.log"), blocks("carol", "carol.log"));
+    assert_ne!(
+        config_hash(&blocks_bob),
+        config_hash(&blocks_carol),
+        "the same files under different environments show the same config hash"
+    );
+    let check = |mixer: &Mixer, user: &str| {
+        http_request(mixer.http, "GET", "/check", &[("x-user", user)])
+            .expect("forward-auth answers")
+            .0
+    };
+    // Each replica stores what it decided for carol in the shared tier, the one that allows
+    // her first; the other must decide her itself.
+    assert_eq!(check(&blocks_bob, "carol"), 200);
+    let stores = |m: &Mixer| {
+        m.metric("mixer_check_cache_shared_stores_total")
+            .unwrap_or(0.0)
+    };
+    let start = Instant::now();
+    while stores(&blocks_bob) < 1.0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the replica blocking bob never stored a verdict in Redis"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        check(&blocks_bob, "carol");
+    }
+    assert_eq!(
+        check(&blocks_carol, "carol"),
+        403,
+        "carol was let through by a verdict of a replica on another environment"
+    );
+    assert_eq!(check(&blocks_carol, "bob"), 200);
+    assert_eq!(check(&blocks_bob, "bob"), 403);
+}

@@ -109,6 +109,15 @@ impl Adapter for ListChecker {
         Ok(self.build_handler(config, ctx)?)
     }
 
+    fn files_read(&self, config: &ListConfig) -> Vec<std::path::PathBuf> {
+        // A local list is part of the config: a change to it is a reload, so replicas that
+        // share cached verdicts never disagree on it for longer than a reload takes.
+        match &config.provider {
+            Some(config::Provider::File(path)) => vec![path.clone()],
+            _ => Vec::new(),
+        }
+    }
+
     fn secret_params(&self) -> &'static [mixer_adapter_api::secrets::SecretParam] {
         // A provider URL may carry a password.
         SECRET_PARAMS

@@ -92,6 +92,15 @@ pub trait Adapter: Send + Sync + 'static {
         &[]
     }
 
+    /// The files a handler built from `compiled` reads when it is built (a Wasm module, a
+    /// list read from a local file), beyond the config's own: their content is part of what
+    /// the handler decides, so the config loader digests them into the config's hash (which
+    /// replicas sharing cached verdicts must agree on), rebuilds the handler when one of them
+    /// changes, and watches them as it watches the config.
+    fn files_read(&self, _compiled: &Self::Compiled) -> Vec<std::path::PathBuf> {
+        Vec::new()
+    }
+
     /// The templates a handler built from `compiled` accepts, when they depend on its config
     /// rather than on the adapter (a Wasm plugin declares its own when its module loads);
     /// rules sending it another template are config errors. `None`: those of

@@ -79,6 +79,7 @@ mod document;
 mod dump;
 mod error;
 mod expr;
+mod inputs;
 mod kinds;
 mod model;
 mod registry;
@@ -89,6 +90,7 @@ mod validate;
 
 pub use error::ConfigError;
 pub use expr::{CompileError, Expression, Syntax};
+pub use inputs::InputFile;
 pub use model::{
     ActionConfig, AdapterResource, Config, Connection, DropReason, DroppedDocument, FieldExpr,
     FieldExprValue, HandlerConfig, HeaderOperationConfig, InstanceConfig, MatchErrorPolicy,

@@ -10,6 +10,7 @@ use mixer_model::{HeaderOp, Template, Vocabulary};
 use mixer_remote::ParamsDescriptor;
 
 use crate::expr::Expression;
+use crate::inputs::InputFile;
 
 /// A validated config snapshot: what the runtime builds handlers and routes from.
 #[derive(Clone, Debug)]
@@ -71,6 +72,68 @@ impl Config {
     pub fn rule(&self, name: &str) -> Option<&RuleConfig> {
         self.rules.iter().find(|r| &*r.name == name)
     }
+
+    /// Hex SHA-256 of what the handlers are built from beyond the config files' text, their
+    /// secrets left out: each handler's params as its adapter gets them (`${NAME}`s expanded,
+    /// secrets hidden as in the dump), its connection and fail policy, and the digests of the
+    /// files it reads that are not secrets (a Wasm module, a local list). Two replicas
+    /// loading the same files under different environments, or beside different modules or
+    /// lists, get different digests; the same inputs always give the same one. Published
+    /// (in the config hash), so nothing in it helps guess a secret.
+    pub fn resolved_digest(&self) -> String {
+        self.digest(false)
+    }
+
+    /// Hex SHA-256 of [`Config::resolved_digest`]'s material with the secrets in: the
+    /// params as the adapter gets them and the digests of `<name>File` secrets. Replicas
+    /// that disagree on a secret must not share verdicts either; kept out of what is shown.
+    pub fn secrets_digest(&self) -> String {
+        self.digest(true)
+    }
+
+    fn digest(&self, with_secrets: bool) -> String {
+        use crate::inputs::feed;
+        use sha2::{Digest, Sha256};
+        let mut digest = Sha256::new();
+        for h in &self.handlers {
+            feed(&mut digest, h.name.as_bytes());
+            feed(&mut digest, h.adapter.as_bytes());
+            let params = if with_secrets {
+                h.params.to_string()
+            } else {
+                h.shown_params().to_string()
+            };
+            feed(&mut digest, params.as_bytes());
+            feed(&mut digest, format!("{:?}", h.connection).as_bytes());
+            feed(&mut digest, format!("{:?}", h.fail_policy).as_bytes());
+            let inputs: Vec<&InputFile> = h
+                .inputs
+                .iter()
+                .filter(|i| with_secrets || !i.secret)
+                .collect();
+            digest.update((inputs.len() as u64).to_le_bytes());
+            for input in inputs {
+                feed(&mut digest, input.path.as_os_str().as_encoded_bytes());
+                feed(
+                    &mut digest,
+                    input.sha256.as_deref().unwrap_or("unreadable").as_bytes(),
+                );
+            }
+        }
+        crate::inputs::hex(&digest.finalize())
+    }
+
+    /// Every file the handlers read besides the config files, once each.
+    pub fn inputs(&self) -> Vec<InputFile> {
+        let mut all: Vec<InputFile> = self
+            .handlers
+            .iter()
+            .flat_map(|h| h.inputs.iter().cloned())
+            .collect();
+        all.sort();
+        all.dedup();
+        all
+    }
 }
 
 /// A handler: an adapter with its params.
@@ -98,6 +161,9 @@ pub struct HandlerConfig {
     /// The params as the built-in adapter decoded and validated them when config loaded,
     /// what the runtime builds the handler from; `None` for a remote adapter.
     pub compiled: Option<CompiledConfig>,
+    /// The files its config read besides the config files (`<name>File` secrets, a Wasm
+    /// module, a local list), with their digests when config loaded.
+    pub inputs: Vec<InputFile>,
     /// The file it came from.
     pub file: String,
 }
@@ -113,6 +179,7 @@ impl PartialEq for HandlerConfig {
             && self.connection == other.connection
             && self.fail_policy == other.fail_policy
             && self.adapter_resource == other.adapter_resource
+            && self.inputs == other.inputs
             && self.file == other.file
     }
 }
@@ -135,10 +202,11 @@ impl std::fmt::Debug for HandlerConfig {
 
 impl HandlerConfig {
     /// True when both would build the same handler (adapter, params, connection, fail
-    /// policy, adapter resource), so a reload may keep the running one.
+    /// policy, adapter resource, the files it reads), so a reload may keep the running one.
     pub fn same_build(&self, other: &HandlerConfig) -> bool {
         self.adapter == other.adapter
             && self.params == other.params
+            && self.inputs == other.inputs
             && self.connection == other.connection
             && self.fail_policy == other.fail_policy
             && self.adapter_resource == other.adapter_resource

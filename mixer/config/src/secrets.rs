@@ -14,11 +14,14 @@ use mixer_adapter_api::secrets::{Redactor, SecretKind, SecretParam};
 use serde_json::Value;
 
 use crate::error::{Diagnostics, DocRef, index, join};
+use crate::inputs::InputFile;
 
 /// Params as they go to the adapter, and what hides their secrets.
 pub(crate) struct Resolved {
     pub params: Value,
     pub redactor: Redactor,
+    /// The `<name>File`s read, with the digest of what was read.
+    pub files: Vec<InputFile>,
 }
 
 /// Expands `${NAME}`, reads `<name>File`s, and finds the secrets of `params` (at `path` in
@@ -66,15 +69,21 @@ fn resolve_with(
         );
     }
     let mut redactor = Redactor::new(&params, declared);
-    for secret in from_files {
+    let mut files = Vec::with_capacity(from_files.len());
+    for (secret, file) in from_files {
         redactor.add_secret(secret);
+        files.push(file);
     }
     if diags.errors.len() > before {
         // An error about a param may quote it: none may show a secret.
         scrub_errors(&redactor, diags, before);
         return None;
     }
-    Some(Resolved { params, redactor })
+    Some(Resolved {
+        params,
+        redactor,
+        files,
+    })
 }
 
 /// Removes the secrets `redactor` knows from the errors recorded since `from`.
@@ -162,7 +171,7 @@ fn read_files(
     path: &str,
     doc: &DocRef,
     diags: &mut Diagnostics,
-    found: &mut Vec<String>,
+    found: &mut Vec<(String, InputFile)>,
 ) {
     if let Some((first, rest)) = parents.split_first() {
         match value {
@@ -203,12 +212,13 @@ fn read_files(
     }
     match std::fs::read_to_string(Path::new(file)) {
         Ok(text) => {
+            let read = InputFile::secret(Path::new(file), text.as_bytes());
             let secret = text
                 .strip_suffix('\n')
                 .map(|t| t.strip_suffix('\r').unwrap_or(t))
                 .unwrap_or(&text)
                 .to_string();
-            found.push(secret.clone());
+            found.push((secret.clone(), read));
             map.remove(&file_key);
             map.insert(name.to_string(), Value::String(secret));
         }

@@ -15,8 +15,9 @@ pub struct RuntimeMetrics {
     pub reloads: IntCounterVec,
     /// `mixer_config_reload_failures_total`.
     pub reload_failures: IntCounter,
-    /// `mixer_config_info{hash}`: 1, labelled with the content hash of the active config
-    /// (see `ConfigContent`), so dashboards and alerts can compare replicas.
+    /// `mixer_config_info{hash,files_hash}`: 1, labelled with the config hash of the active
+    /// config (what it resolved to: replicas deciding alike have the same) and the hash of
+    /// its files (see `ConfigContent`), so dashboards and alerts can compare replicas.
     pub config_info: IntGaugeVec,
     /// `mixer_config_stale`: 1 while the last reload was rejected and an older content
     /// serves.
@@ -130,9 +131,9 @@ impl RuntimeMetrics {
                 let g = IntGaugeVec::new(
                     Opts::new(
                         "mixer_config_info",
-                        "1, labelled with the content hash of the active config",
+                        "1, labelled with the config hash of the active config (files, environment, modules, lists, secrets) and the hash of its files",
                     ),
-                    &["hash"],
+                    &["hash", "files_hash"],
                 )?;
                 registry.register(Box::new(g.clone()))?;
                 g

@@ -194,15 +194,14 @@ impl Runtime {
     /// Reads the config now and compares it with the active content, for `/readyz`: a
     /// snapshot is only called current when the files on disk hold what it was built from.
     pub fn disk_state(&self) -> DiskState {
-        let read = self.read();
-        let state = self.content_state();
-        match read {
+        match self.read() {
             Err(e) => DiskState::Unreadable {
                 error: e.messages().join("; "),
             },
             Ok(sources) => {
-                let disk = ConfigContent::of(&sources).hash;
-                if state.active.as_ref().is_some_and(|a| a.hash == disk) {
+                let disk = self.disk_key(&sources);
+                let state = self.content_state();
+                if state.active.as_ref().is_some_and(|a| a.files_hash == disk) {
                     DiskState::Current
                 } else if state.tried == Some(Tried::Content(disk.clone())) {
                     DiskState::Stale { disk_hash: disk }
@@ -223,7 +222,7 @@ impl Runtime {
         let _one_at_a_time = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
         let read = self.read();
         let tried = match &read {
-            Ok(sources) => Tried::Content(ConfigContent::of(sources).hash),
+            Ok(sources) => Tried::Content(self.disk_key(sources)),
             Err(e) => Tried::Unreadable(e.messages().join("; ")),
         };
         {
@@ -232,7 +231,7 @@ impl Runtime {
                 return CheckOutcome::Unchanged;
             }
             if let (Tried::Content(hash), Some(active)) = (&tried, &state.active)
-                && *hash == active.hash
+                && *hash == active.files_hash
             {
                 // Back to the active content after a rejected one: nothing is stale now.
                 state.tried = Some(tried);
@@ -248,6 +247,16 @@ impl Runtime {
         match self.finish(read) {
             Ok(id) => CheckOutcome::Reloaded(id),
             Err(_) => CheckOutcome::Rejected,
+        }
+    }
+
+    /// What is on disk now, compared through the active content's files (see
+    /// [`ConfigContent::disk_key`]); before any content is active, the files hash.
+    fn disk_key(&self, sources: &[SourceFile]) -> String {
+        let active = self.content_state().active.clone();
+        match active {
+            Some(active) => active.disk_key(sources),
+            None => crate::content::files_hash(sources).0,
         }
     }
 
@@ -305,9 +314,8 @@ impl Runtime {
         self.content_state().build_failed = false;
         let (result, tried) = match read {
             Ok(sources) => {
-                let content = ConfigContent::of(&sources);
-                let tried = Tried::Content(content.hash.clone());
-                (self.try_reload(&sources, content), tried)
+                let tried = Tried::Content(self.disk_key(&sources));
+                (self.try_reload(&sources), tried)
             }
             Err(e) => {
                 let tried = Tried::Unreadable(e.messages().join("; "));
@@ -338,17 +346,20 @@ impl Runtime {
         result
     }
 
-    /// What replicas must share to share cached verdicts: the config's content and the
-    /// command-line choices that change what it decides (default namespace, expression
-    /// syntax, what a failing match does, the handler timeout). A reload changes it, so the
+    /// What replicas must share to share cached verdicts: the config's content as it
+    /// resolved (its config hash: the files, environment variables expanded, secrets,
+    /// modules and lists read) and the command-line choices that change what it decides
+    /// (default namespace, expression syntax, what a failing match does, the handler
+    /// timeout). A reload changes it, so the
     /// entries of the previous config are never looked up again (they expire in the shared
     /// tier by themselves); replicas on different configs during a rollout share nothing.
     fn generation(&self, content: &ConfigContent) -> String {
         use sha2::{Digest, Sha256};
         let c = &self.config_options;
         let choices = format!(
-            "{}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
+            "{}\n{}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
             content.hash,
+            content.secrets_digest,
             c.default_namespace,
             c.default_syntax,
             c.ratelimit_backend,
@@ -373,11 +384,7 @@ impl Runtime {
         }
     }
 
-    fn try_reload(
-        &self,
-        sources: &[SourceFile],
-        content: ConfigContent,
-    ) -> Result<u64, ReloadError> {
+    fn try_reload(&self, sources: &[SourceFile]) -> Result<u64, ReloadError> {
         if !self.config_options.allow_empty_files {
             let active = self
                 .active_sources
@@ -403,6 +410,7 @@ impl Runtime {
         for w in &validated.warnings {
             tracing::warn!("config warning: {w}");
         }
+        let content = ConfigContent::of(sources, &validated.config);
         let dropped = validated.config.dropped.clone();
         let previous = self.current.load_full();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -448,7 +456,7 @@ impl Runtime {
         self.metrics.config_info.reset();
         self.metrics
             .config_info
-            .with_label_values(&[content.hash.as_str()])
+            .with_label_values(&[content.hash.as_str(), content.files_hash.as_str()])
             .set(1);
         self.current.store(Arc::new(snapshot));
         self.content_state().active = Some(content);

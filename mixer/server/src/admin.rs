@@ -82,6 +82,7 @@ async fn readyz(State(admin): State<Admin>) -> Response {
         .map(|e| format!("last reload failed: {e}\n"))
         .unwrap_or_default();
     let hash = active.as_ref().map_or("none", |c| c.hash.as_str());
+    let files_hash = active.as_ref().map_or("none", |c| c.files_hash.as_str());
     let config = match &disk {
         DiskState::Current => "config: current (the files on disk hold this content)".into(),
         DiskState::Pending { disk_hash } => {
@@ -100,7 +101,8 @@ async fn readyz(State(admin): State<Admin>) -> Response {
         .iter()
         .map(|d| format!("dropped: {d}\n"))
         .collect();
-    let details = format!("config_hash: {hash}\n{config}\n{dropped}{last_error}");
+    let details =
+        format!("config_hash: {hash}\nfiles_hash: {files_hash}\n{config}\n{dropped}{last_error}");
     if *admin.draining.borrow() {
         let body = format!(
             "not ready: draining (SIGTERM received); calls are still answered until the \
@@ -137,7 +139,7 @@ async fn config_dump(State(admin): State<Admin>) -> Response {
     };
     let active = runtime.active_content();
     let disk_hash = match &disk {
-        DiskState::Current => active.as_ref().map(|c| c.hash.clone()),
+        DiskState::Current => active.as_ref().map(|c| c.files_hash.clone()),
         other => other.disk_hash().map(str::to_string),
     };
     let dump = serde_json::json!({
@@ -146,6 +148,11 @@ async fn config_dump(State(admin): State<Admin>) -> Response {
         "snapshot_id": snapshot.id,
         "origin": origin,
         "config_hash": active.as_ref().map(|c| c.hash.clone()),
+        "files_hash": active.as_ref().map(|c| c.files_hash.clone()),
+        "input_files": active.as_ref().map(|c| c.inputs.iter().map(|i| serde_json::json!({
+            "path": i.path.display().to_string(),
+            "sha256": i.sha256,
+        })).collect::<Vec<_>>()),
         "config_files": active.as_ref().map(|c| c.files.iter().map(|f| serde_json::json!({
             "name": f.name,
             "sha256": f.sha256,

@@ -52,6 +52,9 @@ pub trait AnyAdapter: Send + Sync {
     /// See [`Adapter::path_params`].
     fn path_params(&self) -> &'static [&'static str];
 
+    /// See [`Adapter::files_read`].
+    fn files_read(&self, config: &CompiledConfig) -> Vec<std::path::PathBuf>;
+
     /// The templates a handler built from `config` accepts: its own (see
     /// [`Adapter::templates_for`]) or the adapter's.
     fn templates_of(&self, config: &CompiledConfig) -> Vec<Template>;
@@ -95,6 +98,12 @@ impl<A: Adapter> AnyAdapter for A {
 
     fn path_params(&self) -> &'static [&'static str] {
         Adapter::path_params(self)
+    }
+
+    fn files_read(&self, config: &CompiledConfig) -> Vec<std::path::PathBuf> {
+        typed::<A>(config, Adapter::info(self).name)
+            .map(|c| Adapter::files_read(self, c))
+            .unwrap_or_default()
     }
 
     fn templates_of(&self, config: &CompiledConfig) -> Vec<Template> {

@@ -10,6 +10,7 @@ use super::authentication;
 use super::{Doc, parse_enum};
 use crate::document::{as_map, check_keys, opt_string, type_name};
 use crate::error::{Diagnostics, did_you_mean, join};
+use crate::inputs::InputFile;
 use crate::model::{Connection, HandlerConfig};
 use crate::registry::AdapterRegistry;
 use crate::secrets;
@@ -137,6 +138,7 @@ fn build(
         fail_policy,
         adapter_resource: None,
         compiled: None,
+        inputs: resolved.files,
         file: doc.raw.doc.file.clone(),
     }
 }
@@ -180,7 +182,19 @@ pub(crate) fn check_adapter(
         }
     }
     match adapter.compile(&resolved.params) {
-        Ok(compiled) => Some((resolved, compiled)),
+        Ok(compiled) => {
+            let paths = adapter
+                .path_params()
+                .iter()
+                .filter_map(|path| string_at(&resolved.params, path))
+                .filter(|p| !p.trim().is_empty())
+                .map(std::path::PathBuf::from)
+                .chain(adapter.files_read(&compiled));
+            for path in paths {
+                resolved.files.push(InputFile::read(&path));
+            }
+            Some((resolved, compiled))
+        }
         Err(errors) => {
             for e in errors {
                 let path = if e.path.is_empty() {
@@ -193,6 +207,14 @@ pub(crate) fn check_adapter(
             None
         }
     }
+}
+
+/// The string param at the dotted `path` of `params`, if there is one.
+fn string_at<'p>(params: &'p Value, path: &str) -> Option<&'p str> {
+    path.split('.')
+        .filter(|s| !s.is_empty())
+        .try_fold(params, |at, segment| at.get(segment))?
+        .as_str()
 }
 
 /// Makes the string param at the dotted `path` of `params`, when it is a relative file path,

@@ -304,6 +304,8 @@ pub(crate) fn ratelimit(
             fail_policy,
             adapter_resource: None,
             compiled: Some(compiled),
+            // Quota backends read no files beyond the config's.
+            inputs: Vec::new(),
             file: raw.doc.file.clone(),
         },
         instances,
