@@ -646,3 +646,85 @@ spec:
     assert!(body.contains("config: current"), "{body}");
     assert_ne!(config_hash(&mixer), before);
 }
+
+/// Denies requests whose `x-user` is bob, with `message`.
+fn deny_bob(message: &str) -> String {
+    format!(
+        r#"
+kind: handler
+metadata: {{name: deny-bob, namespace: istio-system}}
+spec:
+  compiledAdapter: denier
+  params: {{status: {{code: 7, message: "{message}"}}}}
+---
+kind: instance
+metadata: {{name: nothing, namespace: istio-system}}
+spec: {{compiledTemplate: checknothing}}
+---
+kind: rule
+metadata: {{name: deny-bob, namespace: istio-system}}
+spec:
+  match: request.headers["x-user"] == "bob"
+  actions: [{{handler: deny-bob, instances: [nothing]}}]
+"#
+    )
+}
+
+/// A file rewritten in place (`cat > file`, `kubectl cp`, an editor that writes over the
+/// file) by a writer that pauses part way: the handler and the instance first, the rule
+/// after the pause. Read in the pause, the file denies nobody; that half is never loaded,
+/// bob is denied throughout, and the whole new content loads once the writer closes it.
+#[test]
+fn a_file_written_in_place_with_pauses_is_loaded_whole_or_not_at_all() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("deny-bob.yaml");
+    std::fs::write(&file, deny_bob("no bob (one)")).expect("write");
+    let mixer = start(dir.path(), &[]);
+    let bob = || {
+        http_request(mixer.http, "GET", "/check", &[("x-user", "bob")])
+            .map(|(status, _, body)| (status, body.trim().to_string()))
+            .expect("forward-auth answers")
+    };
+    assert_eq!(bob(), (403, "PERMISSION_DENIED: no bob (one)".to_string()));
+    for (round, pause) in [(2, 400), (3, 1000)] {
+        let text = deny_bob(&format!("no bob ({round})"));
+        let cut = text.find("---\nkind: rule").expect("the rule");
+        let writer = {
+            let file = file.clone();
+            std::thread::spawn(move || {
+                let mut f = std::fs::File::create(&file).expect("open for writing");
+                f.write_all(&text.as_bytes()[..cut]).expect("first part");
+                f.flush().expect("flush");
+                std::thread::sleep(Duration::from_millis(pause));
+                f.write_all(&text.as_bytes()[cut..]).expect("second part");
+            })
+        };
+        let want = (403, format!("PERMISSION_DENIED: no bob ({round})"));
+        let since = Instant::now();
+        let mut checks = 0;
+        loop {
+            let answer = bob();
+            checks += 1;
+            assert_eq!(
+                answer.0,
+                403,
+                "bob was let through {:?} into a write pausing {pause} ms (check {checks}): the half-written file was loaded",
+                since.elapsed()
+            );
+            if answer == want {
+                break;
+            }
+            assert!(
+                since.elapsed() < Duration::from_millis(pause) + Duration::from_secs(3),
+                "the finished file was not loaded: {answer:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        writer.join().expect("writer");
+        eprintln!(
+            "write pausing {pause} ms: loaded {:?} after it began, {checks} checks all denied",
+            since.elapsed()
+        );
+    }
+}

@@ -19,6 +19,7 @@
 //! the content on disk differ from the active one, as a changed config file does.
 
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use mixer_config::{Config, InputFile, SourceFile};
 use sha2::{Digest, Sha256};
@@ -162,6 +163,38 @@ pub enum CheckOutcome {
     /// The content changed and was rejected (or could not be read); the previous snapshot
     /// stays.
     Rejected,
+    /// The content changed, but was still changing between two reads (a writer part way
+    /// through): nothing was loaded or recorded; look again once it has settled.
+    Unsettled,
+}
+
+/// How long a changed content must stay as it is before it is loaded (see
+/// [`Runtime::reload_if_settled`](crate::Runtime::reload_if_settled)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settle {
+    /// Time between the two reads that must agree before any changed content loads.
+    pub between_reads: Duration,
+    /// The longer time a content that removes rules or handlers from the active config must
+    /// stay unchanged (counted from its first read): a file caught part way through its
+    /// write looks like one whose end was deleted, and a deny rule that vanishes fails open.
+    pub before_removal: Duration,
+}
+
+impl Settle {
+    /// Load what is read at once (`mixer validate`, tests, the first load).
+    pub const NONE: Settle = Settle {
+        between_reads: Duration::ZERO,
+        before_removal: Duration::ZERO,
+    };
+
+    /// What `mixer serve`'s watcher waits: 100 ms between two reads, 300 ms for a content
+    /// that removes rules or handlers. Short enough that an atomic swap (a ConfigMap update,
+    /// git-sync) still decides within half a second; a writer that keeps its file open is
+    /// waited for by the watcher itself, however long it pauses.
+    pub const DEFAULT: Settle = Settle {
+        between_reads: Duration::from_millis(100),
+        before_removal: Duration::from_millis(300),
+    };
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -39,7 +39,7 @@ mod watch;
 
 pub use build_error::BuildError;
 pub use check::{Checked, Wants, check};
-pub use content::{CheckOutcome, ConfigContent, DiskState, FileHash};
+pub use content::{CheckOutcome, ConfigContent, DiskState, FileHash, Settle};
 pub use deadline::DEFAULT_HANDLER_TIMEOUT;
 pub use decision::{DEFAULT_VALID_DURATION, DEFAULT_VALID_USE_COUNT, InstanceError, Undecided};
 pub use evaluate::{Dispatch, Evaluation, MatchFailure, evaluate};

@@ -20,7 +20,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use mixer_config::{AdapterRegistry, ConfigError, ConfigOptions, SourceFile};
 
-use crate::content::{CheckOutcome, ConfigContent, DiskState};
+use crate::content::{CheckOutcome, ConfigContent, DiskState, Settle};
 use crate::metrics::RuntimeMetrics;
 use crate::report_executor::{ExecutorStopped, ReportExecutor};
 use crate::snapshot::{RuntimeOptions, Snapshot};
@@ -94,6 +94,7 @@ pub struct Runtime {
     active_sources: Mutex<Vec<SourceFile>>,
     reloading: Mutex<()>,
     report_executor: Option<ReportExecutor>,
+    last_removal: Mutex<Option<String>>,
 }
 
 /// The content the active snapshot was built from, and what was read at the last attempt.
@@ -145,6 +146,7 @@ impl Runtime {
             active_sources: Mutex::new(Vec::new()),
             reloading: Mutex::new(()),
             report_executor,
+            last_removal: Mutex::new(None),
         }
     }
 
@@ -191,6 +193,16 @@ impl Runtime {
         self.content_state().active.clone()
     }
 
+    /// The files the active config's handlers read (modules, lists, secret files): the
+    /// watcher watches them beside the config.
+    pub fn input_paths(&self) -> Vec<PathBuf> {
+        self.content_state()
+            .active
+            .as_ref()
+            .map(|c| c.inputs.iter().map(|i| i.path.clone()).collect())
+            .unwrap_or_default()
+    }
+
     /// Reads the config now and compares it with the active content, for `/readyz`: a
     /// snapshot is only called current when the files on disk hold what it was built from.
     pub fn disk_state(&self) -> DiskState {
@@ -219,12 +231,20 @@ impl Runtime {
     /// not retried (and logged) over and over. A content whose handlers failed to build is
     /// tried again at every look, as what failed may lie outside the config's text.
     pub fn reload_if_changed(&self) -> CheckOutcome {
+        self.reload_if_settled(Settle::NONE)
+    }
+
+    /// [`Runtime::reload_if_changed`], loading a changed content only once it has settled:
+    /// two reads `settle.between_reads` apart must agree, and a content that removes rules
+    /// or handlers must stay unchanged for `settle.before_removal`. A writer part way
+    /// through a file (a rule not written yet looks removed) gives
+    /// [`CheckOutcome::Unsettled`]: nothing is loaded or recorded, and the caller looks
+    /// again later. A removal that settles is logged and kept for `/readyz`
+    /// ([`Runtime::last_removal`]).
+    pub fn reload_if_settled(&self, settle: Settle) -> CheckOutcome {
         let _one_at_a_time = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
         let read = self.read();
-        let tried = match &read {
-            Ok(sources) => Tried::Content(self.disk_key(sources)),
-            Err(e) => Tried::Unreadable(e.messages().join("; ")),
-        };
+        let tried = self.tried_of(&read);
         {
             let mut state = self.content_state();
             if state.tried.as_ref() == Some(&tried) && !state.build_failed {
@@ -244,10 +264,38 @@ impl Runtime {
                 return CheckOutcome::Unchanged;
             }
         }
-        match self.finish(read) {
-            Ok(id) => CheckOutcome::Reloaded(id),
-            Err(_) => CheckOutcome::Rejected,
+        let read = if settle.between_reads.is_zero() {
+            read
+        } else {
+            std::thread::sleep(settle.between_reads);
+            let again = self.read();
+            if self.tried_of(&again) != tried {
+                return CheckOutcome::Unsettled;
+            }
+            again
+        };
+        match self.finish(read, settle) {
+            Attempt::Activated(id) => CheckOutcome::Reloaded(id),
+            Attempt::Rejected(_) => CheckOutcome::Rejected,
+            Attempt::Unsettled => CheckOutcome::Unsettled,
         }
+    }
+
+    /// What a read is, as the last content tried is recorded.
+    fn tried_of(&self, read: &Result<Vec<SourceFile>, ReloadError>) -> Tried {
+        match read {
+            Ok(sources) => Tried::Content(self.disk_key(sources)),
+            Err(e) => Tried::Unreadable(e.messages().join("; ")),
+        }
+    }
+
+    /// What the last reload that removed rules or handlers removed, and when: `/readyz`
+    /// shows it, as a removal is what a file caught part way through its write looks like.
+    pub fn last_removal(&self) -> Option<String> {
+        self.last_removal
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// What is on disk now, compared through the active content's files (see
@@ -304,23 +352,30 @@ impl Runtime {
     /// Reads, validates and builds the config, then swaps it in. Returns the new snapshot id.
     pub fn reload(&self) -> Result<u64, ReloadError> {
         let _one_at_a_time = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
-        self.finish(self.read())
+        match self.finish(self.read(), Settle::NONE) {
+            Attempt::Activated(id) => Ok(id),
+            Attempt::Rejected(e) => Err(e),
+            // Not waited for with `Settle::NONE`; worded for completeness.
+            Attempt::Unsettled => Err(ReloadError::whole_file(
+                "config",
+                "the files changed while they were loaded; try again",
+            )),
+        }
     }
 
     /// Loads what `read` gave (under the reload lock), counts and logs the result, then
     /// records it as tried: last, so that `/readyz` calls the files `stale` only once the
     /// failure it reports beside is there.
-    fn finish(&self, read: Result<Vec<SourceFile>, ReloadError>) -> Result<u64, ReloadError> {
+    fn finish(&self, read: Result<Vec<SourceFile>, ReloadError>, settle: Settle) -> Attempt {
         self.content_state().build_failed = false;
-        let (result, tried) = match read {
-            Ok(sources) => {
-                let tried = Tried::Content(self.disk_key(&sources));
-                (self.try_reload(&sources), tried)
-            }
-            Err(e) => {
-                let tried = Tried::Unreadable(e.messages().join("; "));
-                (Err(e), tried)
-            }
+        let tried = self.tried_of(&read);
+        let result = match read {
+            Ok(sources) => match self.try_reload(&sources, &tried, settle) {
+                Attempt::Activated(id) => Ok(id),
+                Attempt::Rejected(e) => Err(e),
+                Attempt::Unsettled => return Attempt::Unsettled,
+            },
+            Err(e) => Err(e),
         };
         self.metrics
             .config_stale
@@ -343,7 +398,10 @@ impl Runtime {
             }
         }
         self.content_state().tried = Some(tried);
-        result
+        match result {
+            Ok(id) => Attempt::Activated(id),
+            Err(e) => Attempt::Rejected(e),
+        }
     }
 
     /// What replicas must share to share cached verdicts: the config's content as it
@@ -384,7 +442,22 @@ impl Runtime {
         }
     }
 
-    fn try_reload(&self, sources: &[SourceFile]) -> Result<u64, ReloadError> {
+    fn try_reload(&self, sources: &[SourceFile], tried: &Tried, settle: Settle) -> Attempt {
+        match self.load(sources, tried, settle) {
+            Ok(Some(id)) => Attempt::Activated(id),
+            Ok(None) => Attempt::Unsettled,
+            Err(e) => Attempt::Rejected(e),
+        }
+    }
+
+    /// Validates, builds and activates `sources`; `Ok(None)` when they remove rules or
+    /// handlers and changed on disk within `settle.before_removal`.
+    fn load(
+        &self,
+        sources: &[SourceFile],
+        tried: &Tried,
+        settle: Settle,
+    ) -> Result<Option<u64>, ReloadError> {
         if !self.config_options.allow_empty_files {
             let active = self
                 .active_sources
@@ -411,6 +484,24 @@ impl Runtime {
             tracing::warn!("config warning: {w}");
         }
         let content = ConfigContent::of(sources, &validated.config);
+        let removed = if self.is_ready() {
+            removed(&self.current.load().config, &validated.config)
+        } else {
+            String::new()
+        };
+        if !removed.is_empty() {
+            let rest = settle.before_removal.saturating_sub(settle.between_reads);
+            if !rest.is_zero() {
+                std::thread::sleep(rest);
+                if self.tried_of(&self.read()) != *tried {
+                    tracing::info!(
+                        "config: a change that removes {removed} changed again within {:?}; waiting for it to settle",
+                        settle.before_removal
+                    );
+                    return Ok(None);
+                }
+            }
+        }
         let dropped = validated.config.dropped.clone();
         let previous = self.current.load_full();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -465,9 +556,49 @@ impl Runtime {
             .active_sources
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = sources.to_vec();
+        if !removed.is_empty() {
+            tracing::warn!("config snapshot {id} removes {removed}");
+            *self.last_removal.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some(format!("snapshot {id} removed {removed}"));
+        }
         // The previous snapshot's handlers that this one does not reuse close when the last
         // request still holding it lets go (`snapshot::Lease`).
         drop(previous);
-        Ok(id)
+        Ok(Some(id))
+    }
+}
+
+/// What one load attempt came to.
+enum Attempt {
+    Activated(u64),
+    Rejected(ReloadError),
+    /// The content changed while it was being settled: nothing recorded.
+    Unsettled,
+}
+
+/// The rules and handlers of `active` that `next` does not have, as `rules a, b and
+/// handlers c`; empty when none.
+fn removed(active: &mixer_config::Config, next: &mixer_config::Config) -> String {
+    let rules: Vec<&str> = active
+        .rules
+        .iter()
+        .filter(|r| next.rule(&r.name).is_none())
+        .map(|r| &*r.name)
+        .collect();
+    let handlers: Vec<&str> = active
+        .handlers
+        .iter()
+        .filter(|h| next.handler(&h.name).is_none())
+        .map(|h| &*h.name)
+        .collect();
+    match (rules.is_empty(), handlers.is_empty()) {
+        (true, true) => String::new(),
+        (false, true) => format!("rules {}", rules.join(", ")),
+        (true, false) => format!("handlers {}", handlers.join(", ")),
+        (false, false) => format!(
+            "rules {} and handlers {}",
+            rules.join(", "),
+            handlers.join(", ")
+        ),
     }
 }

@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use notify::{EventKind, RecursiveMode, Watcher};
 
+use crate::content::{CheckOutcome, Settle};
 use crate::runtime::Runtime;
 
 /// The longest a burst of events delays the check after its first event.
@@ -41,6 +42,8 @@ pub struct WatchOptions {
     pub debounce: Duration,
     /// How often the content is read and compared even without events; `None` for never.
     pub check_interval: Option<Duration>,
+    /// How long a changed content must stay unchanged before it loads.
+    pub settle: Settle,
 }
 
 /// Keeps a watch alive; dropping it stops watching.
@@ -63,8 +66,101 @@ pub fn watch(runtime: Arc<Runtime>, path: &Path, debounce: Duration) -> notify::
         WatchOptions {
             debounce,
             check_interval: None,
+            settle: Settle::DEFAULT,
         },
     )
+}
+
+/// What one file event tells the watcher.
+#[derive(Debug)]
+enum Seen {
+    /// Events may have been lost: look at everything.
+    Lost,
+    /// These files were written to, and may still be open for writing.
+    Written(Vec<PathBuf>),
+    /// These files were closed by a writer.
+    Closed(Vec<PathBuf>),
+    /// Anything else on these paths (created, removed, renamed, attributes).
+    Changed(Vec<PathBuf>),
+}
+
+impl Seen {
+    fn of(event: notify::Result<notify::Event>) -> Option<Seen> {
+        use notify::event::{AccessKind, AccessMode, ModifyKind};
+        let event = match event {
+            Ok(event) => event,
+            Err(_) => return Some(Seen::Lost),
+        };
+        if event.need_rescan() {
+            return Some(Seen::Lost);
+        }
+        Some(match event.kind {
+            EventKind::Access(AccessKind::Close(AccessMode::Write)) => Seen::Closed(event.paths),
+            // Opens and reads (the mixer's own, among others) change nothing.
+            EventKind::Access(_) => return None,
+            EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Any) => Seen::Written(event.paths),
+            _ => Seen::Changed(event.paths),
+        })
+    }
+
+    fn paths(&self) -> Option<&[PathBuf]> {
+        match self {
+            Seen::Lost => None,
+            Seen::Written(p) | Seen::Closed(p) | Seen::Changed(p) => Some(p),
+        }
+    }
+}
+
+/// Files written in place and not closed yet, with when each was last written.
+///
+/// `cat > file`, `kubectl cp`, many editors and network filesystems write a file in place,
+/// in pieces, with pauses; read in a pause, the file holds its first part only, and a rule
+/// that is not written yet looks removed (a deny rule that fails open). A writer closes the
+/// file when it is done: until then the content is not loaded, however long the pause
+/// (up to [`WRITE_WAIT`] without a write, for a writer that never closes). An atomic
+/// rename (a ConfigMap update, git-sync, `mv`) writes its files elsewhere and closes them
+/// before the swap, so it is not held back.
+#[derive(Debug, Default)]
+struct Writers(BTreeMap<PathBuf, tokio::time::Instant>);
+
+/// The longest a file written in place and left open holds a reload back after its last write.
+const WRITE_WAIT: Duration = Duration::from_secs(10);
+
+impl Writers {
+    fn note(&mut self, seen: &Seen, plan: &Plan) {
+        let now = tokio::time::Instant::now();
+        match seen {
+            Seen::Written(paths) => {
+                for p in paths
+                    .iter()
+                    .filter(|p| plan.concerns(Some(std::slice::from_ref(p))))
+                {
+                    self.0.insert(p.clone(), now);
+                }
+            }
+            Seen::Closed(paths) => {
+                for p in paths {
+                    self.0.remove(p);
+                }
+            }
+            Seen::Changed(paths) => {
+                // Removed or renamed away: whatever is still written there is not config.
+                for p in paths {
+                    if std::fs::symlink_metadata(p).is_err() {
+                        self.0.remove(p);
+                    }
+                }
+            }
+            Seen::Lost => {}
+        }
+    }
+
+    /// When the oldest pending write stops holding reloads back; `None` when none does.
+    fn until(&mut self) -> Option<tokio::time::Instant> {
+        let now = tokio::time::Instant::now();
+        self.0.retain(|_, last| *last + WRITE_WAIT > now);
+        self.0.values().map(|last| *last + WRITE_WAIT).max()
+    }
 }
 
 /// Watches `path` (a file or a directory, each possibly reached through symlinks) and
@@ -75,20 +171,19 @@ pub fn watch_with(
     options: WatchOptions,
 ) -> notify::Result<WatchGuard> {
     let path = absolute(path);
-    // `None` stands for "events may have been lost": look at everything.
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Option<Vec<PathBuf>>>();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Seen>();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        let _ = match event {
-            Ok(event) if matches!(event.kind, EventKind::Access(_)) => Ok(()),
-            Ok(event) if event.need_rescan() => tx.send(None),
-            Ok(event) => tx.send(Some(event.paths)),
-            Err(_) => tx.send(None),
-        };
+        if let Some(seen) = Seen::of(event) {
+            let _ = tx.send(seen);
+        }
     })?;
     let mut plan = Plan::default();
     // A folder that cannot be watched (no read permission on a parent, the inotify watch
     // limit) is not fatal: the periodic check still sees changes there.
-    plan.arm(&mut watcher, Plan::of(&path));
+    plan.arm(
+        &mut watcher,
+        Plan::of(&path).with_files(&runtime.input_paths()),
+    );
     let task = tokio::spawn(async move {
         let metrics = runtime.metrics().clone();
         let mut interval = options.check_interval.map(|every| {
@@ -96,12 +191,16 @@ pub fn watch_with(
             i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             i
         });
+        let mut writers = Writers::default();
+        // A look that found the content still changing looks again this late.
+        let mut again: Option<tokio::time::Instant> = None;
         loop {
             let trigger = tokio::select! {
-                event = rx.recv() => match event {
+                seen = rx.recv() => match seen {
                     None => return,
-                    Some(paths) if !plan.concerns(paths.as_deref()) => continue,
-                    Some(_) => {
+                    Some(seen) if !plan.concerns(seen.paths()) => continue,
+                    Some(seen) => {
+                        writers.note(&seen, &plan);
                         // Wait until no event that matters has come for `debounce`, and no
                         // longer than `MAX_DEBOUNCE` from the first (a file written without
                         // pause in the config folder). Events that do not matter (the
@@ -112,7 +211,8 @@ pub fn watch_with(
                         let last = started + options.debounce.max(MAX_DEBOUNCE);
                         loop {
                             match tokio::time::timeout_at(quiet_at.min(last), rx.recv()).await {
-                                Ok(Some(paths)) if plan.concerns(paths.as_deref()) => {
+                                Ok(Some(seen)) if plan.concerns(seen.paths()) => {
+                                    writers.note(&seen, &plan);
                                     quiet_at = tokio::time::Instant::now() + options.debounce;
                                 }
                                 Ok(Some(_)) => {}
@@ -124,17 +224,52 @@ pub fn watch_with(
                     }
                 },
                 _ = tick(&mut interval) => "interval",
+                _ = sleep_until(again) => "event",
             };
+            again = None;
+            // A file still open for writing holds the look back until its writer closes it.
+            while let Some(until) = writers.until() {
+                match tokio::time::timeout_at(until, rx.recv()).await {
+                    Ok(Some(seen)) if plan.concerns(seen.paths()) => writers.note(&seen, &plan),
+                    Ok(Some(_)) => {}
+                    Ok(None) => return,
+                    Err(_) => {
+                        tracing::warn!(
+                            "config: a file written in place was not closed within {WRITE_WAIT:?} of its last write; loading it as it is"
+                        );
+                    }
+                }
+            }
             // Move the watches to what the names point at now, before reading: what is
             // written after this is seen by the new watches.
-            plan.arm(&mut watcher, Plan::of(&path));
+            plan.arm(
+                &mut watcher,
+                Plan::of(&path).with_files(&runtime.input_paths()),
+            );
             metrics.config_checks.with_label_values(&[trigger]).inc();
             let rt = runtime.clone();
+            let settle = options.settle;
             // Validation and handler builds are CPU work; keep them off the async workers.
-            let _ = tokio::task::spawn_blocking(move || rt.reload_if_changed()).await;
+            let outcome = tokio::task::spawn_blocking(move || rt.reload_if_settled(settle)).await;
+            if let Ok(CheckOutcome::Unsettled) = outcome {
+                again = Some(tokio::time::Instant::now() + options.debounce);
+            } else {
+                // The active config may read other files now.
+                plan.arm(
+                    &mut watcher,
+                    Plan::of(&path).with_files(&runtime.input_paths()),
+                );
+            }
         }
     });
     Ok(WatchGuard { task })
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn tick(interval: &mut Option<tokio::time::Interval>) {
@@ -180,6 +315,24 @@ impl Plan {
         let watched = plan.names.keys().chain(plan.tree.iter());
         plan.inodes = watched.map(|p| (p.clone(), inode(p))).collect();
         plan
+    }
+
+    /// The plan, with the names that lead to each of `files` (the files handlers read)
+    /// watched too.
+    fn with_files(mut self, files: &[PathBuf]) -> Plan {
+        for file in files {
+            for hop in resolve(&absolute(file)).0 {
+                if let (Some(parent), Some(name)) = (hop.parent(), hop.file_name()) {
+                    self.names
+                        .entry(parent.to_path_buf())
+                        .or_default()
+                        .insert(name.to_owned());
+                }
+            }
+        }
+        let watched = self.names.keys().chain(self.tree.iter());
+        self.inodes = watched.map(|p| (p.clone(), inode(p))).collect();
+        self
     }
 
     /// Whether an event on `paths` (`None`: events were lost) may change the config.

@@ -283,3 +283,50 @@ spec:
     assert!(rt.is_ready());
     assert_eq!(rt.reload_if_changed(), CheckOutcome::Unchanged);
 }
+
+/// A content that removes rules or handlers loads only once it has stayed as it is for
+/// `Settle::before_removal`: one that changes again within it is `Unsettled` (nothing loaded
+/// or recorded), one that holds is loaded, logged and kept for `/readyz`.
+#[test]
+fn a_removal_loads_only_once_it_has_settled() {
+    use mixer_runtime::{CheckOutcome, Settle};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("c.yaml");
+    std::fs::write(&file, version(1)).expect("write");
+    let rt = runtime(dir.path());
+    let first = rt.reload().expect("valid");
+    let settle = Settle {
+        between_reads: Duration::from_millis(20),
+        before_removal: Duration::from_millis(400),
+    };
+    // The rule and the handler gone: a writer that has not got to them yet looks the same.
+    let removing = "kind: instance\nmetadata: {name: nothing, namespace: istio-system}\nspec: {compiledTemplate: checknothing}\n";
+    std::fs::write(&file, removing).expect("write");
+    let writer = {
+        let file = file.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(150));
+            std::fs::write(&file, version(2)).expect("write");
+        })
+    };
+    assert_eq!(rt.reload_if_settled(settle), CheckOutcome::Unsettled);
+    writer.join().expect("writer");
+    assert_eq!(rt.snapshot().id, first);
+    assert!(rt.last_error().is_none());
+    assert_eq!(rt.last_removal(), None);
+    assert_eq!(rt.metrics().reload_failures.get(), 0);
+
+    // The same removal, left alone: loaded after the window, and noted.
+    std::fs::write(&file, removing).expect("write");
+    let since = std::time::Instant::now();
+    assert!(matches!(
+        rt.reload_if_settled(settle),
+        CheckOutcome::Reloaded(_)
+    ));
+    assert!(since.elapsed() >= settle.before_removal);
+    let note = rt.last_removal().expect("the removal is noted");
+    assert!(
+        note.contains("rules deny-all.rule.istio-system and handlers deny.handler.istio-system"),
+        "{note}"
+    );
+}

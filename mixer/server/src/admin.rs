@@ -101,8 +101,13 @@ async fn readyz(State(admin): State<Admin>) -> Response {
         .iter()
         .map(|d| format!("dropped: {d}\n"))
         .collect();
-    let details =
-        format!("config_hash: {hash}\nfiles_hash: {files_hash}\n{config}\n{dropped}{last_error}");
+    let removal = runtime
+        .last_removal()
+        .map(|r| format!("last removal: {r}\n"))
+        .unwrap_or_default();
+    let details = format!(
+        "config_hash: {hash}\nfiles_hash: {files_hash}\n{config}\n{dropped}{removal}{last_error}"
+    );
     if *admin.draining.borrow() {
         let body = format!(
             "not ready: draining (SIGTERM received); calls are still answered until the \
