@@ -896,3 +896,83 @@ fn replicas_whose_environment_differs_share_no_verdict() {
     assert_eq!(check(&blocks_carol, "bob"), 200);
     assert_eq!(check(&blocks_bob, "bob"), 403);
 }
+
+/// `redis-cli -p PORT ARGS...`: its output.
+fn redis_cli(redis: &Redis, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &redis.port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli is installed with redis-server");
+    assert!(out.status.success(), "redis-cli {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The verdict entries in Redis (not the shape sets).
+fn entry_keys(redis: &Redis) -> Vec<String> {
+    let mut keys: Vec<String> = redis_cli(redis, &["--scan", "--pattern", "mixer:cache:{*"])
+        .lines()
+        .map(str::to_string)
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// Someone who can write to the shared Redis copies the entry that allows u0 over the one
+/// that denies u5. Without a key the forged allow is served to a replica that never decided
+/// u5 (the shared Redis is inside the trust boundary); with `--shared-cache-key-file` every
+/// entry is sealed to its key and the forgery is refused, counted, and decided afresh.
+#[test]
+fn an_entry_copied_over_another_key_is_served_only_without_a_key() {
+    if !redis_installed() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let key_file = dir.path().join("shared-cache.keys");
+    std::fs::write(
+        &key_file,
+        "# rotated 2026-12\n0123456789abcdef0123456789abcdef\n",
+    )
+    .expect("write keys");
+    let key_file = key_file.to_str().expect("utf-8 path");
+    for sealed in [false, true] {
+        let redis = Redis::start();
+        let url = shared(&redis);
+        let mut flags = shared_flags(&url);
+        if sealed {
+            flags.extend(["--shared-cache-key-file", key_file]);
+        }
+        let fleet = Fleet::start_with(Backend::Listchecker, ALLOWED, 10_000, &flags);
+        let stored = |n: usize| {
+            let start = Instant::now();
+            while entry_keys(&redis).len() < n {
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "replica 0 never stored its verdict"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        };
+        assert_eq!(fleet.check(0, "u0"), 200);
+        stored(1);
+        let allow = entry_keys(&redis).remove(0);
+        assert_eq!(fleet.check(0, "u5"), 403);
+        stored(2);
+        let deny = entry_keys(&redis)
+            .into_iter()
+            .find(|k| *k != allow)
+            .expect("the deny entry");
+        redis_cli(&redis, &["COPY", &allow, &deny, "REPLACE"]);
+        let forged = fleet.check(1, "u5");
+        let refused = fleet.sum("mixer_check_cache_shared_errors_total{reason=\"seal\"}");
+        if sealed {
+            assert_eq!(forged, 403, "a forged entry was served with sealing on");
+            assert_eq!(refused, 1.0, "the forged entry was not counted");
+        } else {
+            assert_eq!(
+                forged, 200,
+                "without a key the copied entry is served: the premise of sealing"
+            );
+        }
+    }
+}

@@ -36,6 +36,39 @@ pub struct SharedCacheArgs {
     /// to, instead of the system's roots.
     #[arg(long, value_name = "FILE")]
     pub shared_cache_ca: Option<PathBuf>,
+    /// A file of keys the replicas share, one a line (the first seals entries, every one
+    /// opens them): entries are then sealed with an HMAC over their key, expiry and value,
+    /// and one written by anyone without a key is never served. Also taken from the
+    /// environment variable MIXER_SHARED_CACHE_KEY (keys one a line) when no file is given.
+    #[arg(long, value_name = "FILE")]
+    pub shared_cache_key_file: Option<PathBuf>,
+}
+
+/// The environment variable holding the shared cache's keys when no file names them.
+pub const KEY_ENV: &str = "MIXER_SHARED_CACHE_KEY";
+
+/// The sealing keys, from `--shared-cache-key-file` or `MIXER_SHARED_CACHE_KEY`.
+fn keys(args: &SharedCacheArgs) -> anyhow::Result<Option<Arc<mixer_shared_cache::seal::Keys>>> {
+    let (text, from) = match &args.shared_cache_key_file {
+        Some(path) => (
+            std::fs::read_to_string(path)
+                .with_context(|| format!("--shared-cache-key-file {}", path.display()))?,
+            format!("--shared-cache-key-file {}", path.display()),
+        ),
+        None => match std::env::var(KEY_ENV) {
+            Ok(text) => (text, KEY_ENV.to_string()),
+            Err(_) => {
+                tracing::warn!(
+                    "--shared-cache without a key (--shared-cache-key-file or {KEY_ENV}): entries are not sealed, so whoever can write to that Redis can have any verdict served; keep it inside the trust boundary (README: Shared check cache)"
+                );
+                return Ok(None);
+            }
+        },
+    };
+    let keys = mixer_shared_cache::seal::Keys::parse(&text)
+        .map_err(anyhow::Error::msg)
+        .context(from)?;
+    Ok(Some(Arc::new(keys)))
 }
 
 /// The tier, when `--shared-cache` asks for one.
@@ -70,6 +103,7 @@ pub fn tier(
             lease: args.shared_cache_lease,
             shapes_refresh: args.shared_cache_shapes_refresh,
             breaker: mixer_adapter_api::breaker::BreakerOptions::default(),
+            keys: keys(args)?,
         },
         registry,
     )

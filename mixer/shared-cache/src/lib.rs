@@ -23,6 +23,7 @@
 
 pub mod codec;
 mod metrics;
+pub mod seal;
 mod store;
 
 use std::collections::HashSet;
@@ -69,6 +70,9 @@ pub struct SharedCacheOptions {
     pub shapes_refresh: Duration,
     /// The breaker in front of Redis.
     pub breaker: BreakerOptions,
+    /// The keys entries are sealed with ([`seal`]); `None`: entries are stored as they are,
+    /// and whoever can write to Redis can have a verdict served.
+    pub keys: Option<Arc<seal::Keys>>,
 }
 
 /// A shape learned, with its encoded form.
@@ -213,6 +217,15 @@ impl SharedCache {
         key
     }
 
+    /// The generation entries are kept under: sealed entries under their own, so replicas
+    /// with and without keys never read each other's.
+    fn generation<'g>(&self, generation: &'g str) -> std::borrow::Cow<'g, str> {
+        match self.options.keys {
+            None => generation.into(),
+            Some(_) => format!("{generation}-sealed").into(),
+        }
+    }
+
     fn shapes_key(generation: &str) -> String {
         format!("mixer:cache:shapes:{{{generation}}}")
     }
@@ -302,6 +315,14 @@ impl SharedCache {
             }
         };
         self.metrics.shape_reads.inc();
+        let members = match &self.options.keys {
+            None => members,
+            Some(keys) => members
+                .iter()
+                .filter_map(|m| keys.open(shapes_key.as_bytes(), m, 0).ok())
+                .map(<[u8]>::to_vec)
+                .collect(),
+        };
         // Shapes another replica learned: their entries may hold this request.
         let new = self.learn(generation, members);
         if let Some(found) = found? {
@@ -322,6 +343,7 @@ impl SharedTier for SharedCache {
         vocabulary: &Vocabulary,
         bag: &dyn Bag,
     ) -> Option<SharedHit> {
+        let generation = &*self.generation(generation);
         let found = self
             .guarded(self.lookup_in_redis(generation, vocabulary, bag))
             .await;
@@ -336,7 +358,20 @@ impl SharedTier for SharedCache {
                 return None;
             }
         };
-        let Some(verdict) = codec::decode_verdict(&taken.value, vocabulary) else {
+        let value = match &self.options.keys {
+            None => &taken.value[..],
+            Some(keys) => match keys.open(key.as_bytes(), &taken.value, unix_ms()) {
+                Ok(value) => value,
+                Err(e) => {
+                    // Not stored by a replica holding the key, or changed since: never
+                    // served.
+                    self.metrics.errors.with_label_values(&["seal"]).inc();
+                    tracing::warn!("shared cache entry {key} refused: {e}");
+                    return None;
+                }
+            },
+        };
+        let Some(verdict) = codec::decode_verdict(value, vocabulary) else {
             // Written by another build, or damaged: not served, and its uses are left.
             self.metrics.errors.with_label_values(&["decode"]).inc();
             return None;
@@ -366,16 +401,21 @@ impl SharedTier for SharedCache {
         bag: &dyn Bag,
         verdict: &Verdict,
     ) -> bool {
+        let generation = &*self.generation(generation);
         let reads = codec::shape_of(verdict, vocabulary);
         let bytes = codec::encode_shape(&reads);
         let Some(hash) = codec::entry_key(&reads, &bytes, vocabulary, bag) else {
             return false;
         };
         let key = SharedCache::entry_key(generation, &hash);
-        let value = codec::encode_verdict(verdict, vocabulary);
         let ttl_ms = u64::try_from(verdict.valid_duration.as_millis())
             .unwrap_or(u64::MAX)
             .max(1);
+        let value = codec::encode_verdict(verdict, vocabulary);
+        let value = match &self.options.keys {
+            None => value,
+            Some(keys) => keys.seal(key.as_bytes(), &value, unix_ms().saturating_add(ttl_ms)),
+        };
         let uses = if use_limited(verdict) {
             i64::from(verdict.valid_use_count)
         } else {
@@ -396,8 +436,12 @@ impl SharedTier for SharedCache {
         let stored = self
             .guarded(async {
                 if add_shape {
+                    let member = match &self.options.keys {
+                        None => bytes.clone(),
+                        Some(keys) => keys.seal(shapes_key.as_bytes(), &bytes, 0),
+                    };
                     self.store
-                        .add_member(&shapes_key, &bytes, SHAPES_LIFE)
+                        .add_member(&shapes_key, &member, SHAPES_LIFE)
                         .await?;
                 }
                 Ok(self.store.put(&key, &value, ttl_ms, uses).await?)
@@ -436,6 +480,14 @@ impl SharedTier for SharedCache {
             }
         });
     }
+}
+
+/// Now, in Unix milliseconds, as sealed expiries are written (replicas' clocks are assumed
+/// to agree within the verdicts' lives, as NTP keeps them).
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]
