@@ -181,7 +181,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         http,
         mixer_frontends::forward_auth::router(runtime.clone(), settings.forward_auth),
         limits.http(caps.http),
-        listener_metrics.events("http"),
+        listener_metrics.http_events("http"),
         tls.map(|tls| tls.http),
         stopped(stop_rx.clone()),
     ));
@@ -191,8 +191,8 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     let admin_task = tokio::spawn(crate::http_listener::serve(
         admin,
         admin_app,
-        limits.http(caps.admin),
-        listener_metrics.events("admin"),
+        limits.admin(caps.admin),
+        listener_metrics.http_events("admin"),
         stopped(stop_rx.clone()),
     ));
     tracing::info!(
