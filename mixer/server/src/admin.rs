@@ -52,19 +52,29 @@ where
 }
 
 /// The mixer's own metrics (`mixer_*`), then those of handlers that serve metrics (the
-/// prometheus adapter's), from the active snapshot.
+/// prometheus adapter's), from the active snapshot. Rendered on a blocking thread: a large
+/// exposition takes milliseconds of CPU that checks on the async workers must not wait for.
 async fn metrics(State(admin): State<Admin>) -> Response {
-    let mut body = Vec::new();
-    if let Err(e) = TextEncoder::new().encode(&admin.registry.gather(), &mut body) {
-        return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response();
+    let rendered = tokio::task::spawn_blocking(move || render_metrics(&admin)).await;
+    match rendered {
+        Ok(Ok(text)) => ([(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], text).into_response(),
+        Ok(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, e).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
+}
+
+fn render_metrics(admin: &Admin) -> Result<String, String> {
+    let mut body = Vec::new();
+    TextEncoder::new()
+        .encode(&admin.registry.gather(), &mut body)
+        .map_err(|e| e.to_string())?;
     let mut text = String::from_utf8_lossy(&body).into_owned();
     for handler in &admin.runtime.snapshot().handlers {
         if let Some(exposition) = handler.handler.as_exposition() {
             exposition.render(&mut text);
         }
     }
-    ([(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], text).into_response()
+    Ok(text)
 }
 
 /// Ready (200) while a valid config is active and SIGTERM has not come. The body says
@@ -185,4 +195,63 @@ fn dropped_json(d: &mixer_config::DroppedDocument) -> serde_json::Value {
         "errors": errors,
         "needs": needs,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A collector whose gathering waits for a message from another task.
+    struct Waiting(std::sync::Mutex<std::sync::mpsc::Receiver<()>>);
+
+    impl prometheus::core::Collector for Waiting {
+        fn desc(&self) -> Vec<&prometheus::core::Desc> {
+            Vec::new()
+        }
+
+        fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+            let rx = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            // Bounded, so that rendering on the async thread fails the test instead of
+            // hanging it.
+            assert!(
+                rx.recv_timeout(std::time::Duration::from_secs(5)).is_ok(),
+                "the other task never ran while /metrics was rendered"
+            );
+            Vec::new()
+        }
+    }
+
+    #[test]
+    fn metrics_render_off_the_async_thread() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let registry = Registry::new();
+        registry
+            .register(Box::new(Waiting(std::sync::Mutex::new(rx))))
+            .expect("register");
+        let runtime = Arc::new(Runtime::new(
+            ConfigOrigin::Embedded(crate::defaults::config()),
+            crate::adapters::builtin(),
+            mixer_config::ConfigOptions::default(),
+            mixer_runtime::RuntimeOptions::default(),
+            mixer_runtime::RuntimeMetrics::unregistered(),
+        ));
+        let (_draining_tx, draining) = watch::channel(false);
+        let admin = Admin {
+            runtime,
+            registry,
+            draining,
+        };
+        let status = rt.block_on(async move {
+            // The only async thread renders inline, or lets this task send.
+            let scrape = tokio::spawn(metrics(State(admin)));
+            tokio::task::yield_now().await;
+            tx.send(()).expect("send");
+            scrape.await.expect("join").status()
+        });
+        assert_eq!(status, StatusCode::OK);
+    }
 }
