@@ -1,14 +1,18 @@
 //! The admin endpoints: `/metrics`, `/healthz`, `/readyz`, `/config_dump`.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use mixer_runtime::{ConfigOrigin, DiskState, Runtime};
 use prometheus::{Encoder, Registry, TextEncoder};
 use tokio::sync::watch;
+
+use crate::admin_token::AdminToken;
 
 #[derive(Clone)]
 struct Admin {
@@ -16,15 +20,20 @@ struct Admin {
     registry: Registry,
     /// True from SIGTERM on.
     draining: watch::Receiver<bool>,
+    /// Asked for by every endpoint but the probes, when set.
+    token: Option<Arc<AdminToken>>,
 }
 
 /// The admin routes, and gRPC's `grpc.health.v1.Health` served by `health`. `/readyz`
-/// answers 503 once `draining` turns true.
+/// answers 503 once `draining` turns true. With `token`, `/metrics` and `/config_dump` ask
+/// for it as a bearer token; the probes (`/healthz`, `/readyz`, gRPC health) never do, as
+/// the kubelet sends none.
 pub fn router<H>(
     runtime: Arc<Runtime>,
     registry: Registry,
     health: H,
     draining: watch::Receiver<bool>,
+    token: Option<Arc<AdminToken>>,
 ) -> Router
 where
     H: tonic::server::NamedService
@@ -38,17 +47,64 @@ where
         + 'static,
     H::Future: Send + 'static,
 {
+    let admin = Admin {
+        runtime,
+        registry,
+        draining,
+        token,
+    };
+    let guarded = Router::new()
+        .route("/metrics", axum::routing::get(metrics))
+        .route("/config_dump", axum::routing::get(config_dump))
+        .route_layer(axum::middleware::from_fn_with_state(
+            admin.clone(),
+            require_token,
+        ));
     Router::new()
         .route_service(&format!("/{}/{{*method}}", H::NAME), health)
-        .route("/metrics", axum::routing::get(metrics))
         .route("/healthz", axum::routing::get(|| async { "ok\n" }))
         .route("/readyz", axum::routing::get(readyz))
-        .route("/config_dump", axum::routing::get(config_dump))
-        .with_state(Admin {
-            runtime,
-            registry,
-            draining,
-        })
+        .merge(guarded)
+        .with_state(admin)
+}
+
+/// Answers 401 to a request without the admin token, when there is one.
+async fn require_token(State(admin): State<Admin>, request: Request, next: Next) -> Response {
+    if let Some(token) = &admin.token
+        && !token
+            .allows(request.headers().get(header::AUTHORIZATION))
+            .await
+    {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer realm=\"mixer admin\"")],
+            "this admin endpoint needs the bearer token of --admin-token-file\n",
+        )
+            .into_response();
+    }
+    next.run(request).await
+}
+
+/// What to warn of at start when the admin listener is reachable from other hosts: its
+/// endpoints are plaintext (`--tls-*` covers only the gRPC and forward-auth listeners), and
+/// without a token `/config_dump` (every rule, handler and param) is anyone's to read.
+pub fn exposure_warning(admin_addr: SocketAddr, has_token: bool) -> Option<&'static str> {
+    if admin_addr.ip().is_loopback() {
+        None
+    } else if has_token {
+        Some(
+            "--admin-addr is not a loopback address: the admin endpoints are served in \
+             plaintext (--tls-* does not cover them), the admin token included; keep the port \
+             on a network only the kubelet and Prometheus reach",
+        )
+    } else {
+        Some(
+            "--admin-addr is not a loopback address: /config_dump and /metrics are served \
+             without authentication and in plaintext (--tls-* does not cover them) to anyone \
+             who reaches the port; set --admin-token-file, and keep the port on a network \
+             only the kubelet and Prometheus reach",
+        )
+    }
 }
 
 /// The mixer's own metrics (`mixer_*`), then those of handlers that serve metrics (the
@@ -201,6 +257,21 @@ fn dropped_json(d: &mixer_config::DroppedDocument) -> serde_json::Value {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_non_loopback_admin_address_is_warned_of() {
+        let addr = |a: &str| a.parse::<SocketAddr>().expect("address");
+        assert_eq!(exposure_warning(addr("127.0.0.1:9093"), false), None);
+        assert_eq!(exposure_warning(addr("[::1]:9093"), false), None);
+        let open = exposure_warning(addr("0.0.0.0:9093"), false).expect("warned");
+        assert!(open.contains("without authentication"), "{open}");
+        let with_token = exposure_warning(addr("10.0.0.7:9093"), true).expect("warned");
+        assert!(with_token.contains("plaintext"), "{with_token}");
+        assert!(
+            !with_token.contains("without authentication"),
+            "{with_token}"
+        );
+    }
+
     /// A collector whose gathering waits for a message from another task.
     struct Waiting(std::sync::Mutex<std::sync::mpsc::Receiver<()>>);
 
@@ -244,6 +315,7 @@ mod tests {
             runtime,
             registry,
             draining,
+            token: None,
         };
         let status = rt.block_on(async move {
             // The only async thread renders inline, or lets this task send.

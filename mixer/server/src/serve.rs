@@ -23,6 +23,8 @@ pub struct Settings {
     pub http_addr: SocketAddr,
     /// Admin listener.
     pub admin_addr: SocketAddr,
+    /// The bearer token the admin endpoints but the probes ask for.
+    pub admin_token_file: Option<PathBuf>,
     /// Reload on file change.
     pub watch: bool,
     /// How long requests in flight get after SIGTERM.
@@ -69,6 +71,16 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     let listener_metrics = ListenerMetrics::new(&registry).context("registering metrics")?;
     // Before anything else: a certificate that cannot be served stops the start.
     let tls = crate::tls_reload::start(&settings.tls, &registry)?;
+    let admin_token = settings
+        .admin_token_file
+        .as_deref()
+        .map(crate::admin_token::AdminToken::load)
+        .transpose()?;
+    if let Some(warning) =
+        crate::admin::exposure_warning(settings.admin_addr, admin_token.is_some())
+    {
+        tracing::warn!(admin = %settings.admin_addr, "{warning}");
+    }
     let limits = &settings.listener_args;
     let asked = limits.caps();
     let caps = match crate::listeners::raise_fd_limit() {
@@ -187,7 +199,13 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     ));
     // gRPC health is answered on the admin listener too (HTTP/2 without TLS), so a probe
     // pointed there is answered while the gRPC listener is at its cap.
-    let admin_app = crate::admin::router(runtime.clone(), registry, health_service, draining_rx);
+    let admin_app = crate::admin::router(
+        runtime.clone(),
+        registry,
+        health_service,
+        draining_rx,
+        admin_token,
+    );
     let admin_task = tokio::spawn(crate::http_listener::serve(
         admin,
         admin_app,
