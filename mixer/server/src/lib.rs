@@ -314,7 +314,10 @@ pub fn main() -> ExitCode {
                 wasm: wasm_args.host_options(),
             };
             match serve::run(settings) {
-                Ok(()) => ExitCode::SUCCESS,
+                Ok(stopped) if stopped.dropped_reports > 0 => {
+                    ExitCode::from(serve::EXIT_REPORTS_DROPPED)
+                }
+                Ok(_) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("mixer: {e:#}");
                     ExitCode::FAILURE

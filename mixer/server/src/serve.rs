@@ -51,8 +51,22 @@ pub struct Settings {
     pub wasm: mixer_wasm::HostOptions,
 }
 
+/// The exit status of a `serve` that stopped on a signal but had to drop report records
+/// queued at shutdown (the drain timeout too short for them), so that a supervisor or a job
+/// sees the loss without reading the log. 1 is a failure to start or serve; 2, clap's usage
+/// error.
+pub const EXIT_REPORTS_DROPPED: u8 = 3;
+
+/// How a `serve` that ran until a signal ended.
+#[derive(Debug)]
+pub struct Stopped {
+    /// Report records still queued when the shutdown's time ran out, not delivered
+    /// (`mixer_report_dropped_total{reason="shutdown_deadline"}`).
+    pub dropped_reports: u64,
+}
+
 /// Runs the server until SIGTERM or Ctrl-C.
-pub fn run(settings: Settings) -> anyhow::Result<()> {
+pub fn run(settings: Settings) -> anyhow::Result<Stopped> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = settings.worker_threads {
         builder.worker_threads(n);
@@ -64,7 +78,7 @@ pub fn run(settings: Settings) -> anyhow::Result<()> {
     rt.block_on(serve(settings))
 }
 
-async fn serve(settings: Settings) -> anyhow::Result<()> {
+async fn serve(settings: Settings) -> anyhow::Result<Stopped> {
     let mut signals = crate::lifecycle::Signals::install();
     let registry = prometheus::Registry::new();
     let metrics = RuntimeMetrics::new(&registry).context("registering metrics")?;
@@ -249,7 +263,37 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     // No more requests: deliver the reports still queued and let exporters flush, within
     // the same budget again.
     tracing::info!("delivering queued reports and closing handlers");
+    let dropped_before = dropped_at_shutdown(runtime.metrics());
     runtime.shutdown(settings.drain_timeout).await;
-    tracing::info!("stopped");
-    Ok(())
+    let dropped_reports = dropped_at_shutdown(runtime.metrics()).saturating_sub(dropped_before);
+    // The last line of the log says whether anything was lost, for whoever reads only that.
+    if dropped_reports > 0 {
+        tracing::warn!(
+            "stopped: {dropped_reports} report records were not delivered within \
+             --drain-timeout and are lost; exiting with status {EXIT_REPORTS_DROPPED}"
+        );
+    } else {
+        tracing::info!("stopped: every queued report record was delivered");
+    }
+    Ok(Stopped { dropped_reports })
+}
+
+/// Report records counted in `mixer_report_dropped_total{reason="shutdown_deadline"}`, over
+/// every handler.
+fn dropped_at_shutdown(metrics: &RuntimeMetrics) -> u64 {
+    use prometheus::core::Collector;
+    metrics
+        .report_dropped
+        .collect()
+        .iter()
+        .flat_map(|family| family.get_metric())
+        .filter(|metric| {
+            metric
+                .get_label()
+                .iter()
+                .any(|l| l.name() == "reason" && l.value() == "shutdown_deadline")
+        })
+        // Counts of records, exact in an f64 far past any queue's bound.
+        .map(|metric| metric.get_counter().get_value() as u64)
+        .sum()
 }
