@@ -1,13 +1,14 @@
-//! `--admin-token-file` on the real binary: `/metrics` and `/config_dump` answer 401 without
-//! the bearer token and 200 with it; the probes (`/healthz`, `/readyz`, gRPC health on the
-//! admin port) need none; a rewritten file replaces the token without a restart; a file
-//! without a token stops the start.
+//! Who may read the admin port, on the real binary. `--admin-token-file`: `/metrics` and
+//! `/config_dump` answer 401 without the bearer token and 200 with it; the probes
+//! (`/healthz`, `/readyz`, gRPC health on the admin port) need none; a rewritten file replaces
+//! the token without a restart; a file without a token stops the start. And an admin address
+//! that is not loopback is warned of at start.
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use mixer_tests::{Mixer, header, http_request};
+use mixer_tests::{Mixer, free_addr, header, http_request};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -112,6 +113,44 @@ fn an_admin_token_file_without_a_token_stops_the_start() {
     let log = std::fs::read_to_string(&log).expect("read log");
     assert!(
         log.contains("--admin-token-file") && log.contains("holds no token"),
+        "{log}"
+    );
+}
+
+#[test]
+fn an_admin_address_other_hosts_reach_is_warned_of_at_start() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("mixer.log");
+    let port = free_addr().port();
+    let (grpc, http) = (free_addr(), free_addr());
+    // Bound to every address; asked only over loopback.
+    let mut child = std::process::Command::new(binary())
+        .arg("serve")
+        .args(["--grpc-addr", &grpc.to_string()])
+        .args(["--http-addr", &http.to_string()])
+        .args(["--admin-addr", &format!("0.0.0.0:{port}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("start the mixer");
+    let admin = SocketAddr::from(([127, 0, 0, 1], port));
+    let start = std::time::Instant::now();
+    let ready = loop {
+        if let Ok((200, _, _)) = http_request(admin, "GET", "/readyz", &[]) {
+            break true;
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(ready, "not ready within 10 s");
+    let log = std::fs::read_to_string(&log).expect("read log");
+    assert!(
+        log.contains("--admin-addr is not a loopback address")
+            && log.contains("without authentication"),
         "{log}"
     );
 }
