@@ -41,7 +41,7 @@ pub struct ListenerArgs {
     /// Time for a new connection's TLS handshake and HTTP/2 preface.
     #[arg(long, default_value = "10s", value_parser = crate::parse_duration)]
     pub handshake_timeout: Duration,
-    /// Time for an HTTP/1 request's headers (forward-auth, admin).
+    /// Time for an HTTP/1 request's headers on forward-auth (admin has its own).
     #[arg(long, default_value = "10s", value_parser = crate::parse_duration)]
     pub header_read_timeout: Duration,
     /// Time from a gRPC request's headers to the end of its body (to its first message on
