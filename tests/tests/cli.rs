@@ -90,3 +90,29 @@ fn policy_tests_pass_for_the_default_bundle_and_report_a_diff_on_failure() {
         "{stdout}"
     );
 }
+
+/// README's YAML budget, "What one config document may hold": 250,000 nodes per document.
+#[test]
+fn a_document_past_the_yaml_node_budget_is_refused_at_parse() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A sequence of n scalars is n + 1 nodes.
+    let list = |n: usize| format!("[{}]\n", vec!["1"; n].join(","));
+    let at = dir.path().join("at.yaml");
+    std::fs::write(&at, list(249_999)).expect("write");
+    let past = dir.path().join("past.yaml");
+    std::fs::write(&past, list(250_000)).expect("write");
+    let validate = |path: &Path| {
+        let out = mixer().arg("validate").arg(path).output().expect("run");
+        assert!(!out.status.success(), "a list is no config document");
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    };
+    // At the budget the document parses, and is then refused for what it is.
+    let at = validate(&at);
+    assert!(at.contains("must be a mapping"), "{at}");
+    assert!(!at.contains("budget"), "{at}");
+    let past = validate(&past);
+    assert!(
+        past.contains("past.yaml: document 1: line 1: invalid YAML: budget breached: Nodes"),
+        "{past}"
+    );
+}

@@ -2,7 +2,8 @@
 //! keep coming: the report queue keeps the records and retries until the adapter is back, so
 //! none is lost (the issue's run lost 1870 of 6000 this way), and nothing is counted as
 //! dropped. With `--drain-timeout` too short for what is queued, the records left at exit are
-//! logged with their number.
+//! logged with their number, the log's last line says how many were lost, and the process
+//! exits with status 3 rather than 0.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -290,7 +291,7 @@ fn records_left_at_a_short_drain_are_logged_with_their_number() {
     }
     drop(client);
     let exit = mixer.terminate();
-    assert!(exit.success(), "mixer exit {exit:?}");
+    assert_eq!(exit.code(), Some(3), "mixer exit {exit:?}");
     let got = received.paths.lock().unwrap().len();
     let log = std::fs::read_to_string(&log).expect("read log");
     let lost = 3000 - got;
@@ -308,5 +309,14 @@ fn records_left_at_a_short_drain_are_logged_with_their_number() {
     assert!(
         logged == lost || logged == lost + 50,
         "logged {logged}, the adapter is missing {lost}:\n{log}"
+    );
+    // The last line says the same, over every handler (one here).
+    let last = log.lines().last().unwrap_or_default();
+    assert!(
+        last.contains(&format!(
+            "stopped: {logged} report records were not delivered within --drain-timeout \
+             and are lost; exiting with status 3"
+        )),
+        "last line: {last}"
     );
 }

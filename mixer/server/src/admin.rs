@@ -1,14 +1,18 @@
 //! The admin endpoints: `/metrics`, `/healthz`, `/readyz`, `/config_dump`.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use mixer_runtime::{ConfigOrigin, DiskState, Runtime};
 use prometheus::{Encoder, Registry, TextEncoder};
 use tokio::sync::watch;
+
+use crate::admin_token::AdminToken;
 
 #[derive(Clone)]
 struct Admin {
@@ -16,15 +20,20 @@ struct Admin {
     registry: Registry,
     /// True from SIGTERM on.
     draining: watch::Receiver<bool>,
+    /// Asked for by every endpoint but the probes, when set.
+    token: Option<Arc<AdminToken>>,
 }
 
 /// The admin routes, and gRPC's `grpc.health.v1.Health` served by `health`. `/readyz`
-/// answers 503 once `draining` turns true.
+/// answers 503 once `draining` turns true. With `token`, `/metrics` and `/config_dump` ask
+/// for it as a bearer token; the probes (`/healthz`, `/readyz`, gRPC health) never do, as
+/// the kubelet sends none.
 pub fn router<H>(
     runtime: Arc<Runtime>,
     registry: Registry,
     health: H,
     draining: watch::Receiver<bool>,
+    token: Option<Arc<AdminToken>>,
 ) -> Router
 where
     H: tonic::server::NamedService
@@ -38,33 +47,90 @@ where
         + 'static,
     H::Future: Send + 'static,
 {
+    let admin = Admin {
+        runtime,
+        registry,
+        draining,
+        token,
+    };
+    let guarded = Router::new()
+        .route("/metrics", axum::routing::get(metrics))
+        .route("/config_dump", axum::routing::get(config_dump))
+        .route_layer(axum::middleware::from_fn_with_state(
+            admin.clone(),
+            require_token,
+        ));
     Router::new()
         .route_service(&format!("/{}/{{*method}}", H::NAME), health)
-        .route("/metrics", axum::routing::get(metrics))
         .route("/healthz", axum::routing::get(|| async { "ok\n" }))
         .route("/readyz", axum::routing::get(readyz))
-        .route("/config_dump", axum::routing::get(config_dump))
-        .with_state(Admin {
-            runtime,
-            registry,
-            draining,
-        })
+        .merge(guarded)
+        .with_state(admin)
+}
+
+/// Answers 401 to a request without the admin token, when there is one.
+async fn require_token(State(admin): State<Admin>, request: Request, next: Next) -> Response {
+    if let Some(token) = &admin.token
+        && !token
+            .allows(request.headers().get(header::AUTHORIZATION))
+            .await
+    {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer realm=\"mixer admin\"")],
+            "this admin endpoint needs the bearer token of --admin-token-file\n",
+        )
+            .into_response();
+    }
+    next.run(request).await
+}
+
+/// What to warn of at start when the admin listener is reachable from other hosts: its
+/// endpoints are plaintext (`--tls-*` covers only the gRPC and forward-auth listeners), and
+/// without a token `/config_dump` (every rule, handler and param) is anyone's to read.
+pub fn exposure_warning(admin_addr: SocketAddr, has_token: bool) -> Option<&'static str> {
+    if admin_addr.ip().is_loopback() {
+        None
+    } else if has_token {
+        Some(
+            "--admin-addr is not a loopback address: the admin endpoints are served in \
+             plaintext (--tls-* does not cover them), the admin token included; keep the port \
+             on a network only the kubelet and Prometheus reach",
+        )
+    } else {
+        Some(
+            "--admin-addr is not a loopback address: /config_dump and /metrics are served \
+             without authentication and in plaintext (--tls-* does not cover them) to anyone \
+             who reaches the port; set --admin-token-file, and keep the port on a network \
+             only the kubelet and Prometheus reach",
+        )
+    }
 }
 
 /// The mixer's own metrics (`mixer_*`), then those of handlers that serve metrics (the
-/// prometheus adapter's), from the active snapshot.
+/// prometheus adapter's), from the active snapshot. Rendered on a blocking thread: a large
+/// exposition takes milliseconds of CPU that checks on the async workers must not wait for.
 async fn metrics(State(admin): State<Admin>) -> Response {
-    let mut body = Vec::new();
-    if let Err(e) = TextEncoder::new().encode(&admin.registry.gather(), &mut body) {
-        return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response();
+    let rendered = tokio::task::spawn_blocking(move || render_metrics(&admin)).await;
+    match rendered {
+        Ok(Ok(text)) => ([(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], text).into_response(),
+        Ok(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, e).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
+}
+
+fn render_metrics(admin: &Admin) -> Result<String, String> {
+    let mut body = Vec::new();
+    TextEncoder::new()
+        .encode(&admin.registry.gather(), &mut body)
+        .map_err(|e| e.to_string())?;
     let mut text = String::from_utf8_lossy(&body).into_owned();
     for handler in &admin.runtime.snapshot().handlers {
         if let Some(exposition) = handler.handler.as_exposition() {
             exposition.render(&mut text);
         }
     }
-    ([(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], text).into_response()
+    Ok(text)
 }
 
 /// Ready (200) while a valid config is active and SIGTERM has not come. The body says
@@ -197,4 +263,79 @@ fn dropped_json(d: &mixer_config::DroppedDocument) -> serde_json::Value {
         "errors": errors,
         "needs": needs,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_non_loopback_admin_address_is_warned_of() {
+        let addr = |a: &str| a.parse::<SocketAddr>().expect("address");
+        assert_eq!(exposure_warning(addr("127.0.0.1:9093"), false), None);
+        assert_eq!(exposure_warning(addr("[::1]:9093"), false), None);
+        let open = exposure_warning(addr("0.0.0.0:9093"), false).expect("warned");
+        assert!(open.contains("without authentication"), "{open}");
+        let with_token = exposure_warning(addr("10.0.0.7:9093"), true).expect("warned");
+        assert!(with_token.contains("plaintext"), "{with_token}");
+        assert!(
+            !with_token.contains("without authentication"),
+            "{with_token}"
+        );
+    }
+
+    /// A collector whose gathering waits for a message from another task.
+    struct Waiting(std::sync::Mutex<std::sync::mpsc::Receiver<()>>);
+
+    impl prometheus::core::Collector for Waiting {
+        fn desc(&self) -> Vec<&prometheus::core::Desc> {
+            Vec::new()
+        }
+
+        fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+            let rx = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            // Bounded, so that rendering on the async thread fails the test instead of
+            // hanging it.
+            assert!(
+                rx.recv_timeout(std::time::Duration::from_secs(5)).is_ok(),
+                "the other task never ran while /metrics was rendered"
+            );
+            Vec::new()
+        }
+    }
+
+    #[test]
+    fn metrics_render_off_the_async_thread() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let registry = Registry::new();
+        registry
+            .register(Box::new(Waiting(std::sync::Mutex::new(rx))))
+            .expect("register");
+        let runtime = Arc::new(Runtime::new(
+            ConfigOrigin::Embedded(crate::defaults::config()),
+            crate::adapters::builtin(),
+            mixer_config::ConfigOptions::default(),
+            mixer_runtime::RuntimeOptions::default(),
+            mixer_runtime::RuntimeMetrics::unregistered(),
+        ));
+        let (_draining_tx, draining) = watch::channel(false);
+        let admin = Admin {
+            runtime,
+            registry,
+            draining,
+            token: None,
+        };
+        let status = rt.block_on(async move {
+            // The only async thread renders inline, or lets this task send.
+            let scrape = tokio::spawn(metrics(State(admin)));
+            tokio::task::yield_now().await;
+            tx.send(()).expect("send");
+            scrape.await.expect("join").status()
+        });
+        assert_eq!(status, StatusCode::OK);
+    }
 }

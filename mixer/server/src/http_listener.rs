@@ -8,10 +8,11 @@
 //! request, which would close nginx's pooled upstream connections (kept 60 s by default)
 //! after a few seconds. Each connection keeps its own clock instead (see [`Phase`]).
 
+use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -49,6 +50,21 @@ pub struct HttpLimits {
     pub max_concurrent_streams: u32,
     /// Largest request header list (as HTTP/2 counts it); larger ones get 431.
     pub max_header_list_bytes: usize,
+    /// Connections one peer address may hold at once; past it a new one is reset. 0: no
+    /// such limit.
+    pub max_connections_per_peer: usize,
+    /// At `max_connections`, close the oldest connection with no request in flight to let
+    /// the new one in, instead of resetting the new one.
+    pub evict_idle_at_cap: bool,
+}
+
+/// What a listener's sharing among peers did, beside what [`Events`] counts.
+#[derive(Clone)]
+pub struct SharingCounters {
+    /// New connections reset at `max_connections_per_peer`.
+    pub peer_limit: prometheus::IntCounter,
+    /// Idle connections closed at `max_connections` to let a new one in.
+    pub evicted: prometheus::IntCounter,
 }
 
 /// Serves `app` on `listener` in plaintext until `shutdown`; then every connection finishes
@@ -58,10 +74,10 @@ pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: HttpLimits,
-    events: Arc<dyn Events>,
+    counters: (Arc<dyn Events>, SharingCounters),
     shutdown: impl Future<Output = ()>,
 ) {
-    serve_with_tls(listener, app, limits, events, None, shutdown).await
+    serve_with_tls(listener, app, limits, counters, None, shutdown).await
 }
 
 /// [`serve`], over TLS when `tls` is given (its config offering ALPN `h2` and `http/1.1`).
@@ -71,11 +87,13 @@ pub async fn serve_with_tls(
     listener: TcpListener,
     app: Router,
     limits: HttpLimits,
-    events: Arc<dyn Events>,
+    (events, sharing): (Arc<dyn Events>, SharingCounters),
     tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: impl Future<Output = ()>,
 ) {
-    let gate = Gate::new(limits.max_connections, events.clone());
+    // The gate counts connections and failed accepts; the caps are the seats' to apply.
+    let gate = Gate::new(usize::MAX, events.clone());
+    let seats = Seats::new(&limits, sharing);
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -98,16 +116,37 @@ pub async fn serve_with_tls(
         tokio::select! {
             () = &mut shutdown => break,
             (tcp, peer, permit) = gate.accept(&listener) => {
+                let seat = match seats.admit(peer.ip()) {
+                    Ok(seat) => seat,
+                    Err(refusal) => {
+                        // Reset, as the gate resets past its cap: the client learns at once.
+                        let _ = tcp.set_zero_linger();
+                        drop(tcp);
+                        match refusal {
+                            Admission::PeerLimit => seats.counters.peer_limit.inc(),
+                            Admission::ConnectionLimit => {
+                                shared.events.event(Event::Refused(Refusal::ConnectionLimit));
+                            }
+                        }
+                        continue;
+                    }
+                };
                 let _ = tcp.set_nodelay(true);
                 let (app, shared, stopped) = (app.clone(), shared.clone(), stopped.clone());
+                let seated = (seat, permit);
                 match tls.clone() {
                     None => {
-                        connections.spawn(connection(tcp, peer, None, permit, app, shared, stopped));
+                        connections.spawn(connection(tcp, peer, None, seated, app, shared, stopped));
                     }
                     Some(acceptor) => {
                         connections.spawn(async move {
                             let handshake = shared.limits.handshake_timeout;
-                            let io = match tokio::time::timeout(handshake, acceptor.accept(tcp)).await {
+                            let clock = seated.0.clock.clone();
+                            let accepted = tokio::select! {
+                                accepted = tokio::time::timeout(handshake, acceptor.accept(tcp)) => accepted,
+                                () = clock.evicted() => return,
+                            };
+                            let io = match accepted {
                                 Ok(Ok(io)) => io,
                                 // Refused (no client certificate under mutual TLS, an unknown
                                 // CA, no common protocol): this connection alone ends.
@@ -121,7 +160,7 @@ pub async fn serve_with_tls(
                                 }
                             };
                             let verified = crate::tls::peer(io.get_ref().1);
-                            connection(io, peer, Some(verified), permit, app, shared, stopped).await
+                            connection(io, peer, Some(verified), seated, app, shared, stopped).await
                         });
                     }
                 }
@@ -175,6 +214,8 @@ struct State {
     since: Instant,
     in_flight: usize,
     protocol: Protocol,
+    /// Closed to make room at the listener's cap.
+    evicted: bool,
 }
 
 impl Clock {
@@ -185,6 +226,7 @@ impl Clock {
                 since: Instant::now(),
                 in_flight: 0,
                 protocol: Protocol::Unknown,
+                evicted: false,
             }),
             changed: Notify::new(),
         })
@@ -243,11 +285,141 @@ impl Clock {
         }
     }
 
+    /// Tells the connection to close if it has no request in flight (so that closing it
+    /// loses no answer); whether it did.
+    fn evict_if_idle(&self) -> bool {
+        let mut state = self.state();
+        if state.in_flight > 0 || state.evicted {
+            return false;
+        }
+        state.evicted = true;
+        drop(state);
+        // Every wait of the connection's loop includes `changed`.
+        self.changed.notify_one();
+        true
+    }
+
+    fn is_evicted(&self) -> bool {
+        self.state().evicted
+    }
+
+    /// Returns once the connection is told to close.
+    async fn evicted(&self) {
+        while !self.is_evicted() {
+            self.changed.notified().await;
+        }
+    }
+
     fn request_started(self: &Arc<Clock>) -> InFlight {
         let mut state = self.state();
         state.in_flight += 1;
         state.phase = Phase::Busy;
         InFlight(self.clone())
+    }
+}
+
+/// Why a new connection is not let in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Admission {
+    PeerLimit,
+    ConnectionLimit,
+}
+
+/// The connections a listener has open, in the order they came, by peer address: what its
+/// caps are applied to.
+struct Seats {
+    max: usize,
+    max_per_peer: usize,
+    evict_idle: bool,
+    counters: SharingCounters,
+    taken: Mutex<Taken>,
+}
+
+#[derive(Default)]
+struct Taken {
+    next: u64,
+    /// By order of arrival, oldest first.
+    open: BTreeMap<u64, (IpAddr, Arc<Clock>)>,
+    per_peer: HashMap<IpAddr, usize>,
+}
+
+impl Taken {
+    fn remove(&mut self, id: u64) -> Option<Arc<Clock>> {
+        let (peer, clock) = self.open.remove(&id)?;
+        if let Some(n) = self.per_peer.get_mut(&peer) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_peer.remove(&peer);
+            }
+        }
+        Some(clock)
+    }
+}
+
+/// A connection's place among its listener's [`Seats`], given back when dropped.
+struct Seat {
+    id: u64,
+    clock: Arc<Clock>,
+    seats: Arc<Seats>,
+}
+
+impl Seats {
+    fn new(limits: &HttpLimits, counters: SharingCounters) -> Arc<Seats> {
+        Arc::new(Seats {
+            max: limits.max_connections,
+            max_per_peer: limits.max_connections_per_peer,
+            evict_idle: limits.evict_idle_at_cap,
+            counters,
+            taken: Mutex::default(),
+        })
+    }
+
+    /// A seat for a new connection from `peer`, or why it gets none. At the cap, with
+    /// `evict_idle`, the oldest connection with no request in flight is told to close and
+    /// gives its seat up at once: the new connection, most often a probe or a scrape about
+    /// to send its request, is the one likely to be used.
+    fn admit(self: &Arc<Seats>, peer: IpAddr) -> Result<Seat, Admission> {
+        let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
+        if self.max_per_peer > 0
+            && taken.per_peer.get(&peer).copied().unwrap_or(0) >= self.max_per_peer
+        {
+            return Err(Admission::PeerLimit);
+        }
+        if taken.open.len() >= self.max {
+            // Told to close under the lock, so that a request cannot start in between.
+            let oldest_idle = self
+                .evict_idle
+                .then(|| {
+                    taken
+                        .open
+                        .iter()
+                        .find(|(_, (_, clock))| clock.evict_if_idle())
+                        .map(|(id, _)| *id)
+                })
+                .flatten()
+                .ok_or(Admission::ConnectionLimit)?;
+            taken.remove(oldest_idle);
+            self.counters.evicted.inc();
+        }
+        let id = taken.next;
+        taken.next += 1;
+        let clock = Clock::new();
+        taken.open.insert(id, (peer, clock.clone()));
+        *taken.per_peer.entry(peer).or_default() += 1;
+        drop(taken);
+        Ok(Seat {
+            id,
+            clock,
+            seats: self.clone(),
+        })
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        let mut taken = self.seats.taken.lock().unwrap_or_else(|e| e.into_inner());
+        // Gone already if the connection was evicted.
+        let _ = taken.remove(self.id);
     }
 }
 
@@ -322,12 +494,12 @@ async fn connection<T: AsyncRead + AsyncWrite + Send + Unpin + 'static>(
     tcp: T,
     peer: SocketAddr,
     verified: Option<mixer_frontends::forward_auth::TlsPeer>,
-    _permit: Permit,
+    (seat, _permit): (Seat, Permit),
     app: Router,
     shared: Arc<Shared>,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let clock = Clock::new();
+    let clock = seat.clock.clone();
     let io = TokioIo::new(Watched {
         tcp,
         clock: clock.clone(),
@@ -368,6 +540,10 @@ async fn connection<T: AsyncRead + AsyncWrite + Send + Unpin + 'static>(
     // After an idle close has begun: when to stop waiting for the peer.
     let mut idle_close_until: Option<Instant> = None;
     loop {
+        if clock.is_evicted() {
+            // Made room for a newer connection at the cap; nothing is in flight.
+            return;
+        }
         let deadline = match idle_close_until {
             Some(until) => Some((until, Timeout::Idle)),
             None => clock.deadline(&shared.limits),
@@ -430,7 +606,90 @@ mod tests {
             idle_timeout: Duration::from_secs(3),
             max_concurrent_streams: 10,
             max_header_list_bytes: 1000,
+            max_connections_per_peer: 0,
+            evict_idle_at_cap: false,
         }
+    }
+
+    fn counters() -> SharingCounters {
+        SharingCounters {
+            peer_limit: prometheus::IntCounter::new("peer_limit", "test").expect("counter"),
+            evicted: prometheus::IntCounter::new("evicted", "test").expect("counter"),
+        }
+    }
+
+    fn ip(last: u8) -> IpAddr {
+        IpAddr::from([127, 0, 0, last])
+    }
+
+    #[test]
+    fn a_peer_past_its_share_is_refused_and_others_are_not() {
+        let seats = Seats::new(
+            &HttpLimits {
+                max_connections_per_peer: 2,
+                ..limits()
+            },
+            counters(),
+        );
+        let first = seats.admit(ip(2)).expect("first");
+        let _second = seats.admit(ip(2)).expect("second");
+        assert_eq!(seats.admit(ip(2)).err(), Some(Admission::PeerLimit));
+        assert!(seats.admit(ip(1)).is_ok(), "another peer has its own share");
+        drop(first);
+        assert!(
+            seats.admit(ip(2)).is_ok(),
+            "a closed connection frees its place"
+        );
+    }
+
+    #[test]
+    fn at_the_cap_the_oldest_idle_connection_gives_its_seat_up() {
+        let counters = counters();
+        let seats = Seats::new(
+            &HttpLimits {
+                max_connections: 3,
+                evict_idle_at_cap: true,
+                ..limits()
+            },
+            counters.clone(),
+        );
+        let busy = seats.admit(ip(2)).expect("busy");
+        let _request = busy.clock.request_started();
+        let idle = seats.admit(ip(2)).expect("idle");
+        let newer = seats.admit(ip(2)).expect("newer");
+        let probe = seats
+            .admit(ip(1))
+            .expect("a new connection at the cap gets in");
+        assert!(
+            !busy.clock.is_evicted(),
+            "a request is in flight on the oldest"
+        );
+        assert!(idle.clock.is_evicted(), "the oldest idle one makes room");
+        assert!(!newer.clock.is_evicted());
+        assert_eq!(counters.evicted.get(), 1);
+        let _next = seats.admit(ip(1)).expect("again");
+        assert!(newer.clock.is_evicted());
+        // Only connections with requests in flight (and the newest) left: refused.
+        let _in_flight = probe.clock.request_started();
+        let _next_request = _next.clock.request_started();
+        assert_eq!(seats.admit(ip(1)).err(), Some(Admission::ConnectionLimit));
+        // An evicted seat's drop does not free another's place twice.
+        drop(idle);
+        assert_eq!(seats.admit(ip(1)).err(), Some(Admission::ConnectionLimit));
+    }
+
+    #[test]
+    fn without_eviction_the_cap_refuses_the_new_connection() {
+        let seats = Seats::new(
+            &HttpLimits {
+                max_connections: 1,
+                ..limits()
+            },
+            counters(),
+        );
+        let first = seats.admit(ip(2)).expect("first");
+        assert_eq!(seats.admit(ip(1)).err(), Some(Admission::ConnectionLimit));
+        assert!(!first.clock.is_evicted());
     }
 
     fn after(clock: &Clock) -> Option<(Duration, Timeout)> {

@@ -5,6 +5,7 @@
 
 pub mod adapters;
 mod admin;
+mod admin_token;
 mod defaults;
 mod http_listener;
 mod lifecycle;
@@ -187,6 +188,10 @@ enum Command {
         /// Address of /metrics, /healthz, /readyz and /config_dump.
         #[arg(long, default_value = "127.0.0.1:9093")]
         admin_addr: SocketAddr,
+        /// A file holding a token that /metrics and /config_dump ask for as
+        /// `Authorization: Bearer TOKEN` (the probes do not); re-read when it changes.
+        #[arg(long, value_name = "FILE")]
+        admin_token_file: Option<PathBuf>,
         /// Do not reload when config files change (neither on file events nor by the
         /// periodic `--config-check-interval` look).
         #[arg(long)]
@@ -259,6 +264,7 @@ pub fn main() -> ExitCode {
             grpc_addr,
             http_addr,
             admin_addr,
+            admin_token_file,
             no_watch,
             drain_timeout,
             worker_threads,
@@ -279,6 +285,7 @@ pub fn main() -> ExitCode {
                 grpc_addr,
                 http_addr,
                 admin_addr,
+                admin_token_file,
                 watch: !no_watch,
                 drain_timeout,
                 worker_threads: worker_threads.map(usize::from),
@@ -307,7 +314,10 @@ pub fn main() -> ExitCode {
                 wasm: wasm_args.host_options(),
             };
             match serve::run(settings) {
-                Ok(()) => ExitCode::SUCCESS,
+                Ok(stopped) if stopped.dropped_reports > 0 => {
+                    ExitCode::from(serve::EXIT_REPORTS_DROPPED)
+                }
+                Ok(_) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("mixer: {e:#}");
                     ExitCode::FAILURE

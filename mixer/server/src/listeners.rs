@@ -7,7 +7,7 @@ use std::time::Duration;
 use mixer_grpc::limits::{Event, Events, Limits, Refusal, StreamRefusal, Timeout};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
-use crate::http_listener::HttpLimits;
+use crate::http_listener::{HttpLimits, SharingCounters};
 
 /// Connections, timeouts and sizes the listeners allow (README, "Operations: limits and
 /// timeouts").
@@ -23,6 +23,15 @@ pub struct ListenerArgs {
     /// so probes and scrapes are answered while the others are full.
     #[arg(long, default_value_t = 100)]
     pub admin_max_connections: usize,
+    /// Most connections one address may hold on the admin listener, so that one client
+    /// cannot take the places probes need; 0: no such limit. At `--admin-max-connections`
+    /// the oldest connection with no request in flight is closed to let a new one in.
+    #[arg(long, default_value_t = 10)]
+    pub admin_max_connections_per_peer: usize,
+    /// Time for an HTTP/1 request's headers on the admin listener: probes and scrapes send
+    /// theirs at once, so a connection that stays silent is closed soon.
+    #[arg(long, default_value = "3s", value_parser = crate::parse_duration)]
+    pub admin_header_read_timeout: Duration,
     /// How long a gRPC connection may have no stream open before it is closed (GOAWAY).
     #[arg(long, default_value = "1h", value_parser = crate::parse_duration)]
     pub grpc_idle_timeout: Duration,
@@ -32,7 +41,7 @@ pub struct ListenerArgs {
     /// Time for a new connection's TLS handshake and HTTP/2 preface.
     #[arg(long, default_value = "10s", value_parser = crate::parse_duration)]
     pub handshake_timeout: Duration,
-    /// Time for an HTTP/1 request's headers (forward-auth, admin).
+    /// Time for an HTTP/1 request's headers on forward-auth (admin has its own).
     #[arg(long, default_value = "10s", value_parser = crate::parse_duration)]
     pub header_read_timeout: Duration,
     /// Time from a gRPC request's headers to the end of its body (to its first message on
@@ -104,6 +113,22 @@ impl ListenerArgs {
             idle_timeout: self.http_idle_timeout,
             max_concurrent_streams: self.max_concurrent_streams,
             max_header_list_bytes: self.http_max_header_bytes,
+            // Proxies in front of forward-auth bring every client from one address, and a
+            // proxy's pooled connection may be about to carry a check: neither applies.
+            max_connections_per_peer: 0,
+            evict_idle_at_cap: false,
+        }
+    }
+
+    /// The admin listener's limits with `max_connections`: those of [`Self::http`], shared
+    /// among peers, with a shorter header-read timeout (README, "Operations: limits and
+    /// timeouts").
+    pub fn admin(&self, max_connections: usize) -> HttpLimits {
+        HttpLimits {
+            header_read_timeout: self.admin_header_read_timeout,
+            max_connections_per_peer: self.admin_max_connections_per_peer,
+            evict_idle_at_cap: true,
+            ..self.http(max_connections)
         }
     }
 }
@@ -149,6 +174,10 @@ pub fn fit_caps(caps: Caps, fd_limit: u64) -> Caps {
     }
 }
 
+/// The `reason` of `mixer_connections_refused_total` for a connection reset at the cap of
+/// connections from one address.
+const PEER_LIMIT_REASON: &str = "peer_limit";
+
 /// `mixer_connections_*` and `mixer_streams_refused_total`, by listener.
 pub struct ListenerMetrics {
     open: IntGaugeVec,
@@ -156,6 +185,7 @@ pub struct ListenerMetrics {
     timed_out: IntCounterVec,
     streams_refused: IntCounterVec,
     past_deadline: IntCounterVec,
+    evicted: IntCounterVec,
 }
 
 impl ListenerMetrics {
@@ -169,7 +199,8 @@ impl ListenerMetrics {
             Opts::new(
                 "mixer_connections_refused_total",
                 "Connections not served: reset at the listener's connection cap \
-                 (connection_limit), accepts that failed (accept_failed, most often no \
+                 (connection_limit) or at the cap of connections from one address \
+                 (peer_limit), accepts that failed (accept_failed, most often no \
                  file descriptor left), or TLS handshakes that failed (tls_handshake: under \
                  mutual TLS, clients without a certificate from the client CA).",
             ),
@@ -199,6 +230,15 @@ impl ListenerMetrics {
             ),
             &["listener"],
         )?;
+        let evicted = IntCounterVec::new(
+            Opts::new(
+                "mixer_connections_evicted_total",
+                "Connections with no request in flight closed at the listener's connection cap \
+                 to let a new one in (admin).",
+            ),
+            &["listener"],
+        )?;
+        registry.register(Box::new(evicted.clone()))?;
         registry.register(Box::new(open.clone()))?;
         registry.register(Box::new(past_deadline.clone()))?;
         registry.register(Box::new(refused.clone()))?;
@@ -210,7 +250,20 @@ impl ListenerMetrics {
             timed_out,
             streams_refused,
             past_deadline,
+            evicted,
         })
+    }
+
+    /// The events of the listener called `listener`, with the counters of its sharing among
+    /// peers (for [`crate::http_listener::serve`]).
+    pub fn http_events(&self, listener: &str) -> (Arc<dyn Events>, SharingCounters) {
+        let sharing = SharingCounters {
+            peer_limit: self
+                .refused
+                .with_label_values(&[listener, PEER_LIMIT_REASON]),
+            evicted: self.evicted.with_label_values(&[listener]),
+        };
+        (self.events(listener), sharing)
     }
 
     /// The events of the listener called `listener`, every series present from the start.
@@ -293,6 +346,21 @@ mod tests {
         assert_eq!(
             (grpc.idle_timeout, grpc.body_timeout),
             (Duration::from_secs(3600), Duration::from_secs(10))
+        );
+        // The admin listener is shared among peers; forward-auth, behind proxies, is not.
+        let admin = flags.listeners.admin(100);
+        assert_eq!(
+            (
+                admin.max_connections_per_peer,
+                admin.evict_idle_at_cap,
+                admin.header_read_timeout
+            ),
+            (10, true, Duration::from_secs(3))
+        );
+        let http = flags.listeners.http(100);
+        assert_eq!(
+            (http.max_connections_per_peer, http.evict_idle_at_cap),
+            (0, false)
         );
     }
 

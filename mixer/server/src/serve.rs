@@ -23,6 +23,8 @@ pub struct Settings {
     pub http_addr: SocketAddr,
     /// Admin listener.
     pub admin_addr: SocketAddr,
+    /// The bearer token the admin endpoints but the probes ask for.
+    pub admin_token_file: Option<PathBuf>,
     /// Reload on file change.
     pub watch: bool,
     /// How long requests in flight get after SIGTERM.
@@ -49,8 +51,22 @@ pub struct Settings {
     pub wasm: mixer_wasm::HostOptions,
 }
 
+/// The exit status of a `serve` that stopped on a signal but had to drop report records
+/// queued at shutdown (the drain timeout too short for them), so that a supervisor or a job
+/// sees the loss without reading the log. 1 is a failure to start or serve; 2, clap's usage
+/// error.
+pub const EXIT_REPORTS_DROPPED: u8 = 3;
+
+/// How a `serve` that ran until a signal ended.
+#[derive(Debug)]
+pub struct Stopped {
+    /// Report records still queued when the shutdown's time ran out, not delivered
+    /// (`mixer_report_dropped_total{reason="shutdown_deadline"}`).
+    pub dropped_reports: u64,
+}
+
 /// Runs the server until SIGTERM or Ctrl-C.
-pub fn run(settings: Settings) -> anyhow::Result<()> {
+pub fn run(settings: Settings) -> anyhow::Result<Stopped> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = settings.worker_threads {
         builder.worker_threads(n);
@@ -62,13 +78,23 @@ pub fn run(settings: Settings) -> anyhow::Result<()> {
     rt.block_on(serve(settings))
 }
 
-async fn serve(settings: Settings) -> anyhow::Result<()> {
+async fn serve(settings: Settings) -> anyhow::Result<Stopped> {
     let mut signals = crate::lifecycle::Signals::install();
     let registry = prometheus::Registry::new();
     let metrics = RuntimeMetrics::new(&registry).context("registering metrics")?;
     let listener_metrics = ListenerMetrics::new(&registry).context("registering metrics")?;
     // Before anything else: a certificate that cannot be served stops the start.
     let tls = crate::tls_reload::start(&settings.tls, &registry)?;
+    let admin_token = settings
+        .admin_token_file
+        .as_deref()
+        .map(crate::admin_token::AdminToken::load)
+        .transpose()?;
+    if let Some(warning) =
+        crate::admin::exposure_warning(settings.admin_addr, admin_token.is_some())
+    {
+        tracing::warn!(admin = %settings.admin_addr, "{warning}");
+    }
     let limits = &settings.listener_args;
     let asked = limits.caps();
     let caps = match crate::listeners::raise_fd_limit() {
@@ -184,18 +210,24 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         http,
         mixer_frontends::forward_auth::router(runtime.clone(), settings.forward_auth),
         limits.http(caps.http),
-        listener_metrics.events("http"),
+        listener_metrics.http_events("http"),
         tls.map(|tls| tls.http),
         stopped(stop_rx.clone()),
     ));
     // gRPC health is answered on the admin listener too (HTTP/2 without TLS), so a probe
     // pointed there is answered while the gRPC listener is at its cap.
-    let admin_app = crate::admin::router(runtime.clone(), registry, health_service, draining_rx);
+    let admin_app = crate::admin::router(
+        runtime.clone(),
+        registry,
+        health_service,
+        draining_rx,
+        admin_token,
+    );
     let admin_task = tokio::spawn(crate::http_listener::serve(
         admin,
         admin_app,
-        limits.http(caps.admin),
-        listener_metrics.events("admin"),
+        limits.admin(caps.admin),
+        listener_metrics.http_events("admin"),
         stopped(stop_rx.clone()),
     ));
     tracing::info!(
@@ -234,7 +266,37 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     // No more requests: deliver the reports still queued and let exporters flush, within
     // the same budget again.
     tracing::info!("delivering queued reports and closing handlers");
+    let dropped_before = dropped_at_shutdown(runtime.metrics());
     runtime.shutdown(settings.drain_timeout).await;
-    tracing::info!("stopped");
-    Ok(())
+    let dropped_reports = dropped_at_shutdown(runtime.metrics()).saturating_sub(dropped_before);
+    // The last line of the log says whether anything was lost, for whoever reads only that.
+    if dropped_reports > 0 {
+        tracing::warn!(
+            "stopped: {dropped_reports} report records were not delivered within \
+             --drain-timeout and are lost; exiting with status {EXIT_REPORTS_DROPPED}"
+        );
+    } else {
+        tracing::info!("stopped: every queued report record was delivered");
+    }
+    Ok(Stopped { dropped_reports })
+}
+
+/// Report records counted in `mixer_report_dropped_total{reason="shutdown_deadline"}`, over
+/// every handler.
+fn dropped_at_shutdown(metrics: &RuntimeMetrics) -> u64 {
+    use prometheus::core::Collector;
+    metrics
+        .report_dropped
+        .collect()
+        .iter()
+        .flat_map(|family| family.get_metric())
+        .filter(|metric| {
+            metric
+                .get_label()
+                .iter()
+                .any(|l| l.name() == "reason" && l.value() == "shutdown_deadline")
+        })
+        // Counts of records, exact in an f64 far past any queue's bound.
+        .map(|metric| metric.get_counter().get_value() as u64)
+        .sum()
 }
