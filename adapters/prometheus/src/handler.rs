@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use crate::config::{Expiry, Kind, MetricSpec, PrometheusConfig, instance_key};
 use crate::lock::lock;
 use crate::precounted::{Point, PrecountedSeries, PrecountedVec};
+use crate::series_cap::{ProcessSeries, SeriesCap};
 
 /// The label value used when an instance has no dimension for a configured label.
 pub const MISSING_LABEL_VALUE: &str = "unknown";
@@ -99,6 +100,8 @@ pub struct PrometheusHandler {
     /// Instance key (see [`instance_key`]) to index in `metrics`.
     by_instance: HashMap<String, usize>,
     expiry: Option<ExpiryState>,
+    /// Its series under its `maxSeries` and the process's cap.
+    cap: SeriesCap,
 }
 
 impl PrometheusHandler {
@@ -106,6 +109,16 @@ impl PrometheusHandler {
     pub fn new(
         config: PrometheusConfig,
         name: Arc<str>,
+    ) -> Result<PrometheusHandler, AdapterError> {
+        Self::with_process(config, name, &crate::series_cap::PROCESS)
+    }
+
+    /// [`PrometheusHandler::new`], its series counted in `process` (tests give each handler
+    /// a process cap of its own).
+    pub(crate) fn with_process(
+        config: PrometheusConfig,
+        name: Arc<str>,
+        process: &'static ProcessSeries,
     ) -> Result<PrometheusHandler, AdapterError> {
         let registry = Registry::new();
         let mut metrics = Vec::with_capacity(config.metrics.len());
@@ -169,18 +182,26 @@ impl PrometheusHandler {
             policy,
             next_check: Mutex::new(Instant::now() + policy.check_interval),
         });
+        let cap = SeriesCap::new(name.clone(), config.max_series, process);
         Ok(PrometheusHandler {
             name,
             registry,
             metrics,
             by_instance,
             expiry,
+            cap,
         })
     }
 
     /// Number of live series (label combinations) across this handler's metrics.
     pub fn tracked_series(&self) -> usize {
         self.metrics.iter().map(|m| lock(&m.series).len()).sum()
+    }
+
+    /// Series counted under the handler's cap (the same as [`Self::tracked_series`], read
+    /// without locking).
+    pub fn counted_series(&self) -> usize {
+        self.cap.count()
     }
 
     /// Drops series idle for longer than the expiry duration, if the check interval has passed
@@ -209,6 +230,7 @@ impl PrometheusHandler {
                 false
             });
         }
+        self.cap.release(dropped);
         if dropped > 0 {
             tracing::debug!(handler = %self.name, dropped, "expired idle prometheus series");
         }
@@ -285,6 +307,9 @@ impl PrometheusHandler {
             let mut series = lock(&metric.series);
             let live = match series.get_mut(key.as_str()) {
                 Some(live) => live,
+                // Past a cap the point is dropped (and counted): not an error of the
+                // instance, which the next scrape of an existing series would not show.
+                None if self.cap.admit().is_err() => return,
                 None => {
                     let labels: Vec<String> =
                         Self::dimensions(metric, instance).map(label_text).collect();
@@ -364,6 +389,8 @@ impl Handler for PrometheusHandler {
 #[async_trait]
 impl ReportHandler for PrometheusHandler {
     async fn report(&self, instances: &[Instance]) -> Result<(), AdapterError> {
+        // Before recording: series that expired give their room under the caps back.
+        self.expire();
         let now = Instant::now();
         let mut errors = Vec::new();
         for instance in instances {
@@ -387,7 +414,6 @@ impl ReportHandler for PrometheusHandler {
                 ));
             }
         }
-        self.expire();
         if errors.is_empty() {
             Ok(())
         } else {
@@ -402,6 +428,7 @@ impl ReportHandler for PrometheusHandler {
 impl Exposition for PrometheusHandler {
     fn render(&self, out: &mut String) {
         self.expire();
+        self.cap.render_overflow(out);
         let families = self.registry.gather();
         let mut text = String::new();
         match TextEncoder::new().encode_utf8(&families, &mut text) {
