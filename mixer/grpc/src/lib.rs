@@ -299,7 +299,9 @@ async fn connection<S: Fallback>(
                         Some((method, guard)) => {
                             let shared = shared.clone();
                             calls.push(async move {
-                                methods::call(method, guard, request, respond, &shared, &mut stream.charge).await;
+                                let charge = &mut stream.charge;
+                                methods::call(method, guard, request, respond, &shared, charge)
+                                    .await;
                                 drop(stream);
                             });
                         }
