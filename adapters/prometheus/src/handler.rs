@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use crate::config::{Expiry, Kind, MetricSpec, PrometheusConfig, instance_key};
 use crate::lock::lock;
 use crate::precounted::{Point, PrecountedSeries, PrecountedVec};
-use crate::series_cap::{ProcessSeries, SeriesCap};
+use crate::series_cap::{ProcessSeries, SeriesCap, units};
 
 /// The label value used when an instance has no dimension for a configured label.
 pub const MISSING_LABEL_VALUE: &str = "unknown";
@@ -69,6 +69,8 @@ struct Live {
     labels: Vec<String>,
     /// When it was last updated.
     last: Instant,
+    /// What it counts as under the caps (see [`units`]).
+    units: usize,
 }
 
 /// Series by [`series_key`]: recording a known series costs one hash of the label text and no
@@ -79,6 +81,9 @@ struct Metric {
     spec: MetricSpec,
     collector: Collector,
     series: Mutex<SeriesMap>,
+    /// What each of its series counts as under the caps (pre-counted histograms: each by
+    /// the buckets it holds).
+    units: usize,
 }
 
 thread_local! {
@@ -172,10 +177,15 @@ impl PrometheusHandler {
                 }
             };
             by_instance.insert(instance_key(&spec.instance_name), metrics.len());
+            let units = match spec.kind {
+                Kind::Distribution => units(spec.buckets.len()),
+                _ => 1,
+            };
             metrics.push(Metric {
                 spec,
                 collector,
                 series: Mutex::new(SeriesMap::default()),
+                units,
             });
         }
         let expiry = config.expiry.map(|policy| ExpiryState {
@@ -198,8 +208,8 @@ impl PrometheusHandler {
         self.metrics.iter().map(|m| lock(&m.series).len()).sum()
     }
 
-    /// Series counted under the handler's cap (the same as [`Self::tracked_series`], read
-    /// without locking).
+    /// What the handler's series count as under its cap: [`Self::tracked_series`], plus one
+    /// per 100 buckets of each histogram series (see [`crate::BUCKETS_PER_SERIES`]).
     pub fn counted_series(&self) -> usize {
         self.cap.count()
     }
@@ -217,7 +227,7 @@ impl PrometheusHandler {
             *next = now + expiry.policy.check_interval;
         }
         let ttl = expiry.policy.ttl;
-        let mut dropped = 0usize;
+        let (mut dropped, mut released) = (0usize, 0usize);
         for metric in &self.metrics {
             let mut series = lock(&metric.series);
             series.retain(|_, live| {
@@ -227,10 +237,11 @@ impl PrometheusHandler {
                 let values: Vec<&str> = live.labels.iter().map(String::as_str).collect();
                 metric.collector.remove(&values);
                 dropped += 1;
+                released += live.units;
                 false
             });
         }
-        self.cap.release(dropped);
+        self.cap.release(released);
         if dropped > 0 {
             tracing::debug!(handler = %self.name, dropped, "expired idle prometheus series");
         }
@@ -307,10 +318,16 @@ impl PrometheusHandler {
             let mut series = lock(&metric.series);
             let live = match series.get_mut(key.as_str()) {
                 Some(live) => live,
-                // Past a cap the point is dropped (and counted): not an error of the
-                // instance, which the next scrape of an existing series would not show.
-                None if self.cap.admit().is_err() => return,
                 None => {
+                    let new_units = match &point {
+                        Some(point) => units(point.buckets.len()),
+                        None => metric.units,
+                    };
+                    // Past a cap the point is dropped (and counted): not an error of the
+                    // instance, which the next scrape of an existing series would not show.
+                    if self.cap.admit(new_units).is_err() {
+                        return;
+                    }
                     let labels: Vec<String> =
                         Self::dimensions(metric, instance).map(label_text).collect();
                     let values: Vec<&str> = labels.iter().map(String::as_str).collect();
@@ -319,6 +336,7 @@ impl PrometheusHandler {
                         series: handle,
                         labels,
                         last: now,
+                        units: new_units,
                     })
                 }
             };
@@ -329,7 +347,20 @@ impl PrometheusHandler {
                 Series::Histogram(h) => h.observe(value),
                 Series::Precounted(p) => {
                     if let Some(point) = point.take() {
-                        p.record(point);
+                        // A series whose buckets would grow takes the room first (at most
+                        // what it may need), and gives back what it did not use.
+                        let most = units(p.buckets_after(&point));
+                        if most > live.units {
+                            if self.cap.admit(most - live.units).is_err() {
+                                return;
+                            }
+                            live.units = most;
+                        }
+                        let held = units(p.record(point));
+                        if held < live.units {
+                            self.cap.release(live.units - held);
+                            live.units = held;
+                        }
                     }
                 }
             }

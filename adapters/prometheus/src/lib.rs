@@ -76,8 +76,8 @@ pub use config::{
 };
 pub use handler::{MISSING_LABEL_VALUE, PrometheusHandler};
 pub use series_cap::{
-    DEFAULT_MAX_SERIES_PER_HANDLER, DEFAULT_MAX_SERIES_PER_PROCESS, OVERFLOW_METRIC, overflowed,
-    process_max_series, process_series, set_process_max_series,
+    BUCKETS_PER_SERIES, DEFAULT_MAX_SERIES_PER_HANDLER, DEFAULT_MAX_SERIES_PER_PROCESS,
+    OVERFLOW_METRIC, overflowed, process_max_series, process_series, set_process_max_series,
 };
 
 static INFO: AdapterInfo = AdapterInfo {

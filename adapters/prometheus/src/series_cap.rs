@@ -5,6 +5,10 @@
 //! own out-of-memory crash, istio/istio#18167). A point that would make a series past
 //! either cap is dropped, counted in `mixer_metric_series_overflow_total{handler,cap}` and
 //! logged at most once per [`LOG_INTERVAL`]; series that exist keep updating.
+//!
+//! A histogram series counts as more than one when it holds many buckets (see [`units`]):
+//! a pre-counted one's buckets come with its points (up to 1,001), so its size, and not only
+//! the number of series, is the sender's to choose.
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,6 +27,17 @@ pub const DEFAULT_MAX_SERIES_PER_HANDLER: usize = 50_000;
 /// series (five labels), 100,000 series hold some 150 MB, and a scrape of them is some
 /// 20 MB of text.
 pub const DEFAULT_MAX_SERIES_PER_PROCESS: usize = 100_000;
+
+/// Buckets a histogram series holds per unit it counts as beyond its first: a series and
+/// its labels take some 1.5 KB, a bucket 16 bytes, so 100 buckets hold about as much as one
+/// more series.
+pub const BUCKETS_PER_SERIES: usize = 100;
+
+/// What a series with `buckets` histogram buckets counts as under the caps: 1, plus 1 per
+/// [`BUCKETS_PER_SERIES`] buckets (Istio's usual 11-bucket histograms count as 1).
+pub fn units(buckets: usize) -> usize {
+    1 + buckets / BUCKETS_PER_SERIES
+}
 
 /// How often a cap's refusals are logged at most.
 pub const LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -82,7 +97,7 @@ fn overflow_counter() -> IntCounterVec {
         Opts::new(
             OVERFLOW_METRIC,
             "Points the prometheus adapter dropped because they would have made a new series \
-             past a cap: the handler's maxSeries (cap=\"handler\") or the process's \
+             (or a histogram series of more buckets) past a cap: the handler's maxSeries (cap=\"handler\") or the process's \
              --max-metric-series (cap=\"process\").",
         ),
         &["handler", "cap"],
@@ -150,13 +165,13 @@ impl SeriesCap {
         }
     }
 
-    /// Takes room for one more series, or says which cap is full (the point is then
-    /// counted and, at most once per interval, logged).
-    pub(crate) fn admit(&self) -> Result<(), Full> {
-        let refused = if !take_one(&self.count, self.max) {
+    /// Takes room for `units` more (a new series, or a histogram series growing), or says
+    /// which cap is full (the point is then counted and, at most once per interval, logged).
+    pub(crate) fn admit(&self, units: usize) -> Result<(), Full> {
+        let refused = if !take(&self.count, units, self.max) {
             Some(Full::Handler)
-        } else if !take_one(&self.process.count, self.process.max()) {
-            self.count.fetch_sub(1, Ordering::Relaxed);
+        } else if !take(&self.process.count, units, self.process.max()) {
+            self.count.fetch_sub(units, Ordering::Relaxed);
             Some(Full::Process)
         } else {
             None
@@ -178,14 +193,15 @@ impl SeriesCap {
                 handler = %self.handler,
                 max,
                 held_back,
-                "prometheus series cap reached ({cap}): points of new label combinations are \
-                 dropped and counted in {OVERFLOW_METRIC}; existing series keep updating"
+                "prometheus series cap reached ({cap}): points of new label combinations (or \
+                 growing a histogram past 100 more buckets) are dropped and counted in \
+                 {OVERFLOW_METRIC}; existing series keep updating"
             );
         }
         Err(full)
     }
 
-    /// Gives back `n` series (expired ones).
+    /// Gives back `n` units (expired series, histograms that shrank).
     pub(crate) fn release(&self, n: usize) {
         if n > 0 {
             self.count.fetch_sub(n, Ordering::Relaxed);
@@ -193,7 +209,7 @@ impl SeriesCap {
         }
     }
 
-    /// Series kept now.
+    /// Units kept now.
     pub(crate) fn count(&self) -> usize {
         self.count.load(Ordering::Relaxed)
     }
@@ -212,11 +228,11 @@ impl Drop for SeriesCap {
     }
 }
 
-/// Adds one to `counter` unless it is at `max` already.
-fn take_one(counter: &AtomicUsize, max: usize) -> bool {
+/// Adds `units` to `counter` unless that would take it past `max`.
+fn take(counter: &AtomicUsize, units: usize, max: usize) -> bool {
     counter
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-            (n < max).then_some(n + 1)
+            n.checked_add(units).filter(|&total| total <= max)
         })
         .is_ok()
 }

@@ -652,3 +652,63 @@ fn max_series_must_be_at_least_one_and_defaults_to_the_documented_cap() {
         crate::DEFAULT_MAX_SERIES_PER_HANDLER
     );
 }
+
+/// A pre-counted histogram point with `n` finite buckets (bounds 1..=n, no observations).
+fn wide_point(instance: &str, metric_name: &str, n: usize) -> Instance {
+    let mut pairs: Vec<(String, String)> = (1..=n).map(|b| (b.to_string(), "0".into())).collect();
+    pairs.push(("+Inf".into(), "0".into()));
+    let value = Value::StringMap(Arc::new(StringMap::from_pairs(pairs)));
+    metric(instance, value, &[("metric", Value::from(metric_name))])
+}
+
+#[tokio::test]
+async fn histogram_series_count_by_the_buckets_they_hold() {
+    static PROCESS: crate::series_cap::ProcessSeries = crate::series_cap::ProcessSeries::new(1000);
+    let name = "wide.bucket-cap";
+    let mut params = precounted();
+    params["maxSeries"] = json!(5);
+    let h = build_in_process(params, name, &PROCESS);
+    // 250 buckets: 3 units (1, and 1 per 100 buckets); a second such series does not fit.
+    report(&h, &[wide_point("hist.istio-system", "a", 250)])
+        .await
+        .expect("recorded");
+    assert_eq!(h.counted_series(), 3);
+    report(&h, &[wide_point("hist.istio-system", "b", 250)])
+        .await
+        .expect("not an error");
+    assert_eq!((h.tracked_series(), h.counted_series()), (1, 3));
+    assert_eq!(PROCESS.overflowed(name, "handler"), 1);
+    // A cumulative point with fewer buckets gives the room back, and b fits.
+    report(&h, &[wide_point("hist.istio-system", "a", 10)])
+        .await
+        .expect("recorded");
+    assert_eq!(h.counted_series(), 1);
+    report(&h, &[wide_point("hist.istio-system", "b", 250)])
+        .await
+        .expect("recorded");
+    assert_eq!((h.tracked_series(), h.counted_series()), (2, 4));
+    // Growing past the cap, an existing series' point is dropped and its state kept.
+    report(&h, &[wide_point("hist.istio-system", "a", 300)])
+        .await
+        .expect("not an error");
+    assert_eq!(h.counted_series(), 4);
+    assert_eq!(PROCESS.overflowed(name, "handler"), 2);
+    let text = render(&h);
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("otel_histogram_bucket{metric=\"a\""))
+            .count(),
+        11,
+        "a keeps its 10 buckets and +Inf"
+    );
+    // Delta points add up their buckets: the series takes room as it grows.
+    report(&h, &[wide_point("deltahist.istio-system", "d", 50)])
+        .await
+        .expect("recorded");
+    assert_eq!(h.counted_series(), 5);
+    report(&h, &[wide_point("deltahist.istio-system", "d", 150)])
+        .await
+        .expect("not an error");
+    assert_eq!(h.counted_series(), 5, "150 buckets need one more unit");
+    assert_eq!(PROCESS.overflowed(name, "handler"), 3);
+}
