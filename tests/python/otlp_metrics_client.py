@@ -3,8 +3,9 @@ to the mixer with the official OTLP/gRPC exporter (tests/tests/otlp_metrics.rs).
 
     python otlp_metrics_client.py export HOST:PORT   # the five instrument kinds, then deltas
     python otlp_metrics_client.py reject HOST:PORT   # a NaN gauge beside a good counter
+    python otlp_metrics_client.py distinct HOST:PORT N   # a counter with N distinct user_ids
 
-`export` prints one JSON line per export: {"exporter": "SUCCESS"}. The exporter returns only
+`export` and `distinct` print one JSON line per export: {"exporter": "SUCCESS"}. The exporter returns only
 success or failure (it drops the response), so `reject` sends its data, encoded by the
 exporter's own encoder, with the stub generated from opentelemetry-proto instead, and prints
 the response's partial_success: {"rejected": 1, "message": "..."}.
@@ -22,8 +23,15 @@ from opentelemetry.sdk.metrics import Counter, Histogram, MeterProvider
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
     InMemoryMetricReader,
+    Metric,
     MetricExportResult,
+    MetricsData,
+    NumberDataPoint,
+    ResourceMetrics,
+    ScopeMetrics,
+    Sum,
 )
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.sdk.metrics.view import ExponentialBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
 
@@ -135,6 +143,45 @@ def with_nan_gauge():
     return request
 
 
+def distinct_users(count, per_export=1000):
+    """A cumulative counter `shop.logins` with `count` points, each of its own `user_id`
+    (a label of unbounded cardinality), in exports of `per_export` points. The data is
+    built in the SDK's own types rather than recorded through an instrument, since the
+    SDK's cardinality limit (2000 attribute sets) would fold the rest into one overflow
+    point; a collector relaying many applications' data sends them all."""
+    now = 1_700_000_000_000_000_000
+    scope = InstrumentationScope("shop.logins.meter")
+    for start in range(0, count, per_export):
+        points = [
+            NumberDataPoint(
+                attributes={"user_id": f"user-{i}"},
+                start_time_unix_nano=now,
+                time_unix_nano=now,
+                value=1,
+            )
+            for i in range(start, min(start + per_export, count))
+        ]
+        metric = Metric(
+            name="shop.logins",
+            description="Logins",
+            unit="{login}",
+            data=Sum(
+                data_points=points,
+                aggregation_temporality=AggregationTemporality.CUMULATIVE,
+                is_monotonic=True,
+            ),
+        )
+        yield MetricsData(
+            resource_metrics=[
+                ResourceMetrics(
+                    resource=RESOURCE,
+                    scope_metrics=[ScopeMetrics(scope=scope, metrics=[metric], schema_url="")],
+                    schema_url="",
+                )
+            ]
+        )
+
+
 def main():
     mode, endpoint = sys.argv[1], sys.argv[2]
     if mode == "export":
@@ -144,6 +191,14 @@ def main():
             export(endpoint, data)
     elif mode == "reject":
         export_reading_the_response(endpoint, with_nan_gauge())
+    elif mode == "distinct":
+        exporter = OTLPMetricExporter(endpoint=endpoint, insecure=True, timeout=30)
+        failed = 0
+        for data in distinct_users(int(sys.argv[3])):
+            if exporter.export(data) is not MetricExportResult.SUCCESS:
+                failed += 1
+        exporter.shutdown()
+        print(json.dumps({"exporter": "FAILURE" if failed else "SUCCESS", "failed": failed}), flush=True)
     else:
         sys.exit(f"unknown mode {mode!r}")
 

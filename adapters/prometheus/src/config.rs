@@ -25,6 +25,11 @@ pub struct PrometheusParams {
     /// When series that stop receiving updates are dropped; absent: never.
     #[serde(default, alias = "metrics_expiration_policy")]
     pub metrics_expiration_policy: Option<ExpirationPolicy>,
+    /// Not in Istio: most series (label combinations, across the handler's metrics) the
+    /// handler keeps; a point that would make one more is dropped and counted. Default
+    /// [`crate::DEFAULT_MAX_SERIES_PER_HANDLER`].
+    #[serde(default, alias = "max_series")]
+    pub max_series: Option<u64>,
 }
 
 /// How one metric instance is represented in Prometheus (`Params.MetricInfo`).
@@ -251,6 +256,8 @@ pub struct PrometheusConfig {
     pub metrics: Vec<MetricSpec>,
     /// Series expiry, if configured.
     pub expiry: Option<Expiry>,
+    /// Most series the handler keeps.
+    pub max_series: usize,
 }
 
 /// A validated expiration policy.

@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use crate::config::{Expiry, Kind, MetricSpec, PrometheusConfig, instance_key};
 use crate::lock::lock;
 use crate::precounted::{Point, PrecountedSeries, PrecountedVec};
+use crate::series_cap::{ProcessSeries, SeriesCap, units};
 
 /// The label value used when an instance has no dimension for a configured label.
 pub const MISSING_LABEL_VALUE: &str = "unknown";
@@ -68,6 +69,8 @@ struct Live {
     labels: Vec<String>,
     /// When it was last updated.
     last: Instant,
+    /// What it counts as under the caps (see [`units`]).
+    units: usize,
 }
 
 /// Series by [`series_key`]: recording a known series costs one hash of the label text and no
@@ -78,6 +81,9 @@ struct Metric {
     spec: MetricSpec,
     collector: Collector,
     series: Mutex<SeriesMap>,
+    /// What each of its series counts as under the caps (pre-counted histograms: each by
+    /// the buckets it holds).
+    units: usize,
 }
 
 thread_local! {
@@ -99,6 +105,8 @@ pub struct PrometheusHandler {
     /// Instance key (see [`instance_key`]) to index in `metrics`.
     by_instance: HashMap<String, usize>,
     expiry: Option<ExpiryState>,
+    /// Its series under its `maxSeries` and the process's cap.
+    cap: SeriesCap,
 }
 
 impl PrometheusHandler {
@@ -106,6 +114,16 @@ impl PrometheusHandler {
     pub fn new(
         config: PrometheusConfig,
         name: Arc<str>,
+    ) -> Result<PrometheusHandler, AdapterError> {
+        Self::with_process(config, name, &crate::series_cap::PROCESS)
+    }
+
+    /// [`PrometheusHandler::new`], its series counted in `process` (tests give each handler
+    /// a process cap of its own).
+    pub(crate) fn with_process(
+        config: PrometheusConfig,
+        name: Arc<str>,
+        process: &'static ProcessSeries,
     ) -> Result<PrometheusHandler, AdapterError> {
         let registry = Registry::new();
         let mut metrics = Vec::with_capacity(config.metrics.len());
@@ -159,28 +177,41 @@ impl PrometheusHandler {
                 }
             };
             by_instance.insert(instance_key(&spec.instance_name), metrics.len());
+            let units = match spec.kind {
+                Kind::Distribution => units(spec.buckets.len()),
+                _ => 1,
+            };
             metrics.push(Metric {
                 spec,
                 collector,
                 series: Mutex::new(SeriesMap::default()),
+                units,
             });
         }
         let expiry = config.expiry.map(|policy| ExpiryState {
             policy,
             next_check: Mutex::new(Instant::now() + policy.check_interval),
         });
+        let cap = SeriesCap::new(name.clone(), config.max_series, process);
         Ok(PrometheusHandler {
             name,
             registry,
             metrics,
             by_instance,
             expiry,
+            cap,
         })
     }
 
     /// Number of live series (label combinations) across this handler's metrics.
     pub fn tracked_series(&self) -> usize {
         self.metrics.iter().map(|m| lock(&m.series).len()).sum()
+    }
+
+    /// What the handler's series count as under its cap: [`Self::tracked_series`], plus one
+    /// per 100 buckets of each histogram series (see [`crate::BUCKETS_PER_SERIES`]).
+    pub fn counted_series(&self) -> usize {
+        self.cap.count()
     }
 
     /// Drops series idle for longer than the expiry duration, if the check interval has passed
@@ -196,7 +227,7 @@ impl PrometheusHandler {
             *next = now + expiry.policy.check_interval;
         }
         let ttl = expiry.policy.ttl;
-        let mut dropped = 0usize;
+        let (mut dropped, mut released) = (0usize, 0usize);
         for metric in &self.metrics {
             let mut series = lock(&metric.series);
             series.retain(|_, live| {
@@ -206,9 +237,11 @@ impl PrometheusHandler {
                 let values: Vec<&str> = live.labels.iter().map(String::as_str).collect();
                 metric.collector.remove(&values);
                 dropped += 1;
+                released += live.units;
                 false
             });
         }
+        self.cap.release(released);
         if dropped > 0 {
             tracing::debug!(handler = %self.name, dropped, "expired idle prometheus series");
         }
@@ -286,6 +319,15 @@ impl PrometheusHandler {
             let live = match series.get_mut(key.as_str()) {
                 Some(live) => live,
                 None => {
+                    let new_units = match &point {
+                        Some(point) => units(point.buckets.len()),
+                        None => metric.units,
+                    };
+                    // Past a cap the point is dropped (and counted): not an error of the
+                    // instance, which the next scrape of an existing series would not show.
+                    if self.cap.admit(new_units).is_err() {
+                        return;
+                    }
                     let labels: Vec<String> =
                         Self::dimensions(metric, instance).map(label_text).collect();
                     let values: Vec<&str> = labels.iter().map(String::as_str).collect();
@@ -294,6 +336,7 @@ impl PrometheusHandler {
                         series: handle,
                         labels,
                         last: now,
+                        units: new_units,
                     })
                 }
             };
@@ -304,7 +347,20 @@ impl PrometheusHandler {
                 Series::Histogram(h) => h.observe(value),
                 Series::Precounted(p) => {
                     if let Some(point) = point.take() {
-                        p.record(point);
+                        // A series whose buckets would grow takes the room first (at most
+                        // what it may need), and gives back what it did not use.
+                        let most = units(p.buckets_after(&point));
+                        if most > live.units {
+                            if self.cap.admit(most - live.units).is_err() {
+                                return;
+                            }
+                            live.units = most;
+                        }
+                        let held = units(p.record(point));
+                        if held < live.units {
+                            self.cap.release(live.units - held);
+                            live.units = held;
+                        }
                     }
                 }
             }
@@ -364,6 +420,8 @@ impl Handler for PrometheusHandler {
 #[async_trait]
 impl ReportHandler for PrometheusHandler {
     async fn report(&self, instances: &[Instance]) -> Result<(), AdapterError> {
+        // Before recording: series that expired give their room under the caps back.
+        self.expire();
         let now = Instant::now();
         let mut errors = Vec::new();
         for instance in instances {
@@ -387,7 +445,6 @@ impl ReportHandler for PrometheusHandler {
                 ));
             }
         }
-        self.expire();
         if errors.is_empty() {
             Ok(())
         } else {
@@ -402,6 +459,7 @@ impl ReportHandler for PrometheusHandler {
 impl Exposition for PrometheusHandler {
     fn render(&self, out: &mut String) {
         self.expire();
+        self.cap.render_overflow(out);
         let families = self.registry.gather();
         let mut text = String::new();
         match TextEncoder::new().encode_utf8(&families, &mut text) {

@@ -56,6 +56,7 @@ mod config;
 mod handler;
 mod lock;
 mod precounted;
+mod series_cap;
 
 #[cfg(test)]
 mod tests;
@@ -74,6 +75,10 @@ pub use config::{
     is_valid_metric_name, safe_name,
 };
 pub use handler::{MISSING_LABEL_VALUE, PrometheusHandler};
+pub use series_cap::{
+    BUCKETS_PER_SERIES, DEFAULT_MAX_SERIES_PER_HANDLER, DEFAULT_MAX_SERIES_PER_PROCESS,
+    OVERFLOW_METRIC, overflowed, process_max_series, process_series, set_process_max_series,
+};
 
 static INFO: AdapterInfo = AdapterInfo {
     name: "prometheus",

@@ -187,12 +187,22 @@ pub struct PrecountedSeries {
 }
 
 impl PrecountedSeries {
-    /// Takes one point: replacing the state if cumulative, added to it if delta.
-    pub fn record(&self, point: Point) {
+    /// Takes one point: replacing the state if cumulative, added to it if delta. Returns the
+    /// buckets the series holds then.
+    pub fn record(&self, point: Point) -> usize {
         let mut state = lock(&self.state);
         match self.temporality {
             Precounted::Cumulative => *state = point,
             Precounted::Delta => state.add(&point),
+        }
+        state.buckets.len()
+    }
+
+    /// The most buckets the series may hold after taking `point`.
+    pub fn buckets_after(&self, point: &Point) -> usize {
+        match self.temporality {
+            Precounted::Cumulative => point.buckets.len(),
+            Precounted::Delta => lock(&self.state).buckets.len() + point.buckets.len(),
         }
     }
 }

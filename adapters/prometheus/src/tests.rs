@@ -507,3 +507,208 @@ async fn idle_precounted_series_expire() {
     assert!(!text.contains("otel_histogram_count"), "{text}");
     assert_eq!(h.tracked_series(), 0);
 }
+
+/// A handler whose series count against a process cap of its own, so that tests running
+/// side by side do not share the process's.
+fn build_in_process(
+    params: serde_json::Value,
+    name: &str,
+    process: &'static crate::series_cap::ProcessSeries,
+) -> PrometheusHandler {
+    let params: PrometheusParams =
+        mixer_adapter_api::host::decode_params(&params).expect("decodes");
+    PrometheusHandler::with_process(
+        params.compile().expect("valid params"),
+        name.into(),
+        process,
+    )
+    .expect("built")
+}
+
+fn by_user(max_series: Option<u64>) -> serde_json::Value {
+    let mut params = json!({"metrics": [
+        {"name": "c", "instanceName": "c.ns", "kind": "COUNTER", "labelNames": ["user_id"]},
+        {"name": "g", "instanceName": "g.ns", "kind": "GAUGE", "labelNames": ["user_id"]}
+    ]});
+    if let Some(max) = max_series {
+        params["maxSeries"] = json!(max);
+    }
+    params
+}
+
+fn user(metric_name: &str, id: i64) -> Instance {
+    metric(
+        metric_name,
+        Value::Int64(1),
+        &[("user_id", Value::Int64(id))],
+    )
+}
+
+fn series_lines(text: &str, prefix: &str) -> usize {
+    text.lines().filter(|l| l.starts_with(prefix)).count()
+}
+
+#[tokio::test]
+async fn new_series_past_the_handler_cap_are_dropped_counted_and_old_ones_update() {
+    static PROCESS: crate::series_cap::ProcessSeries = crate::series_cap::ProcessSeries::new(1000);
+    let name = "capped.handler-cap";
+    let h = build_in_process(by_user(Some(5)), name, &PROCESS);
+    // The cap counts the handler's series across its metrics: 3 counters and 2 gauges.
+    for id in 0..3 {
+        report(&h, &[user("c.ns", id)]).await.expect("recorded");
+    }
+    for id in 0..100 {
+        // A point dropped by the cap is not an error of the instance.
+        report(&h, &[user("g.ns", id)]).await.expect("not an error");
+    }
+    assert_eq!(h.tracked_series(), 5);
+    assert_eq!(h.counted_series(), 5);
+    assert_eq!(PROCESS.overflowed(name, "handler"), 98);
+    assert_eq!(PROCESS.overflowed(name, "process"), 0);
+    // Series that exist keep updating.
+    report(&h, &[user("c.ns", 2), user("c.ns", 2)])
+        .await
+        .expect("recorded");
+    let text = render(&h);
+    assert!(text.contains("istio_c{user_id=\"2\"} 3"), "{text}");
+    assert_eq!(
+        series_lines(&text, "istio_c{") + series_lines(&text, "istio_g{"),
+        5
+    );
+    assert!(
+        text.contains(&format!(
+            "mixer_metric_series_overflow_total{{cap=\"handler\",handler=\"{name}\"}} 98"
+        )),
+        "{text}"
+    );
+    // Once on the page, even when handlers render one after the other into it.
+    let mut page = text.clone();
+    mixer_adapter_api::Exposition::render(&h, &mut page);
+    assert_eq!(
+        page.matches("# TYPE mixer_metric_series_overflow_total ")
+            .count(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn the_process_cap_is_shared_by_handlers_and_given_back_when_one_is_dropped() {
+    static PROCESS: crate::series_cap::ProcessSeries = crate::series_cap::ProcessSeries::new(10);
+    let a = build_in_process(by_user(None), "a.process-cap", &PROCESS);
+    let b = build_in_process(by_user(None), "b.process-cap", &PROCESS);
+    for id in 0..8 {
+        report(&a, &[user("c.ns", id)]).await.expect("recorded");
+    }
+    for id in 0..8 {
+        report(&b, &[user("c.ns", id)]).await.expect("recorded");
+    }
+    assert_eq!((a.tracked_series(), b.tracked_series()), (8, 2));
+    assert_eq!(PROCESS.overflowed("b.process-cap", "process"), 6);
+    // A reload drops the old handler: its series are the new one's to take.
+    drop(a);
+    for id in 2..8 {
+        report(&b, &[user("c.ns", id)]).await.expect("recorded");
+    }
+    assert_eq!(b.tracked_series(), 8);
+}
+
+#[tokio::test(start_paused = true)]
+async fn expired_series_give_their_room_back() {
+    static PROCESS: crate::series_cap::ProcessSeries = crate::series_cap::ProcessSeries::new(1000);
+    let mut params = by_user(Some(3));
+    params["metricsExpirationPolicy"] =
+        json!({"metricsExpiryDuration": "2s", "expiryCheckIntervalDuration": "1s"});
+    let h = build_in_process(params, "expiring.expiry-cap", &PROCESS);
+    for id in 0..5 {
+        report(&h, &[user("c.ns", id)]).await.expect("recorded");
+    }
+    assert_eq!(h.tracked_series(), 3);
+    tokio::time::advance(Duration::from_secs(3)).await;
+    for id in 10..13 {
+        report(&h, &[user("c.ns", id)]).await.expect("recorded");
+    }
+    // The sweep of the first report, before its points, dropped the three idle series.
+    let text = render(&h);
+    for id in 10..13 {
+        assert!(
+            text.contains(&format!("istio_c{{user_id=\"{id}\"}} 1")),
+            "{text}"
+        );
+    }
+    assert_eq!(h.counted_series(), 3);
+}
+
+#[test]
+fn max_series_must_be_at_least_one_and_defaults_to_the_documented_cap() {
+    let params: PrometheusParams =
+        mixer_adapter_api::host::decode_params(&by_user(Some(0))).expect("decodes");
+    let errors = params.compile().expect_err("refused");
+    assert_eq!(errors[0].path, "maxSeries");
+    assert!(errors[0].message.contains("at least 1"), "{errors:?}");
+    let params: PrometheusParams =
+        mixer_adapter_api::host::decode_params(&by_user(None)).expect("decodes");
+    assert_eq!(
+        params.compile().expect("valid").max_series,
+        crate::DEFAULT_MAX_SERIES_PER_HANDLER
+    );
+}
+
+/// A pre-counted histogram point with `n` finite buckets (bounds 1..=n, no observations).
+fn wide_point(instance: &str, metric_name: &str, n: usize) -> Instance {
+    let mut pairs: Vec<(String, String)> = (1..=n).map(|b| (b.to_string(), "0".into())).collect();
+    pairs.push(("+Inf".into(), "0".into()));
+    let value = Value::StringMap(Arc::new(StringMap::from_pairs(pairs)));
+    metric(instance, value, &[("metric", Value::from(metric_name))])
+}
+
+#[tokio::test]
+async fn histogram_series_count_by_the_buckets_they_hold() {
+    static PROCESS: crate::series_cap::ProcessSeries = crate::series_cap::ProcessSeries::new(1000);
+    let name = "wide.bucket-cap";
+    let mut params = precounted();
+    params["maxSeries"] = json!(5);
+    let h = build_in_process(params, name, &PROCESS);
+    // 250 buckets: 3 units (1, and 1 per 100 buckets); a second such series does not fit.
+    report(&h, &[wide_point("hist.istio-system", "a", 250)])
+        .await
+        .expect("recorded");
+    assert_eq!(h.counted_series(), 3);
+    report(&h, &[wide_point("hist.istio-system", "b", 250)])
+        .await
+        .expect("not an error");
+    assert_eq!((h.tracked_series(), h.counted_series()), (1, 3));
+    assert_eq!(PROCESS.overflowed(name, "handler"), 1);
+    // A cumulative point with fewer buckets gives the room back, and b fits.
+    report(&h, &[wide_point("hist.istio-system", "a", 10)])
+        .await
+        .expect("recorded");
+    assert_eq!(h.counted_series(), 1);
+    report(&h, &[wide_point("hist.istio-system", "b", 250)])
+        .await
+        .expect("recorded");
+    assert_eq!((h.tracked_series(), h.counted_series()), (2, 4));
+    // Growing past the cap, an existing series' point is dropped and its state kept.
+    report(&h, &[wide_point("hist.istio-system", "a", 300)])
+        .await
+        .expect("not an error");
+    assert_eq!(h.counted_series(), 4);
+    assert_eq!(PROCESS.overflowed(name, "handler"), 2);
+    let text = render(&h);
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("otel_histogram_bucket{metric=\"a\""))
+            .count(),
+        11,
+        "a keeps its 10 buckets and +Inf"
+    );
+    // Delta points add up their buckets: the series takes room as it grows.
+    report(&h, &[wide_point("deltahist.istio-system", "d", 50)])
+        .await
+        .expect("recorded");
+    assert_eq!(h.counted_series(), 5);
+    report(&h, &[wide_point("deltahist.istio-system", "d", 150)])
+        .await
+        .expect("not an error");
+    assert_eq!(h.counted_series(), 5, "150 buckets need one more unit");
+    assert_eq!(PROCESS.overflowed(name, "handler"), 3);
+}

@@ -37,7 +37,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 pub use fallback::Fallback;
-use limits::{Event, Events, Gate, Limits, NoEvents, Refusal, StreamRefusal, Timeout};
+use limits::{
+    Charge, Event, Events, Gate, Limits, NoEvents, Refusal, RequestBudget, StreamRefusal, Timeout,
+};
 pub use methods::{Guard, Methods, Unary, framed, unary};
 
 /// A gRPC server: its methods, its fallback, TLS if any, its limits, and how long shutdown
@@ -58,6 +60,8 @@ struct Shared {
     events: Arc<dyn Events>,
     /// Paths whose requests stream: the body timeout ends at their first data.
     streaming: HashSet<String>,
+    /// Request bytes in flight across the listener's connections.
+    budget: Arc<RequestBudget>,
 }
 
 impl<S: Fallback> Server<S> {
@@ -121,6 +125,7 @@ impl<S: Fallback> Server<S> {
         let (stop, stopped) = watch::channel(false);
         let mut connections = tokio::task::JoinSet::new();
         let shared = Arc::new(Shared {
+            budget: RequestBudget::new(self.limits.max_request_bytes_in_flight),
             limits: self.limits,
             events: self.events,
             streaming: self.streaming,
@@ -204,8 +209,12 @@ struct Streams {
     epoch: Instant,
 }
 
-/// One open stream, counted in [`Streams`] until dropped.
-struct StreamGuard(Arc<Streams>);
+/// One open stream, counted in [`Streams`] until dropped, with its charge on the listener's
+/// request budget.
+struct StreamGuard {
+    streams: Arc<Streams>,
+    charge: Charge,
+}
 
 impl Streams {
     fn new() -> Arc<Streams> {
@@ -221,10 +230,13 @@ impl Streams {
         self.last.store(ms, Ordering::Relaxed);
     }
 
-    fn opened(self: &Arc<Streams>) -> StreamGuard {
+    fn opened(self: &Arc<Streams>, charge: Charge) -> StreamGuard {
         self.open.fetch_add(1, Ordering::Relaxed);
         self.touch();
-        StreamGuard(self.clone())
+        StreamGuard {
+            streams: self.clone(),
+            charge,
+        }
     }
 
     /// When the connection turns idle: `None` while a stream is open.
@@ -236,8 +248,8 @@ impl Streams {
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::Relaxed);
-        self.0.touch();
+        self.streams.open.fetch_sub(1, Ordering::Relaxed);
+        self.streams.touch();
     }
 }
 
@@ -273,13 +285,23 @@ async fn connection<S: Fallback>(
                         let _ = respond.send_response(answer, true);
                         continue;
                     }
-                    let stream = streams.opened();
+                    // Refused before its body is read, while it holds no more than its
+                    // headers: past the budget, streams must not pile up waiting.
+                    let Some(charge) = shared.budget.charge(limits::STREAM_OVERHEAD_BYTES) else {
+                        shared.events.event(Event::StreamRefused(StreamRefusal::RequestBudget));
+                        let status = limits::over_budget(&shared.budget);
+                        let _ = respond.send_response(status.into_http(), true);
+                        continue;
+                    };
+                    let mut stream = streams.opened(charge);
                     let path = request.uri().path();
                     match methods.get(path) {
                         Some((method, guard)) => {
                             let shared = shared.clone();
                             calls.push(async move {
-                                methods::call(method, guard, request, respond, &shared).await;
+                                let charge = &mut stream.charge;
+                                methods::call(method, guard, request, respond, &shared, charge)
+                                    .await;
                                 drop(stream);
                             });
                         }

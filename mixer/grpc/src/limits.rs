@@ -31,7 +31,23 @@ pub struct Limits {
     /// Largest request header list, counted as HTTP/2 counts it (name, value and 32 bytes
     /// per field); a larger one is answered RESOURCE_EXHAUSTED on its own stream.
     pub max_header_list_bytes: usize,
+    /// Request bytes the listener holds at once across all its connections: every open
+    /// stream's [`STREAM_OVERHEAD_BYTES`] plus the request body bytes read and not yet
+    /// answered. A stream past it is answered RESOURCE_EXHAUSTED; so is a call whose body
+    /// would take the total past it. The connection and stream caps alone let one listener
+    /// hold 10,000 connections of 1,000 bodiless streams each (some 36 GB).
+    pub max_request_bytes_in_flight: usize,
 }
+
+/// What an open stream is charged before any of its body: about what one holds (`h2`'s
+/// stream state, the request's headers, the call's future), 3.7 KB measured for a
+/// bodiless stream.
+pub const STREAM_OVERHEAD_BYTES: usize = 4 << 10;
+
+/// The default [`Limits::max_request_bytes_in_flight`]: 128 MiB, room for 32 requests of
+/// the largest message (4 MiB) or 32,768 bodiless streams, while a busy mixer's checks
+/// (some hundreds in flight, a few KB each) use a few MB of it.
+pub const DEFAULT_MAX_REQUEST_BYTES_IN_FLIGHT: usize = 128 << 20;
 
 impl Default for Limits {
     /// The mixer's defaults (see its README, "Operations: limits and timeouts").
@@ -43,6 +59,7 @@ impl Default for Limits {
             body_timeout: Duration::from_secs(10),
             max_concurrent_streams: 1000,
             max_header_list_bytes: 16 << 10,
+            max_request_bytes_in_flight: DEFAULT_MAX_REQUEST_BYTES_IN_FLIGHT,
         }
     }
 }
@@ -136,6 +153,9 @@ pub enum StreamRefusal {
     HeaderListTooLarge,
     /// Its request body did not arrive in time.
     BodyTimeout,
+    /// The listener held its most request bytes in flight (see
+    /// [`Limits::max_request_bytes_in_flight`]).
+    RequestBudget,
 }
 
 impl Refusal {
@@ -166,6 +186,7 @@ impl StreamRefusal {
         match self {
             StreamRefusal::HeaderListTooLarge => "header_list_too_large",
             StreamRefusal::BodyTimeout => "body_timeout",
+            StreamRefusal::RequestBudget => "request_budget",
         }
     }
 }
@@ -181,6 +202,87 @@ pub struct NoEvents;
 
 impl Events for NoEvents {
     fn event(&self, _: Event) {}
+}
+
+/// The request bytes a listener holds across its connections, under its
+/// [`Limits::max_request_bytes_in_flight`].
+pub struct RequestBudget {
+    max: usize,
+    used: AtomicUsize,
+}
+
+/// Bytes one stream holds of a [`RequestBudget`], given back when dropped.
+pub struct Charge {
+    budget: Arc<RequestBudget>,
+    bytes: usize,
+}
+
+impl RequestBudget {
+    /// A budget of `max` bytes.
+    pub fn new(max: usize) -> Arc<RequestBudget> {
+        Arc::new(RequestBudget {
+            max,
+            used: AtomicUsize::new(0),
+        })
+    }
+
+    /// Bytes held now.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// The most bytes it holds.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// A charge of `bytes` (a new stream's overhead), or `None` when they do not fit.
+    pub fn charge(self: &Arc<RequestBudget>, bytes: usize) -> Option<Charge> {
+        self.take(bytes).then(|| Charge {
+            budget: self.clone(),
+            bytes,
+        })
+    }
+
+    fn take(&self, bytes: usize) -> bool {
+        self.used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                used.checked_add(bytes).filter(|&total| total <= self.max)
+            })
+            .is_ok()
+    }
+}
+
+impl Charge {
+    /// Adds `bytes` (body read) to the charge; `false`, and nothing added, when they do not
+    /// fit.
+    pub fn grow(&mut self, bytes: usize) -> bool {
+        let fits = self.budget.take(bytes);
+        if fits {
+            self.bytes += bytes;
+        }
+        fits
+    }
+
+    /// The budget charged.
+    pub fn budget(&self) -> &RequestBudget {
+        &self.budget
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.budget.used.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+/// The status of a request refused for want of room in the budget.
+pub fn over_budget(budget: &RequestBudget) -> tonic::Status {
+    tonic::Status::resource_exhausted(format!(
+        "the server holds its most request bytes in flight ({} of {}); retry later",
+        budget.used(),
+        budget.max()
+    ))
 }
 
 /// Accepts connections up to a listener's limit.
@@ -266,6 +368,23 @@ mod tests {
             + (10 + 10 + 32) // :authority mixer:9091
             + (12 + 16 + 32); // content-type
         assert_eq!(header_list_size(&request), expected);
+    }
+
+    #[test]
+    fn charges_fit_the_budget_and_are_given_back_when_dropped() {
+        let budget = RequestBudget::new(10_000);
+        let mut a = budget.charge(STREAM_OVERHEAD_BYTES).expect("fits");
+        let b = budget.charge(STREAM_OVERHEAD_BYTES).expect("fits");
+        assert!(budget.charge(STREAM_OVERHEAD_BYTES).is_none());
+        assert!(a.grow(1_000));
+        assert!(!a.grow(1_000), "past the budget");
+        assert_eq!(budget.used(), 2 * STREAM_OVERHEAD_BYTES + 1_000);
+        assert!(over_budget(&budget).message().contains("9192 of 10000"));
+        drop(a);
+        assert_eq!(budget.used(), STREAM_OVERHEAD_BYTES);
+        drop(b);
+        assert_eq!(budget.used(), 0);
+        assert!(budget.charge(usize::MAX).is_none());
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::{BufMut, Bytes, BytesMut};
 use tonic::Status;
 
-use crate::limits::{Event, StreamRefusal};
+use crate::limits::{Charge, Event, StreamRefusal};
 use crate::{Shared, deadline};
 
 pub(crate) type Answer = Pin<Box<dyn Future<Output = Result<Bytes, Status>> + Send>>;
@@ -108,6 +108,7 @@ pub(crate) async fn call(
     request: http::Request<h2::RecvStream>,
     mut respond: h2::server::SendResponse<Bytes>,
     shared: &Shared,
+    charge: &mut Charge,
 ) {
     let (parts, mut recv) = request.into_parts();
     let body_timeout = shared.limits.body_timeout;
@@ -118,7 +119,7 @@ pub(crate) async fn call(
         (Some(Err(status)), _) | (_, Err(status)) => Err(status),
         (_, Ok(timeout)) => {
             let answer = async {
-                let read = request_message(&parts.headers, &mut recv);
+                let read = request_message(&parts.headers, &mut recv, charge, &*shared.events);
                 match tokio::time::timeout(body_timeout, read).await {
                     Ok(Ok(message)) => method(message).await,
                     Ok(Err(status)) => Err(status),
@@ -163,10 +164,13 @@ pub(crate) fn body_timed_out(timeout: Duration) -> Status {
     ))
 }
 
-/// The one message of a unary request, unframed.
+/// The one message of a unary request, unframed; its bytes charged to the listener's
+/// request budget until the call ends.
 async fn request_message(
     headers: &http::HeaderMap,
     recv: &mut h2::RecvStream,
+    charge: &mut Charge,
+    events: &dyn crate::limits::Events,
 ) -> Result<Bytes, Status> {
     if let Some(encoding) = headers.get("grpc-encoding")
         && encoding != "identity"
@@ -182,6 +186,10 @@ async fn request_message(
     let mut len = 0;
     while let Some(data) = recv.data().await {
         let data = data.map_err(|e| Status::cancelled(format!("the request broke off: {e}")))?;
+        if !charge.grow(data.len()) {
+            events.event(Event::StreamRefused(StreamRefusal::RequestBudget));
+            return Err(crate::limits::over_budget(charge.budget()));
+        }
         let _ = recv.flow_control().release_capacity(data.len());
         len += data.len();
         match (&mut joined, first.take()) {

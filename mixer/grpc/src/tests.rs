@@ -512,3 +512,89 @@ async fn a_malformed_grpc_timeout_is_refused_on_both_paths() {
         assert!(message.contains("malformed grpc-timeout"), "{message}");
     }
 }
+
+#[tokio::test]
+async fn streams_past_the_request_budget_are_resource_exhausted_across_connections() {
+    use crate::limits::STREAM_OVERHEAD_BYTES;
+    // Room for 6 bodiless streams, not 7; or 6 with 1 KB of body.
+    let (addr, seen) = start(Limits {
+        max_request_bytes_in_flight: 6 * STREAM_OVERHEAD_BYTES + 1024,
+        body_timeout: Duration::from_secs(10),
+        ..Limits::default()
+    })
+    .await;
+    // Three bodiless streams on each of two connections fill the budget; the streams stay
+    // open (their bodies never come) and hold their share.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let send = client(addr).await;
+        for path in [ECHO, HEALTH, ECHO] {
+            let mut ready = send.clone().ready().await.expect("ready");
+            let (response, body) = ready
+                .send_request(request(path).body(()).expect("request"), false)
+                .expect("send");
+            held.push((response, body));
+        }
+    }
+    // The server sees the streams in order; a call on a third connection waits behind them.
+    let mut third = client(addr).await;
+    let budget = Event::StreamRefused(StreamRefusal::RequestBudget);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (http_status, code, message) = loop {
+        let answer = call(
+            &mut third,
+            request(ECHO).body(()).expect("request"),
+            Some(empty_message()),
+        )
+        .await;
+        if answer.1 == "8" || Instant::now() > deadline {
+            break answer;
+        }
+        // Answered before the six were all seen: they are still being accepted.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!((http_status, code.as_str()), (200, "8"), "{message}");
+    assert!(
+        message.contains("most request bytes in flight") && message.contains("of 25600"),
+        "{message}"
+    );
+    assert!(seen.count(budget) >= 1);
+    // One held stream ends (its body arrives and it is answered): its room is given back.
+    let (response, mut body) = held.pop().expect("a held stream");
+    body.send_data(empty_message(), true)
+        .expect("send the body");
+    let response = response.await.expect("an answer");
+    assert_eq!(response.status(), 200);
+    drop(response);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let code = loop {
+        let (_, code, _) = call(
+            &mut third,
+            request(ECHO).body(()).expect("request"),
+            Some(empty_message()),
+        )
+        .await;
+        if code == "0" || Instant::now() > deadline {
+            break code;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(code, "0", "a stream fits again");
+    // A body that would take the total past the budget is refused too: 5 streams held and
+    // this one's overhead leave no room for 8 KB.
+    let mut body = vec![0u8];
+    body.extend_from_slice(&(8u32 << 10).to_be_bytes());
+    body.extend_from_slice(&[0; 8 << 10]);
+    let (_, code, message) = call(
+        &mut third,
+        request(ECHO).body(()).expect("request"),
+        Some(Bytes::from(body)),
+    )
+    .await;
+    assert_eq!(code, "8", "{message}");
+    assert!(
+        message.contains("most request bytes in flight"),
+        "{message}"
+    );
+    drop(held);
+}

@@ -127,6 +127,11 @@ pub struct LimitArgs {
     /// Most entries in one message of an access log stream.
     #[arg(long, default_value_t = mixer_runtime::DEFAULT_ACCESS_LOG_ENTRIES)]
     pub max_access_log_entries: usize,
+    /// Most metric series all prometheus handlers keep together; a point that would make
+    /// one more is dropped and counted (`mixer_metric_series_overflow_total`).
+    #[arg(long, default_value_t = mixer_adapter_prometheus::DEFAULT_MAX_SERIES_PER_PROCESS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_metric_series: usize,
 }
 
 impl LimitArgs {
@@ -280,6 +285,7 @@ pub fn main() -> ExitCode {
             wasm_args,
         } => {
             init_logging();
+            mixer_adapter_prometheus::set_process_max_series(limit_args.max_metric_series);
             let settings = serve::Settings {
                 config,
                 grpc_addr,

@@ -57,6 +57,10 @@ pub struct ListenerArgs {
     /// Largest header list of a forward-auth or admin request, in bytes.
     #[arg(long, default_value_t = 60 << 10)]
     pub http_max_header_bytes: usize,
+    /// Request bytes the gRPC listener holds at once across its connections (4 KiB per
+    /// open stream plus the bodies read); a stream past it gets RESOURCE_EXHAUSTED.
+    #[arg(long, default_value_t = mixer_grpc::limits::DEFAULT_MAX_REQUEST_BYTES_IN_FLIGHT)]
+    pub grpc_max_request_bytes_in_flight: usize,
 }
 
 /// File descriptors kept for everything but accepted connections: the listening sockets,
@@ -101,6 +105,7 @@ impl ListenerArgs {
             body_timeout: self.body_read_timeout,
             max_concurrent_streams: self.max_concurrent_streams,
             max_header_list_bytes: self.grpc_max_header_bytes,
+            max_request_bytes_in_flight: self.grpc_max_request_bytes_in_flight,
         }
     }
 
@@ -218,7 +223,8 @@ impl ListenerMetrics {
                 "mixer_streams_refused_total",
                 "Requests answered with an error before a front end saw them, the connection \
                  kept: header_list_too_large (431 / RESOURCE_EXHAUSTED), body_timeout \
-                 (DEADLINE_EXCEEDED).",
+                 (DEADLINE_EXCEEDED), request_budget (RESOURCE_EXHAUSTED: the gRPC \
+                 listener held its most request bytes in flight).",
             ),
             &["listener", "reason"],
         )?;
@@ -284,6 +290,7 @@ impl ListenerMetrics {
             idle: timed_out(Timeout::Idle),
             header_list_too_large: streams(StreamRefusal::HeaderListTooLarge),
             body_timeout: streams(StreamRefusal::BodyTimeout),
+            request_budget: streams(StreamRefusal::RequestBudget),
             past_deadline: self.past_deadline.with_label_values(&[listener]),
         })
     }
@@ -299,6 +306,7 @@ struct ListenerEvents {
     idle: IntCounter,
     header_list_too_large: IntCounter,
     body_timeout: IntCounter,
+    request_budget: IntCounter,
     past_deadline: IntCounter,
 }
 
@@ -317,6 +325,7 @@ impl Events for ListenerEvents {
                 self.header_list_too_large.inc()
             }
             Event::StreamRefused(StreamRefusal::BodyTimeout) => self.body_timeout.inc(),
+            Event::StreamRefused(StreamRefusal::RequestBudget) => self.request_budget.inc(),
             Event::DeadlineExceeded => self.past_deadline.inc(),
         }
     }

@@ -348,9 +348,25 @@ impl PrometheusParams {
             })
         });
 
+        let max_series = match self.max_series {
+            None => crate::DEFAULT_MAX_SERIES_PER_HANDLER,
+            Some(0) => {
+                errors.push(ParamError::new(
+                    "maxSeries",
+                    "maxSeries 0 would drop every point, must be at least 1",
+                ));
+                0
+            }
+            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+        };
+
         if !errors.is_empty() {
             return Err(errors);
         }
-        Ok(PrometheusConfig { metrics, expiry })
+        Ok(PrometheusConfig {
+            metrics,
+            expiry,
+            max_series,
+        })
     }
 }
