@@ -325,3 +325,70 @@ fn nginx_forward_auth_stops_the_fourth_request_with_429() {
     assert_eq!(status, 200);
     assert!(mixer.terminate().success());
 }
+
+/// The README's nginx block for forward-auth behind nginx, as written there.
+fn readme_nginx_block() -> String {
+    let readme = include_str!("../../README.md");
+    let marker = "# mixer forward-auth: the client's address as nginx saw it";
+    let start = readme.find(marker).expect("the README's nginx block");
+    let block = &readme[start..];
+    let end = block
+        .find("```")
+        .expect("the end of the README's nginx block");
+    block[..end].to_string()
+}
+
+/// The README's nginx block is safe by construction: whichever header the mixer is told to
+/// read (`--real-ip-header`), nginx wrote it, so a client that writes `X-Forwarded-For` and
+/// `X-Real-IP` itself does not pass an allow-list. The mismatch the block prevents, nginx
+/// setting `X-Real-IP` alone while the mixer reads `X-Forwarded-For` (the default), is run
+/// beside it: there the client's own header is believed.
+#[test]
+fn the_readme_nginx_block_is_safe_with_either_real_ip_header() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trusting = |name: &str, header: &str| {
+        start_mixer(
+            dir.path(),
+            name,
+            IP_ALLOW_LIST,
+            &["--trusted-proxies", "127.0.0.1", "--real-ip-header", header],
+        )
+    };
+    let forwarded = trusting("forwarded.yaml", "x-forwarded-for");
+    let real_ip = trusting("real-ip.yaml", "x-real-ip");
+    let hits = Arc::new(AtomicUsize::new(0));
+    let upstream = upstream(hits.clone());
+    let (a, b, c) = (free_addr(), free_addr(), free_addr());
+    let block = readme_nginx_block();
+    let only_real_ip = "proxy_set_header X-Real-IP $remote_addr;";
+    let _nginx = start_nginx(
+        dir.path(),
+        &[
+            (a, server(a, forwarded.http, upstream, &block)),
+            (b, server(b, real_ip.http, upstream, &block)),
+            (c, server(c, forwarded.http, upstream, only_real_ip)),
+        ],
+    );
+    let allowed = std::net::Ipv4Addr::new(127, 0, 0, 5);
+    let outsider = std::net::Ipv4Addr::new(127, 0, 0, 9);
+    let spoof = [("x-forwarded-for", "10.57.1.1"), ("x-real-ip", "10.57.1.1")];
+    let status = |from, listen, headers: &[(&str, &str)]| {
+        http_request_from(from, listen, "GET", "/", headers)
+            .expect("request")
+            .0
+    };
+    for listen in [a, b] {
+        assert_eq!(
+            status(outsider, listen, &spoof),
+            403,
+            "spoofed through {listen}"
+        );
+        assert_eq!(status(allowed, listen, &[]), 200);
+        assert_eq!(status(allowed, listen, &spoof), 200);
+    }
+    assert_eq!(
+        status(outsider, c, &spoof),
+        200,
+        "the mismatched setup lets the client's own X-Forwarded-For through: the hazard the README's block prevents"
+    );
+}

@@ -206,6 +206,7 @@ async fn serve(settings: Settings) -> anyhow::Result<Stopped> {
         None => grpc_server,
     };
     let grpc_task = tokio::spawn(grpc_server.serve(grpc, stopped(stop_rx.clone())));
+    tracing::info!("{}", settings.forward_auth.client_address.describe());
     let http_task = tokio::spawn(crate::http_listener::serve_with_tls(
         http,
         mixer_frontends::forward_auth::router(runtime.clone(), settings.forward_auth),

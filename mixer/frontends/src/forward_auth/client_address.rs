@@ -75,6 +75,31 @@ pub struct ClientAddress {
 }
 
 impl ClientAddress {
+    /// One line for the log at start: where `source.ip` comes from, so that an operator
+    /// can check the proxy writes the header read (a proxy passing on its client's own
+    /// header lets the client choose its address).
+    pub fn describe(&self) -> String {
+        if self.trusted_proxies.is_empty() {
+            return "forward-auth: source.ip is the connection's peer; forwarding headers are not read (no --trusted-proxies)".into();
+        }
+        let proxies: Vec<String> = self
+            .trusted_proxies
+            .0
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let header = match self.header {
+            RealIpHeader::XForwardedFor => {
+                "X-Forwarded-For (the right-most address that is not a trusted proxy)"
+            }
+            RealIpHeader::XRealIp => "X-Real-IP",
+        };
+        format!(
+            "forward-auth: calls from the trusted proxies {} name the client in {header}; each must write that header itself, never pass on its client's (README: Forward-auth behind a proxy)",
+            proxies.join(", ")
+        )
+    }
+
     /// The client of a call that came from `peer` with `headers`: `peer` itself unless it is a
     /// trusted proxy; then the address the header gives, walking `X-Forwarded-For` from the
     /// right for as long as each address is a trusted proxy too. An entry that is not an
@@ -119,6 +144,27 @@ impl ClientAddress {
 mod tests {
     use super::*;
     use axum::http::HeaderValue;
+
+    #[test]
+    fn the_start_line_names_the_proxies_and_the_header_read() {
+        assert!(
+            ClientAddress::default()
+                .describe()
+                .contains("no --trusted-proxies")
+        );
+        let trusting = |header| ClientAddress {
+            trusted_proxies: TrustedProxies::parse("10.0.0.0/8,127.0.0.1").expect("valid"),
+            header,
+        };
+        let xff = trusting(RealIpHeader::XForwardedFor).describe();
+        assert!(xff.contains("10.0.0.0/8, 127.0.0.1/32"), "{xff}");
+        assert!(xff.contains("in X-Forwarded-For"), "{xff}");
+        assert!(
+            trusting(RealIpHeader::XRealIp)
+                .describe()
+                .contains("in X-Real-IP")
+        );
+    }
 
     fn ip(s: &str) -> IpAddr {
         s.parse().expect("an address")
