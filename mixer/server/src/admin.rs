@@ -220,9 +220,11 @@ async fn config_dump(State(admin): State<Admin>) -> Response {
         "origin": origin,
         "config_hash": active.as_ref().map(|c| c.hash.clone()),
         "files_hash": active.as_ref().map(|c| c.files_hash.clone()),
+        // A secret file's digest would let a short secret be guessed: only its path shows.
         "input_files": active.as_ref().map(|c| c.inputs.iter().map(|i| serde_json::json!({
             "path": i.path.display().to_string(),
-            "sha256": i.sha256,
+            "sha256": if i.secret { None } else { i.sha256.as_deref() },
+            "secret": i.secret,
         })).collect::<Vec<_>>()),
         "config_files": active.as_ref().map(|c| c.files.iter().map(|f| serde_json::json!({
             "name": f.name,
