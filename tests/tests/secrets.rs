@@ -562,3 +562,46 @@ spec:
     let log = std::fs::read_to_string(&log).expect("read log");
     assert_hidden("the log", &log, &["oop-token-g"]);
 }
+
+/// A denial built from params that hold a value from the environment: the client's answer
+/// (forward-auth body) carries no secret, and the dump shows the variable's name.
+#[test]
+fn a_denial_sent_to_a_client_carries_no_secret() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        r#"
+kind: handler
+metadata: {name: deny}
+spec:
+  compiledAdapter: denier
+  params: {status: {code: 7, message: "denied for tenant ${MIXER_TEST_DENY_KEY}"}}
+---
+kind: instance
+metadata: {name: nothing}
+spec: {compiledTemplate: checknothing}
+---
+kind: rule
+metadata: {name: deny-all}
+spec:
+  actions: [{handler: deny, instances: [nothing]}]
+"#,
+    )
+    .expect("write");
+    let log = dir.path().join("mixer.log");
+    let config_arg = config.display().to_string();
+    let env = [("MIXER_TEST_DENY_KEY", "deny-key-i")];
+    let mixer = Mixer::start_with_env_and_log(binary(), &["--config", &config_arg], &env, &log);
+    mixer.wait_ready(Duration::from_secs(20));
+    let (status, _, body) = http_request(mixer.http, "GET", "/check", &[]).expect("check");
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("denied for tenant ***"), "{body}");
+    assert_hidden("the denial", &body, &["deny-key-i"]);
+    let (_, _, dump) = http_request(mixer.admin, "GET", "/config_dump", &[]).expect("dump");
+    assert!(
+        dump.contains("denied for tenant ${MIXER_TEST_DENY_KEY}"),
+        "{dump}"
+    );
+    assert_hidden("/config_dump", &dump, &["deny-key-i"]);
+}

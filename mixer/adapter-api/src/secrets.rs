@@ -548,7 +548,10 @@ mod tests {
             redact_urls_in("GET https://h/x?token=abc&a=1 and 'redis://:pw@h?sig=z' failed"),
             "GET https://h/x?token=***&a=1 and 'redis://:***@h?sig=***' failed"
         );
-        assert_eq!(redact_url("https://h/x?a=1&apiKey=k"), "https://h/x?a=1&apiKey=***");
+        assert_eq!(
+            redact_url("https://h/x?a=1&apiKey=k"),
+            "https://h/x?a=1&apiKey=***"
+        );
     }
 
     #[test]
