@@ -67,6 +67,12 @@ pub struct WasmHandler {
 /// a plugin spinning to its deadline holds no serving thread.
 const INLINE_DEADLINE: Duration = Duration::from_millis(2);
 
+/// How long a call may wait for one of its handler's slots. A plugin that answers in
+/// microseconds frees one long before, so a burst of requests queues briefly instead of
+/// meeting the fail policy; a plugin that runs to its deadline does not, and the calls
+/// behind it get the fail policy after this wait rather than after its deadline.
+const SLOT_WAIT: Duration = Duration::from_millis(10);
+
 impl WasmHandler {
     pub(crate) fn new(
         host: &WasmHost,
@@ -179,17 +185,23 @@ impl WasmHandler {
     }
 
     /// A slot for one check or quota call, or the fault that answers it when the handler
-    /// already runs `limits.concurrency` of them.
-    fn slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit, AdapterError> {
-        self.running.clone().try_acquire_owned().map_err(|_| {
-            self.fault(Fault {
+    /// runs `limits.concurrency` of them and none ends within [`SLOT_WAIT`] (or the check
+    /// deadline, if shorter). The wait is asynchronous: it holds no thread.
+    async fn slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit, AdapterError> {
+        if let Ok(slot) = self.running.clone().try_acquire_owned() {
+            return Ok(slot);
+        }
+        let wait = self.limits.check_deadline.min(SLOT_WAIT);
+        match tokio::time::timeout(wait, self.running.clone().acquire_owned()).await {
+            Ok(Ok(slot)) => Ok(slot),
+            _ => Err(self.fault(Fault {
                 kind: FaultKind::Concurrency,
                 message: format!(
-                    "{} calls already running (limits.concurrency)",
+                    "{} calls already running (limits.concurrency), none ended within {wait:?}",
                     self.limits.concurrency
                 ),
-            })
-        })
+            })),
+        }
     }
 
     /// Runs `call` (a check or a quota call) in one of the handler's slots: on this thread
@@ -198,7 +210,7 @@ impl WasmHandler {
         &self,
         call: impl FnOnce(&WasmHandler) -> Result<R, AdapterError> + Send + 'static,
     ) -> Result<R, AdapterError> {
-        let slot = self.slot()?;
+        let slot = self.slot().await?;
         if self.limits.check_deadline <= INLINE_DEADLINE {
             let answer = call(self);
             drop(slot);
@@ -293,7 +305,7 @@ impl CheckHandler for WasmHandler {
         self.accepts(instance)?;
         if self.limits.check_deadline <= INLINE_DEADLINE {
             // No copy of the instance for the common, short case.
-            let _slot = self.slot()?;
+            let _slot = self.slot().await?;
             return self.check_now(instance);
         }
         let instance = instance.clone();

@@ -20,9 +20,10 @@ pub struct Limits {
     /// Instructions' worth of fuel per call (deterministic, unlike the deadline); `None`: no
     /// fuel accounting.
     pub fuel: Option<u64>,
-    /// Check and quota calls of the handler that may run at once; one more is not run but
-    /// answered by the handler's fail policy (an overloaded error), so that a plugin that
-    /// spins to its deadline holds at most this many threads, whatever the load.
+    /// Check and quota calls of the handler that may run at once; one more waits up to
+    /// 10 ms for one of them to end, then is not run but answered by the handler's fail
+    /// policy (an overloaded error), so that a plugin that spins to its deadline holds at
+    /// most this many threads, whatever the load.
     pub concurrency: usize,
 }
 
