@@ -26,6 +26,11 @@ use tonic::transport::Channel;
 /// redisquota with its default call budget (5 ms) and breaker (5 failures, 500 ms), 5
 /// requests per tenant and minute.
 fn config(redis_port: u16) -> String {
+    config_with(redis_port, "")
+}
+
+/// [`config`] with more `params` (`, key: value` each).
+fn config_with(redis_port: u16, params: &str) -> String {
     format!(
         r#"
 apiVersion: config.istio.io/v1alpha2
@@ -35,7 +40,7 @@ spec:
   domain: outage
   backend:
     adapter: redisquota
-    params: {{redisServerUrl: "127.0.0.1:{redis_port}"}}
+    params: {{redisServerUrl: "127.0.0.1:{redis_port}"{params}}}
   descriptors:
   - key: tenant
     rate_limit: {{unit: minute, requests_per_unit: 5}}
@@ -61,8 +66,12 @@ fn request(tenants: &[&str]) -> RateLimitRequest {
 }
 
 fn start(dir: &Path, redis_port: u16) -> Mixer {
+    start_with(dir, &config(redis_port))
+}
+
+fn start_with(dir: &Path, config: &str) -> Mixer {
     let path = dir.join("outage.yaml");
-    std::fs::write(&path, config(redis_port)).expect("write config");
+    std::fs::write(&path, config).expect("write config");
     let binary = Path::new(env!("CARGO_BIN_EXE_mixer-under-test"));
     let mixer = Mixer::start(binary, &["--config", path.to_str().expect("utf-8")]);
     mixer.wait_ready(Duration::from_secs(10));
@@ -215,6 +224,59 @@ async fn an_outage_answers_the_fail_policy_within_the_budget_and_the_circuit_clo
     assert!(
         metric(mixer.admin, short).is_some_and(|n| n > 300.0),
         "most outage calls never reached Redis"
+    );
+    assert!(mixer.terminate().success());
+}
+
+/// Issue #32: after Redis restarted, each connection of the pool that had seen it go failed
+/// one more call (the breaker's probe, a cool-down each) before the circuit closed: with 8
+/// connections, limiting came back about 4 s after Redis. Now the first probe after Redis is
+/// back connects afresh and closes the circuit: within the cool-down (500 ms) and the few
+/// calls that find a tenant limited again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_redis_restarts_the_first_probe_closes_the_circuit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut redis = Redis::start();
+    let config = config_with(redis.port, ", connectionPoolSize: 8");
+    let mixer = tokio::task::spawn_blocking({
+        let dir = dir.path().to_path_buf();
+        move || start_with(&dir, &config)
+    })
+    .await
+    .expect("join");
+    let mut c = client(mixer.grpc).await;
+    // Every connection of the pool made and in use.
+    for i in 0..16 {
+        c.should_rate_limit(request(&[&format!("warm-{i}")]))
+            .await
+            .expect("answer");
+    }
+    limiting_returns(&mut c, "before").await;
+    redis.kill();
+    // Long enough for the circuit to open and a probe or two to fail.
+    let outage = Instant::now();
+    while outage.elapsed() < Duration::from_millis(1200) {
+        let answer = c
+            .should_rate_limit(request(&["outage"]))
+            .await
+            .expect("an answer, not an error")
+            .into_inner();
+        assert_eq!(answer.overall_code, Code::Ok as i32, "fails open");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    redis.restart();
+    let back = limiting_returns(&mut c, "restarted").await;
+    eprintln!("limiting back {back:?} after the restart");
+    assert!(
+        back < Duration::from_millis(1500),
+        "limiting came back {back:?} after Redis did"
+    );
+    let circuit =
+        "mixer_redisquota_circuit_state{handler=\"outage.ratelimitconfig.istio-system\"} ";
+    assert_eq!(
+        metric(mixer.admin, circuit),
+        Some(0.0),
+        "the circuit closed"
     );
     assert!(mixer.terminate().success());
 }

@@ -99,6 +99,10 @@ spec:
       authorization: 'Bearer ${{MIXER_TEST_OTLP_TOKEN}}'
       x-api-key: inline-secret-4
       x-tenant: blue
+      x-honeycomb-team: vendor-secret-11
+      ocp-apim-subscription-key: vendor-secret-12
+      x-functions-key: vendor-secret-13
+      x-auth-key: vendor-secret-14
 ---
 kind: handler
 metadata: {{name: remote}}
@@ -133,6 +137,10 @@ spec:
         "oop-secret-7",
         "oauth-secret-8",
         "oauth-client-secret-9",
+        "vendor-secret-11",
+        "vendor-secret-12",
+        "vendor-secret-13",
+        "vendor-secret-14",
     ];
     let env = [("MIXER_TEST_OTLP_TOKEN", "env-secret-3")];
 
@@ -175,9 +183,19 @@ spec:
     let from_file = handler("redisfromfile.handler.istio-system");
     assert_eq!(from_file["params"]["password"], "***");
     let otlp = handler("telemetry.handler.istio-system");
+    // Every header value hidden, whatever its name; one from the environment shown as
+    // written.
     assert_eq!(
         otlp["params"]["headers"],
-        serde_json::json!({"authorization": "***", "x-api-key": "***", "x-tenant": "blue"})
+        serde_json::json!({
+            "authorization": "Bearer ${MIXER_TEST_OTLP_TOKEN}",
+            "x-api-key": "***",
+            "x-tenant": "***",
+            "x-honeycomb-team": "***",
+            "ocp-apim-subscription-key": "***",
+            "x-functions-key": "***",
+            "x-auth-key": "***",
+        })
     );
     let remote = handler("remote.handler.istio-system");
     assert_eq!(
@@ -245,6 +263,12 @@ fn errors_name_the_field_without_the_secret() {
             "kind: handler\nmetadata: {name: t}\nspec:\n  compiledAdapter: otlp\n  params:\n    endpoint: 'ftp://user:otlp-c@127.0.0.1:1'\n    headers: {authorization: Bearer otlp-header-c}\n".to_string(),
             "spec.params.endpoint: \"ftp://user:***@127.0.0.1:1\" must start with http://",
             "otlp-c",
+        ),
+        (
+            "otlp-endpoint-query",
+            "kind: handler\nmetadata: {name: t}\nspec:\n  compiledAdapter: otlp\n  params:\n    endpoint: 'ftp://127.0.0.1:1/v1?api_key=otlp-query-f'\n".to_string(),
+            "spec.params.endpoint: \"ftp://127.0.0.1:1/v1?api_key=***\" must start with http://",
+            "otlp-query-f",
         ),
         (
             "listchecker-provider",
@@ -317,6 +341,46 @@ fn a_refused_reload_does_not_show_the_password() {
     let log = std::fs::read_to_string(&log).expect("read log");
     assert!(log.contains("redis://:***@127.0.0.1:notaport"), "{log}");
     assert_hidden("the log", &log, &["hunter2-f"]);
+}
+
+/// A reload to an otlp endpoint the adapter refuses, with a key in its query (and one in a
+/// header, from the environment): `/readyz`, `/config_dump` and the log say why without the key, and the dump
+/// shows the variable's name.
+#[test]
+fn a_refused_endpoint_does_not_show_its_query_key() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("config.yaml");
+    let otlp = |endpoint: &str| {
+        format!(
+            "kind: handler\nmetadata: {{name: t}}\nspec:\n  compiledAdapter: otlp\n  params:\n    endpoint: '{endpoint}'\n    headers: {{x-honeycomb-team: '${{MIXER_TEST_TEAM_KEY}}'}}\n"
+        )
+    };
+    std::fs::write(&config, otlp("http://127.0.0.1:1")).expect("write");
+    let log = dir.path().join("mixer.log");
+    let config_arg = config.display().to_string();
+    let env = [("MIXER_TEST_TEAM_KEY", "team-key-h")];
+    let mixer = Mixer::start_with_env_and_log(binary(), &["--config", &config_arg], &env, &log);
+    mixer.wait_ready(Duration::from_secs(20));
+    let (_, _, dump) = http_request(mixer.admin, "GET", "/config_dump", &[]).expect("dump");
+    assert!(dump.contains("${MIXER_TEST_TEAM_KEY}"), "{dump}");
+    // A gRPC endpoint takes no query: refused, quoted.
+    std::fs::write(&config, otlp("http://127.0.0.1:1?api_key=query-key-g")).expect("write");
+    let mut ready = String::new();
+    wait_for(Duration::from_secs(10), "the reload to fail", || {
+        ready = http_request(mixer.admin, "GET", "/readyz", &[])
+            .map(|(_, _, b)| b)
+            .unwrap_or_default();
+        ready.contains("last reload failed")
+    });
+    assert!(ready.contains("http://127.0.0.1:1?api_key=***"), "{ready}");
+    let (_, _, dump) = http_request(mixer.admin, "GET", "/config_dump", &[]).expect("dump");
+    let secrets = ["query-key-g", "team-key-h"];
+    assert_hidden("/readyz", &ready, &secrets);
+    assert_hidden("/config_dump", &dump, &secrets);
+    drop(mixer);
+    let log = std::fs::read_to_string(&log).expect("read log");
+    assert!(log.contains("api_key=***"), "{log}");
+    assert_hidden("the log", &log, &secrets);
 }
 
 fn redis_cli(port: u16, password: Option<&str>, args: &[&str]) {
@@ -502,4 +566,47 @@ spec:
     let _ = adapter.wait();
     let log = std::fs::read_to_string(&log).expect("read log");
     assert_hidden("the log", &log, &["oop-token-g"]);
+}
+
+/// A denial built from params that hold a value from the environment: the client's answer
+/// (forward-auth body) carries no secret, and the dump shows the variable's name.
+#[test]
+fn a_denial_sent_to_a_client_carries_no_secret() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        r#"
+kind: handler
+metadata: {name: deny}
+spec:
+  compiledAdapter: denier
+  params: {status: {code: 7, message: "denied for tenant ${MIXER_TEST_DENY_KEY}"}}
+---
+kind: instance
+metadata: {name: nothing}
+spec: {compiledTemplate: checknothing}
+---
+kind: rule
+metadata: {name: deny-all}
+spec:
+  actions: [{handler: deny, instances: [nothing]}]
+"#,
+    )
+    .expect("write");
+    let log = dir.path().join("mixer.log");
+    let config_arg = config.display().to_string();
+    let env = [("MIXER_TEST_DENY_KEY", "deny-key-i")];
+    let mixer = Mixer::start_with_env_and_log(binary(), &["--config", &config_arg], &env, &log);
+    mixer.wait_ready(Duration::from_secs(20));
+    let (status, _, body) = http_request(mixer.http, "GET", "/check", &[]).expect("check");
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("denied for tenant ***"), "{body}");
+    assert_hidden("the denial", &body, &["deny-key-i"]);
+    let (_, _, dump) = http_request(mixer.admin, "GET", "/config_dump", &[]).expect("dump");
+    assert!(
+        dump.contains("denied for tenant ${MIXER_TEST_DENY_KEY}"),
+        "{dump}"
+    );
+    assert_hidden("/config_dump", &dump, &["deny-key-i"]);
 }

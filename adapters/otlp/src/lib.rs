@@ -98,8 +98,13 @@ impl Otlp {
 }
 
 /// The params holding secrets (see [`Adapter::secret_params`]).
-const SECRET_PARAMS: &[mixer_adapter_api::secrets::SecretParam] =
-    &[mixer_adapter_api::secrets::SecretParam::url("endpoint")];
+const SECRET_PARAMS: &[mixer_adapter_api::secrets::SecretParam] = &[
+    mixer_adapter_api::secrets::SecretParam::url("endpoint"),
+    // Every header value: vendors' API-key headers (`x-honeycomb-team`,
+    // `ocp-apim-subscription-key`, `x-functions-key`, `x-auth-key`) have names no list of
+    // secret names can keep up with.
+    mixer_adapter_api::secrets::SecretParam::value("headers.*"),
+];
 
 impl Adapter for Otlp {
     type Config = OtlpParams;
@@ -122,8 +127,8 @@ impl Adapter for Otlp {
     }
 
     fn secret_params(&self) -> &'static [mixer_adapter_api::secrets::SecretParam] {
-        // The collector's URL may carry a password; `headers` values such as `authorization` are
-        // hidden by their names (mixer_adapter_api::secrets::SECRET_KEYS).
+        // The collector's URL may carry a password or a key in its query; every `headers`
+        // value is hidden, whatever its name.
         SECRET_PARAMS
     }
 }

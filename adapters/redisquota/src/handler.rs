@@ -3,8 +3,8 @@
 //! bounded by the handler's `callTimeout` and goes through its circuit breaker, so that an
 //! outage answers with the fail policy within that budget.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -38,8 +38,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 pub struct RedisQuotaHandler {
     config: RedisQuotaConfig,
     client: Client,
-    /// Made on first use (inside the runtime); each reconnects by itself.
-    pool: Vec<OnceLock<ConnectionManager>>,
+    /// Made on first use (inside the runtime), and made again after a connection error: a
+    /// manager whose connection broke keeps answering its failed reconnection until a call
+    /// makes it try again, so after an outage each slot would fail one more call (the
+    /// breaker's probe, a cool-down each) before Redis was used again.
+    pool: Vec<std::sync::Mutex<Option<ConnectionManager>>>,
     next: AtomicUsize,
     /// For a Redis Cluster: its client, and the connection once made (in the background; it
     /// follows slot moves and node failures itself).
@@ -131,7 +134,7 @@ impl RedisQuotaHandler {
             cluster_conn: Arc::default(),
             connecting: Arc::default(),
             pool: (0..config.pool_size.max(1))
-                .map(|_| OnceLock::new())
+                .map(|_| std::sync::Mutex::new(None))
                 .collect(),
             next: AtomicUsize::new(0),
             script: Script::new(&scripts::source()),
@@ -161,9 +164,11 @@ impl RedisQuotaHandler {
         &self.breaker
     }
 
+    /// A connection of the pool.
     fn connection(&self) -> Result<ConnectionManager, AdapterError> {
-        let slot = &self.pool[self.next.fetch_add(1, Ordering::Relaxed) % self.pool.len()];
-        if let Some(c) = slot.get() {
+        let at = self.next.fetch_add(1, Ordering::Relaxed) % self.pool.len();
+        let mut slot = self.pool[at].lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = &*slot {
             return Ok(c.clone());
         }
         // No retries with backoff inside a connection attempt: a refused connection fails the
@@ -175,7 +180,24 @@ impl RedisQuotaHandler {
             .set_number_of_retries(0);
         let manager = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
             .map_err(|e| self.error(ErrorKind::Unavailable, format!("redis connection: {e}")))?;
-        Ok(slot.get_or_init(|| manager).clone())
+        *slot = Some(manager.clone());
+        Ok(manager)
+    }
+
+    /// Drops every connection of the pool after `e`, if `e` says a connection is broken
+    /// (Redis went away: the others are broken too, even those no call has tried since):
+    /// each slot's next call connects afresh, so the first call after Redis is back (the
+    /// breaker's probe) reaches it, whichever slot it takes, and so do the calls after it.
+    fn forget_connections(&self, e: &redis::RedisError) {
+        if e.is_io_error()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+            || e.is_unrecoverable_error()
+        {
+            for slot in &self.pool {
+                *slot.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            }
+        }
     }
 
     fn error(&self, kind: ErrorKind, message: String) -> AdapterError {
@@ -228,6 +250,7 @@ impl RedisQuotaHandler {
                     Ok(Ok(v)) => v,
                     Ok(Err(e)) => {
                         admission.failure();
+                        self.forget_connections(&e);
                         return Err(self.error(ErrorKind::Unavailable, format!("redis: {e}")));
                     }
                     Err(_) => {

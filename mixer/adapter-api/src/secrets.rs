@@ -187,6 +187,32 @@ impl Redactor {
         &self.secrets
     }
 
+    /// Shows, in place of a value of the params, the text it was written as (`written`: the
+    /// params before the loader expanded them, with the same keys), wherever `shown(text)`:
+    /// `${TOKEN}` rather than the token, or `***`, in a dump. Values whose written text is not
+    /// chosen keep what [`Redactor::new`] made of them.
+    pub fn show_as_written(&mut self, written: &Value, shown: &dyn Fn(&str) -> bool) {
+        fn visit(redacted: &mut Value, written: &Value, shown: &dyn Fn(&str) -> bool) {
+            match (redacted, written) {
+                (Value::String(r), Value::String(w)) if shown(w) => w.clone_into(r),
+                (Value::Array(r), Value::Array(w)) => {
+                    for (r, w) in r.iter_mut().zip(w) {
+                        visit(r, w, shown);
+                    }
+                }
+                (Value::Object(r), Value::Object(w)) => {
+                    for (k, r) in r.iter_mut() {
+                        if let Some(w) = w.get(k) {
+                            visit(r, w, shown);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        visit(&mut self.redacted, written, shown);
+    }
+
     /// Adds secrets found elsewhere (the contents of a `*File`, say).
     pub fn add_secret(&mut self, secret: impl Into<String>) {
         let secret = secret.into();
@@ -288,18 +314,52 @@ fn hide_all(value: &mut Value, secrets: &mut Vec<String>) {
 }
 
 fn hide_url(value: &mut Value, secrets: &mut Vec<String>) {
-    if let Value::String(s) = value
-        && let Some((start, end)) = url_password(s)
-    {
-        let password = s[start..end].to_string();
-        if let Some(decoded) = percent_decode(&password)
-            && decoded != password
+    let Value::String(s) = value else {
+        return;
+    };
+    // From the end, so that each range still points at what it found.
+    let mut ranges = url_query_secrets(s);
+    ranges.extend(url_password(s));
+    ranges.sort_unstable();
+    for (start, end) in ranges.into_iter().rev() {
+        let secret = s[start..end].to_string();
+        if let Some(decoded) = percent_decode(&secret)
+            && decoded != secret
         {
             secrets.push(decoded);
         }
-        secrets.push(password);
+        secrets.push(secret);
         s.replace_range(start..end, REDACTED);
     }
+}
+
+/// Where the values of a URL's query parameters with a secret name are in `text` (byte
+/// ranges), when `text` is a URL: `https://collector/v1?api_key=TOKEN&region=eu` has
+/// `TOKEN`'s range (services that take a key in the query: `api_key`, `token`, `sig`...).
+pub fn url_query_secrets(text: &str) -> Vec<(usize, usize)> {
+    let Some(scheme_end) = text.find("://") else {
+        return Vec::new();
+    };
+    let Some(query) = text[scheme_end..].find('?').map(|q| scheme_end + q + 1) else {
+        return Vec::new();
+    };
+    let end = text[query..].find('#').map_or(text.len(), |f| query + f);
+    let mut found = Vec::new();
+    let mut at = query;
+    for pair in text[query..end].split(['&', ';']) {
+        if let Some((key, value)) = pair.split_once('=') {
+            let decoded_key = percent_decode(key).unwrap_or_else(|| key.to_string());
+            if !value.is_empty()
+                && value != REDACTED
+                && (is_secret_key(&decoded_key) || normalize_key(&decoded_key) == "sig")
+            {
+                let start = at + key.len() + 1;
+                found.push((start, start + value.len()));
+            }
+        }
+        at += pair.len() + 1;
+    }
+    found
 }
 
 fn walk(value: &mut Value, secrets: &mut Vec<String>) {
@@ -351,8 +411,33 @@ fn password_after(text: &str, start: usize, in_text: bool) -> Option<(usize, usi
     (colon + 1 < at).then_some((start + colon + 1, start + at))
 }
 
-/// `text` with the password of every URL in it replaced by [`REDACTED`].
+/// `text` with the password of every URL in it, and the values of its query parameters
+/// with a secret name ([`url_query_secrets`]), replaced by [`REDACTED`].
 pub fn redact_urls_in(text: &str) -> String {
+    let text = redact_url_passwords_in(text);
+    let mut out = String::with_capacity(text.len());
+    let mut pos = 0;
+    while let Some(found) = text[pos..].find("://") {
+        let start = pos + found;
+        let end = text[start..]
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '`' | '<' | '>'))
+            .map_or(text.len(), |e| start + e);
+        let url = &text[start..end];
+        let mut cut = 0;
+        out.push_str(&text[pos..start]);
+        for (from, to) in url_query_secrets(url) {
+            out.push_str(&url[cut..from]);
+            out.push_str(REDACTED);
+            cut = to;
+        }
+        out.push_str(&url[cut..]);
+        pos = end;
+    }
+    out.push_str(&text[pos..]);
+    out
+}
+
+fn redact_url_passwords_in(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut pos = 0;
     while let Some(found) = text[pos..].find("://") {
@@ -373,11 +458,14 @@ pub fn redact_urls_in(text: &str) -> String {
     out
 }
 
-/// `text` with its URL password hidden, if it is a URL with one.
+/// `text` with its URL password and query keys ([`url_query_secrets`]) hidden, if it is a
+/// URL with them.
 pub fn redact_url(text: &str) -> String {
-    match url_password(text) {
-        Some((start, end)) => format!("{}{REDACTED}{}", &text[..start], &text[end..]),
-        None => text.to_string(),
+    let mut value = Value::from(text);
+    hide_url(&mut value, &mut Vec::new());
+    match value {
+        Value::String(s) => s,
+        _ => text.to_string(),
     }
 }
 
@@ -435,6 +523,35 @@ mod tests {
         ] {
             assert!(!is_secret_key(k), "{k}");
         }
+    }
+
+    #[test]
+    fn url_query_parameters_with_secret_names_are_hidden() {
+        let params = json!({
+            "endpoint": "https://u:pw@collector:4318/v1?region=eu&api_key=tok3n-value&x-api-key=k2#frag",
+            "plain": "https://collector/v1?region=eu&page=2",
+        });
+        let r = Redactor::new(&params, &[SecretParam::url("endpoint")]);
+        assert_eq!(
+            r.params(),
+            json!({
+                "endpoint": "https://u:***@collector:4318/v1?region=eu&api_key=***&x-api-key=***#frag",
+                "plain": "https://collector/v1?region=eu&page=2",
+            })
+        );
+        assert_eq!(
+            r.scrub("invalid endpoint \"https://collector:4318/v1?api_key=tok3n-value\""),
+            "invalid endpoint \"https://collector:4318/v1?api_key=***\""
+        );
+        // In any text, known or not.
+        assert_eq!(
+            redact_urls_in("GET https://h/x?token=abc&a=1 and 'redis://:pw@h?sig=z' failed"),
+            "GET https://h/x?token=***&a=1 and 'redis://:***@h?sig=***' failed"
+        );
+        assert_eq!(
+            redact_url("https://h/x?a=1&apiKey=k"),
+            "https://h/x?a=1&apiKey=***"
+        );
     }
 
     #[test]

@@ -47,8 +47,10 @@ fn resolve_with(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Option<Resolved> {
     let before = diags.errors.len();
+    let written = params;
     let mut params = params.clone();
-    expand(&mut params, path, doc, diags, env);
+    let mut from_env = Vec::new();
+    expand(&mut params, path, doc, diags, env, &mut from_env);
     let mut from_files = Vec::new();
     for d in declared.iter().filter(|d| d.kind == SecretKind::Value) {
         let segments: Vec<&str> = d.path.split('.').filter(|s| !s.is_empty()).collect();
@@ -74,6 +76,13 @@ fn resolve_with(
         redactor.add_secret(secret);
         files.push(file);
     }
+    // A value from the environment is shown as the `${NAME}` that brought it, and kept out
+    // of every text (an error, a denial built from the params): whatever its param's name,
+    // the environment is where deployments put what they do not want in a config file.
+    for secret in from_env {
+        redactor.add_secret(secret);
+    }
+    redactor.show_as_written(written, &|s| s.contains("${") && !s.contains("$${"));
     if diags.errors.len() > before {
         // An error about a param may quote it: none may show a secret.
         scrub_errors(&redactor, diags, before);
@@ -93,34 +102,40 @@ pub(crate) fn scrub_errors(redactor: &Redactor, diags: &mut Diagnostics, from: u
     }
 }
 
+/// Expands every string of `value`; the variables' values go to `found`.
 fn expand(
     value: &mut Value,
     path: &str,
     doc: &DocRef,
     diags: &mut Diagnostics,
     env: &dyn Fn(&str) -> Option<String>,
+    found: &mut Vec<String>,
 ) {
     match value {
-        Value::String(s) if s.contains('$') => match expand_text(s, env) {
+        Value::String(s) if s.contains('$') => match expand_text(s, env, found) {
             Ok(expanded) => *s = expanded,
             Err(message) => diags.error(doc, path, message),
         },
         Value::Array(items) => {
             for (i, v) in items.iter_mut().enumerate() {
-                expand(v, &index(path, i), doc, diags, env);
+                expand(v, &index(path, i), doc, diags, env, found);
             }
         }
         Value::Object(map) => {
             for (k, v) in map.iter_mut() {
-                expand(v, &join(path, k), doc, diags, env);
+                expand(v, &join(path, k), doc, diags, env, found);
             }
         }
         _ => {}
     }
 }
 
-/// `${NAME}` -> the variable's value; `$${` -> `${`.
-fn expand_text(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+/// `${NAME}` -> the variable's value (also pushed on `found`); `$${` -> `${`.
+fn expand_text(
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    found: &mut Vec<String>,
+) -> Result<String, String> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find('$') {
@@ -145,7 +160,10 @@ fn expand_text(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Strin
                 ));
             }
             match env(name) {
-                Some(v) => out.push_str(&v),
+                Some(v) => {
+                    out.push_str(&v);
+                    found.push(v);
+                }
                 None => {
                     return Err(format!(
                         "environment variable {name} is not set (write $${{ for a literal ${{)"
@@ -264,7 +282,20 @@ mod tests {
             r.params,
             json!({"url": "redis://:s3cr3t@h:1", "n": 3, "list": ["a$b", "${X}", "xy"]})
         );
-        assert_eq!(r.redactor.params()["url"], "redis://:***@h:1");
+        // Shown as written, and the value kept out of any text.
+        assert_eq!(r.redactor.params()["url"], "redis://:${REDIS_PASSWORD}@h:1");
+        assert_eq!(r.redactor.scrub("auth s3cr3t failed"), "auth *** failed");
+        // A value from the environment in a param of any name: shown as written.
+        let r = run(
+            json!({"message": "tenant ${REDIS_PASSWORD}", "x": "$${Y}"}),
+            &[],
+        )
+        .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(
+            r.redactor.params(),
+            json!({"message": "tenant ${REDIS_PASSWORD}", "x": "${Y}"})
+        );
+        assert_eq!(r.redactor.scrub("tenant s3cr3t"), "tenant ***");
         let errors = run(
             json!({"a": {"b": ["${NOPE}"]}, "c": "${1x}", "d": "${OPEN"}),
             &[],

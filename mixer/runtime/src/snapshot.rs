@@ -78,6 +78,9 @@ pub struct BuiltHandler {
     pub(crate) deadline: Option<std::time::Duration>,
     /// Shared by every snapshot that holds this handler; closes it when the last one drops.
     pub(crate) lease: Arc<Lease>,
+    /// What removes the secrets of its params from the texts it answers (a denial built
+    /// from params, an error), which go to clients; `None` when its params hold none.
+    pub(crate) secrets: Option<Arc<mixer_adapter_api::secrets::Redactor>>,
 }
 
 /// Closes a handler once no snapshot holds it: when the last snapshot that uses it drops
@@ -128,6 +131,13 @@ impl Drop for Lease {
             handler.close().await;
         });
     }
+}
+
+/// The handler's redactor, when its params hold a secret.
+fn secrets_of(
+    hc: &mixer_config::HandlerConfig,
+) -> Option<Arc<mixer_adapter_api::secrets::Redactor>> {
+    (!hc.redactor.secrets().is_empty()).then(|| Arc::new(hc.redactor.clone()))
 }
 
 impl BuiltHandler {
@@ -233,6 +243,7 @@ impl Snapshot {
                             // The adapter bounds reuse itself with each result's validity.
                             cacheable: true,
                             deadline: None,
+                            secrets: secrets_of(hc),
                         }
                     }),
                     Err(message) => errors.push(fail(message)),
@@ -281,6 +292,7 @@ impl Snapshot {
                         fail_policy: hc.fail_policy,
                         cacheable: adapter.info().cacheable,
                         deadline: Some(options.handler_timeout),
+                        secrets: secrets_of(hc),
                     }
                 }),
                 Err(e) => errors.push(fail(e.message)),

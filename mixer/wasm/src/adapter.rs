@@ -137,10 +137,10 @@ impl WasmAdapter {
         } else {
             p.config.to_string()
         };
-        let ctx = Arc::new(CallContext {
-            handler: Arc::from(format!("validate of {}", plugin.name())),
-            metrics: host.metrics.clone(),
-        });
+        let ctx = Arc::new(CallContext::new(
+            Arc::from(format!("validate of {}", plugin.name())),
+            host.metrics.clone(),
+        ));
         // The report deadline: validating is off the request path and may parse a lot.
         let errors = plugin
             .call(&ctx, &limits, limits.report_deadline, |pl, s| {

@@ -13,6 +13,8 @@ pub(crate) enum FaultKind {
     Fuel,
     /// No instance could be made (the pool is full, the initial memory is over the cap).
     Instantiate,
+    /// Not run: the handler already had `limits.concurrency` calls running.
+    Concurrency,
 }
 
 impl FaultKind {
@@ -24,6 +26,7 @@ impl FaultKind {
             FaultKind::Memory => "memory",
             FaultKind::Fuel => "fuel",
             FaultKind::Instantiate => "instantiate",
+            FaultKind::Concurrency => "concurrency",
         }
     }
 }

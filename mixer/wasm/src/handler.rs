@@ -57,7 +57,21 @@ pub struct WasmHandler {
     warm: Arc<Mutex<Vec<Live>>>,
     ctx: Arc<CallContext>,
     fault_log: Arc<LogGate>,
+    /// Check and quota calls running now, at most `limits.concurrency`.
+    running: Arc<tokio::sync::Semaphore>,
 }
+
+/// Check and quota calls with a deadline up to this run on the request's task: a hop to a
+/// blocking thread costs tens of microseconds, more than such a call, and the deadline
+/// bounds how long the task's thread is held. Longer ones run on a blocking thread, so that
+/// a plugin spinning to its deadline holds no serving thread.
+const INLINE_DEADLINE: Duration = Duration::from_millis(2);
+
+/// How long a call may wait for one of its handler's slots. A plugin that answers in
+/// microseconds frees one long before, so a burst of requests queues briefly instead of
+/// meeting the fail policy; a plugin that runs to its deadline does not, and the calls
+/// behind it get the fail policy after this wait rather than after its deadline.
+const SLOT_WAIT: Duration = Duration::from_millis(10);
 
 impl WasmHandler {
     pub(crate) fn new(
@@ -68,11 +82,9 @@ impl WasmHandler {
         instances: Instances,
         handler: Arc<str>,
     ) -> WasmHandler {
-        let ctx = Arc::new(CallContext {
-            handler,
-            metrics: host.metrics.clone(),
-        });
+        let ctx = Arc::new(CallContext::new(handler, host.metrics.clone()));
         WasmHandler {
+            running: Arc::new(tokio::sync::Semaphore::new(limits.concurrency.max(1))),
             plugin,
             config,
             limits,
@@ -148,7 +160,7 @@ impl WasmHandler {
         }
         let kind = match fault.kind {
             FaultKind::Deadline | FaultKind::Fuel => ErrorKind::Timeout,
-            FaultKind::Instantiate => ErrorKind::Overloaded,
+            FaultKind::Instantiate | FaultKind::Concurrency => ErrorKind::Overloaded,
             FaultKind::Trap | FaultKind::Memory => ErrorKind::Internal,
         };
         AdapterError::transient(
@@ -172,7 +184,56 @@ impl WasmHandler {
         )
     }
 
-    /// One check, synchronously (bounded by the check deadline).
+    /// A slot for one check or quota call, or the fault that answers it when the handler
+    /// runs `limits.concurrency` of them and none ends within [`SLOT_WAIT`] (or the check
+    /// deadline, if shorter). The wait is asynchronous: it holds no thread.
+    async fn slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit, AdapterError> {
+        if let Ok(slot) = self.running.clone().try_acquire_owned() {
+            return Ok(slot);
+        }
+        let wait = self.limits.check_deadline.min(SLOT_WAIT);
+        match tokio::time::timeout(wait, self.running.clone().acquire_owned()).await {
+            Ok(Ok(slot)) => Ok(slot),
+            _ => Err(self.fault(Fault {
+                kind: FaultKind::Concurrency,
+                message: format!(
+                    "{} calls already running (limits.concurrency), none ended within {wait:?}",
+                    self.limits.concurrency
+                ),
+            })),
+        }
+    }
+
+    /// Runs `call` (a check or a quota call) in one of the handler's slots: on this thread
+    /// when its deadline is short, else on a blocking thread.
+    async fn bounded<R: Send + 'static>(
+        &self,
+        call: impl FnOnce(&WasmHandler) -> Result<R, AdapterError> + Send + 'static,
+    ) -> Result<R, AdapterError> {
+        let slot = self.slot().await?;
+        if self.limits.check_deadline <= INLINE_DEADLINE {
+            let answer = call(self);
+            drop(slot);
+            return answer;
+        }
+        let this = self.clone();
+        // The slot is held until the call ends, even if the request gave up on it first.
+        tokio::task::spawn_blocking(move || {
+            let answer = call(&this);
+            drop(slot);
+            answer
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(AdapterError::transient(
+                ErrorKind::Internal,
+                format!("Wasm plugin call task failed: {e}"),
+            ))
+        })
+    }
+
+    /// One check, synchronously on this thread (bounded by the check deadline, not by the
+    /// handler's concurrency limit).
     pub fn check_now(&self, instance: &Instance) -> Result<CheckResult, AdapterError> {
         self.accepts(instance)?;
         let arg = convert::instance(instance);
@@ -241,9 +302,14 @@ impl Exposition for WasmHandler {
 #[async_trait]
 impl CheckHandler for WasmHandler {
     async fn check(&self, instance: &Instance) -> Result<CheckResult, AdapterError> {
-        // Inline on the request's task: the deadline bounds it to about a millisecond,
-        // less than a hop to a blocking thread would add.
-        self.check_now(instance)
+        self.accepts(instance)?;
+        if self.limits.check_deadline <= INLINE_DEADLINE {
+            // No copy of the instance for the common, short case.
+            let _slot = self.slot().await?;
+            return self.check_now(instance);
+        }
+        let instance = instance.clone();
+        self.bounded(move |this| this.check_now(&instance)).await
     }
 }
 
@@ -261,18 +327,22 @@ impl QuotaHandler for WasmHandler {
             best_effort: args.best_effort,
             deduplication_id: args.deduplication_id.clone(),
         };
-        let answer = self
-            .call(self.limits.check_deadline, |p, s| {
-                p.call_quota(s, &self.config, &arg, &quota_args)
+        let amount = args.amount;
+        self.bounded(move |this| {
+            let answer = this
+                .call(this.limits.check_deadline, |p, s| {
+                    p.call_quota(s, &this.config, &arg, &quota_args)
+                })
+                .map_err(|f| this.fault(f))?
+                .map_err(|m| this.declined(m))?;
+            Ok(QuotaResult {
+                status: convert::status(answer.code, answer.message),
+                valid_duration: convert::millis(answer.valid_duration_ms),
+                granted_amount: answer.granted_amount.clamp(0, amount.max(0)),
+                limit: None,
             })
-            .map_err(|f| self.fault(f))?
-            .map_err(|m| self.declined(m))?;
-        Ok(QuotaResult {
-            status: convert::status(answer.code, answer.message),
-            valid_duration: convert::millis(answer.valid_duration_ms),
-            granted_amount: answer.granted_amount.clamp(0, args.amount.max(0)),
-            limit: None,
         })
+        .await
     }
 }
 

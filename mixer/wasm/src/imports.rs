@@ -2,12 +2,36 @@
 //! time, and counters and histograms exported on the mixer's `/metrics`.
 
 use crate::bindings::mixer::adapter::host::{Host, Level};
-use crate::call::CallState;
+use crate::call::{CallState, LOG_BYTES_PER_CALL, LOG_LINES_PER_CALL};
 use crate::metrics::{MAX_LABEL, MAX_MESSAGE, cut};
+
+impl CallState {
+    /// Whether a line of `bytes` fits the call's budget and the handler's rate; a line that
+    /// does not is counted as dropped.
+    fn may_log(&mut self, bytes: usize) -> bool {
+        let fits_call = self.log.lines < LOG_LINES_PER_CALL
+            && self.log.bytes.saturating_add(bytes) <= LOG_BYTES_PER_CALL;
+        // The handler's bucket is only asked while the call has budget left, so a call
+        // spinning on `log` does not drain the rate of the handler's other calls.
+        let admitted = fits_call
+            && self
+                .ctx
+                .log_rate
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(std::time::Instant::now());
+        if admitted {
+            self.log.lines += 1;
+            self.log.bytes = self.log.bytes.saturating_add(bytes);
+        } else {
+            self.ctx.metrics.log_dropped(&self.ctx.handler);
+        }
+        admitted
+    }
+}
 
 impl Host for CallState {
     fn log(&mut self, level: Level, message: String, fields: Vec<(String, String)>) {
-        let handler: &str = &self.ctx.handler;
         let message = cut(&message, MAX_MESSAGE);
         let fields: Vec<String> = fields
             .iter()
@@ -15,6 +39,10 @@ impl Host for CallState {
             .map(|(k, v)| format!("{}={}", cut(k, MAX_LABEL), cut(v, MAX_LABEL)))
             .collect();
         let fields = fields.join(" ");
+        if !self.may_log(message.len() + fields.len()) {
+            return;
+        }
+        let handler: &str = &self.ctx.handler;
         match level {
             Level::Debug => {
                 tracing::debug!(target: "mixer_wasm::plugin", handler, %fields, "{message}")
@@ -45,5 +73,67 @@ impl Host for CallState {
 
     fn histogram_observe(&mut self, name: String, value: f64) {
         self.ctx.metrics.observe(&self.ctx.handler, &name, value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::call::{CallContext, LOG_LINES_BURST, LogBudget, MemoryCap};
+    use crate::metrics::WasmMetrics;
+
+    fn call(ctx: &Arc<CallContext>) -> CallState {
+        CallState {
+            cap: MemoryCap {
+                max_bytes: 0,
+                refused: false,
+            },
+            ctx: ctx.clone(),
+            log: LogBudget::default(),
+        }
+    }
+
+    fn context() -> Arc<CallContext> {
+        Arc::new(CallContext::new(
+            Arc::from("h"),
+            Arc::new(WasmMetrics::new()),
+        ))
+    }
+
+    #[test]
+    fn a_call_writes_at_most_its_lines() {
+        let ctx = context();
+        let mut state = call(&ctx);
+        let written = (0..100).filter(|_| state.may_log(10)).count();
+        assert_eq!(written, LOG_LINES_PER_CALL as usize);
+        assert_eq!(ctx.metrics.log_lines_dropped("h"), 100 - written as u64);
+    }
+
+    #[test]
+    fn a_call_writes_at_most_its_bytes() {
+        let ctx = context();
+        let mut state = call(&ctx);
+        let line = LOG_BYTES_PER_CALL / 3;
+        let written = (0..10).filter(|_| state.may_log(line)).count();
+        assert_eq!(written, 3);
+        assert_eq!(ctx.metrics.log_lines_dropped("h"), 7);
+    }
+
+    #[test]
+    fn the_handlers_calls_share_its_rate() {
+        let ctx = context();
+        // Calls within the same instant: the burst, then nothing until it refills.
+        let written: usize = (0..100)
+            .map(|_| {
+                let mut state = call(&ctx);
+                (0..LOG_LINES_PER_CALL)
+                    .filter(|_| state.may_log(10))
+                    .count()
+            })
+            .sum();
+        assert!(written <= LOG_LINES_BURST as usize + 1, "{written}");
+        assert!(written >= LOG_LINES_BURST as usize, "{written}");
     }
 }

@@ -20,6 +20,18 @@ pub struct Limits {
     /// Instructions' worth of fuel per call (deterministic, unlike the deadline); `None`: no
     /// fuel accounting.
     pub fuel: Option<u64>,
+    /// Check and quota calls of the handler that may run at once; one more waits up to
+    /// 10 ms for one of them to end, then is not run but answered by the handler's fail
+    /// policy (an overloaded error), so that a plugin that spins to its deadline holds at
+    /// most this many threads, whatever the load.
+    pub concurrency: usize,
+}
+
+/// The default of [`Limits::concurrency`]: the machine's cores, so that a plugin that
+/// always runs to its deadline can at most keep every core busy once, never queue the
+/// serving threads behind it.
+pub fn default_concurrency() -> usize {
+    std::thread::available_parallelism().map_or(2, std::num::NonZero::get)
 }
 
 impl Default for Limits {
@@ -32,6 +44,7 @@ impl Default for Limits {
             report_deadline: Duration::from_millis(100),
             memory_bytes: 16 << 20,
             fuel: None,
+            concurrency: default_concurrency(),
         }
     }
 }
@@ -43,7 +56,12 @@ struct RawLimits {
     report_deadline: Option<DurationParam>,
     memory_mib: Option<u64>,
     fuel: Option<u64>,
+    concurrency: Option<usize>,
 }
+
+/// The most calls at once a handler may ask for: more would give a spinning plugin more
+/// threads than any machine has cores.
+pub const MAX_CONCURRENCY: usize = 1024;
 
 impl Limits {
     /// Parses `params.limits` (`null`: the defaults). Errors carry paths inside `limits`.
@@ -75,6 +93,15 @@ impl Limits {
             }
             limits.fuel = Some(fuel);
         }
+        if let Some(n) = raw.concurrency {
+            if n == 0 || n > MAX_CONCURRENCY {
+                return Err(ParamError::new(
+                    "limits.concurrency",
+                    format!("{n} is not between 1 and {MAX_CONCURRENCY}"),
+                ));
+            }
+            limits.concurrency = n;
+        }
         Ok(limits)
     }
 }
@@ -96,9 +123,10 @@ mod tests {
     fn defaults_and_overrides() {
         assert_eq!(Limits::parse(None).unwrap(), Limits::default());
         let l = Limits::parse(Some(
-            &json!({"checkDeadline": "5ms", "memoryMib": 4, "fuel": 10}),
+            &json!({"checkDeadline": "5ms", "memoryMib": 4, "fuel": 10, "concurrency": 3}),
         ))
         .unwrap();
+        assert_eq!(l.concurrency, 3);
         assert_eq!(l.check_deadline, Duration::from_millis(5));
         assert_eq!(l.memory_bytes, 4 << 20);
         assert_eq!(l.fuel, Some(10));
@@ -111,6 +139,8 @@ mod tests {
         assert_eq!(e.path, "limits.checkDeadline");
         let e = Limits::parse(Some(&json!({"memoryMib": 4096}))).unwrap_err();
         assert_eq!(e.path, "limits.memoryMib");
+        let e = Limits::parse(Some(&json!({"concurrency": 0}))).unwrap_err();
+        assert_eq!(e.path, "limits.concurrency");
         let e = Limits::parse(Some(&json!({"memory": 1}))).unwrap_err();
         assert!(e.path.starts_with("limits"), "{e:?}");
     }

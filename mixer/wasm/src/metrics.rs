@@ -3,6 +3,8 @@
 //!
 //! - `mixer_wasm_plugin_faults_total{handler,kind}`: calls stopped by a trap, the deadline,
 //!   the memory cap, the fuel, or no instance to be had;
+//! - `mixer_wasm_plugin_log_lines_dropped_total{handler}`: plugin log lines not written, over
+//!   the per-call or the per-handler cap;
 //! - `mixer_wasm_plugin_counter_total{handler,name,key}`: what plugins count (`counter-add`);
 //! - `mixer_wasm_plugin_histogram{handler,name}`: what plugins measure (`histogram-observe`);
 //! - `mixer_wasm_host_pool_instances` and `mixer_wasm_host_epoch_tick_seconds`: how the
@@ -30,6 +32,7 @@ pub(crate) const MAX_MESSAGE: usize = 4096;
 pub struct WasmMetrics {
     registry: Registry,
     faults: IntCounterVec,
+    log_dropped: IntCounterVec,
     counters: IntCounterVec,
     histograms: HistogramVec,
     pool_instances: IntGauge,
@@ -47,6 +50,14 @@ impl WasmMetrics {
                 "Wasm plugin calls stopped by a trap, the deadline, the memory cap, the fuel or no instance.",
             ),
             &["handler", "kind"],
+        )
+        .expect("valid metric");
+        let log_dropped = IntCounterVec::new(
+            Opts::new(
+                "mixer_wasm_plugin_log_lines_dropped_total",
+                "Wasm plugin log lines not written: over the per-call or the per-handler cap.",
+            ),
+            &["handler"],
         )
         .expect("valid metric");
         let counters = IntCounterVec::new(
@@ -77,6 +88,7 @@ impl WasmMetrics {
         .expect("valid metric");
         for c in [
             Box::new(faults.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(log_dropped.clone()),
             Box::new(counters.clone()),
             Box::new(histograms.clone()),
             Box::new(pool_instances.clone()),
@@ -87,6 +99,7 @@ impl WasmMetrics {
         WasmMetrics {
             registry,
             faults,
+            log_dropped,
             counters,
             histograms,
             pool_instances,
@@ -107,6 +120,16 @@ impl WasmMetrics {
         self.faults
             .with_label_values(&[handler, kind.label()])
             .inc();
+    }
+
+    /// Counts a plugin log line not written.
+    pub(crate) fn log_dropped(&self, handler: &str) {
+        self.log_dropped.with_label_values(&[handler]).inc();
+    }
+
+    /// Log lines of `handler`'s plugin not written.
+    pub fn log_lines_dropped(&self, handler: &str) -> u64 {
+        self.log_dropped.with_label_values(&[handler]).get()
     }
 
     /// Faults of `kind` counted for `handler`.

@@ -11,7 +11,7 @@ use wasmtime::component::{Component, HasSelf, Linker};
 
 use crate::HOST_INTERFACE;
 use crate::bindings::{self, PluginPre};
-use crate::call::{CallContext, CallState, MemoryCap};
+use crate::call::{CallContext, CallState, LogBudget, MemoryCap};
 use crate::epoch::EpochClock;
 use crate::fault::{Fault, FaultKind};
 use crate::limits::Limits;
@@ -141,10 +141,10 @@ impl Plugin {
             name: String::new(),
             templates: Vec::new(),
         };
-        let ctx = Arc::new(CallContext {
-            handler: Arc::from(format!("load of {origin}")),
-            metrics: metrics.clone(),
-        });
+        let ctx = Arc::new(CallContext::new(
+            Arc::from(format!("load of {origin}")),
+            metrics.clone(),
+        ));
         let info = plugin
             .call(&ctx, &Limits::default(), Duration::from_secs(1), |p, s| {
                 p.call_info(s)
@@ -214,6 +214,7 @@ impl Plugin {
                     refused: false,
                 },
                 ctx: ctx.clone(),
+                log: LogBudget::default(),
             },
         );
         store.limiter(|s| &mut s.cap);
@@ -254,6 +255,8 @@ impl Plugin {
     ) -> Result<R, Fault> {
         let store = &mut live.store;
         store.data_mut().cap.refused = false;
+        // A warm instance's next call gets its whole log budget again.
+        store.data_mut().log = LogBudget::default();
         if self.clock.metered() {
             // A metered plugin's info and validate run without a limit: the tank is full.
             store

@@ -397,3 +397,92 @@ fn without_the_pool_instances_come_on_demand() {
     a.compile(&json!({"module": f.path}))
         .expect("loads on demand too");
 }
+
+/// A handler whose plugin loops to a 300 ms deadline, with `concurrency` calls at once.
+fn looping_handler(a: &WasmAdapter, f: &Fixture, name: &str, concurrency: u32) -> Arc<dyn Handler> {
+    build(
+        a,
+        json!({"module": f.path, "limits": {"checkDeadline": "300ms", "concurrency": concurrency}}),
+        name,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_beyond_the_concurrency_limit_is_refused_not_queued_until_the_deadline() {
+    let a = adapter();
+    let f = check_plugin(LOOP);
+    let name = "busy.istio-system";
+    let h = looping_handler(&a, &f, name, 1);
+    let first = {
+        let h = h.clone();
+        tokio::spawn(async move { h.as_check().unwrap().check(&authz()).await })
+    };
+    // Until the first call holds the handler's only slot (bounded: the call runs 300 ms).
+    let mut refused = None;
+    for _ in 0..100 {
+        match h.as_check().unwrap().check(&authz()).await {
+            Err(e) if e.kind == ErrorKind::Overloaded => {
+                refused = Some(e);
+                break;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(5)).await,
+        }
+    }
+    let refused = refused.expect("a second call while the first runs is refused");
+    assert!(refused.message.contains("concurrency"), "{refused:?}");
+    assert!(refused.retryable, "{refused:?}");
+    // Refused after a short wait, while the first still runs: not queued behind it.
+    assert!(!first.is_finished());
+    let first = first.await.unwrap().unwrap_err();
+    assert_eq!(first.kind, ErrorKind::Timeout, "{first:?}");
+    assert!(a.host().unwrap().metrics().faults(name, "concurrency") >= 1);
+    // The slot is free again.
+    let again = h.as_check().unwrap().check(&authz()).await.unwrap_err();
+    assert_eq!(again.kind, ErrorKind::Timeout, "{again:?}");
+}
+
+/// On a runtime with a single thread, a call with a long deadline must leave that thread to
+/// the runtime's other tasks: a timer set after the call started fires while it runs.
+#[tokio::test(flavor = "current_thread")]
+async fn a_long_call_does_not_hold_the_serving_thread() {
+    let a = adapter();
+    let f = check_plugin(LOOP);
+    let h = looping_handler(&a, &f, "long.istio-system", 2);
+    let call = {
+        let h = h.clone();
+        tokio::spawn(async move { h.as_check().unwrap().check(&authz()).await })
+    };
+    // Lets the call start (and, run inline, block this thread until its deadline).
+    tokio::task::yield_now().await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(
+        !call.is_finished(),
+        "the call ran on the runtime's only thread"
+    );
+    let e = call.await.unwrap().unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Timeout, "{e:?}");
+}
+
+#[tokio::test]
+async fn a_plugin_logging_without_end_is_capped_and_counted() {
+    let a = adapter();
+    let f = check_plugin(LOG_LOOP);
+    let name = "chatty.istio-system";
+    let h = build(
+        &a,
+        json!({"module": f.path, "limits": {"checkDeadline": "20ms"}}),
+        name,
+    );
+    let e = h.as_check().unwrap().check(&authz()).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Timeout, "{e:?}");
+    // Thousands of calls to `log` in 20 ms, all but the call's first few dropped.
+    assert!(a.host().unwrap().metrics().log_lines_dropped(name) > 100);
+    let mut page = String::new();
+    h.as_exposition().unwrap().render(&mut page);
+    assert!(
+        page.contains(&format!(
+            "mixer_wasm_plugin_log_lines_dropped_total{{handler=\"{name}\"}}"
+        )),
+        "{page}"
+    );
+}

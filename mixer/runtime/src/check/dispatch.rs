@@ -16,11 +16,24 @@ pub(super) async fn ask(
     built: &BuiltHandler,
     instance: &Instance,
 ) -> Result<CheckResult, AdapterError> {
-    match built.handler.as_check() {
+    let answer = match built.handler.as_check() {
         Some(handler) => deadline::within(built.deadline, handler.check(instance)).await,
         None => Err(AdapterError::permanent(
             ErrorKind::Internal,
             "the handler does not answer checks",
         )),
+    };
+    // What a handler answers reaches the client: never with a secret of its params (a
+    // denial message written with `${NAME}`, an error quoting its URL).
+    match (answer, &built.secrets) {
+        (Ok(mut result), Some(secrets)) => {
+            result.status.message = secrets.scrub(&result.status.message);
+            Ok(result)
+        }
+        (Err(mut e), Some(secrets)) => {
+            e.message = secrets.scrub(&e.message);
+            Err(e)
+        }
+        (answer, None) => answer,
     }
 }
