@@ -75,7 +75,7 @@ impl Config {
 
     /// Hex SHA-256 of what the handlers are built from beyond the config files' text, their
     /// secrets left out: each handler's params as its adapter gets them (`${NAME}`s expanded,
-    /// secrets hidden as in the dump), its connection and fail policy, and the digests of the
+    /// params known to be secret hidden), its connection and fail policy, and the digests of the
     /// files it reads that are not secrets (a Wasm module, a local list). Two replicas
     /// loading the same files under different environments, or beside different modules or
     /// lists, get different digests; the same inputs always give the same one. Published
@@ -101,7 +101,7 @@ impl Config {
             let params = if with_secrets {
                 h.params.to_string()
             } else {
-                h.shown_params().to_string()
+                h.hashed_params.to_string()
             };
             feed(&mut digest, params.as_bytes());
             feed(&mut digest, format!("{:?}", h.connection).as_bytes());
@@ -164,6 +164,10 @@ pub struct HandlerConfig {
     /// The files its config read besides the config files (`<name>File` secrets, a Wasm
     /// module, a local list), with their digests when config loaded.
     pub inputs: Vec<InputFile>,
+    /// The params as the config hash covers them ([`Config::resolved_digest`]): values from
+    /// the environment expanded, params known to be secret (declared, secret-named, URL
+    /// passwords and query keys) hidden.
+    pub hashed_params: serde_json::Value,
     /// The file it came from.
     pub file: String,
 }

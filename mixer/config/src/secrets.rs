@@ -22,6 +22,10 @@ pub(crate) struct Resolved {
     pub redactor: Redactor,
     /// The `<name>File`s read, with the digest of what was read.
     pub files: Vec<InputFile>,
+    /// What the config hash covers of the params: those the redactor knows as secret by
+    /// themselves hidden (declared params, secret-named keys, URL passwords and query keys),
+    /// values from the environment expanded.
+    pub hashed: Value,
 }
 
 /// Expands `${NAME}`, reads `<name>File`s, and finds the secrets of `params` (at `path` in
@@ -71,6 +75,7 @@ fn resolve_with(
         );
     }
     let mut redactor = Redactor::new(&params, declared);
+    let hashed = redactor.params();
     let mut files = Vec::with_capacity(from_files.len());
     for (secret, file) in from_files {
         redactor.add_secret(secret);
@@ -92,6 +97,7 @@ fn resolve_with(
         params,
         redactor,
         files,
+        hashed,
     })
 }
 

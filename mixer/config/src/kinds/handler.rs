@@ -139,6 +139,7 @@ fn build(
         adapter_resource: None,
         compiled: None,
         inputs: resolved.files,
+        hashed_params: resolved.hashed,
         file: doc.raw.doc.file.clone(),
     }
 }

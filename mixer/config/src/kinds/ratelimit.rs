@@ -293,6 +293,7 @@ pub(crate) fn ratelimit(
     );
     crate::secrets::scrub_errors(&redactor, diags, before);
     let compiled = compiled?;
+    let hashed_params = redactor.params();
     Some(Translated {
         handler: HandlerConfig {
             name: raw.full_name(),
@@ -306,6 +307,7 @@ pub(crate) fn ratelimit(
             compiled: Some(compiled),
             // Quota backends read no files beyond the config's.
             inputs: Vec::new(),
+            hashed_params,
             file: raw.doc.file.clone(),
         },
         instances,
