@@ -299,7 +299,9 @@ fn combine(
             combined.granted_amount = combined.granted_amount.min(result.granted_amount);
             combined.valid_duration = combined.valid_duration.min(result.valid_duration);
             if !result.status.is_ok() {
-                let said = format!("{}:{}", built.name, result.status.message);
+                // A refusal reaches the client: never with a secret of the handler's params.
+                let message = built.scrub(&result.status.message);
+                let said = format!("{}:{message}", built.name);
                 if combined.status.is_ok() {
                     combined.status = Status::new(result.status.code, said);
                 } else {
@@ -320,7 +322,10 @@ fn combine(
                 }
                 FailPolicy::Closed => Err(Undecided::Handler {
                     handler: built.name.clone(),
-                    error: error.clone(),
+                    error: AdapterError {
+                        message: built.scrub(&error.message),
+                        ..error.clone()
+                    },
                 }),
             }
         }

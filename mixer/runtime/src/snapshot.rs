@@ -141,6 +141,15 @@ fn secrets_of(
 }
 
 impl BuiltHandler {
+    /// `text` (an answer or an error of this handler, on its way to a client) without the
+    /// secrets of its params.
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        match &self.secrets {
+            Some(secrets) => secrets.scrub(text),
+            None => text.to_string(),
+        }
+    }
+
     /// The failure policy for a call of `variety`.
     pub fn fail_policy_for(&self, variety: Variety) -> FailPolicy {
         self.fail_policy

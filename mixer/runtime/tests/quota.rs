@@ -167,3 +167,32 @@ async fn the_limit_reported_is_the_most_constraining_one() {
     let limit = out.result.limit.expect("reported");
     assert_eq!((&*limit.name, limit.max_amount), ("per-user", 3));
 }
+
+/// A quota refusal reaches the client (a 429's body, a Mixer v1 status): never with a secret
+/// of the refusing handler's params (here a URL password in the denier's message).
+#[tokio::test]
+async fn a_refusal_carries_no_secret_of_its_handler() {
+    let config = CONFIG.replace(
+        "message: \"no more\"",
+        "message: \"redis://:hunter2@cache:6379\"",
+    );
+    let snap = snapshot(&config, &RuntimeOptions::default());
+    let b = bag(&snap, &[("request.path", Value::from("/admin/x"))]);
+    let out = allocate(&snap, &b, None, &args(1, false))
+        .await
+        .expect("decided");
+    assert!(out.refused);
+    assert!(
+        !out.result.status.message.contains("hunter2"),
+        "{}",
+        out.result.status.message
+    );
+    assert!(
+        out.result
+            .status
+            .message
+            .ends_with(":redis://:***@cache:6379"),
+        "{}",
+        out.result.status.message
+    );
+}
