@@ -6,10 +6,44 @@ use crate::error::CompileError;
 use crate::parse::MAX_NODES;
 use crate::syntax::{BinOp, Lit, Syn, SynKind, UnOp};
 
+/// Deepest CEL nesting accepted (brackets and conditionals), as `parse.rs` for Mixer's own
+/// syntaxes.
+const MAX_DEPTH: usize = 64;
+
+/// Nesting past which the `cel` crate's parser runs on a thread of its own with
+/// [`PARSER_STACK`]: it recurses through about ten grammar rules per level, with frames of
+/// over 100 KiB a level in an unoptimised build, so 64 levels overflowed an 8 MiB stack
+/// (found by the `expression_compile` fuzz target) and far fewer a 2 MiB one (tokio's
+/// blocking threads, where reloads run). A stack overflow aborts the process: a config typo
+/// must not.
+const INLINE_DEPTH: usize = 8;
+
+/// The stack of the parser's own thread (reserved, committed only as it is used).
+const PARSER_STACK: usize = 64 << 20;
+
 /// Parses CEL source with the `cel` crate.
 pub(crate) fn parse(src: &str) -> Result<Syn, CompileError> {
-    let parsed =
-        std::panic::catch_unwind(|| cel::parser::Parser::new().parse_with_source_info(src));
+    let (depth, brackets) = nesting(src);
+    if depth > MAX_DEPTH || brackets > MAX_DEPTH * 6 {
+        return Err(CompileError::new(
+            format!("expression nested too deeply (at most {MAX_DEPTH} levels)"),
+            None,
+        ));
+    }
+    let run =
+        || std::panic::catch_unwind(|| cel::parser::Parser::new().parse_with_source_info(src));
+    let parsed = if brackets <= INLINE_DEPTH {
+        run()
+    } else {
+        std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("cel-parser".into())
+                .stack_size(PARSER_STACK)
+                .spawn_scoped(scope, run)
+                .map_err(|e| CompileError::new(format!("cannot start the CEL parser: {e}"), None))
+                .map(|handle| handle.join().unwrap_or_else(Err))
+        })?
+    };
     let (expr, info) = match parsed {
         Ok(Ok(r)) => r,
         Ok(Err(errs)) => {
@@ -33,6 +67,70 @@ pub(crate) fn parse(src: &str) -> Result<Syn, CompileError> {
         nodes: 0,
     };
     lower.expr(&expr)
+}
+
+/// How deeply `src` nests as the CEL parser recurses: open brackets plus conditionals (each
+/// `?` nests its branches). The first figure skips quoted text, as the parser does; the
+/// second counts every bracket, quoted or not, so that text this scan took for a string
+/// but the parser does not can never hide nesting from the choice of stack.
+fn nesting(src: &str) -> (usize, usize) {
+    let bytes = src.as_bytes();
+    let (mut depth, mut deepest, mut conditionals) = (0usize, 0usize, 0usize);
+    let (mut all, mut all_deepest) = (0usize, 0usize);
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        match b {
+            b'(' | b'[' | b'{' => {
+                all += 1;
+                all_deepest = all_deepest.max(all + conditionals);
+            }
+            b')' | b']' | b'}' => all = all.saturating_sub(1),
+            _ => {}
+        }
+        match b {
+            b'"' | b'\'' => {
+                let raw = i > 0 && matches!(bytes[i - 1], b'r' | b'R');
+                let triple = bytes[i..].starts_with(&[b, b, b]);
+                let quote_len = if triple { 3 } else { 1 };
+                let mut j = i + quote_len;
+                while j < bytes.len() {
+                    if !raw && bytes[j] == b'\\' {
+                        j += 2;
+                        continue;
+                    }
+                    if bytes[j] == b && (!triple || bytes[j..].starts_with(&[b, b, b])) {
+                        break;
+                    }
+                    // Brackets inside the quotes still count for the second figure.
+                    match bytes[j] {
+                        b'(' | b'[' | b'{' => {
+                            all += 1;
+                            all_deepest = all_deepest.max(all + conditionals);
+                        }
+                        b')' | b']' | b'}' => all = all.saturating_sub(1),
+                        _ => {}
+                    }
+                    j += 1;
+                }
+                i = j + quote_len;
+                continue;
+            }
+            b'(' | b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth + conditionals);
+            }
+            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+            b'?' => {
+                conditionals += 1;
+                deepest = deepest.max(depth + conditionals);
+                all_deepest = all_deepest.max(all + conditionals);
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    (deepest, all_deepest)
 }
 
 fn line_col_to_offset(src: &str, line: isize, col: isize) -> Option<usize> {

@@ -106,6 +106,49 @@ fn cel_syntax_errors_are_compile_errors() {
     assert!(msg.starts_with("syntax error"), "{msg}");
 }
 
+/// Deep CEL is parsed on a stack of its own, or refused, never overflowing the caller's:
+/// tokio's blocking threads, where reloads run, have 2 MiB (the fuzz target found 64 levels
+/// of parentheses overflowing 8 MiB in an unoptimised build, which aborts the process).
+#[test]
+fn deep_cel_never_overflows_the_callers_stack() {
+    let on_2_mib = |src: String| {
+        std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || {
+                Expression::compile(&src, Syntax::Cel, &vocab())
+                    .map(|_| ())
+                    .map_err(|e| e.message)
+            })
+            .expect("a thread")
+            .join()
+            .expect("no panic")
+    };
+    for (open, close) in [("(", ")"), ("[", "]"), ("{1: ", "}"), ("size(", ")")] {
+        let nested = |n: usize| open.repeat(n) + "1" + &close.repeat(n);
+        for n in [1, 8, 9, 40, 64] {
+            let answer = on_2_mib(nested(n));
+            assert!(
+                answer
+                    .as_ref()
+                    .err()
+                    .is_none_or(|e| !e.contains("nested too deeply")),
+                "{open} x{n}: {answer:?}"
+            );
+        }
+        let too_deep = on_2_mib(nested(65)).expect_err("65 levels");
+        assert!(too_deep.contains("nested too deeply"), "{too_deep}");
+    }
+    let conditionals = "true ? 1 : ".repeat(70) + "2";
+    assert!(
+        on_2_mib(conditionals)
+            .expect_err("70 conditionals")
+            .contains("nested too deeply")
+    );
+    // Brackets in a string are text: not nesting.
+    let quoted = format!("request.path == \"{}\"", "(".repeat(200));
+    assert_eq!(on_2_mib(quoted), Ok(()));
+}
+
 #[test]
 fn annotation_values() {
     assert_eq!(Syntax::from_annotation("cel"), Some(Syntax::Cel));
