@@ -413,28 +413,30 @@ async fn a_call_beyond_the_concurrency_limit_is_refused_not_queued_until_the_dea
     let f = check_plugin(LOOP);
     let name = "busy.istio-system";
     let h = looping_handler(&a, &f, name, 1);
-    let first = {
-        let h = h.clone();
-        tokio::spawn(async move { h.as_check().unwrap().check(&authz()).await })
+    // Two calls at once on the handler's one slot: whichever gets it runs to the 300 ms
+    // deadline; the other is refused after its short wait, long before that, not queued.
+    let call = |h: Arc<dyn Handler>| {
+        tokio::spawn(async move {
+            let answer = h.as_check().unwrap().check(&authz()).await;
+            (answer, std::time::Instant::now())
+        })
     };
-    // Until the first call holds the handler's only slot (bounded: the call runs 300 ms).
-    let mut refused = None;
-    for _ in 0..100 {
-        match h.as_check().unwrap().check(&authz()).await {
-            Err(e) if e.kind == ErrorKind::Overloaded => {
-                refused = Some(e);
-                break;
-            }
-            _ => tokio::time::sleep(Duration::from_millis(5)).await,
-        }
-    }
-    let refused = refused.expect("a second call while the first runs is refused");
+    let (one, two) = (call(h.clone()), call(h.clone()));
+    let (one, two) = (one.await.unwrap(), two.await.unwrap());
+    let ((refused, refused_at), (ran, ran_at)) = match (&one.0, &two.0) {
+        (Err(e), _) if e.kind == ErrorKind::Overloaded => (one, two),
+        _ => (two, one),
+    };
+    let refused = refused.expect_err("one call is refused");
+    assert_eq!(refused.kind, ErrorKind::Overloaded, "{refused:?}");
     assert!(refused.message.contains("concurrency"), "{refused:?}");
     assert!(refused.retryable, "{refused:?}");
-    // Refused after a short wait, while the first still runs: not queued behind it.
-    assert!(!first.is_finished());
-    let first = first.await.unwrap().unwrap_err();
-    assert_eq!(first.kind, ErrorKind::Timeout, "{first:?}");
+    let ran = ran.expect_err("the other runs to its deadline");
+    assert_eq!(ran.kind, ErrorKind::Timeout, "{ran:?}");
+    assert!(
+        refused_at < ran_at,
+        "the refused call waited for the running one"
+    );
     assert!(a.host().unwrap().metrics().faults(name, "concurrency") >= 1);
     // The slot is free again.
     let again = h.as_check().unwrap().check(&authz()).await.unwrap_err();
