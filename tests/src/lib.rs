@@ -319,3 +319,25 @@ pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str
         .find(|(k, _)| k == name)
         .map(|(_, v)| v.as_str())
 }
+
+/// The example Wasm guest `name` (`adapters/examples/wasm/build.sh` builds them into
+/// `target/wasm-guests`, or `$MIXER_WASM_GUESTS`). Missing, it fails the test under CI=1 and
+/// is `None` (the test skipped, saying so) otherwise.
+pub fn wasm_guest(name: &str) -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os("MIXER_WASM_GUESTS").map_or_else(
+        || std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/wasm-guests"),
+        std::path::PathBuf::from,
+    );
+    let path = dir.join(format!("{name}.wasm"));
+    if path.exists() {
+        return Some(path);
+    }
+    let how = "build them with adapters/examples/wasm/build.sh";
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{} is missing under CI=1: {how}",
+        path.display()
+    );
+    eprintln!("skipped: {} is missing ({how})", path.display());
+    None
+}

@@ -7,32 +7,13 @@
 //! Needs the example guests (`adapters/examples/wasm/build.sh` puts them in
 //! `target/wasm-guests`, or `$MIXER_WASM_GUESTS`); without them this fails under CI=1.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use mixer_tests::{Mixer, http_request};
 
 fn binary() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_mixer-under-test"))
-}
-
-fn guest(name: &str) -> Option<PathBuf> {
-    let dir = std::env::var_os("MIXER_WASM_GUESTS").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/wasm-guests"),
-        PathBuf::from,
-    );
-    let path = dir.join(format!("{name}.wasm"));
-    if path.exists() {
-        return Some(path);
-    }
-    let how = "build them with adapters/examples/wasm/build.sh";
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{} is missing under CI=1: {how}",
-        path.display()
-    );
-    eprintln!("skipped: {} is missing ({how})", path.display());
-    None
 }
 
 /// A check decided by the plugin at `plugin.wasm` beside the config.
@@ -127,7 +108,10 @@ fn wait_for(mixer: &Mixer, what: &str, done: impl Fn(&str) -> bool) -> String {
 
 #[test]
 fn a_module_is_part_of_the_config_hash_and_its_change_reloads() {
-    let (Some(deny), Some(count)) = (guest("deny-header"), guest("count-by")) else {
+    let (Some(deny), Some(count)) = (
+        mixer_tests::wasm_guest("deny-header"),
+        mixer_tests::wasm_guest("count-by"),
+    ) else {
         return;
     };
     let module = std::fs::read(&deny).expect("read the guest");

@@ -5,7 +5,7 @@
 //! The plugins are built by adapters/examples/wasm/build.sh into target/wasm-guests/ (or
 //! `$MIXER_WASM_GUESTS`); without them these tests fail under CI=1.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -17,20 +17,7 @@ fn binary() -> &'static Path {
 }
 
 fn guest(name: &str) -> Option<String> {
-    let dir = std::env::var_os("MIXER_WASM_GUESTS").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/wasm-guests"),
-        PathBuf::from,
-    );
-    let path = dir.join(format!("{name}.wasm"));
-    if path.exists() {
-        return Some(path.display().to_string());
-    }
-    let how = "build them with adapters/examples/wasm/build.sh";
-    if std::env::var_os("CI").is_some() {
-        panic!("{} is missing under CI=1: {how}", path.display());
-    }
-    eprintln!("skipped: {} is missing ({how})", path.display());
-    None
+    mixer_tests::wasm_guest(name).map(|p| p.display().to_string())
 }
 
 fn config(deny: &str, count: &str, header: &str, message: &str) -> String {
