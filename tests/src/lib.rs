@@ -2,6 +2,8 @@
 //! binary on free loopback ports, talk HTTP to it, stop it with SIGTERM.
 
 pub mod nginx;
+pub mod redis;
+pub mod redis_cluster;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

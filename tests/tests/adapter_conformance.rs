@@ -6,9 +6,6 @@
 //! served by the SDK and reached through that same transport: a built-in adapter moves out of
 //! process without a rewrite.
 
-#[path = "support/redis.rs"]
-mod redis;
-
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -150,7 +147,7 @@ fn quotas() -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_built_in_adapter_conforms() {
-    let redis = redis::Redis::start();
+    let redis = mixer_tests::redis::Redis::start();
     let dir = tempfile::tempdir().expect("temp dir");
     let log = dir.path().join("stdio.log");
     let binary = Path::new(env!("CARGO_BIN_EXE_mixer-under-test"));

@@ -6,9 +6,6 @@
 //! effort"), and for memquota `mixer/adapter/memquota/memquota.go` (`alloc`: a refusal is
 //! `status.OK`, amount 0, no expiration).
 
-#[path = "support/redis.rs"]
-mod redis;
-
 use std::path::Path;
 use std::time::Duration;
 
@@ -17,7 +14,7 @@ use mixer_model::Value;
 use mixer_proto::istio::mixer::v1 as pb;
 use mixer_proto::istio::mixer::v1::mixer_client::MixerClient;
 use mixer_tests::Mixer;
-use redis::Redis;
+use mixer_tests::redis::Redis;
 use tonic::transport::Channel;
 
 /// Istio's `adapterConfig`, with `kind` the adapter under test and the Redis address filled

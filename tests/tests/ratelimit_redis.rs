@@ -4,8 +4,7 @@
 //! when Redis does.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -14,68 +13,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::google::protobuf::UInt64Value;
-use mixer_tests::{Mixer, free_addr, http_request};
+use mixer_tests::redis::Redis;
+use mixer_tests::{Mixer, http_request};
 use tonic::transport::Channel;
-
-struct Redis {
-    child: Option<Child>,
-    port: u16,
-    dir: PathBuf,
-}
-
-impl Redis {
-    fn start(port: u16, dir: &Path) -> Redis {
-        let mut redis = Redis {
-            child: None,
-            port,
-            dir: dir.to_path_buf(),
-        };
-        redis.restart();
-        redis
-    }
-
-    fn restart(&mut self) {
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &self.port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .arg("--dir")
-            .arg(&self.dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed (.ci/run installs it)");
-        self.child = Some(child);
-        let start = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "redis did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
 
 /// The call budget is far above its 5 ms default: these tests count what is limited, on a
 /// machine busy with other tests, where a slow moment would fail a call open.
@@ -143,8 +83,8 @@ async fn two_mixers_sharing_one_redis_enforce_one_limit() {
     const LIMIT: u32 = 300;
     const SENT: usize = 900;
     let dir = tempfile::tempdir().expect("tempdir");
-    let redis_port = free_addr().port();
-    let _redis = Redis::start(redis_port, dir.path());
+    let redis = Redis::start();
+    let redis_port = redis.port;
     let mixers = tokio::task::spawn_blocking({
         let dir = dir.path().to_path_buf();
         move || start_mixers(&dir, redis_port, LIMIT, 2)
@@ -222,8 +162,8 @@ async fn two_mixers_sharing_one_redis_enforce_one_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_outage_fails_open_and_limiting_returns_with_redis() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let redis_port = free_addr().port();
-    let mut redis = Redis::start(redis_port, dir.path());
+    let mut redis = Redis::start();
+    let redis_port = redis.port;
     let mixer = tokio::task::spawn_blocking({
         let dir = dir.path().to_path_buf();
         move || {
@@ -265,7 +205,7 @@ async fn redis_outage_fails_open_and_limiting_returns_with_redis() {
         "{before:?}"
     );
 
-    redis.stop();
+    redis.kill();
     // Quota fails open by default: every request is allowed while Redis is gone.
     let during = codes(&mut c, "steady".into(), 10).await;
     assert!(during.iter().all(|&x| x == Code::Ok as i32), "{during:?}");
@@ -444,9 +384,8 @@ async fn several_descriptors_and_hits_addend_in_memory() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_descriptors_and_hits_addend_in_redis() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let port = free_addr().port();
-    let _redis = Redis::start(port, dir.path());
+    let redis = Redis::start();
+    let port = redis.port;
     let backend = format!(
         "{{adapter: redisquota, params: {{redisServerUrl: \"127.0.0.1:{port}\", callTimeout: 2s}}}}"
     );

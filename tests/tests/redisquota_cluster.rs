@@ -1,10 +1,6 @@
 //! redisquota on a real three-node Redis Cluster: three mixer replicas count one rate limit
 //! exactly across them, for tenants whose counters land on different nodes.
 
-#[path = "support/redis_cluster.rs"]
-mod redis_cluster;
-
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -13,20 +9,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use mixer_tests::Mixer;
-
-fn redis_installed() -> bool {
-    let ok = Command::new("redis-server")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        let why = "redis-server is not installed: apt-get install -y redis-server (.ci/run does)";
-        assert!(std::env::var_os("CI").is_none(), "{why}");
-        eprintln!("skipped: {why}");
-    }
-    ok
-}
+use mixer_tests::redis::redis_installed;
 
 fn request(tenant: &str) -> RateLimitRequest {
     RateLimitRequest {
@@ -47,7 +30,7 @@ async fn a_rate_limit_is_counted_exactly_across_replicas_on_a_cluster() {
     if !redis_installed() {
         return;
     }
-    let cluster = redis_cluster::RedisCluster::start();
+    let cluster = mixer_tests::redis_cluster::RedisCluster::start();
     let dir = tempfile::tempdir().expect("temp dir");
     let config = dir.path().join("config.yaml");
     // The call budget is far above its default: a busy machine must not fail a call open.

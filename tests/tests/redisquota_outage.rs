@@ -7,9 +7,6 @@
 //! circuit closes and limiting returns.
 //! And a request with several descriptors costs one script call.
 
-#[path = "support/redis.rs"]
-mod redis;
-
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -19,8 +16,8 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use mixer_tests::redis::Redis;
 use mixer_tests::{Mixer, http_request};
-use redis::Redis;
 use tonic::transport::Channel;
 
 /// redisquota with its default call budget (5 ms) and breaker (5 failures, 500 ms), 5

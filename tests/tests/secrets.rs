@@ -7,9 +7,6 @@
 //! Adapters without a secret-bearing param (denier, noop, memquota, prometheus, stdio) are
 //! shown as written; `mixer_adapter_api::secrets` still hides a param named like a secret.
 
-#[path = "support/redis.rs"]
-mod redis;
-
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -410,7 +407,7 @@ fn check(mixer: &Mixer) -> u16 {
 
 #[test]
 fn passwords_from_the_environment_and_from_files_reach_redis_and_reload() {
-    let redis = redis::Redis::start();
+    let redis = mixer_tests::redis::Redis::start();
     redis_cli(
         redis.port,
         None,

@@ -17,11 +17,6 @@
 //! - the same sharing over TLS (`rediss://`) with a redis-server serving TLS only, its
 //!   certificate checked against a CA file (`--shared-cache-ca`) or not at all (`#insecure`).
 
-#[path = "support/redis.rs"]
-mod redis;
-#[path = "support/redis_cluster.rs"]
-mod redis_cluster;
-
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -36,25 +31,12 @@ use mixer_adapter_sdk::model::{
     CheckResult, Code, Instance, ListEntryInstance, Status, Template, Value,
 };
 use mixer_adapter_sdk::{Server, async_trait};
+use mixer_tests::redis::Redis;
+use mixer_tests::redis::redis_installed;
 use mixer_tests::{Mixer, http_request};
-use redis::Redis;
 
 fn binary() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_mixer-under-test"))
-}
-
-fn redis_installed() -> bool {
-    let ok = Command::new("redis-server")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        let why = "redis-server is not installed: apt-get install -y redis-server (.ci/run does)";
-        assert!(std::env::var_os("CI").is_none(), "{why}");
-        eprintln!("skipped: {why}");
-    }
-    ok
 }
 
 /// The out-of-process adapter: a `listentry` handler allowing the values in
@@ -590,7 +572,7 @@ fn replicas_share_verdicts_on_a_redis_cluster() {
     if !redis_installed() {
         return;
     }
-    let cluster = redis_cluster::RedisCluster::start();
+    let cluster = mixer_tests::redis_cluster::RedisCluster::start();
     let url = cluster.url();
     let flags = [
         "--shared-cache",

@@ -10,8 +10,6 @@
 
 #[path = "support/authz.rs"]
 mod authz;
-#[path = "support/redis.rs"]
-mod redis;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -27,25 +25,12 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use mixer_tests::nginx::{self, Nginx};
+use mixer_tests::redis::redis_installed;
 use mixer_tests::{free_addr, http_request};
 use tonic::transport::Channel;
 
 use authz::authz_request;
-use redis::Redis;
-
-fn redis_installed() -> bool {
-    let ok = Command::new("redis-server")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        let why = "redis-server is not installed: apt-get install -y redis-server (.ci/run does)";
-        assert!(std::env::var_os("CI").is_none(), "{why}");
-        eprintln!("skipped: {why}");
-    }
-    ok
-}
+use mixer_tests::redis::Redis;
 
 /// Rate limits of domain `fleet` counted in the shared Redis, and the default config's
 /// ext_authz rules (deny on `x-mixer-deny: true`, `x-mixer-user` for the upstream). The

@@ -1,14 +1,13 @@
 //! A three-node Redis Cluster of the test's own on loopback: three `redis-server
 //! --cluster-enabled yes` processes (no replicas), joined by `redis-cli --cluster create`.
 
-// Each test file uses the part it needs.
-#![allow(dead_code)]
-
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Three cluster nodes, stopped when dropped.
 pub struct RedisCluster {
     nodes: Vec<Child>,
+    /// The nodes' ports.
     pub ports: Vec<u16>,
     _dirs: Vec<tempfile::TempDir>,
 }
@@ -16,7 +15,7 @@ pub struct RedisCluster {
 /// A port whose cluster bus port (port + 10000) is free too.
 fn cluster_port() -> u16 {
     loop {
-        let port = mixer_tests::free_addr().port();
+        let port = crate::free_addr().port();
         if std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
             return port;
         }
@@ -24,6 +23,7 @@ fn cluster_port() -> u16 {
 }
 
 impl RedisCluster {
+    /// Starts three nodes on free ports and joins them into one cluster.
     pub fn start() -> RedisCluster {
         let mut cluster = RedisCluster {
             nodes: Vec::new(),

@@ -2,24 +2,40 @@
 //! hung Redis: connections are accepted and nothing is answered), continued and restarted on
 //! the same port; and what it counted (`INFO commandstats`, through `redis-cli`).
 
-// Each test file uses the part it needs.
-#![allow(dead_code)]
-
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A `redis-server` process of the test's own.
 pub struct Redis {
     child: Option<Child>,
+    /// Its loopback port.
     pub port: u16,
     dir: tempfile::TempDir,
 }
 
+/// Whether `redis-server` is installed. Under CI (`CI` set) a missing one fails the test;
+/// elsewhere the test says it is skipped and returns.
+pub fn redis_installed() -> bool {
+    let ok = Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        let why = "redis-server is not installed: apt-get install -y redis-server (.ci/run does)";
+        assert!(std::env::var_os("CI").is_none(), "{why}");
+        eprintln!("skipped: {why}");
+    }
+    ok
+}
+
 impl Redis {
+    /// Starts one on a free port and waits until it accepts connections.
     pub fn start() -> Redis {
         let mut redis = Redis {
             child: None,
-            port: mixer_tests::free_addr().port(),
+            port: crate::free_addr().port(),
             dir: tempfile::tempdir().expect("temp dir"),
         };
         redis.restart();
