@@ -1,9 +1,11 @@
 //! The example out-of-process adapters (`adapters/examples/`) as real processes: the Rust
-//! allow-list (built as `allowlist-under-test`) and the Python metrics-to-file adapter (run by
-//! the Python of a virtual environment with grpcio and grpcio-tools: `MIXER_PYTHON`, default
-//! `/tmp/mixer-venv/bin/python`). Each runs with its own YAML from the examples folder (ports
-//! and paths rewritten), behind the real mixer binary; checks go through HTTP forward-auth,
-//! reports through Mixer v1 Report. Each adapter is also called directly over gRPC.
+//! allow-list (built as `allowlist-under-test`), and the Python metrics-to-file and
+//! allowed-users adapters on the Python adapter helper (`adapters/sdk-python`; run by the
+//! Python of a virtual environment with its requirements: `MIXER_PYTHON`, default
+//! `/tmp/mixer-venv/bin/python`). Each runs
+//! with its own YAML from the examples folder (ports and paths rewritten), behind the real
+//! mixer binary; checks go through HTTP forward-auth, reports through Mixer v1 Report. Each
+//! adapter is also called directly over gRPC.
 
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -328,24 +330,14 @@ async fn mixer_validate_asks_the_remote_adapter_to_validate_its_params() {
     assert!(stderr.contains("/nonexistent/allowed.txt"), "{stderr}");
 }
 
-/// Starts the Python adapter with stubs generated into `dir`.
-fn start_python_adapter(python: &Path, dir: &Path) -> (SocketAddr, Process) {
-    let example = examples().join("python-metrics");
-    let stubs = dir.join("stubs");
-    let made = Command::new("sh")
-        .arg(example.join("make_stubs.sh"))
-        .arg(&stubs)
-        .env("PYTHON", python)
-        .stdout(Stdio::null())
-        .status()
-        .expect("run make_stubs.sh");
-    assert!(made.success(), "make_stubs.sh failed");
+/// An example adapter on the Python adapter helper (`adapters/sdk-python`), listening on a
+/// free port: `adapters/examples/<example>/adapter.py`.
+fn start_python_adapter(python: &Path, example: &str) -> (SocketAddr, Process) {
     let addr = free_addr();
     let mut process = Process(
         Command::new(python)
-            .arg(example.join("adapter.py"))
+            .arg(examples().join(example).join("adapter.py"))
             .arg(addr.to_string())
-            .env("PYTHONPATH", &stubs)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -379,7 +371,7 @@ async fn python_metrics_adapter_writes_reports_through_the_mixer() {
     };
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("metrics.jsonl");
-    let (adapter, _process) = start_python_adapter(&python, dir.path());
+    let (adapter, _process) = start_python_adapter(&python, "python-metrics");
 
     // Directly: bad params are refused by Validate.
     let mut backend = InfrastructureBackendClient::connect(format!("http://{adapter}"))
@@ -395,22 +387,66 @@ async fn python_metrics_adapter_writes_reports_through_the_mixer() {
         .into_inner();
     assert_eq!(refused.status.map(|s| s.code), Some(3));
 
-    // Directly: one metric call with params in the request.
+    // Directly: one metric call with params in the request; the helper hands the adapter
+    // each attribute type as a Python value (written here with json.dumps' default=str).
     let mut metrics = metric::handle_metric_service_client::HandleMetricServiceClient::connect(
         format!("http://{adapter}"),
     )
     .await
     .expect("connect");
     let direct = dir.path().join("direct.jsonl");
+    use mixer_proto::istio::policy::v1beta1 as policy;
+    use policy::value::Value as V;
+    let value = |v: V| policy::Value { value: Some(v) };
+    let dimensions = [
+        (
+            "ip",
+            V::IpAddressValue(policy::IpAddress {
+                value: vec![10, 0, 0, 1],
+            }),
+        ),
+        (
+            "time",
+            V::TimestampValue(policy::TimeStamp {
+                value: Some(prost_types::Timestamp {
+                    seconds: 1_700_000_000,
+                    nanos: 0,
+                }),
+            }),
+        ),
+        (
+            "took",
+            V::DurationValue(policy::Duration {
+                value: Some(prost_types::Duration {
+                    seconds: 1,
+                    nanos: 500_000_000,
+                }),
+            }),
+        ),
+        (
+            "host",
+            V::DnsNameValue(policy::DnsName {
+                value: "example.com".into(),
+            }),
+        ),
+        (
+            "headers",
+            V::StringMapValue(policy::StringMap {
+                value: [("x-user".into(), "alice".into())].into(),
+            }),
+        ),
+        ("ok", V::BoolValue(true)),
+        ("code", V::Int64Value(200)),
+    ];
     metrics
         .handle_metric(metric::HandleMetricRequest {
             instances: vec![metric::InstanceMsg {
                 name: "direct".into(),
-                value: Some(mixer_proto::istio::policy::v1beta1::Value {
-                    value: Some(
-                        mixer_proto::istio::policy::v1beta1::value::Value::DoubleValue(2.5),
-                    ),
-                }),
+                value: Some(value(V::DoubleValue(2.5))),
+                dimensions: dimensions
+                    .into_iter()
+                    .map(|(k, v)| (k.into(), value(v)))
+                    .collect(),
                 ..Default::default()
             }],
             adapter_config: Some(params_any(&json!({"path": direct}))),
@@ -420,7 +456,15 @@ async fn python_metrics_adapter_writes_reports_through_the_mixer() {
         .expect("handle metric");
     assert_eq!(
         lines(&direct),
-        [json!({"name": "direct", "value": 2.5, "dimensions": {}})]
+        [json!({"name": "direct", "value": 2.5, "dimensions": {
+            "ip": "10.0.0.1",
+            "time": "2023-11-14 22:13:20+00:00",
+            "took": "0:00:01.500000",
+            "host": "example.com",
+            "headers": {"x-user": "alice"},
+            "ok": true,
+            "code": 200,
+        }})]
     );
 
     // Through the mixer: two reported requests, two lines.
@@ -471,4 +515,174 @@ async fn python_metrics_adapter_writes_reports_through_the_mixer() {
         ]
     );
     mixer.terminate();
+}
+
+/// The services a gRPC server lists through server reflection, asked with `$version` of the
+/// reflection protocol (`v1` or `v1alpha` of `tonic_reflection::pb`), sorted.
+macro_rules! reflected_services {
+    ($version:ident, $addr:expr) => {{
+        use tonic_reflection::pb::$version::ServerReflectionRequest;
+        use tonic_reflection::pb::$version::server_reflection_client::ServerReflectionClient;
+        use tonic_reflection::pb::$version::server_reflection_request::MessageRequest;
+        use tonic_reflection::pb::$version::server_reflection_response::MessageResponse;
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", $addr))
+            .expect("endpoint")
+            .connect()
+            .await
+            .expect("connect");
+        let ask = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        };
+        let mut answers = ServerReflectionClient::new(channel)
+            .server_reflection_info(futures_util::stream::iter([ask]))
+            .await
+            .expect("server reflection")
+            .into_inner();
+        let answer = answers
+            .message()
+            .await
+            .expect("answer")
+            .expect("one answer");
+        let Some(MessageResponse::ListServicesResponse(list)) = answer.message_response else {
+            panic!("not a service list: {answer:?}");
+        };
+        let mut names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+        names.sort();
+        names
+    }};
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_check_adapter_decides_checks_through_the_mixer() {
+    let Some(python) = python_or_skip() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (adapter, _process) = start_python_adapter(&python, "python-check");
+
+    // Server reflection lists the template's service (how the mixer learns what the adapter
+    // serves), in both versions of the reflection protocol.
+    let want = [
+        "grpc.reflection.v1.ServerReflection",
+        "grpc.reflection.v1alpha.ServerReflection",
+        "istio.mixer.adapter.model.v1beta1.InfrastructureBackend",
+        "listentry.HandleListEntryService",
+    ];
+    assert_eq!(reflected_services!(v1, adapter), want);
+    assert_eq!(reflected_services!(v1alpha, adapter), want);
+
+    // Directly: Validate refuses bad params, with the adapter's message.
+    let mut backend = InfrastructureBackendClient::connect(format!("http://{adapter}"))
+        .await
+        .expect("connect");
+    let refused = backend
+        .validate(model::ValidateRequest {
+            adapter_config: Some(params_any(&json!({"users": "alice"}))),
+            ..Default::default()
+        })
+        .await
+        .expect("validate")
+        .into_inner()
+        .status
+        .expect("status");
+    assert_eq!(refused.code, 3, "{refused:?}");
+    assert!(refused.message.starts_with("params.users: "), "{refused:?}");
+
+    // Directly: a session id the adapter does not know is NOT_FOUND (the session contract:
+    // the mixer then creates the session again and retries), never an answer.
+    let mut checks =
+        listentry::handle_list_entry_service_client::HandleListEntryServiceClient::connect(
+            format!("http://{adapter}"),
+        )
+        .await
+        .expect("connect");
+    let unknown = checks
+        .handle_list_entry(listentry::HandleListEntryRequest {
+            instance: Some(listentry::InstanceMsg {
+                name: "user.instance.istio-system".into(),
+                value: "alice".into(),
+            }),
+            adapter_config: Some(mixer_oop::session_any("no-such-session")),
+            dedup_id: String::new(),
+        })
+        .await
+        .expect_err("an unknown session is an error");
+    assert_eq!(unknown.code(), tonic::Code::NotFound, "{unknown:?}");
+
+    // Through the mixer: the example's own YAML, with its session.
+    let config = config(
+        &examples().join("python-check/check.yaml"),
+        &[("127.0.0.1:9072", &adapter.to_string())],
+        dir.path(),
+    );
+    let mixer = start_mixer(&config).await;
+    assert_eq!(check(mixer.http, Some("alice")).await.0, 200);
+    let (status, body) = check(mixer.http, Some("mallory")).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains("'mallory' is not an allowed user"),
+        "{body:?}"
+    );
+    assert_eq!(check(mixer.http, None).await.0, 403);
+    mixer.terminate();
+}
+
+/// The stubs checked in beside the Python adapter helper are what `make_stubs.sh` makes from
+/// today's `proto/`: a proto changed without regenerating them fails here.
+#[test]
+fn python_helper_stubs_match_the_protos() {
+    let Some(python) = python_or_skip() else {
+        return;
+    };
+    let helper = examples().join("../sdk-python");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fresh = dir.path().join("stubs");
+    let made = Command::new("sh")
+        .arg(helper.join("make_stubs.sh"))
+        .arg(&fresh)
+        .env("PYTHON", &python)
+        .stdout(Stdio::null())
+        .status()
+        .expect("run make_stubs.sh");
+    assert!(made.success(), "make_stubs.sh failed");
+    fn files(root: &Path) -> Vec<(PathBuf, String)> {
+        let mut out = Vec::new();
+        let mut dirs = vec![root.to_path_buf()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).expect("read dir") {
+                let path = entry.expect("entry").path();
+                if path.is_dir() {
+                    if path.file_name().is_some_and(|n| n != "__pycache__") {
+                        dirs.push(path);
+                    }
+                } else if path.extension().is_some_and(|e| e == "py") {
+                    let text = std::fs::read_to_string(&path).expect("read stub");
+                    let relative = path.strip_prefix(root).expect("under root").to_path_buf();
+                    out.push((relative, text));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+    let checked_in = files(&helper.join("stubs"));
+    let regenerated = files(&fresh);
+    let names = |files: &[(PathBuf, String)]| -> Vec<PathBuf> {
+        files.iter().map(|(p, _)| p.clone()).collect()
+    };
+    assert_eq!(
+        names(&checked_in),
+        names(&regenerated),
+        "adapters/sdk-python/stubs is not what make_stubs.sh makes: run \
+         PYTHON=/tmp/mixer-venv/bin/python sh adapters/sdk-python/make_stubs.sh"
+    );
+    for ((path, old), (_, new)) in checked_in.iter().zip(&regenerated) {
+        assert!(
+            old == new,
+            "adapters/sdk-python/stubs/{} differs from what make_stubs.sh makes from proto/: \
+             run PYTHON=/tmp/mixer-venv/bin/python sh adapters/sdk-python/make_stubs.sh",
+            path.display()
+        );
+    }
 }
