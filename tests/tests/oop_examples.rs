@@ -2,10 +2,10 @@
 //! allow-list (built as `allowlist-under-test`), and the Python metrics-to-file and
 //! allowed-users adapters on the Python adapter helper (`adapters/sdk-python`; run by the
 //! Python of a virtual environment with its requirements: `MIXER_PYTHON`, default
-//! `/tmp/mixer-venv/bin/python`). Each runs
-//! with its own YAML from the examples folder (ports and paths rewritten), behind the real
-//! mixer binary; checks go through HTTP forward-auth, reports through Mixer v1 Report. Each
-//! adapter is also called directly over gRPC.
+//! `/tmp/mixer-venv/bin/python`); and the Python recipe that sends a report
+//! (`python-report`). Each runs with its own YAML from the examples folder (ports and paths
+//! rewritten), behind the real mixer binary; checks go through HTTP forward-auth, reports
+//! through Mixer v1 Report. Each adapter is also called directly over gRPC.
 
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -685,4 +685,54 @@ fn python_helper_stubs_match_the_protos() {
             path.display()
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_report_recipe_reaches_a_stdio_handler() {
+    let Some(python) = python_or_skip() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("reports.jsonl");
+    let recipe = examples().join("python-report");
+    let config = config(
+        &recipe.join("report.yaml"),
+        &[("/tmp/mixer-reports.jsonl", out.to_str().expect("utf-8"))],
+        dir.path(),
+    );
+    let mixer = start_mixer(&config).await;
+    let sent = Command::new(&python)
+        .arg(recipe.join("send_report.py"))
+        .args(["--mixer", &mixer.grpc.to_string()])
+        .args([
+            "request.method=GET",
+            "request.path=/hello",
+            "response.code=200",
+            r#"request.headers={"x-user": "alice"}"#,
+        ])
+        .output()
+        .expect("run send_report.py");
+    assert!(
+        sent.status.success(),
+        "send_report.py failed: {}",
+        String::from_utf8_lossy(&sent.stderr)
+    );
+    // The report is answered once queued; the stdio handler writes it soon after.
+    let start = Instant::now();
+    let mut got = lines(&out);
+    while got.is_empty() && start.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        got = lines(&out);
+    }
+    assert_eq!(got.len(), 1, "{got:?}");
+    let line = &got[0];
+    assert_eq!(
+        line["instance"], "requestlog.instance.istio-system",
+        "{line}"
+    );
+    assert_eq!(line["method"], "GET", "{line}");
+    assert_eq!(line["path"], "/hello", "{line}");
+    assert_eq!(line["responseCode"], 200, "{line}");
+    assert_eq!(line["user"], "alice", "{line}");
+    mixer.terminate();
 }
