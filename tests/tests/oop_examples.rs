@@ -333,11 +333,17 @@ async fn mixer_validate_asks_the_remote_adapter_to_validate_its_params() {
 /// An example adapter on the Python adapter helper (`adapters/sdk-python`), listening on a
 /// free port: `adapters/examples/<example>/adapter.py`.
 fn start_python_adapter(python: &Path, example: &str) -> (SocketAddr, Process) {
+    start_python_adapter_with(python, example, &[])
+}
+
+/// [`start_python_adapter`] with more command-line arguments.
+fn start_python_adapter_with(python: &Path, example: &str, args: &[&str]) -> (SocketAddr, Process) {
     let addr = free_addr();
     let mut process = Process(
         Command::new(python)
             .arg(examples().join(example).join("adapter.py"))
             .arg(addr.to_string())
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -625,6 +631,106 @@ async fn python_check_adapter_decides_checks_through_the_mixer() {
         "{body:?}"
     );
     assert_eq!(check(mixer.http, None).await.0, 403);
+    mixer.terminate();
+}
+
+/// PEM files of a test CA, a server certificate for `localhost` and 127.0.0.1 and a client
+/// certificate it signed, written to `dir`: (ca, server cert, server key, client cert,
+/// client key).
+fn tls_files(dir: &Path) -> [PathBuf; 5] {
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, KeyUsagePurpose,
+        SanType,
+    };
+    let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    // Distinct names: a leaf whose subject were the CA's would look self-signed.
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "python adapter test CA");
+    let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().expect("key")).expect("CA");
+    let leaf = |name: &str| {
+        let mut params = CertificateParams::new(vec![name.to_string()]).expect("params");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params
+            .subject_alt_names
+            .push(SanType::IpAddress([127, 0, 0, 1].into()));
+        let key = KeyPair::generate().expect("key");
+        let cert = params.signed_by(&key, &ca).expect("sign");
+        (cert.pem(), key.serialize_pem())
+    };
+    let (server_cert, server_key) = leaf("localhost");
+    let (client_cert, client_key) = leaf("mixer");
+    let files = [
+        ("ca.pem", ca.as_ref().pem()),
+        ("server.pem", server_cert),
+        ("server-key.pem", server_key),
+        ("client.pem", client_cert),
+        ("client-key.pem", client_key),
+    ];
+    files.map(|(name, pem)| {
+        let path = dir.join(name);
+        std::fs::write(&path, pem).expect("write PEM");
+        path
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_check_adapter_serves_mutual_tls_to_the_mixer() {
+    let Some(python) = python_or_skip() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pems = tempfile::tempdir().expect("tempdir");
+    let [ca, cert, key, client_cert, client_key] = tls_files(pems.path());
+    let path = |p: &PathBuf| p.to_str().expect("utf-8").to_string();
+    let (adapter, _process) = start_python_adapter_with(
+        &python,
+        "python-check",
+        &[
+            "--tls-cert",
+            &path(&cert),
+            "--tls-key",
+            &path(&key),
+            "--tls-client-ca",
+            &path(&ca),
+        ],
+    );
+
+    // The port speaks TLS only: a plaintext call fails.
+    let plaintext = async {
+        InfrastructureBackendClient::connect(format!("http://{adapter}"))
+            .await
+            .ok()?
+            .validate(model::ValidateRequest::default())
+            .await
+            .ok()
+    };
+    assert!(plaintext.await.is_none(), "a plaintext call was answered");
+
+    // The mixer, with the client certificate the adapter asks for, decides through it.
+    let authentication = format!(
+        "timeout: 2s\n    authentication:\n      mutual:\n        clientCertificate: {}\n        \
+         privateKey: {}\n        caCertificates: {}\n        serverName: localhost",
+        path(&client_cert),
+        path(&client_key),
+        path(&ca)
+    );
+    let config = config(
+        &examples().join("python-check/check.yaml"),
+        &[
+            ("127.0.0.1:9072", &adapter.to_string()),
+            ("timeout: 2s", &authentication),
+        ],
+        dir.path(),
+    );
+    let mixer = start_mixer(&config).await;
+    assert_eq!(check(mixer.http, Some("alice")).await.0, 200);
+    let (status, body) = check(mixer.http, Some("mallory")).await;
+    assert_eq!(status, 403, "{body}");
     mixer.terminate();
 }
 
