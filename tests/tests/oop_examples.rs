@@ -734,6 +734,24 @@ async fn python_check_adapter_serves_mutual_tls_to_the_mixer() {
     mixer.terminate();
 }
 
+/// The helper's own tests (`adapters/sdk-python/test_mixer_adapter.py`): a template of each
+/// variety through a real gRPC server, sessions, refusals and failures.
+#[test]
+fn python_helper_tests_pass() {
+    let Some(python) = python_or_skip() else {
+        return;
+    };
+    let out = Command::new(&python)
+        .arg(examples().join("../sdk-python/test_mixer_adapter.py"))
+        .output()
+        .expect("run the helper's tests");
+    assert!(
+        out.status.success(),
+        "adapters/sdk-python/test_mixer_adapter.py failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The stubs checked in beside the Python adapter helper are what `make_stubs.sh` makes from
 /// today's `proto/`: a proto changed without regenerating them fails here.
 #[test]
