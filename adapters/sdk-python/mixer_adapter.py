@@ -16,6 +16,7 @@ mixer learns your templates), and serves TLS when given a certificate. See READM
 """
 import argparse
 import datetime
+import importlib
 import ipaddress
 import os
 import sys
@@ -26,7 +27,9 @@ from concurrent import futures
 from dataclasses import dataclass
 
 # The generated stubs ship beside this file (see README.md: why they are checked in).
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "stubs"))
+_STUBS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stubs")
+if _STUBS not in sys.path:
+    sys.path.insert(0, _STUBS)
 
 import grpc  # noqa: E402
 from google.protobuf import json_format, struct_pb2  # noqa: E402
@@ -36,7 +39,7 @@ from istio.mixer.adapter.model.v1beta1 import check_pb2, quota_pb2, report_pb2  
 from istio.mixer.adapter.model.v1beta1 import infrastructure_backend_pb2 as backend  # noqa: E402
 from istio.mixer.adapter.model.v1beta1 import infrastructure_backend_pb2_grpc as backend_grpc  # noqa: E402
 
-__all__ = ["Adapter", "Instance", "Verdict", "allow", "deny", "serve", "TEMPLATES"]
+__all__ = ["Adapter", "Instance", "Verdict", "allow", "deny", "serve", "services", "TEMPLATES"]
 
 #: The templates an adapter may serve, by the name its `handle_<name>` method carries, and
 #: their variety: a check answers a `Verdict`, a report nothing, a quota the amount granted.
@@ -122,10 +125,10 @@ def _plain(message):
         return ipaddress.ip_address(message.value) if message.value else None
     if kind in ("istio.policy.v1beta1.TimeStamp", "istio.policy.v1beta1.Duration"):
         return _plain(message.value)
-    if kind.startswith("istio.policy.v1beta1.") and kind != "istio.policy.v1beta1.StringMap":
-        return message.value  # EmailAddress, DNSName, Uri: the text
     if kind == "istio.policy.v1beta1.StringMap":
         return dict(message.value)
+    if kind.startswith("istio.policy.v1beta1."):
+        return message.value  # EmailAddress, DNSName, Uri: the text
     if kind == "google.protobuf.Timestamp":
         return message.ToDatetime(tzinfo=datetime.timezone.utc)
     if kind == "google.protobuf.Duration":
@@ -164,8 +167,22 @@ class _Sessions(backend_grpc.InfrastructureBackendServicer):
             if not config.Unpack(struct):
                 return None, "params: expected a google.protobuf.Struct, got %s" % config.type_url
             params = json_format.MessageToDict(struct)
-        why = self.adapter.validate(params)
+        try:
+            why = self.adapter.validate(params)
+        except Exception as e:  # params the check did not expect: refused, never let through
+            traceback.print_exc()
+            why = "%s: %s" % (type(e).__name__, e)
         return (None, why) if why else (params, None)
+
+    def _open(self, params):
+        """(state, None), or (None, Status saying why `open` failed)."""
+        try:
+            return self.adapter.open(params), None
+        except ValueError as e:
+            return None, _status(_INVALID_ARGUMENT, str(e))
+        except Exception as e:  # the adapter's own failure, not the params'
+            traceback.print_exc()
+            return None, _status(_INTERNAL, "%s: %s" % (type(e).__name__, e))
 
     def Validate(self, request, context):
         _, why = self._refusal(request.adapter_config)
@@ -173,12 +190,11 @@ class _Sessions(backend_grpc.InfrastructureBackendServicer):
 
     def CreateSession(self, request, context):
         params, why = self._refusal(request.adapter_config)
-        try:
-            state = self.adapter.open(params) if why is None else None
-        except ValueError as e:
-            why = str(e)
         if why is not None:
             return backend.CreateSessionResponse(status=_status(_INVALID_ARGUMENT, why))
+        state, failed = self._open(params)
+        if failed is not None:
+            return backend.CreateSessionResponse(status=failed)
         # Random, not counted: after a restart an old id must not name another handler's session.
         session_id = uuid.uuid4().hex
         with self.lock:
@@ -205,10 +221,11 @@ class _Sessions(backend_grpc.InfrastructureBackendServicer):
         params, why = self._refusal(config)
         if why is not None:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, why)
-        try:
-            return self.adapter.open(params)
-        except ValueError as e:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        state, failed = self._open(params)
+        if failed is not None:
+            code = grpc.StatusCode.INVALID_ARGUMENT if failed.code == _INVALID_ARGUMENT else grpc.StatusCode.INTERNAL
+            context.abort(code, failed.message)
+        return state
 
 
 def _check_result(verdict):
@@ -247,9 +264,8 @@ def _method(sessions, variety, handle):
 
 def services(adapter):
     """The gRPC service handlers for `adapter`, and the full names of the services they serve:
-    InfrastructureBackend and one `Handle<Template>Service` per `handle_<template>` method."""
-    import importlib
-
+    InfrastructureBackend and one `Handle<Template>Service` per `handle_<template>` method.
+    `serve` puts them on a server; a test may put them on its own."""
     sessions = _Sessions(adapter)
     names = [backend.DESCRIPTOR.services_by_name["InfrastructureBackend"].full_name]
     handlers = [grpc.method_handlers_generic_handler(names[0], {

@@ -55,6 +55,8 @@ class Everything(mixer_adapter.Adapter):
     def open(self, params):
         if params.get("refuse"):
             raise ValueError("refused at open")
+        if params.get("crash"):
+            raise OSError("the backend is down")
         return dict(params, opened=True)
 
     def close(self, state):
@@ -114,9 +116,15 @@ class HelperTest(unittest.TestCase):
         self.assertEqual((refused.status.code, refused.status.message), (3, "params.limit: must not be negative"))
         ok = self.backend.Validate(backend.ValidateRequest(adapter_config=params({"limit": 1})))
         self.assertEqual(ok.status.code, 0)
-        for value, message in (({"limit": -1}, "params.limit: must not be negative"), ({"refuse": True}, "refused at open")):
+        # A validate that raises on params it did not expect refuses them.
+        odd = self.backend.Validate(backend.ValidateRequest(adapter_config=params({"limit": "ten"})))
+        self.assertEqual(odd.status.code, 3)
+        self.assertTrue(odd.status.message.startswith("TypeError: "), odd.status.message)
+        for value, code, message in (({"limit": -1}, 3, "params.limit: must not be negative"),
+                                     ({"refuse": True}, 3, "refused at open"),
+                                     ({"crash": True}, 13, "OSError: the backend is down")):
             answer = self.backend.CreateSession(backend.CreateSessionRequest(adapter_config=params(value)))
-            self.assertEqual((answer.status.code, answer.status.message, answer.session_id), (3, message, ""))
+            self.assertEqual((answer.status.code, answer.status.message, answer.session_id), (code, message, ""))
 
     def test_sessions_are_distinct_closed_once_and_then_unknown(self):
         first, second = self.open_session({"allow": True}), self.open_session({"allow": False})
