@@ -339,6 +339,11 @@ fn start_python_adapter(python: &Path, example: &str) -> (SocketAddr, Process) {
 /// [`start_python_adapter`] with more command-line arguments.
 fn start_python_adapter_with(python: &Path, example: &str, args: &[&str]) -> (SocketAddr, Process) {
     let addr = free_addr();
+    (addr, python_adapter_at(python, example, addr, args))
+}
+
+/// The example adapter listening on `addr`.
+fn python_adapter_at(python: &Path, example: &str, addr: SocketAddr, args: &[&str]) -> Process {
     let mut process = Process(
         Command::new(python)
             .arg(examples().join(example).join("adapter.py"))
@@ -350,7 +355,7 @@ fn start_python_adapter_with(python: &Path, example: &str, args: &[&str]) -> (So
             .expect("start the Python adapter"),
     );
     wait_listening(addr, &mut process);
-    (addr, process)
+    process
 }
 
 fn record(method: &str, code: i64) -> pb::CompressedAttributes {
@@ -565,7 +570,7 @@ async fn python_check_adapter_decides_checks_through_the_mixer() {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
-    let (adapter, _process) = start_python_adapter(&python, "python-check");
+    let (adapter, process) = start_python_adapter(&python, "python-check");
 
     // Server reflection lists the template's service (how the mixer learns what the adapter
     // serves), in both versions of the reflection protocol.
@@ -631,6 +636,13 @@ async fn python_check_adapter_decides_checks_through_the_mixer() {
         "{body:?}"
     );
     assert_eq!(check(mixer.http, None).await.0, 403);
+
+    // The adapter restarts, its sessions gone: a call with the mixer's old session id is
+    // answered NOT_FOUND (unless the mixer saw the connection drop first), and the mixer
+    // opens a new session (a user not asked before, so no cached answer can stand in).
+    drop(process);
+    let _restarted = python_adapter_at(&python, "python-check", adapter, &[]);
+    check_until(mixer.http, "bob", 200).await;
     mixer.terminate();
 }
 
