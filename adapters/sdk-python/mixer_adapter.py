@@ -332,20 +332,27 @@ def serve(adapter, argv=None, default_address="127.0.0.1:9071", workers=8):
     parser.add_argument("--tls-client-ca", default=env("ADAPTER_TLS_CLIENT_CA"))
     args = parser.parse_args(argv)
     if bool(args.tls_cert) != bool(args.tls_key) or (args.tls_client_ca and not args.tls_cert):
-        parser.error("TLS needs both --tls-cert and --tls-key (and they for --tls-client-ca)")
+        parser.error("TLS needs --tls-cert and --tls-key together (--tls-client-ca needs both too)")
     handlers, names = services(adapter)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers),
                          handlers=handlers + _reflection(names))
     if args.tls_cert:
-        ca = _read(args.tls_client_ca) if args.tls_client_ca else None
+        try:
+            ca = _read(args.tls_client_ca) if args.tls_client_ca else None
+            key, cert = _read(args.tls_key), _read(args.tls_cert)
+        except OSError as e:
+            parser.error("cannot read %s: %s" % (e.filename, e.strerror))
         credentials = grpc.ssl_server_credentials(
-            [(_read(args.tls_key), _read(args.tls_cert))], root_certificates=ca,
-            require_client_auth=ca is not None)
-        port = server.add_secure_port(args.address, credentials)
+            [(key, cert)], root_certificates=ca, require_client_auth=ca is not None)
+    try:
+        port = (server.add_secure_port(args.address, credentials) if args.tls_cert
+                else server.add_insecure_port(args.address))
+    except RuntimeError as e:  # grpcio's way of saying the address cannot be bound
+        port, why = 0, e
     else:
-        port = server.add_insecure_port(args.address)
+        why = "no port"
     if not port:
-        sys.exit("cannot listen on %s" % args.address)
+        sys.exit("cannot listen on %s: %s" % (args.address, why))
     server.start()
     print("%s listening on %s (%s)%s" % (type(adapter).__name__, args.address,
           ", ".join(names[1:]), " with TLS" if args.tls_cert else ""), flush=True)

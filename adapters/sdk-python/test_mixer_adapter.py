@@ -215,5 +215,19 @@ class HelperTest(unittest.TestCase):
         self.assertEqual({k: v.granted_amount for k, v in answer.quotas.items()}, {"a": 3, "b": 5})
 
 
+    def test_serve_refuses_a_half_tls_setup_unreadable_files_and_an_address_it_cannot_bind(self):
+        for argv, why in ((["127.0.0.1:0", "--tls-cert", "cert.pem"], 2),
+                          (["127.0.0.1:0", "--tls-cert", "/nonexistent/c", "--tls-key", "/nonexistent/k"], 2),
+                          (["192.0.2.1:1"], "cannot listen on 192.0.2.1:1: ")):
+            with self.assertRaises(SystemExit) as stopped, open(os.devnull, "w") as quiet:
+                stderr, sys.stderr = sys.stderr, quiet
+                try:
+                    mixer_adapter.serve(Everything(), argv=argv)
+                finally:
+                    sys.stderr = stderr
+            code = stopped.exception.code
+            self.assertTrue(code == why if isinstance(why, int) else str(code).startswith(why), code)
+
+
 if __name__ == "__main__":
     unittest.main()
