@@ -621,6 +621,28 @@ async fn python_check_adapter_decides_checks_through_the_mixer() {
         .expect_err("an unknown session is an error");
     assert_eq!(unknown.code(), tonic::Code::NotFound, "{unknown:?}");
 
+    // `mixer validate` shows the adapter's refusal, naming the field.
+    let bad_dir = dir.path().join("bad");
+    std::fs::create_dir(&bad_dir).expect("mkdir");
+    let bad = config(
+        &examples().join("python-check/check.yaml"),
+        &[
+            ("127.0.0.1:9072", &adapter.to_string()),
+            ("users: [alice, bob]", "users: alice"),
+        ],
+        &bad_dir,
+    );
+    let validated = Command::new(env!("CARGO_BIN_EXE_mixer-under-test"))
+        .args(["validate", bad.to_str().expect("utf-8")])
+        .output()
+        .expect("run mixer validate");
+    let stderr = String::from_utf8_lossy(&validated.stderr);
+    assert!(!validated.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("params.users: expected a list of user names"),
+        "{stderr}"
+    );
+
     // Through the mixer: the example's own YAML, with its session.
     let config = config(
         &examples().join("python-check/check.yaml"),
