@@ -1,4 +1,5 @@
-//! The Python of the virtual environment with grpcio and grpcio-tools that `.ci/run` sets up
+//! The Python of the virtual environment with grpcio, grpcio-tools and grpcio-reflection (the
+//! Python adapter helper's requirements) that `.ci/run` sets up
 //! (`MIXER_PYTHON`, default `/tmp/mixer-venv/bin/python`), for the tests that run Python.
 
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ pub fn python_or_skip() -> Option<PathBuf> {
         std::env::var("MIXER_PYTHON").unwrap_or_else(|_| "/tmp/mixer-venv/bin/python".into()),
     );
     let ok = Command::new(&python)
-        .args(["-c", "import grpc, grpc_tools"])
+        .args(["-c", "import grpc, grpc_tools, grpc_reflection"])
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
@@ -19,8 +20,8 @@ pub fn python_or_skip() -> Option<PathBuf> {
         return Some(python);
     }
     let why = format!(
-        "{} with grpcio and grpcio-tools not found: python3 -m venv /tmp/mixer-venv && \
-         /tmp/mixer-venv/bin/pip install -r adapters/examples/python-metrics/requirements.txt \
+        "{} with grpcio, grpcio-tools and grpcio-reflection not found: python3 -m venv \
+         /tmp/mixer-venv && /tmp/mixer-venv/bin/pip install -r adapters/sdk-python/requirements.txt \
          (or set MIXER_PYTHON)",
         python.display()
     );
