@@ -53,6 +53,7 @@ impl std::fmt::Debug for Connector {
 pub struct TransportError {
     what: &'static str,
     source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    unsent: bool,
 }
 
 impl TransportError {
@@ -63,7 +64,23 @@ impl TransportError {
         TransportError {
             what,
             source: Some(source.into()),
+            unsent: false,
         }
+    }
+
+    /// The same error, known not to have reached the adapter.
+    fn unsent(mut self) -> Self {
+        self.unsent = true;
+        self
+    }
+
+    /// Whether the adapter cannot have acted on the request: it went to a connection that
+    /// turned out to be broken before the request was written, or the adapter refused its
+    /// stream unprocessed (`REFUSED_STREAM`). Such a call can be sent again on a new
+    /// connection without being applied twice. A failure to connect is not one of them:
+    /// connecting again at once would fail the same way.
+    pub fn unsent_on_a_broken_connection(&self) -> bool {
+        self.unsent
     }
 }
 
@@ -174,10 +191,11 @@ impl AdapterConnection {
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let live = self.live().await?;
-        // A connection found broken is not used again: the next call opens another.
+        // A connection found broken is not used again: the next call opens another. Nothing
+        // of this request has been written when `broke` is called.
         let broke = |e| {
             live.closed.store(true, Ordering::Release);
-            TransportError::new("the adapter connection broke", e)
+            TransportError::new("the adapter connection broke", e).unsent()
         };
         let mut send = live.send.clone().ready().await.map_err(broke)?;
         let (mut head, body) = request.into_parts();
@@ -194,6 +212,9 @@ impl AdapterConnection {
         // A unary call's body is ready at once: everything is queued before the connection
         // task writes. h2 buffers data that has no send capacity yet.
         let mut body = std::pin::pin!(body);
+        // Once a frame of the body is queued the connection task may write it: a later
+        // failure can no longer promise that nothing reached the adapter.
+        let mut queued = false;
         loop {
             let frame = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await;
             let (sent, done) = match frame {
@@ -213,14 +234,26 @@ impl AdapterConnection {
                 }
                 None => (stream.send_data(Bytes::new(), true), true),
             };
-            sent.map_err(broke)?;
+            sent.map_err(|e| {
+                if queued {
+                    live.closed.store(true, Ordering::Release);
+                    TransportError::new("the adapter connection broke", e)
+                } else {
+                    broke(e)
+                }
+            })?;
+            queued = true;
             if done {
                 break;
             }
         }
-        let response = response
-            .await
-            .map_err(|e| TransportError::new("the adapter did not answer", e))?;
+        let response = response.await.map_err(|e| {
+            // REFUSED_STREAM promises the adapter did not process the stream (RFC 9113
+            // 8.7); a GOAWAY does not, since its error also reaches streams it let through.
+            let refused = e.is_remote() && e.reason() == Some(h2::Reason::REFUSED_STREAM);
+            let error = TransportError::new("the adapter did not answer", e);
+            if refused { error.unsent() } else { error }
+        })?;
         Ok(response.map(|recv| ResponseBody {
             recv,
             data_done: false,
