@@ -451,6 +451,56 @@ mod tests {
         accepted_soon(&accepted, 2).await;
     }
 
+    /// An HTTP/2 peer that refuses each request's stream unprocessed (`refuse`), or drops
+    /// the connection once it has received the first request.
+    async fn h2_peer(refuse: bool) -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address");
+        tokio::spawn(async move {
+            let Ok((socket, _)) = listener.accept().await else {
+                return;
+            };
+            let Ok(mut connection) = h2::server::handshake(socket).await else {
+                return;
+            };
+            while let Some(Ok((_, mut respond))) = connection.accept().await {
+                if !refuse {
+                    // The request reached the adapter, which went away before answering.
+                    return;
+                }
+                respond.send_reset(h2::Reason::REFUSED_STREAM);
+            }
+        });
+        addr
+    }
+
+    async fn failed_call(addr: SocketAddr) -> TransportError {
+        let connection = AdapterConnection::open_plaintext(addr, Duration::from_secs(1))
+            .await
+            .expect("connected");
+        let request = http::Request::post("/pkg.Service/Method")
+            .body(Full::new(Bytes::from_static(b"\0\0\0\0\0")))
+            .expect("request");
+        let answer = tokio::time::timeout(Duration::from_secs(5), connection.call(request))
+            .await
+            .expect("the peer ends the call");
+        answer.err().expect("no answer")
+    }
+
+    #[tokio::test]
+    async fn a_stream_the_adapter_refused_unprocessed_can_be_sent_again() {
+        let error = failed_call(h2_peer(true).await).await;
+        assert!(error.unsent_on_a_broken_connection(), "{error:?}");
+    }
+
+    #[tokio::test]
+    async fn a_request_the_adapter_received_is_never_called_unsent() {
+        let error = failed_call(h2_peer(false).await).await;
+        assert!(!error.unsent_on_a_broken_connection(), "{error:?}");
+    }
+
     #[tokio::test]
     async fn an_address_nothing_listens_on_is_a_transport_error() {
         let (addr, _) = black_hole().await;
@@ -464,6 +514,8 @@ mod tests {
             .await
             .expect_err("refused");
         assert_eq!(error.to_string(), "cannot connect to the adapter");
+        // Connecting again at once would fail the same way: not a call to send again.
+        assert!(!error.unsent_on_a_broken_connection());
         let cause = std::error::Error::source(&error).expect("the cause");
         assert!(cause.to_string().contains("refused"), "{cause}");
     }
