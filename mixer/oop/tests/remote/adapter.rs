@@ -133,6 +133,7 @@ impl metric::handle_metric_service_server::HandleMetricService for Adapter {
         request: Request<metric::HandleMetricRequest>,
     ) -> Result<Response<model::ReportResult>, Status> {
         let r = request.into_inner();
+        self.session_lost(r.adapter_config.as_ref())?;
         let fail = self
             .0
             .fail_reports

@@ -188,3 +188,32 @@ async fn not_found_without_a_session_is_final() {
         .expect("params, not a session: nothing to lose");
     assert_eq!(h.metrics().calls("check", "session_lost"), 0);
 }
+
+/// A report batch meets a lost session as a check does: a new session, the batch sent once
+/// more at once, not after the report backoff.
+#[tokio::test]
+async fn a_report_batch_with_a_lost_session_goes_again_at_once() {
+    let state = Arc::new(State {
+        sessions: true,
+        ..State::default()
+    });
+    let (addr, _server) = serve(state.clone(), "127.0.0.1:0".parse().unwrap()).await;
+    let h = build(options(), addr, serde_json::Value::Null);
+    let report = h.as_report().expect("report");
+    report.report(&[metric(1)]).await.expect("delivered");
+    state.lose_sessions.store(1, Ordering::SeqCst);
+    report.report(&[metric(2)]).await.expect("delivered");
+    assert_eq!(
+        state.reports.lock().unwrap().len(),
+        2,
+        "each batch seen once"
+    );
+    assert_eq!(h.metrics().calls("report", "session_lost"), 1);
+    assert_eq!(h.metrics().calls("create_session", "ok"), 2);
+    let mut text = String::new();
+    h.as_exposition().expect("metrics").render(&mut text);
+    assert!(
+        text.contains("mixer_oop_report_retries_total{handler=\"h.istio-system\"} 0"),
+        "{text}"
+    );
+}
