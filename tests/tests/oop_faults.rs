@@ -438,3 +438,55 @@ fn the_first_check_after_an_adapter_restart_is_decided() {
     let exit = mixer.terminate();
     assert!(exit.success(), "mixer exit {exit:?}");
 }
+
+/// Runs the allowlist adapter with `args` and `env`, which must make it exit within a few
+/// seconds; returns its exit status and stderr.
+fn allowlist_exit(args: &[&str], env: &[(&str, &str)]) -> (std::process::ExitStatus, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_allowlist-under-test"))
+        .args(args)
+        .envs(env.iter().copied())
+        .env_remove("ADAPTER_ADDR")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the allowlist adapter");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the adapter kept running with {args:?} {env:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
+        .expect("read stderr");
+    (status, stderr)
+}
+
+/// The SDK's one-call `serve` refuses what it cannot serve with a message, never a panic nor
+/// a plaintext port in place of the TLS one asked for.
+#[test]
+fn an_adapter_set_up_wrong_exits_with_a_clear_error() {
+    let (status, stderr) = allowlist_exit(&["not an address"], &[]);
+    assert!(!status.success(), "{stderr}");
+    assert!(stderr.starts_with("mixer adapter allowlist: "), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+
+    let addr = free_addr().to_string();
+    let (status, stderr) = allowlist_exit(&[&addr], &[("ADAPTER_TLS_CERT", "/nonexistent.pem")]);
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("ADAPTER_TLS_CERT is set but ADAPTER_TLS_KEY is not"),
+        "{stderr}"
+    );
+
+    // A required token that cannot be read would leave the adapter open to every caller.
+    let (status, stderr) = allowlist_exit(&[&addr], &[("ADAPTER_TOKEN_FILE", "/nonexistent")]);
+    assert!(!status.success(), "{stderr}");
+    assert!(stderr.contains("/nonexistent"), "{stderr}");
+}

@@ -288,8 +288,12 @@ pub fn serve<A: Adapter>(adapter: A) -> std::process::ExitCode {
         if let Some(tls) = ServerTls::from_env()? {
             server = server.tls(tls);
         }
-        if let Some(token) = std::env::var_os("ADAPTER_TOKEN_FILE") {
-            server = server.require_token(RequiredToken::bearer(token)?);
+        if let Some(path) = std::env::var_os("ADAPTER_TOKEN_FILE") {
+            let token = RequiredToken::bearer(&path).map_err(|e| {
+                let path = std::path::Path::new(&path).display();
+                std::io::Error::new(e.kind(), format!("ADAPTER_TOKEN_FILE {path}: {e}"))
+            })?;
+            server = server.require_token(token);
         }
         runtime.block_on(server.serve(listen_addr(DEFAULT_ADDR)))
     });
