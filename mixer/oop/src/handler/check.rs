@@ -18,15 +18,15 @@ impl CheckHandler for RemoteHandler {
     /// One Handle call, bounded by the deadline; sent again only when the adapter cannot
     /// have acted on it (see `RemoteHandler::call`).
     async fn check(&self, instance: &Instance) -> Result<CheckResult, AdapterError> {
-        let dedup_id = self.next_dedup_id();
         macro_rules! check {
             ($module:ident, $($client:ident)::+, $req:ident, $method:ident, $msg:expr) => {
                 self.call("check", |ch, cfg, t| {
                     let mut req = Request::new($module::$req {
                         instance: Some($msg),
                         adapter_config: Some(cfg),
-                        // Kept for a second attempt (see `call`).
-                        dedup_id: dedup_id.clone(),
+                        // Made here, per attempt: a check is not deduplicated, and the
+                        // first attempt costs no copy kept for a second.
+                        dedup_id: self.next_dedup_id(),
                     });
                     req.set_timeout(t);
                     async move {
