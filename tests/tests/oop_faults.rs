@@ -2,11 +2,14 @@
 //! port, hung, or refusing its params at config load. Every check during an outage gets the
 //! handler's declared fail policy (503 for CLOSED through forward-auth, 200 for OPEN) within
 //! the deadline, the mixer never crashes, and a restarted adapter is used again within a
-//! second.
+//! second. The Rust SDK's example adapter (the allowlist, a real process) killed and started
+//! again on its port answers the very first request after: the mixer re-creates the session
+//! the new process does not know and sends the check again.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -357,4 +360,133 @@ fn params_the_adapter_refuses_keep_the_previous_config() {
     assert_eq!(check(&mixer, "closed").0, 200);
     assert!(shared.calls.load(Ordering::SeqCst) > before);
     drop(mixer);
+}
+
+/// The allowlist example adapter as a child process on `addr`, killed when dropped.
+struct AllowlistProcess(Child);
+
+impl AllowlistProcess {
+    fn start(addr: SocketAddr) -> AllowlistProcess {
+        let mut process = AllowlistProcess(
+            Command::new(env!("CARGO_BIN_EXE_allowlist-under-test"))
+                .arg(addr.to_string())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start the allowlist adapter"),
+        );
+        let started = Instant::now();
+        while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+            if let Ok(Some(status)) = process.0.try_wait() {
+                panic!("adapter exited before listening on {addr}: {status}");
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "adapter not listening on {addr}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        process
+    }
+}
+
+impl Drop for AllowlistProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_first_check_after_an_adapter_restart_is_decided() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let allowed = dir.path().join("allowed.txt");
+    std::fs::write(&allowed, "alice\nbob\n").expect("write allow list");
+    let addr = free_addr();
+    let adapter = AllowlistProcess::start(addr);
+    let example =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../adapters/examples/allowlist/allowlist.yaml");
+    let yaml = std::fs::read_to_string(example)
+        .expect("read example")
+        .replace("127.0.0.1:9070", &addr.to_string())
+        .replace(
+            "adapters/examples/allowlist/allowed.txt",
+            allowed.to_str().expect("utf-8"),
+        );
+    let configs = dir.path().join("config");
+    std::fs::create_dir(&configs).expect("mkdir");
+    std::fs::write(configs.join("allowlist.yaml"), yaml).expect("write config");
+    let mixer = Mixer::start(binary(), &["--config", configs.to_str().expect("utf-8")]);
+    mixer.wait_ready(Duration::from_secs(20));
+    let check =
+        |user: &str| http_request(mixer.http, "GET", "/check", &[("x-user", user)]).expect("check");
+    assert_eq!(check("alice").0, 200);
+
+    drop(adapter);
+    let _adapter = AllowlistProcess::start(addr);
+    // Another user: the mixer's cached answer for alice would not reach the adapter.
+    let (status, _, body) = check("bob");
+    assert_eq!(status, 200, "the first check after the restart: {body}");
+    let (status, _, body) = check("mallory");
+    assert_eq!(status, 403, "{body}");
+    let lost = mixer
+        .metric(
+            "mixer_oop_calls_total{handler=\"allowlist.handler.istio-system\",call=\"check\",outcome=\"session_lost\"}",
+        )
+        .unwrap_or_default();
+    assert_eq!(lost, 1.0, "the check was sent again once");
+    let exit = mixer.terminate();
+    assert!(exit.success(), "mixer exit {exit:?}");
+}
+
+/// Runs the allowlist adapter with `args` and `env`, which must make it exit within a few
+/// seconds; returns its exit status and stderr.
+fn allowlist_exit(args: &[&str], env: &[(&str, &str)]) -> (std::process::ExitStatus, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_allowlist-under-test"))
+        .args(args)
+        .envs(env.iter().copied())
+        .env_remove("ADAPTER_ADDR")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the allowlist adapter");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the adapter kept running with {args:?} {env:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
+        .expect("read stderr");
+    (status, stderr)
+}
+
+/// The SDK's one-call `serve` refuses what it cannot serve with a message, never a panic nor
+/// a plaintext port in place of the TLS one asked for.
+#[test]
+fn an_adapter_set_up_wrong_exits_with_a_clear_error() {
+    let (status, stderr) = allowlist_exit(&["not an address"], &[]);
+    assert!(!status.success(), "{stderr}");
+    assert!(stderr.starts_with("mixer adapter allowlist: "), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+
+    let addr = free_addr().to_string();
+    let (status, stderr) = allowlist_exit(&[&addr], &[("ADAPTER_TLS_CERT", "/nonexistent.pem")]);
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("ADAPTER_TLS_CERT is set but ADAPTER_TLS_KEY is not"),
+        "{stderr}"
+    );
+
+    // A required token that cannot be read would leave the adapter open to every caller.
+    let (status, stderr) = allowlist_exit(&[&addr], &[("ADAPTER_TOKEN_FILE", "/nonexistent")]);
+    assert!(!status.success(), "{stderr}");
+    assert!(stderr.contains("/nonexistent"), "{stderr}");
 }

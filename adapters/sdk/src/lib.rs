@@ -13,16 +13,11 @@
 //! [`async_trait`](macro@async_trait).
 //!
 //! ```no_run
-//! use std::collections::HashSet;
-//! use std::sync::Arc;
-//! use std::time::Duration;
+//! use std::{collections::HashSet, sync::Arc, time::Duration};
 //!
-//! use mixer_adapter_sdk::api::{
-//!     Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, Handler, ParamError,
-//!     Stability,
-//! };
-//! use mixer_adapter_sdk::model::{CheckResult, Code, Instance, ListEntryInstance, Status, Template};
-//! use mixer_adapter_sdk::{Server, async_trait};
+//! use mixer_adapter_sdk::api::{Adapter, AdapterError, AdapterInfo, BuildContext, Handler};
+//! use mixer_adapter_sdk::api::{ParamError, Stability};
+//! use mixer_adapter_sdk::model::{CheckResult, Code, ListEntryInstance, Status, Template};
 //!
 //! /// Lets through the values listed in the handler's `params.allowed`.
 //! struct Allow;
@@ -61,45 +56,36 @@
 //!
 //!     fn build(&self, allowed: &HashSet<String>, _: &BuildContext)
 //!         -> Result<Arc<dyn Handler>, AdapterError> {
-//!         Ok(Arc::new(AllowHandler(allowed.clone())))
+//!         let allowed = allowed.clone();
+//!         Ok(mixer_adapter_sdk::check_fn(move |instance| {
+//!             let entry = ListEntryInstance::of(instance).and_then(|entry| entry.value);
+//!             let value = entry.as_ref().and_then(|v| v.as_str()).unwrap_or_default();
+//!             let mut answer = CheckResult::ok(Duration::from_secs(5), 1000);
+//!             if !allowed.contains(value) {
+//!                 answer.status = Status::new(Code::PermissionDenied, format!("{value} is not allowed"));
+//!             }
+//!             Ok(answer)
+//!         }))
 //!     }
 //! }
 //!
-//! struct AllowHandler(HashSet<String>);
-//!
-//! impl Handler for AllowHandler {
-//!     fn as_check(&self) -> Option<&dyn CheckHandler> {
-//!         Some(self)
-//!     }
-//! }
-//!
-//! #[async_trait]
-//! impl CheckHandler for AllowHandler {
-//!     async fn check(&self, instance: &Instance) -> Result<CheckResult, AdapterError> {
-//!         let value = ListEntryInstance::of(instance)
-//!             .and_then(|entry| entry.value)
-//!             .and_then(|v| v.as_str())
-//!             .unwrap_or_default();
-//!         let mut answer = CheckResult::ok(Duration::from_secs(5), 1000);
-//!         if !self.0.contains(value) {
-//!             answer.status = Status::new(Code::PermissionDenied, format!("{value} is not allowed"));
-//!         }
-//!         Ok(answer)
-//!     }
-//! }
-//!
-//! #[tokio::main]
-//! async fn main() -> std::io::Result<()> {
-//!     let addr = mixer_adapter_sdk::listen_addr("127.0.0.1:9070");
-//!     Server::new(Allow).serve(addr).await
+//! fn main() -> std::process::ExitCode {
+//!     mixer_adapter_sdk::serve(Allow) // on argv[1], $ADAPTER_ADDR, or 127.0.0.1:9070
 //! }
 //! ```
+//!
+//! A handler that must `.await` (it asks a backend) is a type of its own with
+//! `impl Handler` (`as_check`) and `#[async_trait] impl CheckHandler`; [`Server`] is
+//! [`serve`] with every piece (runtime, address, TLS, token, typed params) in your hands.
 //!
 //! What the SDK does for you:
 //!
 //! - registers `/listentry.HandleListEntryService/HandleListEntry` (and so on) for each
 //!   template the adapter declares, and no other, so the mixer's Validate of a handler whose
 //!   instances use another template fails at config load, not at request time;
+//! - keeps the session contract: a call carrying a session id it does not know (the
+//!   adapter restarted) is answered NOT_FOUND before anything is done, and the mixer then
+//!   creates a new session and sends the call again (README.md, "Sessions, and restarts");
 //! - serves `InfrastructureBackend`: `Validate` compiles the params
 //!   ([`AnyAdapter::compile`](mixer_adapter_api::AnyAdapter::compile)) and answers
 //!   INVALID_ARGUMENT with each [`ParamError`](mixer_adapter_api::ParamError) as
@@ -132,6 +118,7 @@
 //! README.md beside this crate walks from `cargo new` to a check answered through a running
 //! mixer.
 
+mod check_fn;
 mod convert;
 mod handlers;
 mod params;
@@ -139,10 +126,13 @@ mod server;
 mod services;
 mod tls;
 mod token;
+mod watched_file;
 
-pub use server::{Server, listen_addr};
+pub use check_fn::check_fn;
+pub use server::{DEFAULT_ADDR, Server, listen_addr, serve};
 pub use tls::ServerTls;
 pub use token::RequiredToken;
+pub use watched_file::WatchedFile;
 
 /// Handlers implement their async traits with it.
 pub use async_trait::async_trait;

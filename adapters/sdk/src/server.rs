@@ -267,6 +267,45 @@ async fn shutdown_signal() {
     ctrl_c.await;
 }
 
+/// The address [`serve`] listens on when neither the command line nor `ADAPTER_ADDR` names
+/// one: the port Istio 1.4's examples use, on loopback only, so that nothing is exposed by
+/// default.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:9070";
+
+/// Serves `adapter` until Ctrl-C or SIGTERM, set up the way a deployment sets up a process:
+/// the address is the first command-line argument, else `ADAPTER_ADDR`, else
+/// [`DEFAULT_ADDR`]; TLS comes from `ADAPTER_TLS_CERT`, `ADAPTER_TLS_KEY` and
+/// `ADAPTER_TLS_CLIENT_CA` ([`ServerTls::from_env`]; plaintext when unset); with
+/// `ADAPTER_TOKEN_FILE` set, only calls carrying that token as `authorization: Bearer` are
+/// answered ([`RequiredToken::bearer`]). Sessions, health and the template services are
+/// [`Server`]'s. A failure to start (a bad address, an unreadable certificate) is printed
+/// on stderr and ends the process with a failure status. An adapter's whole `main` is
+/// `fn main() -> std::process::ExitCode { mixer_adapter_sdk::serve(MyAdapter) }`.
+pub fn serve<A: Adapter>(adapter: A) -> std::process::ExitCode {
+    let name = adapter.info().name;
+    let started = tokio::runtime::Runtime::new().and_then(|runtime| {
+        let mut server = Server::new(adapter);
+        if let Some(tls) = ServerTls::from_env()? {
+            server = server.tls(tls);
+        }
+        if let Some(path) = std::env::var_os("ADAPTER_TOKEN_FILE") {
+            let token = RequiredToken::bearer(&path).map_err(|e| {
+                let path = std::path::Path::new(&path).display();
+                std::io::Error::new(e.kind(), format!("ADAPTER_TOKEN_FILE {path}: {e}"))
+            })?;
+            server = server.require_token(token);
+        }
+        runtime.block_on(server.serve(listen_addr(DEFAULT_ADDR)))
+    });
+    match started {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mixer adapter {name}: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// The address to listen on: the first command-line argument, else the `ADAPTER_ADDR`
 /// environment variable, else `default`.
 pub fn listen_addr(default: &str) -> String {

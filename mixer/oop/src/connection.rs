@@ -53,6 +53,7 @@ impl std::fmt::Debug for Connector {
 pub struct TransportError {
     what: &'static str,
     source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    unsent: bool,
 }
 
 impl TransportError {
@@ -63,7 +64,23 @@ impl TransportError {
         TransportError {
             what,
             source: Some(source.into()),
+            unsent: false,
         }
+    }
+
+    /// The same error, known not to have reached the adapter.
+    fn unsent(mut self) -> Self {
+        self.unsent = true;
+        self
+    }
+
+    /// Whether the adapter cannot have acted on the request: it went to a connection that
+    /// turned out to be broken before the request was written, or the adapter refused its
+    /// stream unprocessed (`REFUSED_STREAM`). Such a call can be sent again on a new
+    /// connection without being applied twice. A failure to connect is not one of them:
+    /// connecting again at once would fail the same way.
+    pub fn unsent_on_a_broken_connection(&self) -> bool {
+        self.unsent
     }
 }
 
@@ -174,10 +191,11 @@ impl AdapterConnection {
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let live = self.live().await?;
-        // A connection found broken is not used again: the next call opens another.
+        // A connection found broken is not used again: the next call opens another. Nothing
+        // of this request has been written when `broke` is called.
         let broke = |e| {
             live.closed.store(true, Ordering::Release);
-            TransportError::new("the adapter connection broke", e)
+            TransportError::new("the adapter connection broke", e).unsent()
         };
         let mut send = live.send.clone().ready().await.map_err(broke)?;
         let (mut head, body) = request.into_parts();
@@ -194,6 +212,9 @@ impl AdapterConnection {
         // A unary call's body is ready at once: everything is queued before the connection
         // task writes. h2 buffers data that has no send capacity yet.
         let mut body = std::pin::pin!(body);
+        // Once a frame of the body is queued the connection task may write it: a later
+        // failure can no longer promise that nothing reached the adapter.
+        let mut queued = false;
         loop {
             let frame = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await;
             let (sent, done) = match frame {
@@ -213,14 +234,26 @@ impl AdapterConnection {
                 }
                 None => (stream.send_data(Bytes::new(), true), true),
             };
-            sent.map_err(broke)?;
+            sent.map_err(|e| {
+                if queued {
+                    live.closed.store(true, Ordering::Release);
+                    TransportError::new("the adapter connection broke", e)
+                } else {
+                    broke(e)
+                }
+            })?;
+            queued = true;
             if done {
                 break;
             }
         }
-        let response = response
-            .await
-            .map_err(|e| TransportError::new("the adapter did not answer", e))?;
+        let response = response.await.map_err(|e| {
+            // REFUSED_STREAM promises the adapter did not process the stream (RFC 9113
+            // 8.7); a GOAWAY does not, since its error also reaches streams it let through.
+            let refused = e.is_remote() && e.reason() == Some(h2::Reason::REFUSED_STREAM);
+            let error = TransportError::new("the adapter did not answer", e);
+            if refused { error.unsent() } else { error }
+        })?;
         Ok(response.map(|recv| ResponseBody {
             recv,
             data_done: false,
@@ -418,6 +451,56 @@ mod tests {
         accepted_soon(&accepted, 2).await;
     }
 
+    /// An HTTP/2 peer that refuses each request's stream unprocessed (`refuse`), or drops
+    /// the connection once it has received the first request.
+    async fn h2_peer(refuse: bool) -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address");
+        tokio::spawn(async move {
+            let Ok((socket, _)) = listener.accept().await else {
+                return;
+            };
+            let Ok(mut connection) = h2::server::handshake(socket).await else {
+                return;
+            };
+            while let Some(Ok((_, mut respond))) = connection.accept().await {
+                if !refuse {
+                    // The request reached the adapter, which went away before answering.
+                    return;
+                }
+                respond.send_reset(h2::Reason::REFUSED_STREAM);
+            }
+        });
+        addr
+    }
+
+    async fn failed_call(addr: SocketAddr) -> TransportError {
+        let connection = AdapterConnection::open_plaintext(addr, Duration::from_secs(1))
+            .await
+            .expect("connected");
+        let request = http::Request::post("/pkg.Service/Method")
+            .body(Full::new(Bytes::from_static(b"\0\0\0\0\0")))
+            .expect("request");
+        let answer = tokio::time::timeout(Duration::from_secs(5), connection.call(request))
+            .await
+            .expect("the peer ends the call");
+        answer.err().expect("no answer")
+    }
+
+    #[tokio::test]
+    async fn a_stream_the_adapter_refused_unprocessed_can_be_sent_again() {
+        let error = failed_call(h2_peer(true).await).await;
+        assert!(error.unsent_on_a_broken_connection(), "{error:?}");
+    }
+
+    #[tokio::test]
+    async fn a_request_the_adapter_received_is_never_called_unsent() {
+        let error = failed_call(h2_peer(false).await).await;
+        assert!(!error.unsent_on_a_broken_connection(), "{error:?}");
+    }
+
     #[tokio::test]
     async fn an_address_nothing_listens_on_is_a_transport_error() {
         let (addr, _) = black_hole().await;
@@ -431,6 +514,8 @@ mod tests {
             .await
             .expect_err("refused");
         assert_eq!(error.to_string(), "cannot connect to the adapter");
+        // Connecting again at once would fail the same way: not a call to send again.
+        assert!(!error.unsent_on_a_broken_connection());
         let cause = std::error::Error::source(&error).expect("the cause");
         assert!(cause.to_string().contains("refused"), "{cause}");
     }

@@ -41,6 +41,8 @@ pub struct RemoteHandler {
     params: Any,
     inferred_types: std::collections::HashMap<String, Any>,
     session: tokio::sync::Mutex<Session>,
+    /// Sessions created so far: numbers each, so a late failure forgets only its own.
+    sessions_created: AtomicU64,
     limit: Semaphore,
     breaker: Arc<CircuitBreaker>,
     metrics: Arc<HandlerMetrics>,
@@ -95,6 +97,7 @@ impl RemoteHandler {
             } else {
                 Session::Stateless
             }),
+            sessions_created: AtomicU64::new(0),
             limit: Semaphore::new(options.max_concurrency.max(1)),
             breaker,
             metrics,
@@ -161,7 +164,7 @@ impl Handler for RemoteHandler {
     async fn close(&self) {
         self.set.remove(&self.metrics);
         let old = std::mem::replace(&mut *self.session.lock().await, Session::Closed);
-        let Session::Id(session_id) = old else {
+        let Session::Id(session_id, _) = old else {
             return;
         };
         // Without a token the call below fails at once, and says so in the metrics.

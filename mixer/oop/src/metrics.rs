@@ -2,7 +2,9 @@
 //! `Handler::as_exposition`:
 //!
 //! - `mixer_oop_calls_total{handler,call,outcome}`: calls by kind (`check`, `quota`,
-//!   `report`, `create_session`, `close_session`) and outcome (`ok` or an error kind label);
+//!   `report`, `create_session`, `close_session`) and outcome (`ok` or an error kind label;
+//!   `session_lost` / `connection_lost` for a first attempt the adapter cannot have acted on,
+//!   sent once more and counted again with the outcome of that);
 //! - `mixer_oop_call_duration_seconds{handler,call}`: a histogram of call latency;
 //! - `mixer_oop_report_retries_total{handler}`: report batches sent again;
 //! - `mixer_oop_in_flight{handler}`: calls under way;

@@ -292,6 +292,19 @@ pub(crate) fn causes(status: &tonic::Status) -> String {
     }
 }
 
+/// Whether the call failed on a connection found broken before the request was written
+/// ([`TransportError::unsent_on_a_broken_connection`]): the adapter cannot have acted on it.
+pub(crate) fn unsent(status: &tonic::Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(s) = source {
+        if let Some(t) = s.downcast_ref::<TransportError>() {
+            return t.unsent_on_a_broken_connection();
+        }
+        source = s.source();
+    }
+    false
+}
+
 fn from_transport(status: &tonic::Status) -> bool {
     let mut source = std::error::Error::source(status);
     while let Some(s) = source {

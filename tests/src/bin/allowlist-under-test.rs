@@ -2,5 +2,5 @@
 //! this package (`CARGO_BIN_EXE_*` only names binaries of the package under test).
 
 fn main() -> std::process::ExitCode {
-    mixer_example_allowlist::main()
+    mixer_adapter_sdk::serve(mixer_example_allowlist::Allowlist)
 }

@@ -3,20 +3,16 @@
 //! time or size changes, so editing it takes effect on the next check (after the mixer's
 //! cached answers expire: one second).
 //!
-//! It is an [`Adapter`] of the adapter API like any built-in one; the SDK's [`Server`]
-//! serves it.
+//! It is an [`Adapter`] of the adapter API like any built-in one; the SDK serves it
+//! (`mixer_adapter_sdk::serve(Allowlist)` in `main.rs`), answers its checks with a plain
+//! function ([`check_fn`]) and follows the file ([`WatchedFile::list`]).
 
-use std::collections::HashSet;
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::{path::PathBuf, sync::Arc, time::Duration};
 
-use mixer_adapter_sdk::api::{
-    Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, ErrorKind, Handler, ParamError,
-    Stability,
-};
-use mixer_adapter_sdk::model::{CheckResult, Code, Instance, ListEntryInstance, Status, Template};
-use mixer_adapter_sdk::{Server, async_trait};
+use mixer_adapter_sdk::api::{Adapter, AdapterError, AdapterInfo, BuildContext, Handler};
+use mixer_adapter_sdk::api::{ParamError, Stability};
+use mixer_adapter_sdk::model::{CheckResult, Code, ListEntryInstance, Status, Template};
+use mixer_adapter_sdk::{WatchedFile, check_fn};
 
 static INFO: AdapterInfo = AdapterInfo {
     name: "allowlist",
@@ -49,100 +45,34 @@ impl Adapter for Allowlist {
     }
 
     fn compile(&self, config: Config) -> Result<PathBuf, Vec<ParamError>> {
-        match std::fs::metadata(&config.file) {
-            Ok(_) => Ok(config.file),
-            Err(e) => Err(vec![ParamError::new(
-                "file",
-                format!("{}: {e}", config.file.display()),
-            )]),
-        }
+        let file = config.file;
+        let found = std::fs::metadata(&file).map_err(|e| format!("{}: {e}", file.display()));
+        found
+            .map(|_| file)
+            .map_err(|e| vec![ParamError::new("file", e)])
     }
 
     fn build(&self, file: &PathBuf, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
-        Ok(Arc::new(AllowlistHandler {
-            file: file.clone(),
-            read: Mutex::default(),
-        }))
-    }
-}
-
-/// When the file was last read (modification time and size), and the values it held.
-type Read = Option<((Option<SystemTime>, u64), Arc<HashSet<String>>)>;
-
-/// Checks values against one file.
-struct AllowlistHandler {
-    file: PathBuf,
-    read: Mutex<Read>,
-}
-
-impl AllowlistHandler {
-    /// The allowed values, read again if the file changed since last time.
-    fn allowed(&self) -> std::io::Result<Arc<HashSet<String>>> {
-        let meta = std::fs::metadata(&self.file)?;
-        let stamp = (meta.modified().ok(), meta.len());
-        let mut read = self.read.lock().unwrap_or_else(|e| e.into_inner());
-        match &*read {
-            Some((seen, values)) if *seen == stamp => Ok(values.clone()),
-            _ => {
-                let text = std::fs::read_to_string(&self.file)?;
-                let values: Arc<HashSet<String>> = Arc::new(
-                    text.lines()
-                        .map(str::trim)
-                        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                        .map(String::from)
-                        .collect(),
-                );
-                *read = Some((stamp, values.clone()));
-                Ok(values)
+        let allowed = WatchedFile::list(file);
+        Ok(check_fn(move |instance| {
+            let entry = ListEntryInstance::of(instance).and_then(|i| i.value);
+            let value = entry.as_ref().and_then(|v| v.as_str()).unwrap_or_default();
+            // A file that went away is "could not decide": the handler's fail policy applies.
+            let mut answer = CheckResult::ok(Duration::from_secs(1), 1000);
+            if !allowed.get()?.contains(value) {
+                let denied = format!("{value:?} is not on the allow list");
+                answer.status = Status::new(Code::PermissionDenied, denied);
             }
-        }
-    }
-}
-
-impl Handler for AllowlistHandler {
-    fn as_check(&self) -> Option<&dyn CheckHandler> {
-        Some(self)
-    }
-}
-
-#[async_trait]
-impl CheckHandler for AllowlistHandler {
-    async fn check(&self, instance: &Instance) -> Result<CheckResult, AdapterError> {
-        let value = ListEntryInstance::of(instance)
-            .and_then(|i| i.value)
-            .and_then(|v| v.as_str())
-            .unwrap_or_default();
-        // A file that went away is "could not decide": the handler's fail policy applies.
-        let allowed = self.allowed().map_err(|e| {
-            let file = self.file.display();
-            AdapterError::transient(ErrorKind::Unavailable, format!("{file}: {e}"))
-        })?;
-        let mut answer = CheckResult::ok(Duration::from_secs(1), 1000);
-        if !allowed.contains(value) {
-            let denied = format!("{value:?} is not on the allow list");
-            answer.status = Status::new(Code::PermissionDenied, denied);
-        }
-        Ok(answer)
-    }
-}
-
-/// Serves on the address given as the first argument, `ADAPTER_ADDR`, or 127.0.0.1:9070.
-pub fn main() -> std::process::ExitCode {
-    let addr = mixer_adapter_sdk::listen_addr("127.0.0.1:9070");
-    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
-    match runtime.block_on(Server::new(Allowlist).serve(addr)) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("allowlist: {e}");
-            std::process::ExitCode::FAILURE
-        }
+            Ok(answer)
+        }))
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use mixer_adapter_sdk::api::ErrorKind;
     use mixer_adapter_sdk::api::host::AnyAdapter;
-    use mixer_adapter_sdk::model::{FieldValue, Value};
+    use mixer_adapter_sdk::model::{FieldValue, Instance, Value};
     use serde_json::json;
 
     use super::*;

@@ -1,6 +1,7 @@
 //! `allowlist [ADDR]`: serves the allow-list adapter (default address 127.0.0.1:9070, or
-//! `ADAPTER_ADDR`).
+//! `ADAPTER_ADDR`; TLS and a required token from the environment, see
+//! `mixer_adapter_sdk::serve`).
 
 fn main() -> std::process::ExitCode {
-    mixer_example_allowlist::main()
+    mixer_adapter_sdk::serve(mixer_example_allowlist::Allowlist)
 }

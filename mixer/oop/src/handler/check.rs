@@ -1,5 +1,7 @@
-//! Check and quota calls: one Handle call each, never retried, because a late answer is
-//! useless to the caller and the handler's fail policy decides what a failure means.
+//! Check and quota calls: one Handle call each, not retried after a failure the adapter may
+//! have acted on (a late answer is useless to the caller and the handler's fail policy
+//! decides what a failure means). Only a call the adapter cannot have acted on (a lost
+//! session, a dead connection) is sent once more, within the same deadline.
 
 use async_trait::async_trait;
 use mixer_adapter_api::{AdapterError, CheckHandler, QuotaArgs, QuotaHandler};
@@ -13,16 +15,18 @@ use crate::convert;
 
 #[async_trait]
 impl CheckHandler for RemoteHandler {
-    /// One Handle call, bounded by the deadline; never retried (a late answer is useless).
+    /// One Handle call, bounded by the deadline; sent again only when the adapter cannot
+    /// have acted on it (see `RemoteHandler::call`).
     async fn check(&self, instance: &Instance) -> Result<CheckResult, AdapterError> {
-        let dedup_id = self.next_dedup_id();
         macro_rules! check {
             ($module:ident, $($client:ident)::+, $req:ident, $method:ident, $msg:expr) => {
                 self.call("check", |ch, cfg, t| {
                     let mut req = Request::new($module::$req {
                         instance: Some($msg),
                         adapter_config: Some(cfg),
-                        dedup_id,
+                        // Made here, per attempt: a check is not deduplicated, and the
+                        // first attempt costs no copy kept for a second.
+                        dedup_id: self.next_dedup_id(),
                     });
                     req.set_timeout(t);
                     async move {
@@ -65,8 +69,10 @@ impl CheckHandler for RemoteHandler {
 
 #[async_trait]
 impl QuotaHandler for RemoteHandler {
-    /// One HandleQuota call keyed by the instance name, bounded by the deadline; never
-    /// retried here (the front end's caller may retry with the same dedup id).
+    /// One HandleQuota call keyed by the instance name, bounded by the deadline; sent again
+    /// (same dedup id) only when the adapter cannot have charged it: NOT_FOUND for the
+    /// session, or a connection found dead before the request was written. Otherwise the
+    /// front end's caller may retry with the same dedup id.
     async fn allocate(
         &self,
         instance: &Instance,
@@ -86,7 +92,7 @@ impl QuotaHandler for RemoteHandler {
                 let mut req = Request::new(quota::HandleQuotaRequest {
                     instance: Some(convert::quota(&quota_instance)),
                     adapter_config: Some(cfg),
-                    dedup_id,
+                    dedup_id: dedup_id.clone(),
                     quota_request: Some(model::QuotaRequest {
                         quotas: [(
                             name.clone(),

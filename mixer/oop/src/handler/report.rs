@@ -43,14 +43,14 @@ impl RemoteHandler {
         batch: &[&Instance],
         dedup_id: &str,
     ) -> Result<(), AdapterError> {
-        let dedup_id = dedup_id.to_owned();
         macro_rules! report {
             ($module:ident, $($client:ident)::+, $req:ident, $method:ident, $conv:expr) => {
                 self.call("report", |ch, cfg, t| {
                     let mut req = Request::new($module::$req {
                         instances: batch.iter().filter_map(|i| $conv(i)).collect(),
                         adapter_config: Some(cfg),
-                        dedup_id,
+                        // Kept for a second attempt (see `call`).
+                        dedup_id: dedup_id.to_owned(),
                     });
                     req.set_timeout(t);
                     async move {

@@ -25,12 +25,33 @@ pub struct State {
     pub configs: Mutex<Vec<prost_types::Any>>,
     pub closed: Mutex<Vec<String>>,
     pub in_flight: AtomicUsize,
+    /// Answer this many calls that carry a session with NOT_FOUND (as after a restart).
+    pub lose_sessions: AtomicUsize,
+    /// Answer every quota call with UNAVAILABLE after seeing it.
+    pub fail_quota: std::sync::atomic::AtomicBool,
+    /// The dedup id of every quota call seen.
+    pub quotas: Mutex<Vec<String>>,
 }
 
 #[derive(Clone)]
 struct Adapter(Arc<State>);
 
 impl Adapter {
+    /// NOT_FOUND for a call that carries a session, while `lose_sessions` says so.
+    fn session_lost(&self, config: Option<&prost_types::Any>) -> Result<(), Status> {
+        let carries_session = config.is_some_and(|c| c.type_url == mixer_oop::SESSION_TYPE_URL);
+        let lose = carries_session
+            && self
+                .0
+                .lose_sessions
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+        if lose {
+            return Err(Status::not_found("unknown session"));
+        }
+        Ok(())
+    }
+
     async fn maybe_hang(&self) {
         if self.0.hang.load(Ordering::SeqCst) {
             self.0.in_flight.fetch_add(1, Ordering::SeqCst);
@@ -47,6 +68,7 @@ impl listentry::handle_list_entry_service_server::HandleListEntryService for Ada
     ) -> Result<Response<model::CheckResult>, Status> {
         self.maybe_hang().await;
         let r = request.into_inner();
+        self.session_lost(r.adapter_config.as_ref())?;
         self.0
             .configs
             .lock()
@@ -76,6 +98,11 @@ impl quota::handle_quota_service_server::HandleQuotaService for Adapter {
         request: Request<quota::HandleQuotaRequest>,
     ) -> Result<Response<model::QuotaResult>, Status> {
         let r = request.into_inner();
+        self.session_lost(r.adapter_config.as_ref())?;
+        self.0.quotas.lock().unwrap().push(r.dedup_id.clone());
+        if self.0.fail_quota.load(Ordering::SeqCst) {
+            return Err(Status::unavailable("charged, then the answer was lost"));
+        }
         let quotas = r
             .quota_request
             .unwrap_or_default()
@@ -106,6 +133,7 @@ impl metric::handle_metric_service_server::HandleMetricService for Adapter {
         request: Request<metric::HandleMetricRequest>,
     ) -> Result<Response<model::ReportResult>, Status> {
         let r = request.into_inner();
+        self.session_lost(r.adapter_config.as_ref())?;
         let fail = self
             .0
             .fail_reports

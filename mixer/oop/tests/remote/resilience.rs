@@ -113,3 +113,63 @@ async fn the_circuit_opens_on_a_down_adapter_and_closes_when_it_is_back() {
     h.as_exposition().unwrap().render(&mut text);
     assert!(text.contains("mixer_oop_circuit_opened_total{handler=\"h.istio-system\"} 1"));
 }
+
+/// A raw HTTP/2 adapter that refuses the first Handle stream unprocessed (REFUSED_STREAM,
+/// as a server going away does) and answers the others with an empty gRPC `CheckResult`;
+/// it has no sessions (CreateSession is UNIMPLEMENTED). Counts the Handle streams it saw.
+async fn refuses_the_first_stream() -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let handled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = handled.clone();
+    tokio::spawn(async move {
+        let Ok((socket, _)) = listener.accept().await else {
+            return;
+        };
+        let Ok(mut connection) = h2::server::handshake(socket).await else {
+            return;
+        };
+        while let Some(Ok((request, mut respond))) = connection.accept().await {
+            let grpc = |status: &str| {
+                let mut trailers = http::HeaderMap::new();
+                trailers.insert("grpc-status", status.parse().expect("header"));
+                trailers
+            };
+            let head = http::Response::builder()
+                .header("content-type", "application/grpc")
+                .body(())
+                .expect("response");
+            if request.uri().path().ends_with("/CreateSession") {
+                let Ok(mut stream) = respond.send_response(head, false) else {
+                    continue;
+                };
+                let _ = stream.send_trailers(grpc("12"));
+            } else if seen.fetch_add(1, Ordering::SeqCst) == 0 {
+                respond.send_reset(h2::Reason::REFUSED_STREAM);
+            } else if let Ok(mut stream) = respond.send_response(head, false) {
+                // An empty CheckResult: the 5-byte gRPC frame header of a 0-byte message.
+                let _ = stream.send_data(bytes::Bytes::from_static(&[0; 5]), false);
+                let _ = stream.send_trailers(grpc("0"));
+            }
+        }
+    });
+    (addr, handled)
+}
+
+#[tokio::test]
+async fn a_call_the_adapter_refused_unprocessed_goes_once_more_on_the_same_deadline() {
+    let (addr, handled) = refuses_the_first_stream().await;
+    let h = build(options(), addr, serde_json::Value::Null);
+    let answer = h
+        .as_check()
+        .expect("check")
+        .check(&listentry("anyone"))
+        .await
+        .expect("decided by the second attempt");
+    assert!(answer.status.is_ok());
+    assert_eq!(handled.load(Ordering::SeqCst), 2);
+    assert_eq!(h.metrics().calls("check", "connection_lost"), 1);
+    assert_eq!(h.metrics().calls("check", "ok"), 1);
+}
