@@ -18,9 +18,14 @@
 //! mixer_wasm_sdk::plugin!(AllowAll);
 //! ```
 //!
-//! Build with `cargo build --release --target wasm32-wasip2`. The mixer gives a plugin no
-//! WASI: do not print, read files or the environment (use [`host::log`] instead); the mixer
-//! refuses a component that imports anything but `mixer:adapter/host`.
+//! The plugin crate is a `cdylib` (`[lib] crate-type = ["cdylib"]`); build it with
+//! `adapters/wasm-sdk/build-plugin.sh <crate-dir> <out.wasm>`, not a plain `cargo build`:
+//! the mixer takes a component, and the script builds for `wasm32-unknown-unknown` and links
+//! with the toolchain's `wasm-component-ld`. (For `wasm32-unknown-unknown` alone, cargo makes
+//! a core module, which is not a component; for `wasm32-wasip2`, Rust's std imports WASI.)
+//! The mixer gives a plugin no WASI: do not print, read files or the environment (use
+//! [`host::log`] instead); the mixer refuses a component that imports anything but
+//! `mixer:adapter/host`. See the crate's README.md.
 //!
 //! By default each call runs in a fresh instance, so a plugin keeps nothing between calls
 //! (with the handler's `instances: warm`, an instance serves many calls, but a plugin must
