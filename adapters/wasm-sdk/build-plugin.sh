@@ -23,7 +23,7 @@ die() {
 
 [ $# -ge 1 ] && [ "$1" != "-h" ] && [ "$1" != "--help" ] ||
   die "usage: build-plugin.sh <crate-dir> [out.wasm] [-- <more cargo build args>]"
-crate=$(cd "$1" 2>/dev/null && pwd) || die "no such directory: $1"
+crate=$(cd "$1" 2>/dev/null && pwd -P) || die "no such directory: $1"
 shift
 [ -f "$crate/Cargo.toml" ] || die "$crate has no Cargo.toml"
 out=
