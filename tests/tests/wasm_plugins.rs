@@ -507,3 +507,46 @@ fn module_paths_are_relative_to_their_config_file() {
     let expected = config_dir.join("plugins").join("missing.wasm");
     assert!(text.contains(&expected.display().to_string()), "{text}");
 }
+
+/// What a plain `cargo build` makes (a core module for wasm32-unknown-unknown, a native
+/// library for the host) is a config error at the handler's `module` that says what the file
+/// is, what the mixer needs and the command that builds it, not wasmtime's "attempted to
+/// parse a wasm module with a component parser".
+#[test]
+fn a_module_built_by_plain_cargo_build_is_answered_with_the_build_command() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (file, bytes, got) in [
+        (
+            "core.wasm",
+            &b"\0asm\x01\0\0\0"[..],
+            "is a core Wasm module",
+        ),
+        (
+            "native.wasm",
+            &b"\x7fELF\x02\x01\x01\0"[..],
+            "is an ELF shared library",
+        ),
+    ] {
+        std::fs::write(dir.path().join(file), bytes).expect("write module");
+        let mut config = String::from(NOTHING);
+        config.push_str("---\n");
+        config.push_str(&fault_handler("plain", file, "CLOSED", ""));
+        std::fs::write(dir.path().join("rules.yaml"), &config).expect("write");
+        let out = std::process::Command::new(binary())
+            .args(["validate", dir.path().to_str().expect("utf-8")])
+            .output()
+            .expect("mixer validate");
+        let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{text}");
+        for expected in [
+            "rules.yaml",
+            "spec.params.module",
+            got,
+            "a plugin must be a Wasm component of the mixer:adapter/plugin@0.1.0 world",
+            "adapters/wasm-sdk/build-plugin.sh <crate-dir> <out.wasm>",
+        ] {
+            assert!(text.contains(expected), "{expected:?} not in: {text}");
+        }
+        assert!(!text.contains("component parser"), "{text}");
+    }
+}

@@ -18,30 +18,40 @@
 //! mixer_wasm_sdk::plugin!(AllowAll);
 //! ```
 //!
-//! Build with `cargo build --release --target wasm32-wasip2`. The mixer gives a plugin no
-//! WASI: do not print, read files or the environment (use [`host::log`] instead); the mixer
-//! refuses a component that imports anything but `mixer:adapter/host`.
+//! The plugin crate is a `cdylib` (`[lib] crate-type = ["cdylib"]`); build it with
+//! `adapters/wasm-sdk/build-plugin.sh <crate-dir> <out.wasm>`, not a plain `cargo build`:
+//! the mixer takes a component, and the script builds for `wasm32-unknown-unknown` and links
+//! with the toolchain's `wasm-component-ld`. (For `wasm32-unknown-unknown` alone, cargo makes
+//! a core module, which is not a component; for `wasm32-wasip2`, Rust's std imports WASI.)
+//! The mixer gives a plugin no WASI: do not print, read files or the environment (use
+//! [`host::log`] instead); the mixer refuses a component that imports anything but
+//! `mixer:adapter/host`. See the crate's README.md.
 //!
 //! By default each call runs in a fresh instance, so a plugin keeps nothing between calls
 //! (with the handler's `instances: warm`, an instance serves many calls, but a plugin must
 //! not count on what it left in memory): its config arrives with every call, already
 //! accepted by [`Plugin::validate`] when the mixer loaded the handler.
 //!
-//! A report takes a [`Batch`], read in place: iterate it for [`InstanceRef`]s and look up
-//! their fields by name (`instance.value("value")`, `instance.map_entry("dimensions",
-//! "destination")`).
+//! Read an instance through its template's typed view, shaped like the host's
+//! (`mixer_model::instance`): [`AuthorizationInstance::of`]`(&instance)` in a check,
+//! [`QuotaInstance::of`] in a quota call. A report takes a [`Batch`], read in place: iterate
+//! it for [`InstanceRef`]s and read each as its template (`batch.iter().filter_map(
+//! MetricInstance::of)`).
 
 #![allow(missing_docs)]
 
 /// The bindings generated from `proto/wit/adapter.wit`. In a module of their own: with
 /// world-level exports and a public export macro, wit-bindgen 0.61 would define the
 /// macro's name twice at the crate root.
+#[allow(clippy::too_many_arguments)] // The generated import shims take a WIT call's flattened arguments.
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../../proto/wit",
         world: "plugin",
         pub_export_macro: true,
         default_bindings_module: "mixer_wasm_sdk::bindings",
+        // For the typed views' comparisons, as the host's views have them.
+        additional_derives: [PartialEq],
     });
 }
 
@@ -51,9 +61,15 @@ pub use bindings::{
 };
 
 mod batch;
+mod views;
 
 pub use batch::Batch;
 pub use mixer_wasm_batch::{FieldRef, InstanceRef, Instances, MapRef, StringMapRef, ValueRef};
+pub use views::{
+    Action, AuthorizationInstance, BatchEntries, CheckNothingInstance, Entries, ListEntryInstance,
+    LogEntryInstance, MetricInstance, QuotaInstance, ReportNothingInstance, Subject,
+    TraceSpanInstance,
+};
 
 /// The host's imports: logging, the time, counters and histograms.
 pub mod host {

@@ -36,9 +36,22 @@ pub enum LoadError {
         /// wasmtime's reason.
         message: String,
     },
+    /// A file in another format than a component: what a plain `cargo build` makes.
+    #[error(
+        "{origin} is {got}, but a plugin must be a Wasm component of the {} world: build the plugin crate with `adapters/wasm-sdk/build-plugin.sh <crate-dir> <out.wasm>` ({why})",
+        crate::WORLD
+    )]
+    NotAComponent {
+        /// The file.
+        origin: String,
+        /// What the file is.
+        got: &'static str,
+        /// The build that makes such a file.
+        why: &'static str,
+    },
     /// The component imports what the mixer does not give plugins.
     #[error(
-        "{origin} imports {import}, which the mixer does not provide: a plugin may import only {HOST_INTERFACE} (no WASI: build it for wasm32-unknown-unknown, or for wasm32-wasip2 without std I/O, and check `wasm-tools component wit`)"
+        "{origin} imports {import}, which the mixer does not provide: a plugin may import only {HOST_INTERFACE} (no WASI: build the plugin crate with `adapters/wasm-sdk/build-plugin.sh <crate-dir> <out.wasm>`, which targets wasm32-unknown-unknown, not wasm32-wasip2; check with `wasm-tools component wit`)"
     )]
     ForbiddenImport {
         /// The file.
@@ -65,6 +78,37 @@ pub enum LoadError {
     /// wasmtime could not build an engine.
     #[error("cannot start the Wasm engine: {0}")]
     Engine(String),
+}
+
+/// What a file is when it is a build's output but not a component, and the build that
+/// makes it; `None` for a component (or anything else, which wasmtime then explains).
+/// wasmtime's own answer for a core module ("attempted to parse a wasm module with a
+/// component parser") tells an author nothing about what to do.
+fn wrong_format(bytes: &[u8]) -> Option<(&'static str, &'static str)> {
+    // The 8-byte preamble: `\0asm`, then a version (1 for a core module) or, for a
+    // component, version 0x0d and layer 1.
+    const CORE_MODULE: &[u8] = b"\0asm\x01\0\0\0";
+    let native: [(&[u8], &str); 4] = [
+        (b"\x7fELF", "an ELF shared library"),
+        (b"\xcf\xfa\xed\xfe", "a Mach-O library"),
+        (b"\xce\xfa\xed\xfe", "a Mach-O library"),
+        (b"MZ", "a Windows DLL"),
+    ];
+    if bytes.starts_with(CORE_MODULE) {
+        return Some((
+            "a core Wasm module",
+            "a plain `cargo build --target wasm32-unknown-unknown` makes a core module",
+        ));
+    }
+    native
+        .iter()
+        .find(|(magic, _)| bytes.starts_with(magic))
+        .map(|(_, what)| {
+            (
+                *what,
+                "a plain `cargo build` makes a native library for this machine, not Wasm",
+            )
+        })
 }
 
 /// A plugin ready to run: compiled once, instantiated afresh for every call.
@@ -108,6 +152,13 @@ impl Plugin {
         hash: [u8; 32],
     ) -> Result<Plugin, LoadError> {
         let engine = clock.engine();
+        if let Some((got, why)) = wrong_format(bytes) {
+            return Err(LoadError::NotAComponent {
+                origin: origin.to_string(),
+                got,
+                why,
+            });
+        }
         let component = Component::new(engine, bytes).map_err(|e| LoadError::Compile {
             origin: origin.to_string(),
             message: format!("{e:#}"),
@@ -288,5 +339,23 @@ impl Plugin {
             };
             Fault { kind, message }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wrong_format;
+
+    #[test]
+    fn what_a_plain_cargo_build_makes_is_named_with_the_build_that_made_it() {
+        let (got, why) = wrong_format(b"\0asm\x01\0\0\0").expect("a core module");
+        assert_eq!(got, "a core Wasm module");
+        assert!(why.contains("wasm32-unknown-unknown"), "{why}");
+        let (got, why) = wrong_format(b"\x7fELF\x02\x01\x01\0").expect("a shared library");
+        assert_eq!(got, "an ELF shared library");
+        assert!(why.contains("native library"), "{why}");
+        // A component, and what is neither, are left to wasmtime.
+        assert_eq!(wrong_format(b"\0asm\x0d\0\x01\0"), None);
+        assert_eq!(wrong_format(b"(module)"), None);
     }
 }

@@ -2,7 +2,7 @@
 //! `mixer_wasm_plugin_counter_total{handler, name="<name>", key="<dimension's value>"}`.
 //! The metric's `value` is added when it is a whole number, otherwise 1.
 
-use mixer_wasm_sdk::{Batch, FieldError, Plugin, Template, ValueRef, host};
+use mixer_wasm_sdk::{Batch, FieldError, MetricInstance, Plugin, Template, ValueRef, host};
 
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -33,12 +33,12 @@ impl Plugin for CountBy {
     }
 
     fn report(config: &Config, batch: &Batch) -> Result<(), String> {
-        for instance in batch {
-            let delta = match instance.value("value") {
+        for metric in batch.iter().filter_map(MetricInstance::of) {
+            let delta = match metric.value {
                 Some(ValueRef::Int64(n)) if n >= 0 => n as u64,
                 _ => 1,
             };
-            match instance.map_entry("dimensions", &config.dimension) {
+            match metric.dimensions.get(&config.dimension) {
                 Some(ValueRef::String(key)) => host::counter_add(&config.name, key, delta),
                 Some(other) => host::counter_add(&config.name, &other.to_text(), delta),
                 None => host::counter_add(&config.name, "unknown", delta),

@@ -1,7 +1,9 @@
 //! Denies a request when a header, sent as `action.properties` of an authorization
 //! instance, has a given value (`x-plugin-deny: true`); allows every other.
 
-use mixer_wasm_sdk::{CheckResult, FieldError, Instance, Plugin, Template, code};
+use mixer_wasm_sdk::{
+    AuthorizationInstance, CheckResult, FieldError, Instance, Plugin, Template, code,
+};
 
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -39,7 +41,8 @@ impl Plugin for DenyHeader {
     }
 
     fn check(config: &Config, instance: &Instance) -> Result<CheckResult, String> {
-        let value = instance.map_entry("action.properties", &config.header);
+        let value = AuthorizationInstance::of(instance)
+            .and_then(|authorization| authorization.action.properties.get(&config.header));
         Ok(match value {
             Some(v) if v.to_text() == config.value => {
                 CheckResult::deny(code::PERMISSION_DENIED, &config.message)
