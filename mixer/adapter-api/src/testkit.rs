@@ -98,7 +98,7 @@ pub enum Outcome {
 /// What the kit found: each promise and whether it held.
 #[derive(Clone, Debug)]
 pub struct Report {
-    /// The adapter's name.
+    /// The adapter checked, in words (`adapter "denier"`).
     pub adapter: String,
     /// Each promise, in the order checked, with its outcome.
     pub promises: Vec<(&'static str, Outcome)>,
@@ -107,7 +107,7 @@ pub struct Report {
 impl Report {
     fn new(adapter: &str) -> Report {
         Report {
-            adapter: adapter.to_owned(),
+            adapter: format!("adapter {adapter:?}"),
             promises: Vec::new(),
         }
     }
@@ -144,7 +144,7 @@ impl std::fmt::Display for Report {
     /// One line per promise (`held`, `BROKEN` with each way under it, or `not checked` with
     /// why), then a summary line.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "conformance of adapter {:?}:", self.adapter)?;
+        writeln!(f, "conformance of {}:", self.adapter)?;
         for (promise, outcome) in &self.promises {
             match outcome {
                 Outcome::Held => writeln!(f, "  held         {promise}")?,
