@@ -478,6 +478,10 @@ fn mixer_conformance_passes_the_allowlist_example_in_its_own_process() {
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("allowed.txt");
     std::fs::write(&file, "a\n").expect("write the allow list");
+    // A value not on the list: a denial is an answer too.
+    let instances = dir.path().join("instances.yaml");
+    std::fs::write(&instances, "- {template: listentry, fields: {value: b}}\n")
+        .expect("write the instances");
     let (addr, _process) = start_allowlist();
     let params = json!({"file": file}).to_string();
     let (code, report) = mixer_conformance(&[
@@ -487,6 +491,8 @@ fn mixer_conformance_passes_the_allowlist_example_in_its_own_process() {
         "listentry",
         "--params",
         &params,
+        "--instances",
+        &instances.display().to_string(),
     ]);
     assert_eq!(code, Some(0), "{report}");
     for line in [

@@ -24,7 +24,7 @@ use mixer_adapter_api::testkit::{self, Case, Report, Unreachable};
 use mixer_adapter_api::{
     Adapter, AdapterError, AdapterInfo, BuildContext, ErrorKind, Handler, ParamError, Stability,
 };
-use mixer_model::{FieldValue, Instance, Template};
+use mixer_model::{FieldValue, Instance, Template, Value};
 use mixer_remote::{InferredField, RemoteConnection, RemoteHandlerSpec, RemoteInstance};
 use tonic_reflection::pb::{v1, v1alpha};
 
@@ -50,6 +50,12 @@ pub struct ConformanceArgs {
     /// adapter that does not serve gRPC server reflection.
     #[arg(long = "template", value_name = "TEMPLATE", value_delimiter = ',')]
     templates: Vec<String>,
+    /// A YAML or JSON file of instances to send in place of the kit's default one of their
+    /// template: a list of `{template: listentry, name: ..., fields: {value: b}}` (`name`
+    /// optional; a field is a string, number or boolean, or a map of them such as
+    /// `dimensions`).
+    #[arg(long, value_name = "FILE")]
+    instances: Option<PathBuf>,
     /// Params whose backend cannot answer (a closed port): the kit then checks that every
     /// call fails in time, saying why, so the handler's fail policy can apply. Without it
     /// that promise is not checked.
@@ -112,13 +118,17 @@ async fn check(args: &ConformanceArgs) -> Result<Report, String> {
             })
         })
         .collect::<Result<Vec<Template>, String>>()?;
+    let given = match &args.instances {
+        Some(file) => read_instances(file)?,
+        None => Vec::new(),
+    };
     let (case, name) = match (&args.adapter, &args.wasm) {
         (Some(address), _) => (
-            remote_case(address, args.timeout, asked, params, unreachable).await?,
+            remote_case(address, args.timeout, asked, &given, params, unreachable).await?,
             format!("the adapter at {address}"),
         ),
         (None, Some(module)) => (
-            wasm_case(module, &asked, params, unreachable)?,
+            wasm_case(module, &asked, &given, params, unreachable)?,
             format!("the plugin {}", module.display()),
         ),
         (None, None) => return Err("name an adapter: --adapter HOST:PORT or --wasm FILE".into()),
@@ -142,9 +152,83 @@ fn read_params(given: &str, flag: &str) -> Result<Params, String> {
         .map_err(|e| format!("{flag}: neither a readable file nor YAML params: {e}"))
 }
 
+/// One instance of a `--instances` file.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GivenInstance {
+    template: String,
+    name: Option<String>,
+    #[serde(default)]
+    fields: serde_json::Map<String, serde_json::Value>,
+}
+
+fn read_instances(file: &std::path::Path) -> Result<Vec<Instance>, String> {
+    let at = |e: &dyn std::fmt::Display| format!("--instances {}: {e}", file.display());
+    let text = std::fs::read_to_string(file).map_err(|e| at(&e))?;
+    let given: Vec<GivenInstance> = serde_saphyr::from_str(&text).map_err(|e| at(&e))?;
+    given
+        .into_iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let template = Template::from_name(&g.template)
+                .ok_or_else(|| at(&format!("[{i}].template: {:?} is no template", g.template)))?;
+            let mut fields = Vec::new();
+            for (field, value) in g.fields {
+                let value = field_value(&value)
+                    .ok_or_else(|| at(&format!("[{i}].fields.{field}: {value} is no field value (a string, number or boolean, or a map of them)")))?;
+                fields.push((leak_str(field), value));
+            }
+            let name = g
+                .name
+                .unwrap_or_else(|| testkit::default_instance(template).name.to_string());
+            Ok(Instance {
+                name: name.into(),
+                template,
+                fields,
+            })
+        })
+        .collect()
+}
+
+fn field_value(value: &serde_json::Value) -> Option<FieldValue> {
+    match value {
+        serde_json::Value::Object(entries) => entries
+            .iter()
+            .map(|(k, v)| Some((Arc::from(k.as_str()), scalar(v)?)))
+            .collect::<Option<Vec<_>>>()
+            .map(FieldValue::Map),
+        other => scalar(other).map(FieldValue::Value),
+    }
+}
+
+fn scalar(value: &serde_json::Value) -> Option<Value> {
+    match value {
+        serde_json::Value::String(s) => Some(Value::from(s.as_str())),
+        serde_json::Value::Bool(b) => Some(Value::from(*b)),
+        serde_json::Value::Number(n) => n
+            .as_i64()
+            .map(Value::from)
+            .or_else(|| n.as_f64().map(Value::from)),
+        _ => None,
+    }
+}
+
+/// `instances`, each of a template `given` has one of replaced by it, and the rest of
+/// `given` added.
+fn with_given(mut instances: Vec<Instance>, given: &[Instance]) -> Vec<Instance> {
+    for g in given {
+        match instances.iter_mut().find(|i| i.template == g.template) {
+            Some(i) => *i = g.clone(),
+            None => instances.push(g.clone()),
+        }
+    }
+    instances
+}
+
 fn wasm_case(
     module: &std::path::Path,
     asked: &[Template],
+    given: &[Instance],
     params: Params,
     unreachable: Option<Params>,
 ) -> Result<Case, String> {
@@ -174,6 +258,7 @@ fn wasm_case(
             }
         }
     }
+    case.instances = with_given(std::mem::take(&mut case.instances), given);
     if let Some(params) = unreachable {
         case.unreachable = Some(Unreachable {
             params: with_module(params, "--unreachable-params")?,
@@ -190,6 +275,7 @@ async fn remote_case(
     address: &str,
     timeout: Duration,
     asked: Vec<Template>,
+    given: &[Instance],
     params: Params,
     unreachable: Option<Params>,
 ) -> Result<Case, String> {
@@ -204,10 +290,8 @@ async fn remote_case(
         asked
     };
     let templates = leak(templates);
-    let instances: Vec<Instance> = templates
-        .iter()
-        .map(|t| testkit::default_instance(*t))
-        .collect();
+    let defaults = templates.iter().map(|t| testkit::default_instance(*t));
+    let instances = with_given(defaults.collect(), given);
     let remote = Remote {
         info: AdapterInfo {
             name: leak_str(address.to_owned()),
@@ -525,6 +609,7 @@ mod tests {
             &addr.to_string(),
             Duration::from_millis(500),
             Vec::new(),
+            &[],
             Params::Null,
             None,
         )
@@ -535,6 +620,49 @@ mod tests {
             why.contains("by gRPC server reflection") && why.ends_with("name them with --template"),
             "{why}"
         );
+    }
+
+    #[test]
+    fn an_instances_file_replaces_the_default_instance_of_its_template() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("instances.yaml");
+        std::fs::write(
+            &file,
+            "- {template: listentry, fields: {value: b}}\n\
+             - {template: metric, name: m.instance.ns, fields: {value: 2, dimensions: {code: 200}}}\n",
+        )
+        .expect("write");
+        let given = read_instances(&file).expect("instances");
+        let defaults = vec![
+            testkit::default_instance(Template::ListEntry),
+            testkit::default_instance(Template::CheckNothing),
+        ];
+        let instances = with_given(defaults, &given);
+        assert_eq!(instances.len(), 3);
+        assert_eq!(&*instances[0].name, "entry.instance.default");
+        assert_eq!(
+            instances[0].fields,
+            [("value", FieldValue::Value(Value::from("b")))]
+        );
+        assert_eq!(instances[1].template, Template::CheckNothing);
+        assert_eq!(&*instances[2].name, "m.instance.ns");
+        assert_eq!(
+            instances[2].fields[1],
+            (
+                "dimensions",
+                FieldValue::Map(vec![(Arc::from("code"), Value::from(200_i64))])
+            )
+        );
+
+        std::fs::write(&file, "- {template: listentry, fields: {value: [1]}}\n").expect("write");
+        let why = read_instances(&file).expect_err("a list is no field value");
+        assert!(
+            why.contains("[0].fields.value: [1] is no field value"),
+            "{why}"
+        );
+        std::fs::write(&file, "- {template: listentry, feilds: {}}\n").expect("write");
+        let why = read_instances(&file).expect_err("an unknown key");
+        assert!(why.contains("feilds"), "{why}");
     }
 
     #[test]
