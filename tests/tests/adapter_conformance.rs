@@ -325,6 +325,14 @@ struct Served {
 
 impl Served {
     fn start(adapter: Arc<dyn AnyAdapter>) -> Served {
+        Served::start_with(adapter, None)
+    }
+
+    /// [`Served::start`], over TLS when `tls` is given.
+    fn start_with(
+        adapter: Arc<dyn AnyAdapter>,
+        tls: Option<mixer_adapter_sdk::ServerTls>,
+    ) -> Served {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -335,7 +343,10 @@ impl Served {
         let addr = listener.local_addr().expect("adapter address");
         runtime.spawn(async move {
             let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-            let server = mixer_adapter_sdk::Server::from_arc(adapter);
+            let mut server = mixer_adapter_sdk::Server::from_arc(adapter);
+            if let Some(tls) = tls {
+                server = server.tls(tls);
+            }
             let _ = server
                 .serve_with_shutdown(listener, std::future::pending())
                 .await;
@@ -618,4 +629,49 @@ fn mixer_conformance_help_says_what_it_checks_and_how_to_run_it() {
         said.contains("--adapter") && said.contains("--wasm"),
         "{said}"
     );
+}
+
+/// A certificate authority and a certificate it issued for `localhost` and 127.0.0.1, in PEM.
+fn ca_and_server_certificate() -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, SanType};
+    let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().expect("key")).expect("CA");
+    let mut params = CertificateParams::new(vec!["localhost".to_owned()]).expect("params");
+    params
+        .subject_alt_names
+        .push(SanType::IpAddress([127, 0, 0, 1].into()));
+    let key = KeyPair::generate().expect("key");
+    let cert = params.signed_by(&key, &ca).expect("sign");
+    (ca.as_ref().pem(), cert.pem(), key.serialize_pem())
+}
+
+#[test]
+fn mixer_conformance_reaches_an_adapter_over_tls() {
+    let (ca, cert, key) = ca_and_server_certificate();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca).expect("write the CA");
+    let tls = mixer_adapter_sdk::ServerTls::new(cert, key);
+    let served = Served::start_with(built_in("listchecker"), Some(tls));
+    let adapter = served.addr.to_string();
+    let ca_file = ca_file.display().to_string();
+    let mut args = vec![
+        "--adapter",
+        &adapter,
+        "--params",
+        "{overrides: [a]}",
+        "--ca-certificates",
+        &ca_file,
+    ];
+    let (code, said) = mixer_conformance(&args);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(
+        said.contains("with TLS, name the adapter's templates with --template"),
+        "{said}"
+    );
+    args.extend(["--template", "listentry"]);
+    let (code, report) = mixer_conformance(&args);
+    assert_eq!(code, Some(0), "{report}");
+    assert!(report.contains("all 7 promises checked held"), "{report}");
 }

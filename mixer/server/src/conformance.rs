@@ -25,7 +25,10 @@ use mixer_adapter_api::{
     Adapter, AdapterError, AdapterInfo, BuildContext, ErrorKind, Handler, ParamError, Stability,
 };
 use mixer_model::{FieldValue, Instance, Template, Value};
-use mixer_remote::{InferredField, RemoteConnection, RemoteHandlerSpec, RemoteInstance};
+use mixer_remote::{
+    Authentication, InferredField, MutualTls, PemFile, RemoteConnection, RemoteHandlerSpec,
+    RemoteInstance, Tls,
+};
 use tonic_reflection::pb::{v1, v1alpha};
 
 /// What `mixer conformance` checks, and how.
@@ -61,6 +64,21 @@ pub struct ConformanceArgs {
     /// that promise is not checked.
     #[arg(long, value_name = "FILE|YAML")]
     unreachable_params: Option<String>,
+    /// Reach the out-of-process adapter over TLS, trusting the CAs in this PEM file on top of
+    /// the system's (a handler's `authentication.tls.caCertificates`). With TLS, name the
+    /// templates with --template.
+    #[arg(long, value_name = "PEM")]
+    ca_certificates: Option<PathBuf>,
+    /// With TLS: the name the adapter's certificate must carry (and the SNI sent); default
+    /// the host of --adapter.
+    #[arg(long, value_name = "NAME")]
+    server_name: Option<String>,
+    /// Mutual TLS: the certificate (chain) presented to the adapter; with --private-key.
+    #[arg(long, value_name = "PEM", requires = "private_key")]
+    client_certificate: Option<PathBuf>,
+    /// Mutual TLS: the key of --client-certificate.
+    #[arg(long, value_name = "PEM", requires = "client_certificate")]
+    private_key: Option<PathBuf>,
     /// The deadline of each call to an out-of-process adapter (a handler's
     /// `connection.timeout`).
     #[arg(long, default_value = "1s", value_parser = crate::parse_duration)]
@@ -124,7 +142,18 @@ async fn check(args: &ConformanceArgs) -> Result<Report, String> {
     };
     let (case, name) = match (&args.adapter, &args.wasm) {
         (Some(address), _) => (
-            remote_case(address, args.timeout, asked, &given, params, unreachable).await?,
+            remote_case(
+                address,
+                Link {
+                    timeout: args.timeout,
+                    tls: tls(args)?,
+                },
+                asked,
+                &given,
+                params,
+                unreachable,
+            )
+            .await?,
             format!("the adapter at {address}"),
         ),
         (None, Some(module)) => (
@@ -149,6 +178,46 @@ async fn check(args: &ConformanceArgs) -> Result<Report, String> {
         }
     }
     Ok(report)
+}
+
+/// How the mixer's client reaches an out-of-process adapter.
+struct Link {
+    /// Each call's deadline.
+    timeout: Duration,
+    /// TLS, as a handler's `connection.authentication` gives it.
+    tls: Option<Authentication>,
+}
+
+/// The TLS the options ask for, with its PEM files read (rustls judges them when the
+/// client is built, as at config load).
+fn tls(args: &ConformanceArgs) -> Result<Option<Authentication>, String> {
+    let pem = |path: &PathBuf, flag: &str| {
+        std::fs::read(path)
+            .map(|bytes| PemFile {
+                path: path.clone(),
+                pem: Arc::from(bytes),
+            })
+            .map_err(|e| format!("{flag} {}: {e}", path.display()))
+    };
+    let ca_certificates = match &args.ca_certificates {
+        Some(p) => Some(pem(p, "--ca-certificates")?),
+        None => None,
+    };
+    let server_name = args.server_name.clone();
+    Ok(match (&args.client_certificate, &args.private_key) {
+        (Some(cert), Some(key)) => Some(Authentication::Mutual(MutualTls {
+            client_certificate: pem(cert, "--client-certificate")?,
+            private_key: pem(key, "--private-key")?,
+            ca_certificates,
+            server_name,
+        })),
+        _ if ca_certificates.is_some() || server_name.is_some() => Some(Authentication::Tls(Tls {
+            ca_certificates,
+            token: None,
+            server_name,
+        })),
+        _ => None,
+    })
 }
 
 /// Params from a file, or the text itself, as YAML (of which JSON is a part).
@@ -284,19 +353,24 @@ fn wasm_case(
 /// so calls of a template it does not declare must fail.
 async fn remote_case(
     address: &str,
-    timeout: Duration,
+    link: Link,
     asked: Vec<Template>,
     given: &[Instance],
     params: Params,
     unreachable: Option<Params>,
 ) -> Result<Case, String> {
     let templates = if asked.is_empty() {
-        served_templates(address, timeout).await.map_err(|why| {
-            format!(
-                "could not learn the templates of the adapter at {address} by gRPC server \
+        if link.tls.is_some() {
+            return Err("with TLS, name the adapter's templates with --template".into());
+        }
+        served_templates(address, link.timeout)
+            .await
+            .map_err(|why| {
+                format!(
+                    "could not learn the templates of the adapter at {address} by gRPC server \
                  reflection ({why}); name them with --template"
-            )
-        })?
+                )
+            })?
     } else {
         asked
     };
@@ -312,7 +386,7 @@ async fn remote_case(
             stability: Stability::Alpha,
         },
         address: address.to_owned(),
-        timeout,
+        link,
         instances: instances.iter().map(remote_instance).collect(),
     };
     Ok(Case {
@@ -461,7 +535,7 @@ async fn services_v1alpha(
 struct Remote {
     info: AdapterInfo,
     address: String,
-    timeout: Duration,
+    link: Link,
     /// The instances the kit sends it, for Validate and CreateSession.
     instances: Vec<RemoteInstance>,
 }
@@ -499,8 +573,8 @@ fn through_mixer_oop(
 ) -> Result<Option<Arc<dyn Handler>>, AdapterError> {
     let connection = RemoteConnection {
         address: remote.address.clone(),
-        timeout: Some(remote.timeout),
-        authentication: None,
+        timeout: Some(remote.link.timeout),
+        authentication: remote.link.tls.clone(),
     };
     let spec = RemoteHandlerSpec {
         handler_name,
@@ -512,7 +586,7 @@ fn through_mixer_oop(
         instances: &remote.instances,
     };
     let factory = mixer_oop::RemoteAdapterFactory::new(mixer_oop::OopOptions {
-        validate_timeout: remote.timeout.max(Duration::from_secs(2)),
+        validate_timeout: remote.link.timeout.max(Duration::from_secs(2)),
         ..mixer_oop::OopOptions::default()
     });
     if build {
@@ -618,7 +692,10 @@ mod tests {
         drop(listener);
         let why = remote_case(
             &addr.to_string(),
-            Duration::from_millis(500),
+            Link {
+                timeout: Duration::from_millis(500),
+                tls: None,
+            },
             Vec::new(),
             &[],
             Params::Null,
