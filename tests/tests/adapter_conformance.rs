@@ -4,7 +4,9 @@
 //! backend's outage; over an SDK adapter (the allowlist example, its own process) through
 //! the out-of-process transport the server uses; and over built-in adapters, unchanged,
 //! served by the SDK and reached through that same transport: a built-in adapter moves out of
-//! process without a rewrite.
+//! process without a rewrite. And `mixer conformance`, the kit as an adapter author runs it,
+//! through the real binary: against the allowlist example, a Wasm example plugin, an adapter
+//! over TLS, and a deliberately broken (hanging) adapter, whose report names the broken promise.
 
 #[path = "support/redis.rs"]
 mod redis;
