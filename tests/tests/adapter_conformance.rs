@@ -677,3 +677,31 @@ fn mixer_conformance_reaches_an_adapter_over_tls() {
     assert_eq!(code, Some(0), "{report}");
     assert!(report.contains("all 7 promises checked held"), "{report}");
 }
+
+/// `--unreachable-params`: redisquota, served by the SDK, with a real Redis and then with a
+/// closed port for one.
+#[test]
+fn mixer_conformance_checks_an_adapter_with_its_backend_unreachable() {
+    let redis = redis::Redis::start();
+    let served = Served::start(built_in("redisquota"));
+    let params = json!({"redisServerUrl": format!("127.0.0.1:{}", redis.port),
+        "quotas": quotas(), "callTimeout": "1s"})
+    .to_string();
+    let unreachable = json!({"redisServerUrl": format!("127.0.0.1:{}", closed_port()),
+        "quotas": quotas()})
+    .to_string();
+    let (code, report) = mixer_conformance(&[
+        "--adapter",
+        &served.addr.to_string(),
+        "--template",
+        "quota",
+        "--params",
+        &params,
+        "--unreachable-params",
+        &unreachable,
+    ]);
+    assert_eq!(code, Some(0), "{report}");
+    let held = format!("  held         {}", testkit::promise::UNREACHABLE);
+    assert!(report.contains(&held), "{held:?} not in:\n{report}");
+    assert!(report.contains("all 8 promises checked held"), "{report}");
+}
