@@ -228,8 +228,16 @@ fn read_params(given: &str, flag: &str) -> Result<Params, String> {
     } else {
         given.to_owned()
     };
-    serde_saphyr::from_str::<Params>(&text)
-        .map_err(|e| format!("{flag}: neither a readable file nor YAML params: {e}"))
+    match serde_saphyr::from_str::<Params>(&text) {
+        // An adapter's params are a map; anything else is most likely a mistyped file name.
+        Ok(params @ (Params::Object(_) | Params::Null)) => Ok(params),
+        Ok(_) => Err(format!(
+            "{flag} {given:?}: no such file, and not a map of params"
+        )),
+        Err(e) => Err(format!(
+            "{flag}: neither a readable file nor YAML params: {e}"
+        )),
+    }
 }
 
 /// One instance of a `--instances` file.
@@ -764,5 +772,10 @@ mod tests {
         assert_eq!(inline, from_file);
         let bad = read_params("{allowed: [a", "--params").expect_err("not YAML");
         assert!(bad.starts_with("--params: neither"), "{bad}");
+        let typo = read_params("parms.yaml", "--params").expect_err("no such file");
+        assert_eq!(
+            typo,
+            r#"--params "parms.yaml": no such file, and not a map of params"#
+        );
     }
 }
