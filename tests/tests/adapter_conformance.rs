@@ -4,7 +4,9 @@
 //! backend's outage; over an SDK adapter (the allowlist example, its own process) through
 //! the out-of-process transport the server uses; and over built-in adapters, unchanged,
 //! served by the SDK and reached through that same transport: a built-in adapter moves out of
-//! process without a rewrite.
+//! process without a rewrite. And `mixer conformance`, the kit as an adapter author runs it,
+//! through the real binary: against the allowlist example, a Wasm example plugin, an adapter
+//! over TLS, and a deliberately broken (hanging) adapter, whose report names the broken promise.
 
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
@@ -13,11 +15,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mixer_adapter_api::host::{AnyAdapter, Params};
-use mixer_adapter_api::testkit::{Case, Unreachable, assert_conforms};
+use mixer_adapter_api::testkit::{self, Case, Unreachable, assert_conforms, default_instance};
 use mixer_adapter_api::{
     Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError, QuotaArgs, Stability,
 };
-use mixer_model::{FieldValue, Instance, Template, Timestamp, Value};
+use mixer_model::{FieldValue, Instance, Template, Value};
 use mixer_remote::{
     InferredField, RemoteAdapters, RemoteConnection, RemoteHandlerSpec, RemoteInstance,
 };
@@ -36,91 +38,10 @@ fn value(v: impl Into<Value>) -> FieldValue {
     FieldValue::Value(v.into())
 }
 
-fn map(entries: &[(&str, &str)]) -> FieldValue {
-    FieldValue::Map(
-        entries
-            .iter()
-            .map(|(k, v)| (Arc::from(*k), Value::from(*v)))
-            .collect(),
-    )
-}
-
-fn now() -> Value {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
-    Value::Timestamp(Timestamp(nanos))
-}
-
-/// One valid instance of each template, named as the cases' params expect.
-fn of(template: Template) -> Instance {
-    match template {
-        Template::Authorization => instance(
-            "auth.instance.default",
-            template,
-            vec![
-                ("subject", map(&[("user", "alice")])),
-                ("action", map(&[("method", "GET")])),
-            ],
-        ),
-        Template::CheckNothing => instance("nothing.instance.default", template, vec![]),
-        Template::ListEntry => instance(
-            "entry.instance.default",
-            template,
-            vec![("value", value("a"))],
-        ),
-        Template::Quota => instance(
-            "requestcount.instance.default",
-            template,
-            vec![("dimensions", map(&[("source", "reviews")]))],
-        ),
-        Template::Metric => instance(
-            "requestcount.instance.default",
-            template,
-            vec![
-                ("value", value(1_i64)),
-                ("dimensions", map(&[("source", "reviews")])),
-            ],
-        ),
-        Template::LogEntry => instance(
-            "accesslog.instance.default",
-            template,
-            vec![
-                ("variables", map(&[("source", "reviews")])),
-                ("timestamp", FieldValue::Value(now())),
-                ("severity", value("info")),
-            ],
-        ),
-        Template::TraceSpan => instance(
-            "span.instance.default",
-            template,
-            vec![
-                ("trace_id", value("0123456789abcdef0123456789abcdef")),
-                ("span_id", value("0123456789abcdef")),
-                ("span_name", value("GET /")),
-                ("start_time", FieldValue::Value(now())),
-                ("end_time", FieldValue::Value(now())),
-            ],
-        ),
-        Template::ReportNothing => instance("nothing.instance.default", template, vec![]),
-    }
-}
-
 fn case(name: &str, params: serde_json::Value, unreachable: Option<Unreachable>) -> Case {
-    let registry = mixer_server::adapters::builtin();
-    let adapter = registry
-        .get(name)
-        .unwrap_or_else(|| panic!("no built-in adapter {name}"))
-        .clone();
-    let config = adapter.compile(&params).expect("the case's params compile");
-    let instances = adapter.templates_of(&config).into_iter().map(of).collect();
-    Case {
-        adapter,
-        params,
-        unreachable,
-        instances,
-        offers_every_variety: false,
-    }
+    let mut case = testkit::case(built_in(name), params);
+    case.unreachable = unreachable;
+    case
 }
 
 /// The path of an example Wasm plugin built into `MIXER_WASM_GUESTS` (or `target/wasm-guests`).
@@ -264,7 +185,7 @@ impl Remote {
             .templates
             .iter()
             .map(|t| RemoteInstance {
-                name: of(*t).name,
+                name: default_instance(*t).name,
                 template: *t,
                 fields: Vec::new(),
             })
@@ -387,7 +308,7 @@ async fn an_sdk_adapter_conforms_through_the_out_of_process_transport() {
                 "params": {"file": file}}),
             immediate: &[Template::ListEntry],
         }),
-        instances: vec![of(Template::ListEntry)],
+        instances: vec![default_instance(Template::ListEntry)],
         offers_every_variety: true,
     };
     assert_conforms(&case).await;
@@ -403,6 +324,14 @@ struct Served {
 
 impl Served {
     fn start(adapter: Arc<dyn AnyAdapter>) -> Served {
+        Served::start_with(adapter, None)
+    }
+
+    /// [`Served::start`], over TLS when `tls` is given.
+    fn start_with(
+        adapter: Arc<dyn AnyAdapter>,
+        tls: Option<mixer_adapter_sdk::ServerTls>,
+    ) -> Served {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -413,7 +342,10 @@ impl Served {
         let addr = listener.local_addr().expect("adapter address");
         runtime.spawn(async move {
             let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-            let server = mixer_adapter_sdk::Server::from_arc(adapter);
+            let mut server = mixer_adapter_sdk::Server::from_arc(adapter);
+            if let Some(tls) = tls {
+                server = server.tls(tls);
+            }
             let _ = server
                 .serve_with_shutdown(listener, std::future::pending())
                 .await;
@@ -459,7 +391,7 @@ async fn built_in_adapters_served_by_the_sdk_conform_through_the_out_of_process_
                     "params": params}),
                 immediate: templates,
             }),
-            instances: templates.iter().map(|t| of(*t)).collect(),
+            instances: templates.iter().map(|t| default_instance(*t)).collect(),
             offers_every_variety: true,
         };
         assert_conforms(&case).await;
@@ -516,7 +448,7 @@ async fn a_built_in_adapter_served_by_the_sdk_answers_as_it_does_built_in() {
     let address = json!({"address": served.addr.to_string(), "params": params});
     let here = adapter.compile_and_build(&params, &ctx).expect("builds");
     let there = AnyAdapter::compile_and_build(&remote, &address, &ctx).expect("builds");
-    let quota = of(Template::Quota);
+    let quota = default_instance(Template::Quota);
     let args = QuotaArgs {
         amount: 3,
         ..QuotaArgs::default()
@@ -534,4 +466,239 @@ async fn a_built_in_adapter_served_by_the_sdk_answers_as_it_does_built_in() {
     let built_in = built_in.expect("an answer");
     assert_eq!(built_in.status.message, "no quota");
     assert_eq!(served.expect("an answer"), built_in);
+}
+
+/// `mixer conformance ARGS` as an adapter author runs it: its exit code and its report.
+fn mixer_conformance(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_mixer-under-test"))
+        .arg("conformance")
+        .args(args)
+        .output()
+        .expect("run mixer conformance");
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), printed)
+}
+
+#[test]
+fn mixer_conformance_passes_the_allowlist_example_in_its_own_process() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("allowed.txt");
+    std::fs::write(&file, "a\n").expect("write the allow list");
+    // A value not on the list: a denial is an answer too.
+    let instances = dir.path().join("instances.yaml");
+    std::fs::write(&instances, "- {template: listentry, fields: {value: b}}\n")
+        .expect("write the instances");
+    let (addr, _process) = start_allowlist();
+    let params = json!({"file": file}).to_string();
+    let (code, report) = mixer_conformance(&[
+        "--adapter",
+        &addr.to_string(),
+        "--template",
+        "listentry",
+        "--params",
+        &params,
+        "--instances",
+        &instances.display().to_string(),
+    ]);
+    assert_eq!(code, Some(0), "{report}");
+    for line in [
+        format!("conformance of the adapter at {addr}:"),
+        "templates exercised: listentry".to_owned(),
+        format!("  held         {}", testkit::promise::ANSWERS),
+        format!("  held         {}", testkit::promise::UNDECLARED),
+        "all 7 promises checked held".to_owned(),
+    ] {
+        assert!(report.contains(&line), "{line:?} not in:\n{report}");
+    }
+}
+
+#[test]
+fn mixer_conformance_passes_an_example_wasm_plugin() {
+    let Some(plugin) = mixer_tests::wasm_guest("deny-header") else {
+        return;
+    };
+    let (code, report) = mixer_conformance(&[
+        "--wasm",
+        &plugin.display().to_string(),
+        "--params",
+        r#"{limits: {checkDeadline: 100ms}, config: {header: x-plugin-deny, value: "true", message: denied}}"#,
+    ]);
+    assert_eq!(code, Some(0), "{report}");
+    assert!(
+        report.contains("templates exercised: authorization"),
+        "{report}"
+    );
+    assert!(report.contains("all 7 promises checked held"), "{report}");
+}
+
+/// Declares listentry and answers no call of it: a deliberately broken adapter.
+struct Hanging;
+
+static HANGING: AdapterInfo = AdapterInfo {
+    name: "hanging",
+    description: "never answers a check",
+    templates: &[Template::ListEntry],
+    cacheable: true,
+    stability: Stability::Alpha,
+};
+
+impl Adapter for Hanging {
+    type Config = Params;
+    type Compiled = Params;
+
+    fn info(&self) -> &AdapterInfo {
+        &HANGING
+    }
+
+    fn compile(&self, params: Params) -> Result<Params, Vec<ParamError>> {
+        Ok(params)
+    }
+
+    fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+        Ok(Arc::new(Hanging))
+    }
+}
+
+impl Handler for Hanging {
+    fn as_check(&self) -> Option<&dyn mixer_adapter_api::CheckHandler> {
+        Some(self)
+    }
+}
+
+#[async_trait::async_trait]
+impl mixer_adapter_api::CheckHandler for Hanging {
+    async fn check(&self, _: &Instance) -> Result<mixer_model::CheckResult, AdapterError> {
+        std::future::pending().await
+    }
+}
+
+#[test]
+fn mixer_conformance_names_the_promise_a_broken_adapter_breaks() {
+    let served = Served::start(Arc::new(Hanging));
+    let (code, report) = mixer_conformance(&[
+        "--adapter",
+        &served.addr.to_string(),
+        "--template",
+        "listentry",
+        "--timeout",
+        "200ms",
+    ]);
+    assert_eq!(code, Some(1), "{report}");
+    let broken = format!("  BROKEN       {}\n", testkit::promise::ANSWERS);
+    let at = report
+        .find(&broken)
+        .unwrap_or_else(|| panic!("{broken:?} not in:\n{report}"));
+    let why = report[at + broken.len()..]
+        .lines()
+        .next()
+        .unwrap_or_default();
+    assert!(
+        // The mixer's deadline, or the adapter's own answer to the deadline it was sent.
+        why.contains("a listentry call failed")
+            && (why.contains("200ms") || why.contains("deadline")),
+        "{why:?} in:\n{report}"
+    );
+    assert!(
+        report.contains("1 of 7 promises checked broken"),
+        "{report}"
+    );
+}
+
+#[test]
+fn mixer_conformance_help_says_what_it_checks_and_how_to_run_it() {
+    let (code, help) = mixer_conformance(&["--help"]);
+    assert_eq!(code, Some(0), "{help}");
+    for word in [
+        "--adapter",
+        "--wasm",
+        "--params",
+        "--template",
+        "reflection",
+        "Exit status",
+    ] {
+        assert!(help.contains(word), "{word:?} not in:\n{help}");
+    }
+    let (code, said) = mixer_conformance(&[]);
+    assert_eq!(code, Some(2), "{said}");
+    assert!(
+        said.contains("--adapter") && said.contains("--wasm"),
+        "{said}"
+    );
+}
+
+/// A certificate authority and a certificate it issued for `localhost` and 127.0.0.1, in PEM.
+fn ca_and_server_certificate() -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, SanType};
+    let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().expect("key")).expect("CA");
+    let mut params = CertificateParams::new(vec!["localhost".to_owned()]).expect("params");
+    params
+        .subject_alt_names
+        .push(SanType::IpAddress([127, 0, 0, 1].into()));
+    let key = KeyPair::generate().expect("key");
+    let cert = params.signed_by(&key, &ca).expect("sign");
+    (ca.as_ref().pem(), cert.pem(), key.serialize_pem())
+}
+
+#[test]
+fn mixer_conformance_reaches_an_adapter_over_tls() {
+    let (ca, cert, key) = ca_and_server_certificate();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca).expect("write the CA");
+    let tls = mixer_adapter_sdk::ServerTls::new(cert, key);
+    let served = Served::start_with(built_in("listchecker"), Some(tls));
+    let adapter = served.addr.to_string();
+    let ca_file = ca_file.display().to_string();
+    let mut args = vec![
+        "--adapter",
+        &adapter,
+        "--params",
+        "{overrides: [a]}",
+        "--ca-certificates",
+        &ca_file,
+    ];
+    let (code, said) = mixer_conformance(&args);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(
+        said.contains("with TLS, name the adapter's templates with --template"),
+        "{said}"
+    );
+    args.extend(["--template", "listentry"]);
+    let (code, report) = mixer_conformance(&args);
+    assert_eq!(code, Some(0), "{report}");
+    assert!(report.contains("all 7 promises checked held"), "{report}");
+}
+
+/// `--unreachable-params`: redisquota, served by the SDK, with a real Redis and then with a
+/// closed port for one.
+#[test]
+fn mixer_conformance_checks_an_adapter_with_its_backend_unreachable() {
+    let redis = redis::Redis::start();
+    let served = Served::start(built_in("redisquota"));
+    let params = json!({"redisServerUrl": format!("127.0.0.1:{}", redis.port),
+        "quotas": quotas(), "callTimeout": "1s"})
+    .to_string();
+    let unreachable = json!({"redisServerUrl": format!("127.0.0.1:{}", closed_port()),
+        "quotas": quotas()})
+    .to_string();
+    let (code, report) = mixer_conformance(&[
+        "--adapter",
+        &served.addr.to_string(),
+        "--template",
+        "quota",
+        "--params",
+        &params,
+        "--unreachable-params",
+        &unreachable,
+    ]);
+    assert_eq!(code, Some(0), "{report}");
+    let held = format!("  held         {}", testkit::promise::UNREACHABLE);
+    assert!(report.contains(&held), "{held:?} not in:\n{report}");
+    assert!(report.contains("all 8 promises checked held"), "{report}");
 }

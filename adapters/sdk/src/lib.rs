@@ -138,6 +138,9 @@ pub use watched_file::WatchedFile;
 pub use async_trait::async_trait;
 /// The adapter API an adapter implements (the same crate the mixer's built-in adapters use).
 pub use mixer_adapter_api as api;
+/// The conformance kit (feature `testkit`): `testkit::assert_adapter_conforms(adapter, params)`.
+#[cfg(feature = "testkit")]
+pub use mixer_adapter_api::testkit;
 /// The mixer's model: instances and their typed views, values, check and quota results.
 pub use mixer_model as model;
 

@@ -3,7 +3,11 @@
 //!
 //! An adapter's test gives a [`Case`] (params that build, an instance per template it
 //! declares, and, for an adapter with a backend, params whose backend cannot answer) and calls
-//! [`assert_conforms`]. The kit checks that:
+//! [`assert_conforms`], or, with the [`default_instance`] of each template and no backend,
+//! calls [`assert_adapter_conforms`] with the adapter and its params: one call. Either gives
+//! a [`Report`] that names each promise and whether it held (and how it was broken); `mixer
+//! conformance` prints the same report for an adapter in another process or a Wasm plugin.
+//! The kit checks that:
 //!
 //! - its info names it, describes it and declares each template once;
 //! - `validate` of an empty config answers (errors, if any, say what is wrong) rather than
@@ -19,7 +23,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use mixer_model::{Instance, Template, Variety};
+use mixer_model::{FieldValue, Instance, Template, Timestamp, Value, Variety};
 
 use crate::adapter::BuildContext;
 use crate::error::AdapterError;
@@ -54,27 +58,174 @@ pub struct Unreachable {
     pub immediate: &'static [Template],
 }
 
-/// Runs every check of the kit and panics listing each one the adapter fails.
-pub async fn assert_conforms(case: &Case) {
-    let violations = violations(case).await;
-    assert!(
-        violations.is_empty(),
-        "adapter {:?} does not conform:\n  {}",
-        case.adapter.info().name,
-        violations.join("\n  ")
-    );
+/// A promise of the kit, in the words its report uses.
+pub mod promise {
+    /// The adapter's info names it, describes it and declares each template once.
+    pub const INFO: &str = "its info names it, describes it and declares each template once";
+    /// Validating an empty config answers, and every error it gives says something.
+    pub const EMPTY_CONFIG: &str =
+        "validate of an empty config answers without panicking, each error saying what is wrong";
+    /// The case's params validate and build a handler.
+    pub const BUILDS: &str = "the params validate and build a handler";
+    /// The handler offers the trait of each declared template, and no trait of a variety it
+    /// declares no template of.
+    pub const TRAITS: &str = "the handler offers the trait of each declared template, and no other";
+    /// The case gives one instance of each declared template (a promise of the case itself).
+    pub const INSTANCES: &str =
+        "the case gives an instance of each declared template, and no other";
+    /// A call of a template the adapter does not declare fails rather than answers.
+    pub const UNDECLARED: &str = "a call of a template it does not declare fails";
+    /// A call of each declared template answers within the call limit.
+    pub const ANSWERS: &str = "a call of each declared template answers within the call limit";
+    /// `close` may run twice, and the adapter builds again afterwards.
+    pub const CLOSE: &str = "close may run twice, and the adapter builds again afterwards";
+    /// With the backend out of reach, every call that goes to it fails, in time, saying why.
+    pub const UNREACHABLE: &str =
+        "with its backend unreachable, each call that reaches it fails in time, saying why";
+}
+
+/// Whether one promise held.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// It held.
+    Held,
+    /// It was broken, each way in words.
+    Broken(Vec<String>),
+    /// It was not checked, and why (nothing to check it with, or an earlier step failed).
+    NotChecked(String),
+}
+
+/// What the kit found: each promise and whether it held.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The adapter checked, in words (`adapter "denier"`).
+    pub adapter: String,
+    /// Each promise, in the order checked, with its outcome.
+    pub promises: Vec<(&'static str, Outcome)>,
+}
+
+impl Report {
+    fn new(adapter: &str) -> Report {
+        Report {
+            adapter: format!("adapter {adapter:?}"),
+            promises: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, promise: &'static str, broken: Vec<String>) {
+        let outcome = if broken.is_empty() {
+            Outcome::Held
+        } else {
+            Outcome::Broken(broken)
+        };
+        self.promises.push((promise, outcome));
+    }
+
+    fn skip(&mut self, promise: &'static str, why: impl Into<String>) {
+        self.promises
+            .push((promise, Outcome::NotChecked(why.into())));
+    }
+
+    /// Whether no promise was broken (those not checked do not count against it).
+    pub fn holds(&self) -> bool {
+        self.broken().next().is_none()
+    }
+
+    /// The promises broken, each with how.
+    pub fn broken(&self) -> impl Iterator<Item = (&'static str, &[String])> {
+        self.promises.iter().filter_map(|(p, o)| match o {
+            Outcome::Broken(how) => Some((*p, how.as_slice())),
+            _ => None,
+        })
+    }
+}
+
+impl std::fmt::Display for Report {
+    /// One line per promise (`held`, `BROKEN` with each way under it, or `not checked` with
+    /// why), then a summary line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "conformance of {}:", self.adapter)?;
+        for (promise, outcome) in &self.promises {
+            match outcome {
+                Outcome::Held => writeln!(f, "  held         {promise}")?,
+                Outcome::Broken(how) => {
+                    writeln!(f, "  BROKEN       {promise}")?;
+                    for h in how {
+                        writeln!(f, "                 - {h}")?;
+                    }
+                }
+                Outcome::NotChecked(why) => writeln!(f, "  not checked  {promise} ({why})")?,
+            }
+        }
+        let broken = self.broken().count();
+        let checked = self
+            .promises
+            .iter()
+            .filter(|(_, o)| !matches!(o, Outcome::NotChecked(_)))
+            .count();
+        if broken == 0 {
+            write!(f, "all {checked} promises checked held")
+        } else {
+            write!(f, "{broken} of {checked} promises checked broken")
+        }
+    }
+}
+
+/// Runs every check of the kit and panics with its report when a promise is broken.
+pub async fn assert_conforms(case: &Case) -> Report {
+    let report = report(case).await;
+    assert!(report.holds(), "the adapter does not conform:\n{report}");
+    report
 }
 
 /// Every check of the kit the adapter fails, in words.
 pub async fn violations(case: &Case) -> Vec<String> {
+    report(case)
+        .await
+        .broken()
+        .flat_map(|(_, how)| how.iter().cloned())
+        .collect()
+}
+
+/// Checks each promise of the kit, in order; a step that needs a handler is not checked when
+/// none builds.
+pub async fn report(case: &Case) -> Report {
+    let mut report = Report::new(case.adapter.info().name);
     let mut out = Vec::new();
     info(case, &mut out);
+    report.add(promise::INFO, std::mem::take(&mut out));
     empty_config(case, &mut out);
-    let Some(handler) = build(case, &case.params, "the case's params", &mut out) else {
-        return out;
+    report.add(promise::EMPTY_CONFIG, std::mem::take(&mut out));
+    templates_covered(case, &mut out);
+    report.add(promise::INSTANCES, std::mem::take(&mut out));
+    let handler = build(case, &case.params, "the case's params", &mut out);
+    report.add(promise::BUILDS, std::mem::take(&mut out));
+    let Some(handler) = handler else {
+        let why = "no handler was built";
+        for p in [
+            promise::TRAITS,
+            promise::UNDECLARED,
+            promise::ANSWERS,
+            promise::CLOSE,
+            promise::UNREACHABLE,
+        ] {
+            report.skip(p, why);
+        }
+        return report;
     };
     traits(case, handler.as_ref(), &mut out);
+    report.add(promise::TRAITS, std::mem::take(&mut out));
+    if case.offers_every_variety {
+        undeclared(case, handler.as_ref(), &mut out).await;
+        report.add(promise::UNDECLARED, std::mem::take(&mut out));
+    } else {
+        report.skip(
+            promise::UNDECLARED,
+            "the handler offers only the traits of its templates",
+        );
+    }
     answers(case, handler.as_ref(), &mut out).await;
+    report.add(promise::ANSWERS, std::mem::take(&mut out));
     handler.close().await;
     handler.close().await;
     if let Some(again) = build(
@@ -85,18 +236,135 @@ pub async fn violations(case: &Case) -> Vec<String> {
     ) {
         again.close().await;
     }
-    if let Some(unreachable) = &case.unreachable
-        && let Some(handler) = build(
-            case,
-            &unreachable.params,
-            "the unreachable params",
-            &mut out,
-        )
-    {
-        failures(case, unreachable.immediate, handler.as_ref(), &mut out).await;
-        handler.close().await;
+    report.add(promise::CLOSE, std::mem::take(&mut out));
+    match &case.unreachable {
+        None => report.skip(promise::UNREACHABLE, "the case gives no unreachable params"),
+        Some(unreachable) => {
+            if let Some(handler) = build(
+                case,
+                &unreachable.params,
+                "the unreachable params",
+                &mut out,
+            ) {
+                failures(case, unreachable.immediate, handler.as_ref(), &mut out).await;
+                handler.close().await;
+            }
+            report.add(promise::UNREACHABLE, std::mem::take(&mut out));
+        }
     }
-    out
+    report
+}
+
+/// A valid instance of `template`, as a rule would send it, named `<kind>.instance.default`
+/// (`requestcount` for metric and quota, `entry` for listentry, `auth`, `accesslog`, `span`,
+/// `nothing`), the names an adapter's params refer to when they name instances.
+pub fn default_instance(template: Template) -> Instance {
+    let (name, fields) = match template {
+        Template::Authorization => (
+            "auth.instance.default",
+            vec![
+                ("subject", map(&[("user", "alice")])),
+                ("action", map(&[("method", "GET")])),
+            ],
+        ),
+        Template::CheckNothing | Template::ReportNothing => ("nothing.instance.default", vec![]),
+        Template::ListEntry => ("entry.instance.default", vec![("value", value("a"))]),
+        Template::Quota => (
+            "requestcount.instance.default",
+            vec![("dimensions", map(&[("source", "reviews")]))],
+        ),
+        Template::Metric => (
+            "requestcount.instance.default",
+            vec![
+                ("value", value(1_i64)),
+                ("dimensions", map(&[("source", "reviews")])),
+            ],
+        ),
+        Template::LogEntry => (
+            "accesslog.instance.default",
+            vec![
+                ("variables", map(&[("source", "reviews")])),
+                ("timestamp", FieldValue::Value(now())),
+                ("severity", value("info")),
+            ],
+        ),
+        Template::TraceSpan => (
+            "span.instance.default",
+            vec![
+                ("trace_id", value("0123456789abcdef0123456789abcdef")),
+                ("span_id", value("0123456789abcdef")),
+                ("span_name", value("GET /")),
+                ("start_time", FieldValue::Value(now())),
+                ("end_time", FieldValue::Value(now())),
+            ],
+        ),
+    };
+    Instance {
+        name: name.into(),
+        template,
+        fields,
+    }
+}
+
+fn value(v: impl Into<Value>) -> FieldValue {
+    FieldValue::Value(v.into())
+}
+
+fn map(entries: &[(&str, &str)]) -> FieldValue {
+    FieldValue::Map(
+        entries
+            .iter()
+            .map(|(k, v)| (Arc::from(*k), Value::from(*v)))
+            .collect(),
+    )
+}
+
+fn now() -> Value {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+    Value::Timestamp(Timestamp(nanos))
+}
+
+/// The case of `adapter` with `params`: the [`default_instance`] of each template those
+/// params declare, no unreachable backend, and only the traits of its templates offered.
+pub fn case(adapter: Arc<dyn AnyAdapter>, params: Params) -> Case {
+    let templates = match adapter.compile(&params) {
+        Ok(config) => adapter.templates_of(&config),
+        Err(_) => adapter.info().templates.to_vec(),
+    };
+    let mut instances: Vec<Instance> = Vec::new();
+    for t in templates {
+        if !instances.iter().any(|i| i.template == t) {
+            instances.push(default_instance(t));
+        }
+    }
+    Case {
+        adapter,
+        params,
+        unreachable: None,
+        instances,
+        offers_every_variety: false,
+    }
+}
+
+/// The kit in one call, for an adapter crate's own test: checks `adapter` built from
+/// `params` with the [`default_instance`] of each template it declares, prints the report,
+/// and panics with it when a promise is broken.
+///
+/// ```no_run
+/// # async fn t(adapter: impl mixer_adapter_api::host::AnyAdapter + 'static) {
+/// mixer_adapter_api::testkit::assert_adapter_conforms(adapter, serde_json::json!({})).await;
+/// # }
+/// ```
+pub async fn assert_adapter_conforms<A: AnyAdapter + 'static>(
+    adapter: A,
+    params: Params,
+) -> Report {
+    let report = report(&case(Arc::new(adapter), params)).await;
+    eprintln!("{report}");
+    assert!(report.holds(), "the adapter does not conform:\n{report}");
+    report
 }
 
 /// The templates the case's handler accepts: its params' own, for an adapter whose templates
@@ -256,10 +524,6 @@ fn templates_covered(case: &Case, out: &mut Vec<String>) {
 }
 
 async fn answers(case: &Case, handler: &dyn Handler, out: &mut Vec<String>) {
-    templates_covered(case, out);
-    if case.offers_every_variety {
-        undeclared(case, handler, out).await;
-    }
     for instance in &case.instances {
         let name = instance.template.name();
         match call(handler, instance).await {
@@ -432,6 +696,28 @@ mod tests {
             "with the backend unreachable, a checknothing call answered",
         ] {
             assert!(found.contains(expected), "{expected:?} not in:\n{found}");
+        }
+        let report = report(&case).await;
+        assert!(!report.holds());
+        let broken: Vec<&str> = report.broken().map(|(p, _)| p).collect();
+        assert_eq!(
+            broken,
+            [
+                promise::INFO,
+                promise::EMPTY_CONFIG,
+                promise::INSTANCES,
+                promise::TRAITS,
+                promise::UNREACHABLE
+            ]
+        );
+        let printed = report.to_string();
+        for line in [
+            format!("  BROKEN       {}", promise::TRAITS),
+            format!("  held         {}", promise::ANSWERS),
+            format!("  not checked  {}", promise::UNDECLARED),
+            "5 of 8 promises checked broken".to_owned(),
+        ] {
+            assert!(printed.contains(&line), "{line:?} not in:\n{printed}");
         }
     }
 }

@@ -6,6 +6,7 @@
 pub mod adapters;
 mod admin;
 mod admin_token;
+mod conformance;
 mod defaults;
 mod http_listener;
 mod lifecycle;
@@ -244,6 +245,13 @@ enum Command {
         #[command(flatten)]
         config_args: ConfigArgs,
     },
+    /// Run the adapter conformance kit against an out-of-process adapter (any language) or a
+    /// Wasm plugin, and print each promise and whether it held; exit 1 when one is broken.
+    #[command(after_help = conformance::AFTER_HELP)]
+    Conformance {
+        #[command(flatten)]
+        args: conformance::ConformanceArgs,
+    },
     /// Run declarative policy tests (files ending in _test.yaml).
     Test {
         /// A test file, or a directory searched for *_test.yaml files.
@@ -332,6 +340,7 @@ pub fn main() -> ExitCode {
         }
         Command::Validate { path, config_args } => validate::run(&path, &config_args),
         Command::Test { path, config_args } => policytest::run(&path, &config_args),
+        Command::Conformance { args } => conformance::run(&args),
     }
 }
 
