@@ -679,7 +679,7 @@ fn mixer_conformance_reaches_an_adapter_over_tls() {
 /// closed port for one.
 #[test]
 fn mixer_conformance_checks_an_adapter_with_its_backend_unreachable() {
-    let redis = redis::Redis::start();
+    let redis = mixer_tests::redis::Redis::start();
     let served = Served::start(built_in("redisquota"));
     let params = json!({"redisServerUrl": format!("127.0.0.1:{}", redis.port),
         "quotas": quotas(), "callTimeout": "1s"})
