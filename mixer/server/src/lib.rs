@@ -7,14 +7,10 @@ pub mod adapters;
 mod admin;
 mod admin_token;
 mod defaults;
-mod http_listener;
 mod lifecycle;
-mod listeners;
 mod policytest;
 mod serve;
 mod shared_cache;
-mod tls;
-mod tls_reload;
 mod validate;
 
 use std::net::SocketAddr;
@@ -223,13 +219,13 @@ enum Command {
         #[arg(long)]
         report_threads: Option<usize>,
         #[command(flatten)]
-        listener_args: listeners::ListenerArgs,
+        listener_args: mixer_transport::listeners::ListenerArgs,
         #[command(flatten)]
         config_args: ConfigArgs,
         #[command(flatten)]
         limit_args: LimitArgs,
         #[command(flatten)]
-        tls_args: tls::TlsArgs,
+        tls_args: mixer_transport::tls::TlsArgs,
         #[command(flatten)]
         lifecycle_args: lifecycle::LifecycleArgs,
         #[command(flatten)]
