@@ -2,7 +2,9 @@
 //! model <- adapter-api <- adapters; model <- policy <- config <- runtime <- frontends <- server;
 //! adapter-api <- remote (out-of-process adapters as the config describes them) <- config and
 //! the out-of-process client; the leaves `mixer-proto` and `mixer-grpc` are shared by the front
-//! ends and the SDK, which serves the adapter API out of process.
+//! ends and the SDK, which serves the adapter API out of process; `mixer-transport` (the
+//! listeners, their limits and TLS, over `mixer-grpc`) sits between the front ends and the
+//! server, which wires the two.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -37,6 +39,10 @@ fn allowed(krate: &str) -> Option<&'static [&'static str]> {
             "mixer-proto",
             "mixer-grpc",
         ],
+        // The listeners (gRPC and HTTP), their limits and TLS: over the gRPC server the
+        // adapter SDK shares, filling in what forward-auth reads of a TLS handshake; never
+        // the runtime or the config, which reach a listener only through a front end.
+        "mixer-transport" => &["mixer-model", "mixer-grpc", "mixer-frontends"],
         // The shared check cache tier implements the runtime's `SharedTier` over Redis; the
         // runtime never depends on it, the server wires it in.
         "mixer-shared-cache" => &["mixer-model", "mixer-adapter-api", "mixer-runtime"],
@@ -73,8 +79,9 @@ fn allowed(krate: &str) -> Option<&'static [&'static str]> {
     })
 }
 
-#[test]
-fn internal_dependencies_point_one_way() {
+/// Each workspace crate's normal (not dev or build) dependencies: the workspace's own when
+/// `internal`, else every one.
+fn dependencies(internal: bool) -> BTreeMap<String, Vec<String>> {
     let out = Command::new(env!("CARGO"))
         .args([
             "metadata",
@@ -100,11 +107,17 @@ fn internal_dependencies_point_one_way() {
             .as_array()
             .expect("deps")
             .iter()
-            .filter(|d| d["kind"].is_null() && d["path"].is_string())
+            .filter(|d| d["kind"].is_null() && (!internal || d["path"].is_string()))
             .map(|d| d["name"].as_str().expect("dep name").to_string())
             .collect();
         graph.insert(name, deps);
     }
+    graph
+}
+
+#[test]
+fn internal_dependencies_point_one_way() {
+    let graph = dependencies(true);
     assert!(graph.contains_key("mixer-model") && graph.contains_key("mixer-runtime"));
     let mut violations = Vec::new();
     for (krate, deps) in &graph {
@@ -118,5 +131,31 @@ fn internal_dependencies_point_one_way() {
     assert!(
         violations.is_empty(),
         "dependency direction broken: {violations:#?}"
+    );
+}
+
+/// The listeners (gRPC and HTTP), their limits and TLS live in `mixer-transport`, not half in
+/// the binary: the server reaches sockets, HTTP serving and TLS only through it.
+#[test]
+fn the_server_serves_through_the_transport_crate() {
+    let graph = dependencies(false);
+    let server = graph.get("mixer-server").expect("mixer-server");
+    assert!(server.iter().any(|d| d == "mixer-transport"), "{server:?}");
+    let listener_crates = [
+        "mixer-grpc",
+        "hyper",
+        "hyper-util",
+        "rustls",
+        "tokio-rustls",
+        "x509-parser",
+        "arc-swap",
+    ];
+    let direct: Vec<&String> = server
+        .iter()
+        .filter(|d| listener_crates.contains(&d.as_str()))
+        .collect();
+    assert!(
+        direct.is_empty(),
+        "the server serves listeners of its own through {direct:?}; they belong in mixer-transport"
     );
 }

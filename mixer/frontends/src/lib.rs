@@ -13,7 +13,6 @@
 
 pub mod access_log;
 mod bag_pool;
-mod check_quota;
 mod envoy_core;
 pub mod ext_authz;
 pub mod forward_auth;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use mixer_adapter_api::log_gate::LogGate;
 use mixer_model::AttributeBag;
-use mixer_runtime::{Checked, NotReady, Runtime, Snapshot, Undecided, Wants};
+use mixer_runtime::{Checked, NotReady, QuotaAfterCheck, Runtime, Snapshot, Undecided, Wants};
 
 use crate::bag_pool::{keep_spare, spare_bag};
 
@@ -65,6 +65,22 @@ impl RequestScope {
     ) -> Result<Checked, Undecided> {
         let (snapshot, bag) = self.parts();
         let checked = mixer_runtime::check(snapshot, bag, wants).await;
+        if let Err(e) = &checked {
+            log_undecided(protocol, e);
+        }
+        checked
+    }
+
+    /// Decides the request's check and charges the quota rules that match once it allows
+    /// ([`mixer_runtime::check_with_quota`]), for the check protocols with no quota field of
+    /// their own. Undecided is logged as [`RequestScope::check`] logs it.
+    pub(crate) async fn check_with_quota(
+        &mut self,
+        wants: Wants,
+        protocol: &'static str,
+    ) -> Result<QuotaAfterCheck, Undecided> {
+        let (snapshot, bag) = self.parts();
+        let checked = mixer_runtime::check_with_quota(snapshot, bag, wants).await;
         if let Err(e) = &checked {
             log_undecided(protocol, e);
         }

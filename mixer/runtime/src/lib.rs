@@ -4,6 +4,7 @@
 //! ```text
 //! config (validated) ──build──> Snapshot ──ArcSwap──> Runtime::snapshot()
 //! bag ──> check(snapshot, bag)  ──> cache ──> evaluate ──> dispatch ──> combine ──> Checked
+//!     (check_with_quota: an allowed Checked ──> quota::ask ──> Checked or QuotaRefusal)
 //! bag ──> quota::ask / plan + allocate ──> evaluate ──> quota handlers ──> QuotaOutcome
 //! bag ──> report(snapshot, bag) ──> evaluate ──> report queues ──> ReportOutcome
 //! ```
@@ -38,7 +39,7 @@ mod verdicts;
 mod watch;
 
 pub use build_error::BuildError;
-pub use check::{Checked, Wants, check};
+pub use check::{Checked, QuotaAfterCheck, QuotaRefusal, Wants, check, check_with_quota};
 pub use content::{CheckOutcome, ConfigContent, DiskState, FileHash, Settle};
 pub use deadline::DEFAULT_HANDLER_TIMEOUT;
 pub use decision::{DEFAULT_VALID_DURATION, DEFAULT_VALID_USE_COUNT, InstanceError, Undecided};

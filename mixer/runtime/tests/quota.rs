@@ -196,3 +196,64 @@ async fn a_refusal_carries_no_secret_of_its_handler() {
         out.result.status.message
     );
 }
+
+const ONE_PER_MINUTE: &str = r#"
+kind: handler
+metadata: {name: limits, namespace: istio-system}
+spec:
+  compiledAdapter: memquota
+  params:
+    quotas: [{name: requestcount.instance.istio-system, maxAmount: 1, validDuration: 60s}]
+---
+kind: instance
+metadata: {name: requestcount, namespace: istio-system}
+spec: {compiledTemplate: quota}
+---
+kind: rule
+metadata: {name: count, namespace: istio-system}
+spec:
+  actions: [{handler: limits, instances: [requestcount]}]
+"#;
+
+/// Quota after check, the runtime's stage for ext_authz and forward-auth: an allowed check is
+/// charged one unit, once per request id; over the limit it becomes a refusal saying when
+/// units come back.
+#[tokio::test(start_paused = true)]
+async fn an_allowed_check_is_charged_once_per_request_and_refused_past_the_limit() {
+    use mixer_runtime::{QuotaAfterCheck, Wants, check_with_quota};
+
+    let snap = snapshot(ONE_PER_MINUTE, &RuntimeOptions::default());
+    let request = |id: &str| bag(&snap, &[("request.id", Value::from(id))]);
+    let first = check_with_quota(&snap, &request("a"), Wants::Verdict)
+        .await
+        .expect("decided");
+    assert!(
+        matches!(&first, QuotaAfterCheck::Checked(c) if c.verdict.is_allowed()),
+        "{first:?}"
+    );
+    // The proxy retrying the same request is not charged again.
+    let retried = check_with_quota(&snap, &request("a"), Wants::Verdict)
+        .await
+        .expect("decided");
+    assert!(
+        matches!(retried, QuotaAfterCheck::Checked(_)),
+        "{retried:?}"
+    );
+    let QuotaAfterCheck::Refused(refusal) = check_with_quota(&snap, &request("b"), Wants::Verdict)
+        .await
+        .expect("decided")
+    else {
+        panic!("the second request is over the limit");
+    };
+    assert_eq!(refusal.verdict.status.code, Code::ResourceExhausted);
+    assert_eq!(
+        refusal.verdict.status.message,
+        "Quota is exhausted for: requestcount.instance.istio-system"
+    );
+    assert_eq!(refusal.limit, Some(1));
+    assert!(
+        (1..=60).contains(&refusal.retry_after_secs),
+        "{}",
+        refusal.retry_after_secs
+    );
+}

@@ -8,14 +8,10 @@ mod admin;
 mod admin_token;
 mod conformance;
 mod defaults;
-mod http_listener;
 mod lifecycle;
-mod listeners;
 mod policytest;
 mod serve;
 mod shared_cache;
-mod tls;
-mod tls_reload;
 mod validate;
 
 use std::net::SocketAddr;
@@ -224,13 +220,13 @@ enum Command {
         #[arg(long)]
         report_threads: Option<usize>,
         #[command(flatten)]
-        listener_args: listeners::ListenerArgs,
+        listener_args: mixer_transport::listeners::ListenerArgs,
         #[command(flatten)]
         config_args: ConfigArgs,
         #[command(flatten)]
         limit_args: LimitArgs,
         #[command(flatten)]
-        tls_args: tls::TlsArgs,
+        tls_args: mixer_transport::tls::TlsArgs,
         #[command(flatten)]
         lifecycle_args: lifecycle::LifecycleArgs,
         #[command(flatten)]

@@ -11,7 +11,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::ConfigArgs;
-use crate::listeners::{ListenerArgs, ListenerMetrics};
+use mixer_transport::listeners::{ListenerArgs, ListenerMetrics};
 
 /// Everything `serve` is told.
 pub struct Settings {
@@ -42,7 +42,7 @@ pub struct Settings {
     /// What one request may ask.
     pub limits: mixer_runtime::RequestLimits,
     /// TLS on the gRPC and forward-auth listeners.
-    pub tls: crate::tls::TlsArgs,
+    pub tls: mixer_transport::tls::TlsArgs,
     /// Config checks and the shutdown delay.
     pub lifecycle: crate::lifecycle::LifecycleArgs,
     /// The check cache shared by the replicas.
@@ -84,7 +84,7 @@ async fn serve(settings: Settings) -> anyhow::Result<Stopped> {
     let metrics = RuntimeMetrics::new(&registry).context("registering metrics")?;
     let listener_metrics = ListenerMetrics::new(&registry).context("registering metrics")?;
     // Before anything else: a certificate that cannot be served stops the start.
-    let tls = crate::tls_reload::start(&settings.tls, &registry)?;
+    let tls = mixer_transport::tls_reload::start(&settings.tls, &registry)?;
     let admin_token = settings
         .admin_token_file
         .as_deref()
@@ -97,9 +97,9 @@ async fn serve(settings: Settings) -> anyhow::Result<Stopped> {
     }
     let limits = &settings.listener_args;
     let asked = limits.caps();
-    let caps = match crate::listeners::raise_fd_limit() {
+    let caps = match mixer_transport::listeners::raise_fd_limit() {
         Some(fd_limit) => {
-            let caps = crate::listeners::fit_caps(asked, fd_limit);
+            let caps = mixer_transport::listeners::fit_caps(asked, fd_limit);
             if caps != asked {
                 let why = "the connection caps do not fit in the open-file limit beside the \
                            descriptors kept for other uses: the gRPC and forward-auth caps \
@@ -192,7 +192,7 @@ async fn serve(settings: Settings) -> anyhow::Result<Stopped> {
     // service, health and unknown paths by tonic's routes (see `mixer_frontends::grpc`).
     let mut routes = mixer_frontends::grpc::routes(&runtime);
     routes.add_service(health_service.clone());
-    let grpc_server = mixer_grpc::Server::new(
+    let grpc_server = mixer_transport::grpc::Server::new(
         mixer_frontends::grpc::unary_methods(&runtime),
         routes.routes(),
     )
@@ -207,7 +207,7 @@ async fn serve(settings: Settings) -> anyhow::Result<Stopped> {
     };
     let grpc_task = tokio::spawn(grpc_server.serve(grpc, stopped(stop_rx.clone())));
     tracing::info!("{}", settings.forward_auth.client_address.describe());
-    let http_task = tokio::spawn(crate::http_listener::serve_with_tls(
+    let http_task = tokio::spawn(mixer_transport::http_listener::serve_with_tls(
         http,
         mixer_frontends::forward_auth::router(runtime.clone(), settings.forward_auth),
         limits.http(caps.http),
@@ -224,7 +224,7 @@ async fn serve(settings: Settings) -> anyhow::Result<Stopped> {
         draining_rx,
         admin_token,
     );
-    let admin_task = tokio::spawn(crate::http_listener::serve(
+    let admin_task = tokio::spawn(mixer_transport::http_listener::serve(
         admin,
         admin_app,
         limits.admin(caps.admin),

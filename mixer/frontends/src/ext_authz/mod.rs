@@ -49,7 +49,7 @@
 //! |---|---|
 //! | allowed | `status` OK; `ok_response`: `headers` from the rules' request header operations (REPLACE overwrites, APPEND appends), `headers_to_remove` from REMOVE, `response_headers_to_add` from response header operations |
 //! | denied | `status` = the verdict's code and message; `denied_response`: HTTP 401 for UNAUTHENTICATED, 429 for RESOURCE_EXHAUSTED, 403 otherwise; body = the message; `headers` from response header operations |
-//! | a quota a matching rule charges is exhausted (one unit per allowed check, deduplicated by `request.id`; [`crate::check_quota`]) | denied with RESOURCE_EXHAUSTED: HTTP 429 with `Retry-After`, `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` |
+//! | a quota a matching rule charges is exhausted (one unit per allowed check, deduplicated by `request.id`; [`mixer_runtime::check_with_quota`]) | denied with RESOURCE_EXHAUSTED: HTTP 429 with `Retry-After`, `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` |
 //! | both | `dynamic_metadata`: `matched_rules` (list of the matched rules' names), `cache_hit` (bool), `status` (the code name), `denied_by` (the denying handler's full name, on a denial a handler gave) |
 //! | could not decide (a handler failed closed), or no valid config yet | gRPC error UNAVAILABLE, so that Envoy's `failure_mode_allow` decides |
 //! | an instance cannot be built from the request (a field reads an absent attribute) | gRPC error INTERNAL naming it, as Istio 1.4; Envoy's `failure_mode_allow` decides alike |
@@ -148,15 +148,12 @@ impl ExtAuthz {
 }
 
 async fn checked(mut scope: RequestScope) -> Result<Checked, tonic::Status> {
-    // Quota rules that match are charged once the check allows ([`crate::check_quota`]):
-    // over a limit, a denial Envoy answers with 429.
-    let checked = match scope.check(Wants::Verdict, "ext_authz").await {
-        Ok(checked) => {
-            let (snapshot, bag) = scope.parts();
-            crate::check_quota::charged(snapshot, bag, checked, "ext_authz").await
-        }
-        Err(e) => Err(e),
-    };
+    // Quota rules that match are charged once the check allows
+    // ([`mixer_runtime::check_with_quota`]): over a limit, a denial Envoy answers with 429.
+    let checked = scope
+        .check_with_quota(Wants::Verdict, "ext_authz")
+        .await
+        .map(crate::ratelimit::respond::with_rate_limit_headers);
     // A handler failed closed. Answer a gRPC error (UNAVAILABLE), NOT a denial: Envoy treats
     // an error as a failed call and applies `failure_mode_allow`.
     checked.map_err(could_not_decide)

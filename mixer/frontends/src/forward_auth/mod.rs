@@ -23,7 +23,7 @@
 //! Answers: 200 allows, with the rules' request header operations as response headers (nginx
 //! copies them upstream with `auth_request_set`); 403, 401 or 429 deny, after the verdict's
 //! code. Quota rules that match the request are charged one unit once the check allows it
-//! (see [`crate::check_quota`]): over a limit the answer is 429 with `Retry-After` and
+//! (see [`mixer_runtime::check_with_quota`]): over a limit the answer is 429 with `Retry-After` and
 //! `X-RateLimit-*`. 503 when the mixer could not decide (a handler failed closed, or no config
 //! yet), 500 when an instance cannot be built from the request.
 
@@ -96,13 +96,10 @@ async fn check(State(endpoint): State<Endpoint>, request: Request) -> Response {
                 .resolve(request.headers(), c.0.ip())
         });
     fill_bag(scope.bag_mut(), &request, client);
-    let decided = match scope.check(Wants::Verdict, "forward-auth").await {
-        Ok(checked) => {
-            let (snapshot, bag) = scope.parts();
-            crate::check_quota::charged(snapshot, bag, checked, "forward-auth").await
-        }
-        Err(e) => Err(e),
-    };
+    let decided = scope
+        .check_with_quota(Wants::Verdict, "forward-auth")
+        .await
+        .map(crate::ratelimit::respond::with_rate_limit_headers);
     drop(scope);
     match decided {
         Ok(checked) => check_response(&checked),

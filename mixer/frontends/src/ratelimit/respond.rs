@@ -8,7 +8,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_li
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit as PbRateLimit,
 };
-use mixer_runtime::QuotaOutcome;
+use std::sync::Arc;
+
+use mixer_model::{HeaderOp, HeaderOperation};
+use mixer_runtime::{Checked, QuotaAfterCheck, QuotaOutcome, QuotaRefusal};
 
 use crate::request_scope::{NoDecision, grpc_status};
 
@@ -191,6 +194,43 @@ fn headers(statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
     out
 }
 
+/// A check that also charged quota, as ext_authz and forward-auth answer it: the check as it
+/// came, or a quota refusal (RESOURCE_EXHAUSTED, which both answer with HTTP 429) carrying
+/// `Retry-After` and the headers this protocol's service answers with: the limit when the
+/// handler says it, 0 remaining, and the seconds until units come back as the reset.
+pub(crate) fn with_rate_limit_headers(outcome: QuotaAfterCheck) -> Checked {
+    match outcome {
+        QuotaAfterCheck::Checked(checked) => checked,
+        QuotaAfterCheck::Refused(refusal) => refused(refusal),
+    }
+}
+
+fn refused(refusal: QuotaRefusal) -> Checked {
+    let QuotaRefusal {
+        mut verdict,
+        cache_hit,
+        retry_after_secs,
+        limit,
+    } = refusal;
+    // Lower case: HTTP/2 (Envoy's side of ext_authz) allows no other.
+    let header = |name: &str, value: String| HeaderOperation {
+        name: name.to_ascii_lowercase(),
+        value,
+        op: HeaderOp::Replace,
+    };
+    let ops = &mut verdict.response_header_ops;
+    ops.push(header("retry-after", retry_after_secs.to_string()));
+    if let Some(limit) = limit {
+        ops.push(header(LIMIT_HEADER, limit.to_string()));
+    }
+    ops.push(header(REMAINING_HEADER, "0".to_string()));
+    ops.push(header(RESET_HEADER, retry_after_secs.to_string()));
+    Checked {
+        verdict: Arc::new(verdict),
+        cache_hit,
+    }
+}
+
 fn pb_duration(d: Duration) -> envoy_types::pb::google::protobuf::Duration {
     envoy_types::pb::google::protobuf::Duration {
         seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
@@ -208,4 +248,75 @@ fn pb_duration(d: Duration) -> envoy_types::pb::google::protobuf::Duration {
 /// applies all the same.
 pub(crate) fn could_not_decide(no_decision: impl Into<NoDecision>) -> tonic::Status {
     grpc_status(no_decision)
+}
+
+#[cfg(test)]
+mod tests {
+    use mixer_model::{Code, Status, Verdict};
+
+    use super::*;
+
+    fn refusal(limit: Option<i64>) -> QuotaAfterCheck {
+        QuotaAfterCheck::Refused(QuotaRefusal {
+            verdict: Verdict {
+                status: Status::new(Code::ResourceExhausted, "Quota is exhausted for: q"),
+                response_header_ops: vec![HeaderOperation {
+                    name: "x-kept".to_string(),
+                    value: "1".to_string(),
+                    op: HeaderOp::Append,
+                }],
+                ..Verdict::default()
+            },
+            cache_hit: true,
+            retry_after_secs: 42,
+            limit,
+        })
+    }
+
+    fn headers(checked: &Checked) -> Vec<(&str, &str)> {
+        checked
+            .verdict
+            .response_header_ops
+            .iter()
+            .map(|h| (h.name.as_str(), h.value.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn a_quota_refusal_carries_retry_after_and_the_rate_limit_headers() {
+        let checked = with_rate_limit_headers(refusal(Some(3)));
+        assert_eq!(checked.verdict.status.code, Code::ResourceExhausted);
+        assert!(checked.cache_hit);
+        assert_eq!(
+            headers(&checked),
+            [
+                ("x-kept", "1"),
+                ("retry-after", "42"),
+                ("x-ratelimit-limit", "3"),
+                ("x-ratelimit-remaining", "0"),
+                ("x-ratelimit-reset", "42")
+            ]
+        );
+        // A handler that names no limit: no limit header, the rest as before.
+        let checked = with_rate_limit_headers(refusal(None));
+        assert_eq!(
+            headers(&checked),
+            [
+                ("x-kept", "1"),
+                ("retry-after", "42"),
+                ("x-ratelimit-remaining", "0"),
+                ("x-ratelimit-reset", "42")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_check_that_was_not_refused_is_answered_as_it_came() {
+        let verdict = Arc::new(Verdict::default());
+        let checked = with_rate_limit_headers(QuotaAfterCheck::Checked(Checked {
+            verdict: verdict.clone(),
+            cache_hit: false,
+        }));
+        assert!(Arc::ptr_eq(&checked.verdict, &verdict));
+    }
 }

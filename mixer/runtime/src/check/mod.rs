@@ -10,17 +10,22 @@
 //! [`crate::verdicts`], then the shared one), [`evaluate`] (which rules match, which
 //! instances they send), [`dispatch`] (one handler call, bounded by its deadline) and
 //! [`combine`] (the handlers' answers into one verdict, as Istio 1.4 combines them). Every
-//! check, cached or not, is counted and timed in the same place ([`check`]).
+//! check, cached or not, is counted and timed in the same place ([`check`]). For the check
+//! protocols without a quota field of their own, [`quota_after`] charges quota once a check
+//! allows ([`check_with_quota`]).
 
 mod cache;
 mod combine;
 mod dispatch;
 mod evaluate;
+mod quota_after;
 
 use std::sync::Arc;
 
 use mixer_adapter_api::{AdapterError, ErrorKind};
 use mixer_model::{Bag, Verdict};
+
+pub use quota_after::{QuotaAfterCheck, QuotaRefusal, check_with_quota};
 
 use crate::decision::Undecided;
 use crate::snapshot::Snapshot;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use mixer_grpc::limits::{Event, Events, Limits, Refusal, StreamRefusal, Timeout};
+use crate::grpc::limits::{Event, Events, Limits, Refusal, StreamRefusal, Timeout};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 use crate::http_listener::{HttpLimits, SharingCounters};
@@ -59,7 +59,7 @@ pub struct ListenerArgs {
     pub http_max_header_bytes: usize,
     /// Request bytes the gRPC listener holds at once across its connections (4 KiB per
     /// open stream plus the bodies read); a stream past it gets RESOURCE_EXHAUSTED.
-    #[arg(long, default_value_t = mixer_grpc::limits::DEFAULT_MAX_REQUEST_BYTES_IN_FLIGHT)]
+    #[arg(long, default_value_t = crate::grpc::limits::DEFAULT_MAX_REQUEST_BYTES_IN_FLIGHT)]
     pub grpc_max_request_bytes_in_flight: usize,
 }
 

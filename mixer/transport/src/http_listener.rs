@@ -18,6 +18,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::grpc::limits::{
+    self, Event, Events, Gate, Permit, Refusal, StreamRefusal, Timeout, codec_header_list_ceiling,
+};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::connect_info::ConnectInfo;
@@ -25,9 +28,6 @@ use axum::http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use mixer_grpc::limits::{
-    self, Event, Events, Gate, Permit, Refusal, StreamRefusal, Timeout, codec_header_list_ceiling,
-};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
