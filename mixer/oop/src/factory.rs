@@ -81,6 +81,43 @@ impl RemoteAdapterFactory {
         .map(Arc::new)
     }
 
+    /// A handler for the adapter at `address` (plaintext, the default deadline) sent
+    /// `params` as a `google.protobuf.Struct` and one instance of each of `templates`
+    /// (named `<template>.instance.<handler>`, no inferred field types): what a tool that
+    /// talks to one adapter outside any config, such as a conformance run, builds. Nothing
+    /// connects until the first call.
+    pub fn handler_for(
+        &self,
+        handler_name: &str,
+        address: &str,
+        params: &serde_json::Value,
+        templates: &[Template],
+    ) -> Result<Arc<RemoteHandler>, AdapterError> {
+        let connection = RemoteConnection {
+            address: address.to_owned(),
+            timeout: None,
+            authentication: None,
+        };
+        let instances: Vec<RemoteInstance> = templates
+            .iter()
+            .map(|t| RemoteInstance {
+                name: format!("{}.instance.{handler_name}", t.name()).into(),
+                template: *t,
+                fields: Vec::new(),
+            })
+            .collect();
+        self.build_handler(&RemoteHandlerSpec {
+            handler_name: handler_name.into(),
+            adapter: handler_name,
+            params,
+            params_descriptor: None,
+            session_based: None,
+            connection: &connection,
+            instances: &instances,
+            declared_templates: Some(templates),
+        })
+    }
+
     /// Asks the adapter's `InfrastructureBackend.Validate`, blocking the calling thread for
     /// at most `validate_timeout`.
     pub fn validate_blocking(&self, spec: &RemoteHandlerSpec<'_>) -> ValidateOutcome {
@@ -341,4 +378,29 @@ fn compiled(config: &CompiledConfig) -> Result<&CompiledRemote, AdapterError> {
             ),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use mixer_model::Template;
+
+    use super::RemoteAdapterFactory;
+
+    #[test]
+    fn a_handler_for_an_address_needs_no_adapter_and_a_bad_address_is_an_error() {
+        let factory = RemoteAdapterFactory::default();
+        let handler = factory
+            .handler_for(
+                "conformance",
+                "127.0.0.1:1",
+                &serde_json::json!({"list": ["a"]}),
+                &[Template::ListEntry],
+            )
+            .expect("built");
+        assert!(handler.timeout() > std::time::Duration::ZERO);
+        let err = factory
+            .handler_for("conformance", "ftp://x:1", &serde_json::json!({}), &[])
+            .expect_err("refused");
+        assert!(err.message.contains("ftp"), "{}", err.message);
+    }
 }
