@@ -159,9 +159,17 @@ impl model::infrastructure_backend_server::InfrastructureBackend for Backend {
     }
 }
 
+/// Which gRPC server reflection a fake adapter serves.
+#[derive(Clone, Copy, PartialEq)]
+enum Reflection {
+    None,
+    V1,
+    V1alpha,
+}
+
 /// Serves [`Backend`] on its own runtime, with gRPC server reflection listing only the
-/// listentry service when `reflection`.
-fn serve_backend(reflection: bool) -> (SocketAddr, tokio::runtime::Runtime) {
+/// listentry service.
+fn serve_backend(reflection: Reflection) -> (SocketAddr, tokio::runtime::Runtime) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -171,43 +179,47 @@ fn serve_backend(reflection: bool) -> (SocketAddr, tokio::runtime::Runtime) {
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .expect("bind");
     let addr = listener.local_addr().expect("address");
-    let reflection = reflection.then(|| {
+    let builder = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(mixer_proto::FILE_DESCRIPTOR_SET)
             .with_service_name("listentry.HandleListEntryService")
-            .build_v1()
-            .expect("reflection")
-    });
+    };
+    let v1 = (reflection == Reflection::V1).then(|| builder().build_v1().expect("reflection"));
+    let v1alpha =
+        (reflection == Reflection::V1alpha).then(|| builder().build_v1alpha().expect("reflection"));
     runtime.spawn(
         tonic::transport::Server::builder()
             .add_service(
                 model::infrastructure_backend_server::InfrastructureBackendServer::new(Backend),
             )
-            .add_optional_service(reflection)
+            .add_optional_service(v1)
+            .add_optional_service(v1alpha)
             .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
     );
     (addr, runtime)
 }
 
 #[test]
-fn an_adapter_says_what_it_serves_through_reflection() {
-    let (addr, runtime) = serve_backend(true);
-    let (out, stdout, stderr) = validate(&routed(addr, "checknothing", ""), &[]);
-    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
-    assert!(
-        stderr.contains("rule route: spec.actions[0].instances[0]: instance sent.instance.istio-system is of template checknothing, which handler allowlist.handler.istio-system")
-            && stderr.contains("does not serve (it serves listentry)"),
-        "{stderr}"
-    );
-    let (out, stdout, stderr) = validate(&routed(addr, "listentry", ""), &[]);
-    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
-    assert!(stdout.contains("0 warnings"), "{stdout}");
-    runtime.shutdown_background();
+fn an_adapter_says_what_it_serves_through_reflection_v1_or_v1alpha() {
+    for reflection in [Reflection::V1, Reflection::V1alpha] {
+        let (addr, runtime) = serve_backend(reflection);
+        let (out, stdout, stderr) = validate(&routed(addr, "checknothing", ""), &[]);
+        assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+        assert!(
+            stderr.contains("rule route: spec.actions[0].instances[0]: instance sent.instance.istio-system is of template checknothing, which handler allowlist.handler.istio-system")
+                && stderr.contains("does not serve (it serves listentry)"),
+            "{stderr}"
+        );
+        let (out, stdout, stderr) = validate(&routed(addr, "listentry", ""), &[]);
+        assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+        assert!(stdout.contains("0 warnings"), "{stdout}");
+        runtime.shutdown_background();
+    }
 }
 
 #[test]
 fn without_reflection_the_adapter_document_says_what_it_serves() {
-    let (addr, runtime) = serve_backend(false);
+    let (addr, runtime) = serve_backend(Reflection::None);
     let document = "kind: adapter\nmetadata: {name: allowlist, namespace: istio-system}\nspec:\n  templates: [listentry]\n---\n";
     let (out, stdout, stderr) = validate(&routed(addr, "checknothing", document), &[]);
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
