@@ -5,7 +5,11 @@
 
 use std::collections::BTreeSet;
 
-use mixer_remote::{InferredField, RemoteConnection, RemoteHandlerSpec, RemoteInstance};
+use mixer_adapter_api::ParamError;
+use mixer_remote::{
+    InferredField, RemoteAdapter, RemoteCompiled, RemoteConnection, RemoteHandlerSpec,
+    RemoteInstance,
+};
 
 use super::Kind;
 use crate::error::Diagnostics;
@@ -26,9 +30,15 @@ pub(super) fn compile(
     routes: &[RemoteRoute],
     diags: &mut Diagnostics,
 ) -> Vec<String> {
+    // A registry without out-of-process support (a tool checking config alone) leaves
+    // remote handlers uncompiled: building them is then the error.
+    let Some(remote) = registry.remote() else {
+        return Vec::new();
+    };
+    let mut answers = ask(remote.as_ref(), handlers, instances, rules);
     let mut notes = Vec::new();
     for (h, hc) in handlers.iter_mut().enumerate() {
-        let Some(connection) = hc.connection.clone() else {
+        let (Some(connection), Some(answer)) = (hc.connection.clone(), answers[h].take()) else {
             continue;
         };
         let Some(doc) = docs
@@ -38,29 +48,8 @@ pub(super) fn compile(
         else {
             continue;
         };
-        // A registry without out-of-process support (a tool checking config alone) leaves
-        // the handler uncompiled: building it is then the error.
-        let Some(remote) = registry.remote() else {
-            continue;
-        };
-        let remote_connection = RemoteConnection {
-            address: connection.address.clone(),
-            timeout: connection.timeout,
-            authentication: connection.authentication.clone(),
-        };
-        let sent = remote_instances(h, instances, rules);
         let resource = hc.adapter_resource.clone();
-        let spec = RemoteHandlerSpec {
-            handler_name: hc.name.clone(),
-            adapter: &hc.adapter,
-            params: &hc.params,
-            params_descriptor: resource.as_ref().and_then(|a| a.params.as_ref()),
-            session_based: resource.as_ref().map(|a| a.session_based),
-            connection: &remote_connection,
-            instances: &sent,
-            declared_templates: resource.as_ref().map(|a| a.templates.as_slice()),
-        };
-        let compiled = match remote.compile_remote(&spec) {
+        let compiled = match answer {
             Ok(compiled) => compiled,
             Err(errors) => {
                 let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
@@ -122,6 +111,69 @@ pub(super) fn compile(
         hc.compiled = Some(compiled.config);
     }
     notes
+}
+
+/// How many adapters are asked at once.
+const ASKED_AT_ONCE: usize = 16;
+
+/// Compiles every handler with a connection, aligned with `handlers` (`None` for the
+/// others). Adapters are asked several at once, so that a load waits for about the slowest
+/// of them (an unreachable one: the validate timeout) rather than for their sum.
+fn ask(
+    remote: &dyn RemoteAdapter,
+    handlers: &[HandlerConfig],
+    instances: &[InstanceConfig],
+    rules: &[RuleConfig],
+) -> Vec<Option<Result<RemoteCompiled, Vec<ParamError>>>> {
+    let mut answers: Vec<Option<Result<RemoteCompiled, Vec<ParamError>>>> =
+        handlers.iter().map(|_| None).collect();
+    let remote_handlers: Vec<usize> = (0..handlers.len())
+        .filter(|h| handlers[*h].connection.is_some())
+        .collect();
+    for batch in remote_handlers.chunks(ASKED_AT_ONCE) {
+        let sent: Vec<Vec<RemoteInstance>> = batch
+            .iter()
+            .map(|h| remote_instances(*h, instances, rules))
+            .collect();
+        std::thread::scope(|scope| {
+            let asked: Vec<_> = batch
+                .iter()
+                .zip(sent)
+                .filter_map(|(h, sent)| {
+                    let hc = &handlers[*h];
+                    let connection = hc.connection.as_ref()?;
+                    let thread = scope.spawn(move || {
+                        let remote_connection = RemoteConnection {
+                            address: connection.address.clone(),
+                            timeout: connection.timeout,
+                            authentication: connection.authentication.clone(),
+                        };
+                        let resource = hc.adapter_resource.as_deref();
+                        remote.compile_remote(&RemoteHandlerSpec {
+                            handler_name: hc.name.clone(),
+                            adapter: &hc.adapter,
+                            params: &hc.params,
+                            params_descriptor: resource.and_then(|a| a.params.as_ref()),
+                            session_based: resource.map(|a| a.session_based),
+                            connection: &remote_connection,
+                            instances: &sent,
+                            declared_templates: resource.map(|a| a.templates.as_slice()),
+                        })
+                    });
+                    Some((*h, thread))
+                })
+                .collect();
+            for (h, thread) in asked {
+                answers[h] = Some(thread.join().unwrap_or_else(|_| {
+                    Err(vec![ParamError::new(
+                        "",
+                        "compiling the handler failed unexpectedly",
+                    )])
+                }));
+            }
+        });
+    }
+    answers
 }
 
 /// The instances any rule sends to handler `h`, with the field types their expressions infer.
