@@ -43,9 +43,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for p in &protos {
         println!("cargo:rerun-if-changed={}", p.display());
     }
+    let out = PathBuf::from(std::env::var("OUT_DIR")?);
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
+        // For gRPC server reflection: an adapter says which template services it serves.
+        .file_descriptor_set_path(out.join("mixer_descriptor.bin"))
         .compile_with_config(config, &protos, &[root.clone(), wkt.clone()])?;
     if std::env::var_os("CARGO_FEATURE_TESTDATA").is_some() {
         testdata(&root, &wkt)?;

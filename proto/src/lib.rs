@@ -46,6 +46,12 @@
 //! assert!(matches!(v.value, Some(value::Value::StringValue(_))));
 //! ```
 
+/// The serialized `google.protobuf.FileDescriptorSet` of every file above, for gRPC server
+/// reflection (an adapter serving it tells the mixer which `Handle<Template>Service`s it
+/// serves).
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/mixer_descriptor.bin"));
+
 /// `google.*` packages.
 pub mod google {
     /// `google.rpc`: the status message.

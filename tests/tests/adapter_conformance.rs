@@ -21,7 +21,7 @@ use mixer_adapter_api::{
 };
 use mixer_model::{FieldValue, Instance, Template, Value};
 use mixer_remote::{
-    InferredField, RemoteAdapters, RemoteConnection, RemoteHandlerSpec, RemoteInstance,
+    InferredField, RemoteAdapter, RemoteConnection, RemoteHandlerSpec, RemoteInstance,
 };
 use mixer_tests::Mixer;
 use serde_json::json;
@@ -151,7 +151,7 @@ async fn every_built_in_adapter_conforms() {
 /// An out-of-process adapter seen through the adapter API: `params` are
 /// `{"address": ..., "params": {...}}`, the address of the adapter's process and its own params.
 struct Remote {
-    factory: Arc<dyn RemoteAdapters>,
+    factory: Arc<dyn RemoteAdapter>,
     /// What the adapter declares, as its process does.
     info: AdapterInfo,
     /// The instances its rules send it, for Validate and CreateSession.
@@ -218,6 +218,7 @@ impl Remote {
             session_based: None,
             connection: &connection,
             instances: &self.instances,
+            declared_templates: None,
         })
     }
 }
@@ -232,14 +233,17 @@ impl Adapter for Remote {
 
     fn compile(&self, params: Params) -> Result<Params, Vec<ParamError>> {
         let name = format!("conformance.{}", self.info.name);
-        self.with_spec(&params, name.into(), |spec| self.factory.validate(spec))?;
+        self.with_spec(&params, name.into(), |spec| {
+            self.factory.compile_remote(spec)
+        })?;
         Ok(params)
     }
 
     fn build(&self, params: &Params, ctx: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
         let mut built = None;
         self.with_spec(params, ctx.handler_name.clone(), |spec| {
-            built = Some(self.factory.build(spec));
+            let compiled = self.factory.compile_remote(spec)?;
+            built = Some(self.factory.build_compiled(&compiled.config, ctx));
             Ok(())
         })
         .map_err(|errors| {

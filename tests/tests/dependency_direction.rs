@@ -13,8 +13,8 @@ fn allowed(krate: &str) -> Option<&'static [&'static str]> {
     Some(match krate {
         "mixer-model" => &[],
         "mixer-adapter-api" => &["mixer-model"],
-        // What the config says about an out-of-process adapter, and the trait its handlers
-        // are built through: settings the mixer reads, that no adapter sees.
+        // What the config says about an out-of-process adapter, and the adapter trait its
+        // handlers are compiled through: settings the mixer reads, that no adapter sees.
         "mixer-remote" => &["mixer-model", "mixer-adapter-api"],
         "mixer-policy" => &["mixer-model"],
         "mixer-config" => &[
@@ -51,7 +51,7 @@ fn allowed(krate: &str) -> Option<&'static [&'static str]> {
         // generated protocol, so neither side reaches the other through it.
         "mixer-grpc" => &[],
         // The out-of-process client is adapter-level: it implements the adapter API's handler
-        // traits and `mixer-remote`'s builder over the generated protocol. The runtime never
+        // traits and `mixer-remote`'s `RemoteAdapter` over the generated protocol. The runtime never
         // depends on it; the server wires it in.
         "mixer-oop" => &[
             "mixer-model",

@@ -223,6 +223,11 @@ impl Server {
         );
         let mut routes = RoutesBuilder::default();
         routes.add_service(health_service);
+        // Reflection lists the template services served, so the mixer learns what this
+        // adapter accepts (a rule sending it another template is a config error).
+        let (reflection, reflection_alpha) = reflection(&self.services)?;
+        routes.add_service(reflection);
+        routes.add_service(reflection_alpha);
         let calls = tower_layer::Layer::layer(&self.token, routes.routes());
         if let Some(token) = self.token.0.clone() {
             methods = methods.guard(Arc::new(move |headers: &http::HeaderMap| {
@@ -241,6 +246,32 @@ impl Server {
         handlers.close_all().await;
         served
     }
+}
+
+/// gRPC server reflection (v1 and v1alpha) listing `services` only.
+#[allow(clippy::type_complexity)]
+fn reflection(
+    services: &[&'static str],
+) -> std::io::Result<(
+    tonic_reflection::server::v1::ServerReflectionServer<
+        impl tonic_reflection::server::v1::ServerReflection,
+    >,
+    tonic_reflection::server::v1alpha::ServerReflectionServer<
+        impl tonic_reflection::server::v1alpha::ServerReflection,
+    >,
+)> {
+    let builder = || {
+        services.iter().fold(
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(mixer_proto::FILE_DESCRIPTOR_SET),
+            |b, name| b.with_service_name(*name),
+        )
+    };
+    let broken = |e: tonic_reflection::server::Error| std::io::Error::other(e.to_string());
+    Ok((
+        builder().build_v1().map_err(broken)?,
+        builder().build_v1alpha().map_err(broken)?,
+    ))
 }
 
 /// Resolves on Ctrl-C, or on SIGTERM on Unix.

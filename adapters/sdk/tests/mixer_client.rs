@@ -102,6 +102,7 @@ async fn each_error_kind_reaches_the_mixer_as_that_kind() {
             session_based: None,
             connection: &connection,
             instances: &instances,
+            declared_templates: None,
         })
         .expect("built");
     let check = |value: &'static str| {

@@ -31,6 +31,9 @@ pub struct Config {
     /// Documents left out because they were invalid or depended on one that was (only with
     /// [`InvalidConfig::Skip`](crate::InvalidConfig::Skip); empty otherwise).
     pub dropped: Vec<DroppedDocument>,
+    /// What loading could not check, for readiness (an out-of-process adapter that was
+    /// unreachable, so its params and templates went unchecked); one line each.
+    pub notes: Vec<String>,
 }
 
 impl Config {
@@ -45,6 +48,7 @@ impl Config {
             rules: Vec::new(),
             rate_limits: Vec::new(),
             dropped: Vec::new(),
+            notes: Vec::new(),
         }
     }
 
@@ -158,8 +162,9 @@ pub struct HandlerConfig {
     /// The `adapter` resource a remote handler's `adapter` names, if there is one: it gives
     /// the templates the adapter serves and the message its params are encoded into.
     pub adapter_resource: Option<Arc<AdapterResource>>,
-    /// The params as the built-in adapter decoded and validated them when config loaded,
-    /// what the runtime builds the handler from; `None` for a remote adapter.
+    /// The params as the handler's adapter compiled them when config loaded (a remote one's by
+    /// the out-of-process adapter, with its connection, once rules were resolved): what the
+    /// runtime builds the handler from. `None` only in a config assembled in code.
     pub compiled: Option<CompiledConfig>,
     /// The files its config read besides the config files (`<name>File` secrets, a Wasm
     /// module, a local list), with their digests when config loaded.

@@ -5,15 +5,18 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use mixer_adapter_api::host::AnyAdapter;
-use mixer_remote::RemoteAdapters;
+use mixer_remote::RemoteAdapter;
+
+use crate::model::HandlerConfig;
 
 /// Adapters by name. The server fills it at start-up; config validation looks names up here.
-/// Handlers with a `connection` go to the [`RemoteAdapters`] set with
-/// [`AdapterRegistry::set_remote`] instead.
+/// Handlers with a `connection` have the out-of-process transport as their adapter, whatever
+/// name they give ([`AdapterRegistry::register_remote`]): it compiles them with their
+/// connection once rules are resolved, and builds them like any other.
 #[derive(Clone, Default)]
 pub struct AdapterRegistry {
     adapters: BTreeMap<&'static str, Arc<dyn AnyAdapter>>,
-    remote: Option<Arc<dyn RemoteAdapters>>,
+    remote: Option<Arc<dyn RemoteAdapter>>,
 }
 
 impl AdapterRegistry {
@@ -32,14 +35,24 @@ impl AdapterRegistry {
         self.adapters.get(name)
     }
 
-    /// Installs the builder of out-of-process handlers (replacing any previous one).
-    pub fn set_remote(&mut self, remote: Arc<dyn RemoteAdapters>) {
+    /// Registers the adapter of handlers with a `connection` (replacing any previous one).
+    pub fn register_remote(&mut self, remote: Arc<dyn RemoteAdapter>) {
         self.remote = Some(remote);
     }
 
-    /// The builder of out-of-process handlers, if this mixer has one.
-    pub fn remote(&self) -> Option<&Arc<dyn RemoteAdapters>> {
+    /// The adapter of handlers with a `connection`, if this mixer has one.
+    pub fn remote(&self) -> Option<&Arc<dyn RemoteAdapter>> {
         self.remote.as_ref()
+    }
+
+    /// The adapter that compiles and builds `handler`: the out-of-process transport for one
+    /// with a `connection`, else the adapter it names.
+    pub fn adapter_for(&self, handler: &HandlerConfig) -> Option<&dyn AnyAdapter> {
+        if handler.connection.is_some() {
+            self.remote.as_deref().map(|r| r as &dyn AnyAdapter)
+        } else {
+            self.adapters.get(handler.adapter.as_str()).map(|a| &**a)
+        }
     }
 
     /// Registered names, sorted.

@@ -20,6 +20,7 @@ use crate::source::SourceFile;
 use crate::{ConfigOptions, InvalidConfig, Validated};
 
 mod classify;
+mod remote;
 
 use classify::{Category, Kind, classify, syntax};
 
@@ -322,6 +323,7 @@ fn pass(
         handler_table: &handler_table,
         instances: &out.instances,
         instance_table: &instance_table,
+        remote_routes: std::cell::RefCell::default(),
     };
     let mut rules = Vec::new();
     for (kind, doc) in &docs {
@@ -329,8 +331,9 @@ fn pass(
             rules.extend(rule::rule(doc, &scope, diags));
         }
     }
+    let remote_routes = scope.remote_routes.take();
     let Generated {
-        handlers,
+        mut handlers,
         instances,
         rules: generated_rules,
         names: generated,
@@ -351,7 +354,18 @@ fn pass(
             );
         }
     }
+    // Out-of-process handlers last: their adapter is told the instances rules send them.
+    let notes = remote::compile(
+        &docs,
+        registry,
+        &mut handlers,
+        &instances,
+        &rules,
+        &remote_routes,
+        diags,
+    );
     Config {
+        notes,
         vocabulary: Arc::new(vocabulary),
         default_namespace: Arc::from(default_ns),
         handlers,

@@ -4,7 +4,7 @@
 //! in `mixer-proto`), so adapters written for Istio's Mixer work unchanged.
 //!
 //! The runtime never sees this crate: the server installs a [`RemoteAdapterFactory`] in the
-//! mixer's adapter registry (`mixer_config::AdapterRegistry`) with `set_remote`, and every
+//! mixer's adapter registry (`mixer_config::AdapterRegistry`) with `register_remote`, and every
 //! handler whose config has a `connection` is built by it into a [`RemoteHandler`], which
 //! implements the same handler traits as a built-in adapter.
 //!
@@ -44,7 +44,7 @@
 //! The YAML is read with proto3's JSON mapping (`backendAddress` or `backend_address`, enums
 //! by name, durations as `"1.5s"`, nested messages, lists, maps) and sent as an `Any` of type
 //! `type.googleapis.com/<package>.Params` ([`typed_params_any`]); params that do not fit are
-//! refused by [`RemoteAdapters::validate`](mixer_remote::RemoteAdapters::validate), so
+//! refused by [`RemoteAdapter::compile_remote`](mixer_remote::RemoteAdapter::compile_remote), so
 //! the config is rejected and the previous one stays. Without an `adapter` document (or with
 //! an empty `config`) the params go as a `google.protobuf.Struct` ([`STRUCT_TYPE_URL`],
 //! [`params_any`]).
@@ -129,23 +129,27 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use mixer_remote::{RemoteAdapters, RemoteConnection, RemoteHandlerSpec};
+//! use mixer_adapter_api::BuildContext;
+//! use mixer_adapter_api::host::AnyAdapter;
+//! use mixer_remote::{RemoteAdapter, RemoteConnection, RemoteHandlerSpec};
 //! use mixer_config::AdapterRegistry;
 //! use mixer_oop::{OopOptions, RemoteAdapterFactory};
 //!
 //! let factory = Arc::new(RemoteAdapterFactory::new(OopOptions { validate: false, ..Default::default() }));
 //! let mut registry = AdapterRegistry::new();
-//! registry.set_remote(factory.clone());
+//! registry.register_remote(factory.clone());
 //!
 //! // Building needs no adapter: the channel connects on the first call.
 //! let connection = RemoteConnection { address: "127.0.0.1:1".into(), timeout: None, authentication: None };
 //! let params = serde_json::json!({"list": ["a"]});
 //! let spec = RemoteHandlerSpec {
 //!     handler_name: "h.istio-system".into(), adapter: "myadapter", params: &params, params_descriptor: None, session_based: None,
-//!     connection: &connection, instances: &[],
+//!     connection: &connection, instances: &[], declared_templates: None,
 //! };
-//! assert!(factory.validate(&spec).is_ok());
-//! let handler = factory.build(&spec).unwrap();
+//! let compiled = factory.compile_remote(&spec).unwrap();
+//! assert!(compiled.unreachable.is_none());
+//! let ctx = BuildContext { handler_name: spec.handler_name.clone() };
+//! let handler = factory.build_compiled(&compiled.config, &ctx).unwrap();
 //! assert!(handler.as_check().is_some() && handler.as_report().is_some());
 //! ```
 
@@ -157,6 +161,7 @@ mod handler;
 pub mod metrics;
 mod oauth;
 mod options;
+mod reflection;
 mod tls;
 mod token;
 mod transport;

@@ -22,7 +22,9 @@ pub struct OopOptions {
     pub report_backoff: Duration,
     /// Ask for a session (`CreateSession`) and send its id instead of the params.
     pub sessions: bool,
-    /// Call `InfrastructureBackend.Validate` when a handler is new or changed.
+    /// Ask the adapter, whenever config loads, which templates it serves (gRPC server
+    /// reflection) and to validate its params (`InfrastructureBackend.Validate`); off, only
+    /// an `adapter` document says what it serves.
     pub validate: bool,
 }
 

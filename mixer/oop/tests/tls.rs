@@ -12,7 +12,7 @@ use mixer_adapter_sdk::{Server, ServerTls};
 use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile};
 use mixer_model::{AttributeBag, StringMap, Value};
 use mixer_oop::{OopOptions, RemoteAdapterFactory, ValidateOutcome};
-use mixer_remote::{RemoteAdapters, RemoteConnection, RemoteHandlerSpec};
+use mixer_remote::{RemoteAdapter, RemoteConnection, RemoteHandlerSpec};
 use mixer_runtime::{RuntimeMetrics, RuntimeOptions, Snapshot};
 use support::Pki;
 use support::allow::Allow;
@@ -68,22 +68,22 @@ fn factory() -> Arc<RemoteAdapterFactory> {
     }))
 }
 
-fn config(yaml: &str) -> mixer_config::Config {
+fn config(yaml: &str, registry: &AdapterRegistry) -> mixer_config::Config {
     let sources = [SourceFile::new("tls.yaml", yaml)];
-    mixer_config::validate(&sources, &AdapterRegistry::new(), &ConfigOptions::default())
+    mixer_config::validate(&sources, registry, &ConfigOptions::default())
         .unwrap_or_else(|e| panic!("invalid config: {e:?}"))
         .config
 }
 
-/// Builds the snapshot off the async workers (building calls the adapter's Validate and
-/// waits for it).
+/// Loads and builds the snapshot off the async workers (loading calls the adapter's Validate
+/// and waits for it).
 async fn snapshot(yaml: String, metrics: Arc<RuntimeMetrics>) -> Snapshot {
     tokio::task::spawn_blocking(move || {
         let mut registry = AdapterRegistry::new();
-        registry.set_remote(factory());
+        registry.register_remote(factory());
         Snapshot::build(
             1,
-            config(&yaml),
+            config(&yaml, &registry),
             &registry,
             None,
             // Every check asks the adapter: these tests are about its transport.
@@ -281,7 +281,7 @@ async fn validate_goes_over_tls_and_rustls_refusals_are_config_errors() {
     let port = serve(server_tls(&pki)).await;
     let params = serde_json::json!({});
     let spec_for = |yaml: &str| {
-        let c = config(yaml).handlers[0]
+        let c = config(yaml, &AdapterRegistry::new()).handlers[0]
             .connection
             .clone()
             .expect("connection");
@@ -301,6 +301,7 @@ async fn validate_goes_over_tls_and_rustls_refusals_are_config_errors() {
         session_based: None,
         connection: &connection,
         instances: &[],
+        declared_templates: None,
     };
     let f = factory();
     let outcome = tokio::task::block_in_place(|| f.validate_blocking(&spec));
@@ -318,7 +319,7 @@ async fn validate_goes_over_tls_and_rustls_refusals_are_config_errors() {
         connection: &connection,
         ..spec
     };
-    let errors = tokio::task::block_in_place(|| f.validate(&spec)).expect_err("refused");
+    let errors = tokio::task::block_in_place(|| f.compile_remote(&spec)).expect_err("refused");
     assert_eq!(
         errors[0].path,
         "connection.authentication.mutual.privateKey"
@@ -334,7 +335,7 @@ async fn validate_goes_over_tls_and_rustls_refusals_are_config_errors() {
         connection: &connection,
         ..spec
     };
-    let errors = tokio::task::block_in_place(|| f.validate(&spec)).expect_err("refused");
+    let errors = tokio::task::block_in_place(|| f.compile_remote(&spec)).expect_err("refused");
     assert_eq!(errors[0].path, "connection.address");
 }
 

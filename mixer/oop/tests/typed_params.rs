@@ -17,7 +17,7 @@ use mixer_proto::google::rpc::Status as RpcStatus;
 use mixer_proto::istio::mixer::adapter::model::v1beta1 as model;
 use mixer_proto::listentry;
 use mixer_proto::testdata::{Params, params};
-use mixer_remote::{RemoteAdapters, RemoteConnection, RemoteHandlerSpec, RemoteInstance};
+use mixer_remote::{RemoteAdapter, RemoteConnection, RemoteHandlerSpec, RemoteInstance};
 use prost::Message;
 use tonic::{Request, Response, Status};
 
@@ -213,6 +213,7 @@ fn with_spec<T>(hc: &HandlerConfig, f: impl FnOnce(&RemoteHandlerSpec<'_>) -> T)
         session_based: hc.adapter_resource.as_ref().map(|a| a.session_based),
         connection: &connection,
         instances: &instances,
+        declared_templates: None,
     })
 }
 
@@ -241,7 +242,7 @@ async fn validate_and_create_session_get_the_adapters_own_message() {
     let (addr, _server) = serve(adapter.clone()).await;
     let hc = config(addr, PARAMS).expect("valid config");
     let factory = factory();
-    tokio::task::block_in_place(|| with_spec(&hc, |spec| factory.validate(spec)))
+    tokio::task::block_in_place(|| with_spec(&hc, |spec| factory.compile_remote(spec)))
         .expect("accepted");
     let handler = with_spec(&hc, |spec| factory.build_handler(spec)).expect("built");
     let check = handler.as_check().expect("check");
@@ -320,8 +321,9 @@ async fn the_adapter_may_refuse_typed_params_with_its_own_message() {
     let adapter = Adapter::default();
     let (addr, _server) = serve(adapter.clone()).await;
     let hc = config(addr, "{mode: ALLOW}").expect("fits the message");
-    let errors = tokio::task::block_in_place(|| with_spec(&hc, |spec| factory().validate(spec)))
-        .expect_err("refused");
+    let errors =
+        tokio::task::block_in_place(|| with_spec(&hc, |spec| factory().compile_remote(spec)))
+            .expect_err("refused");
     assert_eq!(errors[0].to_string(), "backend_address: required");
 }
 
@@ -339,8 +341,9 @@ async fn params_that_do_not_fit_never_reach_the_adapter() {
     // ... and so does the factory, for a spec that did not come through it.
     let mut hc = config(addr, "{}").expect("valid");
     hc.params = serde_json::json!({"backend": {"port": "high"}});
-    let errors = tokio::task::block_in_place(|| with_spec(&hc, |spec| factory().validate(spec)))
-        .expect_err("refused");
+    let errors =
+        tokio::task::block_in_place(|| with_spec(&hc, |spec| factory().compile_remote(spec)))
+            .expect_err("refused");
     assert_eq!(
         errors[0].to_string(),
         "backend.port: invalid digit found in string (params are encoded into testadapter.config.Params)"

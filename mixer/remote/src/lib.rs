@@ -7,10 +7,11 @@
 //! 2.0 token endpoint, certificates as [`PemFile`]s read at load), and the runtime gathers a
 //! [`RemoteHandlerSpec`]: its params (encoded into the adapter's own message when a
 //! [`ParamsDescriptor`] is known), that connection, and the [`RemoteInstance`]s rules send it
-//! with their [`InferredField`] types. One [`RemoteAdapters`] implementation, the gRPC client
-//! in `mixer-oop`, validates and builds every such handler; the server installs it with
-//! `mixer_config::AdapterRegistry::set_remote`. The runtime never depends on that
-//! implementation: it sees this trait and the adapter API's handler traits only.
+//! with their [`InferredField`] types. One [`RemoteAdapter`] implementation, the gRPC client
+//! in `mixer-oop`, compiles every such handler when config loads (asking the adapter to
+//! validate its params and which templates it serves) and builds it like any other adapter;
+//! the server registers it with `mixer_config::AdapterRegistry::register_remote`. The runtime
+//! never depends on that implementation: it sees the adapter API's traits only.
 //!
 //! These are the mixer's own settings: an adapter, in process or out of it, never sees them,
 //! which is why they are not part of `mixer-adapter-api`.
@@ -23,5 +24,6 @@ pub use connection::{
     TokenHeader, TokenSource,
 };
 pub use spec::{
-    InferredField, ParamsDescriptor, RemoteAdapters, RemoteHandlerSpec, RemoteInstance,
+    InferredField, ParamsDescriptor, RemoteAdapter, RemoteCompiled, RemoteHandlerSpec,
+    RemoteInstance,
 };

@@ -1,11 +1,11 @@
 //! What a remote handler is built from: its params (and the message they are encoded into),
 //! its connection, the instances rules send it with their inferred types; and the
-//! [`RemoteAdapters`] trait that validates and builds it.
+//! [`RemoteAdapter`] that compiles it.
 
 use std::sync::Arc;
 
-use mixer_adapter_api::host::Params;
-use mixer_adapter_api::{AdapterError, Handler, ParamError};
+use mixer_adapter_api::ParamError;
+use mixer_adapter_api::host::{AnyAdapter, CompiledConfig, Params};
 use mixer_model::{Template, ValueType};
 
 use crate::connection::RemoteConnection;
@@ -75,21 +75,43 @@ pub struct RemoteHandlerSpec<'a> {
     pub connection: &'a RemoteConnection,
     /// The instances rules send it (every rule of the config).
     pub instances: &'a [RemoteInstance],
+    /// The templates its `adapter` document declares, if it has one: what it serves when it
+    /// offers no gRPC server reflection.
+    pub declared_templates: Option<&'a [Template]>,
 }
 
-/// Builds handlers for adapters that run in another process. Called by the runtime when a
-/// config snapshot is built, for handlers that are new or changed (unchanged handlers are
-/// reused as they are).
-///
-/// Both methods are synchronous because snapshot building is (it runs on a blocking thread
-/// in the server); an implementation that talks to the adapter must bound the time it takes.
-pub trait RemoteAdapters: Send + Sync {
-    /// Checks a handler's params with the adapter itself. An error rejects the whole config
-    /// (the previous snapshot stays), so return one only for params the adapter refused,
-    /// not because the adapter could not be reached.
-    fn validate(&self, spec: &RemoteHandlerSpec<'_>) -> Result<(), Vec<ParamError>>;
+/// What compiling a remote handler came to: its compiled form and what the adapter said of
+/// itself.
+#[derive(Clone, Debug)]
+pub struct RemoteCompiled {
+    /// The handler's compiled form, built by the [`RemoteAdapter`] that compiled it (through
+    /// [`AnyAdapter::build_compiled`], as every other handler).
+    pub config: CompiledConfig,
+    /// The templates the adapter serves, as its gRPC server reflection lists them or, when it
+    /// serves no reflection, as its `adapter` document declares them; `None` when neither
+    /// says (or the adapter could not be asked): no template check is made.
+    pub templates: Option<Vec<Template>>,
+    /// Why the adapter could not be asked (down, slow, TLS refused): its params and templates
+    /// were not checked. The config is accepted with a warning; calls apply the handler's fail
+    /// policy until it is up.
+    pub unreachable: Option<String>,
+}
 
-    /// Builds the handler. Must not need the adapter to be up: a down adapter is a runtime
-    /// failure handled by fail policies, not a config error.
-    fn build(&self, spec: &RemoteHandlerSpec<'_>) -> Result<Arc<dyn Handler>, AdapterError>;
+/// The adapter of every handler with a `connection`: the out-of-process transport, an
+/// ordinary [`AnyAdapter`] whose compile step needs more than params (the connection, the
+/// instances rules send it) and may talk to the adapter. The config loader compiles each such
+/// handler through it once rules are resolved; the runtime builds it like any other handler.
+///
+/// Compiling is synchronous because config validation is; an implementation that talks to the
+/// adapter must bound the time it takes.
+pub trait RemoteAdapter: AnyAdapter {
+    /// Checks what can be checked without the adapter (address, TLS settings, params against
+    /// their message), then asks the adapter to validate the params and which templates it
+    /// serves. An error rejects the config: return one only for params or settings that cannot
+    /// work, never because the adapter could not be reached (say so in
+    /// [`RemoteCompiled::unreachable`]).
+    fn compile_remote(
+        &self,
+        spec: &RemoteHandlerSpec<'_>,
+    ) -> Result<RemoteCompiled, Vec<ParamError>>;
 }

@@ -26,7 +26,6 @@ mod limits;
 mod metrics;
 pub mod quota;
 mod reads;
-mod remote;
 mod report;
 mod report_executor;
 mod report_queue;
@@ -52,7 +51,6 @@ pub use limits::{
 };
 pub use metrics::{CheckCalls, CheckResults, RuntimeMetrics};
 pub use quota::{QuotaAsk, QuotaOutcome, QuotaPlan, quota_name_matches};
-pub use remote::validate_remote_handlers;
 pub use report::{ReportOutcome, report};
 pub use report_executor::{
     CHECKS_RECENT, CheckActivity, ExecutorStopped, REPORT_NICE, ReportExecutor,

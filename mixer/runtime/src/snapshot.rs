@@ -14,7 +14,6 @@ use mixer_model::{AttrId, Variety};
 use crate::build_error::BuildError;
 use crate::metrics::{CheckCalls, RuntimeMetrics};
 use crate::reads::ReadAttrs;
-use crate::remote::build_remote;
 use crate::report_queue::{QueueOptions, ReportQueue};
 use crate::rules::{ByVariety, IdentityAttrs};
 use crate::shared_exprs::SharedExprs;
@@ -74,7 +73,7 @@ pub struct BuiltHandler {
     /// Its check call counters, for a check handler.
     pub(crate) check_calls: Option<CheckCalls>,
     /// The dispatcher's bound on its check and quota calls ([`crate::deadline`]); `None` for
-    /// an out-of-process handler, whose transport ends each call at its connection's timeout.
+    /// a handler that bounds its own ([`mixer_adapter_api::host::AnyAdapter::own_call_timeout`]).
     pub(crate) deadline: Option<std::time::Duration>,
     /// Shared by every snapshot that holds this handler; closes it when the last one drops.
     pub(crate) lease: Arc<Lease>,
@@ -230,40 +229,18 @@ impl Snapshot {
                 handler: hc.name.to_string(),
                 message: hc.scrub(&message),
             };
-            if let Some(connection) = &hc.connection {
-                match build_remote(&config, hc, connection, registry) {
-                    Ok(handler) => handlers.push({
-                        let queue = handler.as_report().is_some().then(|| {
-                            ReportQueue::new(
-                                hc.name.clone(),
-                                handler.clone(),
-                                options.reports,
-                                metrics,
-                            )
-                        });
-                        BuiltHandler {
-                            name: hc.name.clone(),
-                            adapter: hc.adapter.clone(),
-                            check_calls: handler.as_check().map(|_| metrics.check_calls(&hc.name)),
-                            lease: Lease::new(&handler, queue.as_ref()),
-                            queue,
-                            handler,
-                            fail_policy: hc.fail_policy,
-                            // The adapter bounds reuse itself with each result's validity.
-                            cacheable: true,
-                            deadline: None,
-                            secrets: secrets_of(hc),
-                        }
-                    }),
-                    Err(message) => errors.push(fail(message)),
-                }
-                continue;
-            }
-            let Some(adapter) = registry.get(&hc.adapter) else {
-                errors.push(fail(format!(
-                    "adapter {:?} is not available in this mixer (give a connection for an out-of-process adapter)",
-                    hc.adapter
-                )));
+            let Some(adapter) = registry.adapter_for(hc) else {
+                errors.push(fail(if hc.connection.is_some() {
+                    format!(
+                        "adapter {:?} has a connection but this mixer has no out-of-process adapter support",
+                        hc.adapter
+                    )
+                } else {
+                    format!(
+                        "adapter {:?} is not available in this mixer (give a connection for an out-of-process adapter)",
+                        hc.adapter
+                    )
+                }));
                 continue;
             };
             let ctx = BuildContext {
@@ -278,16 +255,23 @@ impl Snapshot {
             };
             let built = compiled.and_then(|compiled| {
                 let handler = adapter.build_compiled(&compiled, &ctx)?;
-                Ok((handler, adapter.templates_of(&compiled)))
+                // One rule for every handler: one that bounds its own calls (an
+                // out-of-process handler, at its connection's timeout) gets no second
+                // deadline from the dispatcher; the others get the mixer's.
+                let deadline = match adapter.own_call_timeout(&compiled) {
+                    Some(_) => None,
+                    None => Some(options.handler_timeout),
+                };
+                Ok((handler, adapter.templates_of(&compiled), deadline))
             });
             match built {
-                Ok((handler, templates))
+                Ok((handler, templates, _))
                     if let Some(message) =
                         missing_variety(adapter.info().name, &templates, &*handler) =>
                 {
                     errors.push(fail(message));
                 }
-                Ok((handler, _)) => handlers.push({
+                Ok((handler, _, deadline)) => handlers.push({
                     let queue = handler.as_report().is_some().then(|| {
                         ReportQueue::new(hc.name.clone(), handler.clone(), options.reports, metrics)
                     });
@@ -300,7 +284,7 @@ impl Snapshot {
                         handler,
                         fail_policy: hc.fail_policy,
                         cacheable: adapter.info().cacheable,
-                        deadline: Some(options.handler_timeout),
+                        deadline,
                         secrets: secrets_of(hc),
                     }
                 }),

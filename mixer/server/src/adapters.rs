@@ -67,7 +67,7 @@ pub fn with_wasm(wasm: mixer_wasm::HostOptions) -> AdapterRegistry {
     registry.register(Arc::new(mixer_adapter_otlp::Otlp));
     // Plugins: its engine starts only when a config names a Wasm handler.
     registry.register(Arc::new(mixer_wasm::WasmAdapter::new(wasm)));
-    registry.set_remote(Arc::new(mixer_oop::RemoteAdapterFactory::new(
+    registry.register_remote(Arc::new(mixer_oop::RemoteAdapterFactory::new(
         mixer_oop::OopOptions::default(),
     )));
     registry

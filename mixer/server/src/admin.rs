@@ -167,12 +167,18 @@ async fn readyz(State(admin): State<Admin>) -> Response {
         .iter()
         .map(|d| format!("dropped: {d}\n"))
         .collect();
+    let notes: String = snapshot
+        .config
+        .notes
+        .iter()
+        .map(|n| format!("note: {n}\n"))
+        .collect();
     let removal = runtime
         .last_removal()
         .map(|r| format!("last removal: {r}\n"))
         .unwrap_or_default();
     let details = format!(
-        "config_hash: {hash}\nfiles_hash: {files_hash}\n{config}\n{dropped}{removal}{last_error}"
+        "config_hash: {hash}\nfiles_hash: {files_hash}\n{config}\n{dropped}{notes}{removal}{last_error}"
     );
     if *admin.draining.borrow() {
         let body = format!(

@@ -238,6 +238,10 @@ enum Command {
     Validate {
         /// A YAML file or a directory of them.
         path: PathBuf,
+        /// Fail (exit 1) on warnings too, an out-of-process adapter that could not be
+        /// reached included (its params and templates then went unchecked).
+        #[arg(long)]
+        strict: bool,
         #[command(flatten)]
         config_args: ConfigArgs,
     },
@@ -334,7 +338,11 @@ pub fn main() -> ExitCode {
                 }
             }
         }
-        Command::Validate { path, config_args } => validate::run(&path, &config_args),
+        Command::Validate {
+            path,
+            strict,
+            config_args,
+        } => validate::run(&path, &config_args, strict),
         Command::Test { path, config_args } => policytest::run(&path, &config_args),
         Command::Conformance { args } => conformance::run(&args),
     }

@@ -29,6 +29,28 @@ impl std::fmt::Debug for CompiledConfig {
     }
 }
 
+impl CompiledConfig {
+    /// The compiled form `config` of a handler of `adapter`, for an adapter that implements
+    /// [`AnyAdapter`] itself (the out-of-process transport compiles from more than params);
+    /// every [`Adapter`] gets its own from [`AnyAdapter::compile`].
+    pub fn new<T: Send + Sync + 'static>(adapter: &'static str, config: T) -> CompiledConfig {
+        CompiledConfig {
+            adapter,
+            config: Arc::new(config),
+        }
+    }
+
+    /// The config, if it is a `T`.
+    pub fn downcast_ref<T: 'static>(&self) -> Option<&T> {
+        self.config.downcast_ref::<T>()
+    }
+
+    /// The name of the adapter that compiled it.
+    pub fn adapter(&self) -> &'static str {
+        self.adapter
+    }
+}
+
 /// An [`Adapter`] with its config type hidden: what the mixer's adapter registry
 /// (`mixer_config::AdapterRegistry`) keeps and the config loader and runtime call. Every
 /// [`Adapter`] is one.
@@ -58,6 +80,14 @@ pub trait AnyAdapter: Send + Sync {
     /// The templates a handler built from `config` accepts: its own (see
     /// [`Adapter::templates_for`]) or the adapter's.
     fn templates_of(&self, config: &CompiledConfig) -> Vec<Template>;
+
+    /// The deadline a handler built from `config` puts on each of its own calls (an
+    /// out-of-process handler ends each at its connection's timeout), if it bounds them
+    /// itself; the dispatcher then sets none of its own. `None` (every [`Adapter`]): the
+    /// mixer's handler timeout bounds its check and quota calls.
+    fn own_call_timeout(&self, _config: &CompiledConfig) -> Option<std::time::Duration> {
+        None
+    }
 
     /// [`AnyAdapter::compile`] then [`AnyAdapter::build_compiled`], for tests and tools that
     /// start from params.

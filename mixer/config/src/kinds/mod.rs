@@ -95,15 +95,94 @@ pub(crate) fn parse_enum<T: Copy>(
 pub(crate) mod test_support {
     use std::sync::Arc;
 
+    use mixer_adapter_api::host::CompiledConfig;
+
     use crate::registry::AdapterRegistry;
     use crate::{ConfigOptions, SourceFile, Validated};
 
-    /// Denier and noop.
+    /// Denier and noop, and [`Remote`] for handlers with a connection (never reached).
     pub fn registry() -> AdapterRegistry {
         let mut r = AdapterRegistry::new();
         r.register(Arc::new(mixer_adapter_denier::Denier));
         r.register(Arc::new(mixer_adapter_noop::Noop));
+        r.register_remote(Arc::new(Remote::default()));
         r
+    }
+
+    /// An out-of-process adapter that is never reached: it says it serves `serves` (else what
+    /// the `adapter` document declares), or that it is `unreachable`.
+    #[derive(Default)]
+    pub struct Remote {
+        pub serves: Option<Vec<mixer_model::Template>>,
+        pub unreachable: Option<String>,
+    }
+
+    static REMOTE: mixer_adapter_api::AdapterInfo = mixer_adapter_api::AdapterInfo {
+        name: "remote",
+        description: "",
+        templates: &[],
+        cacheable: true,
+        stability: mixer_adapter_api::Stability::Alpha,
+    };
+
+    impl mixer_adapter_api::host::AnyAdapter for Remote {
+        fn info(&self) -> &mixer_adapter_api::AdapterInfo {
+            &REMOTE
+        }
+        fn compile(
+            &self,
+            _: &mixer_adapter_api::host::Params,
+        ) -> Result<CompiledConfig, Vec<mixer_adapter_api::ParamError>> {
+            Ok(CompiledConfig::new("remote", ()))
+        }
+        fn build_compiled(
+            &self,
+            _: &CompiledConfig,
+            _: &mixer_adapter_api::BuildContext,
+        ) -> Result<Arc<dyn mixer_adapter_api::Handler>, mixer_adapter_api::AdapterError> {
+            Err(mixer_adapter_api::AdapterError::permanent(
+                mixer_adapter_api::ErrorKind::Internal,
+                "not built in config tests",
+            ))
+        }
+        fn secret_params(&self) -> &'static [mixer_adapter_api::secrets::SecretParam] {
+            &[]
+        }
+        fn path_params(&self) -> &'static [&'static str] {
+            &[]
+        }
+        fn files_read(&self, _: &CompiledConfig) -> Vec<std::path::PathBuf> {
+            Vec::new()
+        }
+        fn templates_of(&self, _: &CompiledConfig) -> Vec<mixer_model::Template> {
+            Vec::new()
+        }
+    }
+
+    impl mixer_remote::RemoteAdapter for Remote {
+        fn compile_remote(
+            &self,
+            spec: &mixer_remote::RemoteHandlerSpec<'_>,
+        ) -> Result<mixer_remote::RemoteCompiled, Vec<mixer_adapter_api::ParamError>> {
+            Ok(mixer_remote::RemoteCompiled {
+                config: CompiledConfig::new("remote", ()),
+                templates: self
+                    .serves
+                    .clone()
+                    .or_else(|| spec.declared_templates.map(<[_]>::to_vec)),
+                unreachable: self.unreachable.clone(),
+            })
+        }
+    }
+
+    /// Validates one file called `c.yaml` with `registry`; errors as displayed.
+    pub fn run_with(yaml: &str, registry: &AdapterRegistry) -> Result<Validated, Vec<String>> {
+        crate::validate(
+            &[SourceFile::new("c.yaml", yaml)],
+            registry,
+            &ConfigOptions::default(),
+        )
+        .map_err(|errs| errs.iter().map(ToString::to_string).collect())
     }
 
     /// Validates one file called `c.yaml`; errors as displayed.

@@ -22,6 +22,20 @@ pub(crate) struct Scope<'a> {
     pub handler_table: &'a Table,
     pub instances: &'a [InstanceConfig],
     pub instance_table: &'a Table,
+    /// Instances sent to out-of-process handlers, checked once their adapters say which
+    /// templates they serve.
+    pub remote_routes: std::cell::RefCell<Vec<RemoteRoute>>,
+}
+
+/// An instance a rule sends to a remote handler, where the rule says so: checked against the
+/// templates the adapter turns out to serve.
+#[derive(Clone, Debug)]
+pub(crate) struct RemoteRoute {
+    pub doc: crate::error::DocRef,
+    /// `spec.actions[i].instances[j]`.
+    pub path: String,
+    pub handler: usize,
+    pub instance: usize,
 }
 
 /// Validates a `kind: rule` document.
@@ -280,6 +294,16 @@ fn action(
             ok = false;
             continue;
         }
+        if let Some(h) = handler
+            && scope.handlers.get(h).is_some_and(HandlerConfig::is_remote)
+        {
+            scope.remote_routes.borrow_mut().push(RemoteRoute {
+                doc: raw.doc.clone(),
+                path: here.clone(),
+                handler: h,
+                instance: i,
+            });
+        }
         instances.push(i);
     }
     if !ok {
@@ -296,8 +320,8 @@ fn action(
 }
 
 /// The templates a handler's adapter declares: a built-in adapter's own list, or an `adapter`
-/// document's for a remote handler; `None` when nothing is declared (a remote adapter without
-/// one says what it serves when the mixer calls `Validate`). An adapter whose handlers'
+/// document's for a remote handler; `None` when nothing is declared (a remote adapter is
+/// asked what it serves, through gRPC server reflection, once rules are resolved). An adapter whose handlers'
 /// templates depend on their params (a Wasm plugin's module) says them for these params.
 fn supported_templates<'s>(
     h: &'s HandlerConfig,

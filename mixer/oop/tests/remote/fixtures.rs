@@ -38,6 +38,7 @@ pub fn build(
             session_based: None,
             connection: &connection,
             instances: &[],
+            declared_templates: None,
         })
         .expect("build")
 }

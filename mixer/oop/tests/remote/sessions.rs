@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use mixer_adapter_api::Handler;
 use mixer_oop::RemoteAdapterFactory;
-use mixer_remote::{RemoteAdapters, RemoteConnection, RemoteHandlerSpec};
+use mixer_remote::{RemoteAdapter, RemoteConnection, RemoteHandlerSpec};
 
 use crate::adapter::{State, serve};
 use crate::fixtures::*;
@@ -49,15 +49,18 @@ fn spec_validate(
         timeout: None,
         authentication: None,
     };
-    factory.validate(&RemoteHandlerSpec {
-        handler_name: "h.istio-system".into(),
-        adapter: "myadapter",
-        params: &params,
-        params_descriptor: None,
-        session_based: None,
-        connection: &connection,
-        instances: &[],
-    })
+    factory
+        .compile_remote(&RemoteHandlerSpec {
+            handler_name: "h.istio-system".into(),
+            adapter: "myadapter",
+            params: &params,
+            params_descriptor: None,
+            session_based: None,
+            connection: &connection,
+            instances: &[],
+            declared_templates: None,
+        })
+        .map(|_| ())
 }
 
 // Validation blocks its thread: the adapter must be served by other worker threads.

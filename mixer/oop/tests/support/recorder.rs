@@ -113,6 +113,7 @@ pub fn handler(port: u16, tls_yaml: &str) -> Arc<RemoteHandler> {
             session_based: None,
             connection: &connection,
             instances: &[],
+            declared_templates: None,
         })
         .expect("build")
 }

@@ -1,0 +1,109 @@
+//! Which templates an adapter serves, as its gRPC server reflection lists them: one
+//! `Handle<Template>Service` per template (`checknothing.HandleCheckNothingService`).
+
+use futures_util::stream;
+use mixer_model::Template;
+use tonic_reflection::pb::{v1, v1alpha};
+
+use crate::transport::AdapterChannel;
+
+/// The templates whose service `channel`'s adapter lists through gRPC server reflection
+/// (v1, else v1alpha); `Ok(None)` when it serves neither (an `adapter` document may say
+/// instead). Services that are no template's (`InfrastructureBackend`, health) are skipped.
+pub(crate) async fn served_templates(
+    channel: AdapterChannel,
+) -> Result<Option<Vec<Template>>, tonic::Status> {
+    let names = match list_v1(channel.clone()).await {
+        Err(s) if s.code() == tonic::Code::Unimplemented => match list_v1alpha(channel).await {
+            Err(s) if s.code() == tonic::Code::Unimplemented => return Ok(None),
+            other => other?,
+        },
+        other => other?,
+    };
+    let mut templates: Vec<Template> = names.iter().filter_map(|n| template_of(n)).collect();
+    templates.sort_by_key(|t| t.name());
+    templates.dedup();
+    Ok(Some(templates))
+}
+
+/// The template whose handler service is called `service`, if any.
+pub(crate) fn template_of(service: &str) -> Option<Template> {
+    let (package, name) = service.split_once('.')?;
+    let template = Template::from_name(package)?;
+    (name.starts_with("Handle") && name.ends_with("Service")).then_some(template)
+}
+
+async fn list_v1(channel: AdapterChannel) -> Result<Vec<String>, tonic::Status> {
+    use v1::server_reflection_request::MessageRequest;
+    use v1::server_reflection_response::MessageResponse;
+    let mut client = v1::server_reflection_client::ServerReflectionClient::new(channel);
+    let request = v1::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut answers = client
+        .server_reflection_info(stream::iter([request]))
+        .await?
+        .into_inner();
+    match answers.message().await?.and_then(|a| a.message_response) {
+        Some(MessageResponse::ListServicesResponse(list)) => {
+            Ok(list.service.into_iter().map(|s| s.name).collect())
+        }
+        Some(MessageResponse::ErrorResponse(e)) => Err(tonic::Status::new(
+            tonic::Code::from(e.error_code),
+            e.error_message,
+        )),
+        _ => Err(tonic::Status::unknown(
+            "reflection answered no service list",
+        )),
+    }
+}
+
+async fn list_v1alpha(channel: AdapterChannel) -> Result<Vec<String>, tonic::Status> {
+    use v1alpha::server_reflection_request::MessageRequest;
+    use v1alpha::server_reflection_response::MessageResponse;
+    let mut client = v1alpha::server_reflection_client::ServerReflectionClient::new(channel);
+    let request = v1alpha::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut answers = client
+        .server_reflection_info(stream::iter([request]))
+        .await?
+        .into_inner();
+    match answers.message().await?.and_then(|a| a.message_response) {
+        Some(MessageResponse::ListServicesResponse(list)) => {
+            Ok(list.service.into_iter().map(|s| s.name).collect())
+        }
+        Some(MessageResponse::ErrorResponse(e)) => Err(tonic::Status::new(
+            tonic::Code::from(e.error_code),
+            e.error_message,
+        )),
+        _ => Err(tonic::Status::unknown(
+            "reflection answered no service list",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::template_of;
+    use mixer_model::Template;
+
+    #[test]
+    fn template_services_are_recognised_and_others_skipped() {
+        assert_eq!(
+            template_of("checknothing.HandleCheckNothingService"),
+            Some(Template::CheckNothing)
+        );
+        assert_eq!(
+            template_of("listentry.HandleListEntryService"),
+            Some(Template::ListEntry)
+        );
+        assert_eq!(template_of("grpc.health.v1.Health"), None);
+        assert_eq!(
+            template_of("istio.mixer.adapter.model.v1beta1.InfrastructureBackend"),
+            None
+        );
+    }
+}
