@@ -176,6 +176,7 @@ pub use convert::{
 pub use factory::{RemoteAdapterFactory, ValidateOutcome};
 pub use handler::RemoteHandler;
 pub use options::OopOptions;
+pub use reflection::templates_served;
 pub use token::REFRESH as TOKEN_REFRESH;
 pub use typed::{adapter_config, typed_params_any};
 

@@ -5,7 +5,31 @@ use futures_util::stream;
 use mixer_model::Template;
 use tonic_reflection::pb::{v1, v1alpha};
 
-use crate::transport::AdapterChannel;
+use crate::transport::{AdapterChannel, Transport};
+
+/// The templates the adapter at `connection` serves, as its gRPC server reflection lists
+/// them, over the same transport (TLS, token) its handlers use; `Ok(None)` when it serves no
+/// reflection. For tools (`mixer conformance`) that ask outside a config load.
+pub async fn templates_served(
+    connection: &mixer_remote::RemoteConnection,
+    timeout: std::time::Duration,
+) -> Result<Option<Vec<Template>>, String> {
+    let transport =
+        Transport::new(connection, timeout).map_err(|(field, m)| format!("{field}: {m}"))?;
+    let deadline = tokio::time::Instant::now() + timeout;
+    transport
+        .ready(&connection.address, deadline)
+        .await
+        .map_err(|e| e.message)?;
+    let channel = tokio::time::timeout_at(deadline, transport.connect())
+        .await
+        .map_err(|_| format!("no connection within {timeout:?}"))?
+        .map_err(|e| format!("cannot connect: {e}"))?;
+    tokio::time::timeout_at(deadline, served_templates(channel))
+        .await
+        .map_err(|_| format!("reflection did not answer within {timeout:?}"))?
+        .map_err(|s| format!("{:?}: {}", s.code(), s.message()))
+}
 
 /// The templates whose service `channel`'s adapter lists through gRPC server reflection
 /// (v1, else v1alpha); `Ok(None)` when it serves neither (an `adapter` document may say

@@ -29,7 +29,6 @@ use mixer_remote::{
     Authentication, InferredField, MutualTls, PemFile, RemoteConnection, RemoteHandlerSpec,
     RemoteInstance, Tls,
 };
-use tonic_reflection::pb::{v1, v1alpha};
 
 /// What `mixer conformance` checks, and how.
 #[derive(clap::Args, Debug)]
@@ -368,17 +367,12 @@ async fn remote_case(
     unreachable: Option<Params>,
 ) -> Result<Case, String> {
     let templates = if asked.is_empty() {
-        if link.tls.is_some() {
-            return Err("with TLS, name the adapter's templates with --template".into());
-        }
-        served_templates(address, link.timeout)
-            .await
-            .map_err(|why| {
-                format!(
-                    "could not learn the templates of the adapter at {address} by gRPC server \
+        learn_templates(address, &link).await.map_err(|why| {
+            format!(
+                "could not learn the templates of the adapter at {address} by gRPC server \
                  reflection ({why}); name them with --template"
-                )
-            })?
+            )
+        })?
     } else {
         asked
     };
@@ -446,96 +440,20 @@ fn remote_instance(instance: &Instance) -> RemoteInstance {
     }
 }
 
-/// The templates whose `Handle<Template>Service` the adapter at `address` serves, by gRPC
-/// server reflection (`grpc.reflection.v1`, else `v1alpha`, which older servers such as
-/// Python's grpcio-reflection may serve alone).
-async fn served_templates(address: &str, timeout: Duration) -> Result<Vec<Template>, String> {
-    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
-        .map_err(|e| format!("{address:?} is not HOST:PORT: {e}"))?
-        .connect_timeout(timeout)
-        .timeout(timeout);
-    let channel = endpoint
-        .connect()
-        .await
-        .map_err(|e| format!("cannot connect: {e}"))?;
-    let services = match services_v1(channel.clone()).await {
-        Err(status) if status.code() == tonic::Code::Unimplemented => {
-            services_v1alpha(channel).await
-        }
-        other => other,
-    }
-    .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?;
-    let mut templates = Vec::new();
-    for service in &services {
-        if let Some(t) = template_of_service(service)
-            && !templates.contains(&t)
-        {
-            templates.push(t);
-        }
-    }
-    if templates.is_empty() {
-        return Err(format!(
-            "it serves no Handle<Template>Service, only {}",
-            services.join(", ")
-        ));
-    }
-    Ok(templates)
-}
-
-/// `listentry.HandleListEntryService` -> listentry.
-fn template_of_service(service: &str) -> Option<Template> {
-    let name = service.rsplit('.').next()?;
-    let inner = name.strip_prefix("Handle")?.strip_suffix("Service")?;
-    Template::from_name(&inner.to_ascii_lowercase())
-}
-
-async fn services_v1(channel: tonic::transport::Channel) -> Result<Vec<String>, tonic::Status> {
-    use v1::server_reflection_request::MessageRequest;
-    use v1::server_reflection_response::MessageResponse;
-    let mut client = v1::server_reflection_client::ServerReflectionClient::new(channel);
-    let request = v1::ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(MessageRequest::ListServices(String::new())),
+/// The templates the adapter at `address` serves, by gRPC server reflection through the
+/// mixer's own adapter client (so over the TLS given), which asks `grpc.reflection.v1`, else
+/// `v1alpha` (what Python's grpcio-reflection serves).
+async fn learn_templates(address: &str, link: &Link) -> Result<Vec<Template>, String> {
+    let connection = RemoteConnection {
+        address: address.to_owned(),
+        timeout: Some(link.timeout),
+        authentication: link.tls.clone(),
     };
-    let mut answers = client
-        .server_reflection_info(futures_util::stream::iter([request]))
-        .await?
-        .into_inner();
-    match answers.message().await?.and_then(|a| a.message_response) {
-        Some(MessageResponse::ListServicesResponse(list)) => {
-            Ok(list.service.into_iter().map(|s| s.name).collect())
-        }
-        Some(MessageResponse::ErrorResponse(e)) => Err(tonic::Status::new(
-            tonic::Code::from(e.error_code),
-            e.error_message,
-        )),
-        _ => Err(tonic::Status::unknown("no list of services")),
-    }
-}
-
-async fn services_v1alpha(
-    channel: tonic::transport::Channel,
-) -> Result<Vec<String>, tonic::Status> {
-    use v1alpha::server_reflection_request::MessageRequest;
-    use v1alpha::server_reflection_response::MessageResponse;
-    let mut client = v1alpha::server_reflection_client::ServerReflectionClient::new(channel);
-    let request = v1alpha::ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(MessageRequest::ListServices(String::new())),
-    };
-    let mut answers = client
-        .server_reflection_info(futures_util::stream::iter([request]))
-        .await?
-        .into_inner();
-    match answers.message().await?.and_then(|a| a.message_response) {
-        Some(MessageResponse::ListServicesResponse(list)) => {
-            Ok(list.service.into_iter().map(|s| s.name).collect())
-        }
-        Some(MessageResponse::ErrorResponse(e)) => Err(tonic::Status::new(
-            tonic::Code::from(e.error_code),
-            e.error_message,
-        )),
-        _ => Err(tonic::Status::unknown("no list of services")),
+    match mixer_oop::templates_served(&connection, link.timeout.max(Duration::from_secs(2))).await?
+    {
+        None => Err("it serves no gRPC server reflection".into()),
+        Some(t) if t.is_empty() => Err("it lists no Handle<Template>Service".into()),
+        Some(t) => Ok(t),
     }
 }
 
@@ -592,6 +510,7 @@ fn through_mixer_oop(
         session_based: None,
         connection: &connection,
         instances: &remote.instances,
+        declared_templates: Some(remote.info.templates),
     };
     let factory = mixer_oop::RemoteAdapterFactory::new(mixer_oop::OopOptions {
         validate_timeout: remote.link.timeout.max(Duration::from_secs(2)),
@@ -615,25 +534,6 @@ fn through_mixer_oop(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_handle_service_names_its_template() {
-        for (service, template) in [
-            (
-                "listentry.HandleListEntryService",
-                Some(Template::ListEntry),
-            ),
-            (
-                "checknothing.HandleCheckNothingService",
-                Some(Template::CheckNothing),
-            ),
-            ("metric.HandleMetricService", Some(Template::Metric)),
-            ("grpc.health.v1.Health", None),
-            ("x.HandleNothingKnownService", None),
-        ] {
-            assert_eq!(template_of_service(service), template, "{service}");
-        }
-    }
 
     /// A reflection service over a descriptor set that names one `Handle<Template>Service`
     /// and one other service, as an adapter that also serves health would; on a loopback port.
@@ -679,7 +579,11 @@ mod tests {
     async fn the_templates_are_learned_by_reflection_v1_or_v1alpha() {
         for v1alpha_only in [false, true] {
             let addr = reflection(v1alpha_only).await;
-            let templates = served_templates(&addr.to_string(), Duration::from_secs(5))
+            let link = Link {
+                timeout: Duration::from_secs(5),
+                tls: None,
+            };
+            let templates = learn_templates(&addr.to_string(), &link)
                 .await
                 .expect("reflection answers");
             assert_eq!(
