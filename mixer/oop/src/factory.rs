@@ -28,6 +28,46 @@ use crate::typed;
 pub struct RemoteAdapterFactory {
     options: OopOptions,
     metrics: Arc<MetricsSet>,
+    /// What adapters accepted lately ([`Accepted`]), so that a reload that leaves a handler
+    /// as it was does not ask its adapter again.
+    accepted: std::sync::Mutex<Accepted>,
+}
+
+/// The answers of adapters that accepted a handler's params, by everything that was asked
+/// (connection, params, instances and their types, declared templates), with when. A reload
+/// compiles every handler again; before one factory built every handler, an unchanged remote
+/// handler was reused without a question, and this keeps that cost: only a handler whose
+/// question changed, or whose answer is older than [`ACCEPTED_FOR`], is asked again. Refusals
+/// and unreachable adapters are never kept: they are asked at every load.
+#[derive(Default)]
+struct Accepted {
+    answers: std::collections::HashMap<String, (std::time::Instant, Option<Vec<Template>>)>,
+}
+
+/// How long an adapter's acceptance of a question is reused (a restarted adapter that serves
+/// other templates is noticed at the first load after that).
+const ACCEPTED_FOR: Duration = Duration::from_secs(60);
+
+/// Past this many kept answers, the oldest are dropped.
+const ACCEPTED_MAX: usize = 4096;
+
+impl Accepted {
+    fn get(&self, question: &str) -> Option<Option<Vec<Template>>> {
+        let (at, templates) = self.answers.get(question)?;
+        (at.elapsed() < ACCEPTED_FOR).then(|| templates.clone())
+    }
+
+    fn put(&mut self, question: String, templates: Option<Vec<Template>>) {
+        if self.answers.len() >= ACCEPTED_MAX {
+            self.answers
+                .retain(|_, (at, _)| at.elapsed() < ACCEPTED_FOR);
+            if self.answers.len() >= ACCEPTED_MAX {
+                self.answers.clear();
+            }
+        }
+        self.answers
+            .insert(question, (std::time::Instant::now(), templates));
+    }
 }
 
 /// What the adapter said to `Validate`.
@@ -47,6 +87,7 @@ impl RemoteAdapterFactory {
         RemoteAdapterFactory {
             options,
             metrics: Arc::default(),
+            accepted: std::sync::Mutex::default(),
         }
     }
 
@@ -277,9 +318,27 @@ impl RemoteAdapter for RemoteAdapterFactory {
         let params =
             typed::adapter_config(spec.params, spec.params_descriptor).map_err(|e| vec![e])?;
         let declared = spec.declared_templates.map(<[Template]>::to_vec);
-        let (templates, unreachable) = if self.options.validate {
+        // Everything the adapter is asked; `Debug` of each is deterministic (the params'
+        // Struct keeps its fields sorted, PEM files show by path and length).
+        let question = format!(
+            "{:?}|{:?}|{:?}|{:?}|{:?}",
+            spec.connection, params, spec.instances, spec.declared_templates, spec.session_based
+        );
+        let known = self
+            .accepted
+            .lock()
+            .ok()
+            .and_then(|accepted| accepted.get(&question));
+        let (templates, unreachable) = if let Some(served) = known {
+            (served.or(declared), None)
+        } else if self.options.validate {
             match self.ask_blocking(spec) {
-                (ValidateOutcome::Accepted, served) => (served.or(declared), None),
+                (ValidateOutcome::Accepted, served) => {
+                    if let Ok(mut accepted) = self.accepted.lock() {
+                        accepted.put(question, served.clone());
+                    }
+                    (served.or(declared), None)
+                }
                 (ValidateOutcome::Rejected(message), _) => {
                     return Err(vec![ParamError::new("", message)]);
                 }

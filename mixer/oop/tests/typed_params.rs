@@ -265,6 +265,27 @@ async fn validate_and_create_session_get_the_adapters_own_message() {
     assert_eq!(seen[2].1.value, b"s-1");
 }
 
+/// A reload compiles every handler again: an adapter that accepted the same question is not
+/// asked again (as an unchanged handler was reused before), a changed question is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_accepted_question_is_not_asked_again_and_a_changed_one_is() {
+    let adapter = Adapter::default();
+    let (addr, _server) = serve(adapter.clone()).await;
+    let factory = factory();
+    let compile = |params: &str| {
+        let hc = config(addr, params).expect("valid config");
+        tokio::task::block_in_place(|| with_spec(&hc, |spec| factory.compile_remote(spec)))
+            .expect("accepted");
+    };
+    compile(PARAMS);
+    compile(PARAMS);
+    let asked =
+        |seen: Vec<(&str, prost_types::Any)>| seen.iter().filter(|(c, _)| *c == "validate").count();
+    assert_eq!(asked(adapter.seen()), 1, "the same question twice");
+    compile(&PARAMS.replace("alice", "carol"));
+    assert_eq!(asked(adapter.seen()), 2, "changed params are asked");
+}
+
 #[tokio::test]
 async fn an_adapter_document_without_sessions_is_not_asked_for_one() {
     // The adapter could open a session, but its document says it keeps none (Istio's
