@@ -11,8 +11,12 @@ Examples:
   mixer conformance --wasm plugin.wasm --params '{config: {header: x-deny}, limits: {checkDeadline: 50ms}}'
 
 Each call goes through the transport `serve` uses (the out-of-process adapter client, or the
-Wasm plugin host), with one instance of each template exercised. Exit status: 0 when every
-promise checked held, 1 when one is broken or the adapter could not be checked at all.";
+Wasm plugin host), with one instance of each template exercised. The kit checks what every
+adapter owes the mixer (answers in time, errors that say why, only the templates it declares),
+not whether its decisions are right: test your logic yourself. Its calls are real: give params
+that point at scratch resources (a file a metric adapter may append to, a test database).
+Exit status: 0 when every promise checked held, 1 when one is broken or the adapter could not
+be checked at all.";
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -64,8 +68,8 @@ pub struct ConformanceArgs {
     #[arg(long, value_name = "FILE|YAML")]
     unreachable_params: Option<String>,
     /// Reach the out-of-process adapter over TLS, trusting the CAs in this PEM file on top of
-    /// the system's (a handler's `authentication.tls.caCertificates`). With TLS, name the
-    /// templates with --template.
+    /// the system's (a handler's `authentication.tls.caCertificates`); reflection is asked
+    /// over the same connection.
     #[arg(long, value_name = "PEM")]
     ca_certificates: Option<PathBuf>,
     /// With TLS: the name the adapter's certificate must carry (and the SNI sent); default

@@ -1,4 +1,4 @@
-//! The `mixer` command: serve, validate config, run policy tests.
+//! The `mixer` command: serve, validate config, run policy tests, run the adapter conformance kit.
 //!
 //! The binary is a thin `main` over [`main`]; integration tests start the same code as a
 //! process of their own.
