@@ -320,14 +320,16 @@ def _read(path):
 
 def _bind_error(address):
     """Why the OS refuses to bind `address` ("Address already in use"), which grpcio does not
-    say; None when a plain bind does not tell."""
+    say; None when a plain bind does not tell (it binds, or `address` is no HOST:PORT)."""
     host, _, port = address.rpartition(":")
+    if not port.isdigit():  # a unix: address, say: grpcio's own message stands
+        return None
     try:
         family, kind, proto, _, where = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)[0]
         with socket.socket(family, kind, proto) as probe:
             probe.bind(where)
-    except (OSError, ValueError) as e:
-        return getattr(e, "strerror", None) or str(e)
+    except OSError as e:
+        return e.strerror or str(e)
     return None
 
 
