@@ -19,6 +19,7 @@ import datetime
 import importlib
 import ipaddress
 import os
+import socket
 import sys
 import threading
 import traceback
@@ -317,6 +318,21 @@ def _read(path):
         return f.read()
 
 
+def _bind_error(address):
+    """Why the OS refuses to bind `address` ("Address already in use"), which grpcio does not
+    say; None when a plain bind does not tell (it binds, or `address` is no HOST:PORT)."""
+    host, _, port = address.rpartition(":")
+    if not port.isdigit():  # a unix: address, say: grpcio's own message stands
+        return None
+    try:
+        family, kind, proto, _, where = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.bind(where)
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
+
+
 def serve(adapter, argv=None, default_address="127.0.0.1:9071", workers=8):
     """Serves `adapter` until the process is stopped.
 
@@ -334,8 +350,11 @@ def serve(adapter, argv=None, default_address="127.0.0.1:9071", workers=8):
     if bool(args.tls_cert) != bool(args.tls_key) or (args.tls_client_ca and not args.tls_cert):
         parser.error("TLS needs --tls-cert and --tls-key together (--tls-client-ca needs both too)")
     handlers, names = services(adapter)
+    # grpcio sets SO_REUSEPORT by default: a second adapter started on a port a stale one holds
+    # would share it silently, and the stale one would keep answering some calls. Refused.
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers),
-                         handlers=handlers + _reflection(names))
+                         handlers=handlers + _reflection(names),
+                         options=[("grpc.so_reuseport", 0)])
     if args.tls_cert:
         try:
             ca = _read(args.tls_client_ca) if args.tls_client_ca else None
@@ -348,7 +367,7 @@ def serve(adapter, argv=None, default_address="127.0.0.1:9071", workers=8):
         port = (server.add_secure_port(args.address, credentials) if args.tls_cert
                 else server.add_insecure_port(args.address))
     except RuntimeError as e:  # grpcio's way of saying the address cannot be bound
-        port, why = 0, e
+        port, why = 0, _bind_error(args.address) or e
     else:
         why = "no port"
     if not port:

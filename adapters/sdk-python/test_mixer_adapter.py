@@ -228,6 +228,26 @@ class HelperTest(unittest.TestCase):
             code = stopped.exception.code
             self.assertTrue(code == why if isinstance(why, int) else str(code).startswith(why), code)
 
+    def test_serve_refuses_a_port_another_adapter_already_listens_on(self):
+        # The stale adapter: a grpcio server with grpcio's defaults (SO_REUSEPORT set), as a
+        # helper before this one made; a second start on its port must not share it silently.
+        stale = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+        port = stale.add_insecure_port("127.0.0.1:0")
+        stale.start()
+        outcome = []
+
+        def second():  # in a thread: a helper that does start serves forever
+            try:
+                mixer_adapter.serve(Everything(), argv=["127.0.0.1:%d" % port])
+            except SystemExit as e:
+                outcome.append(str(e.code))
+
+        started = threading.Thread(target=second, daemon=True)
+        started.start()
+        started.join(timeout=10)
+        stale.stop(None)
+        self.assertEqual(outcome, ["cannot listen on 127.0.0.1:%d: Address already in use" % port])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -74,8 +74,10 @@
 //! }
 //! ```
 //!
-//! A handler that must `.await` (it asks a backend) is a type of its own with
-//! `impl Handler` (`as_check`) and `#[async_trait] impl CheckHandler`; [`Server`] is
+//! A report adapter's `build` returns [`report_fn`] with a function of the batch
+//! (`Fn(&[Instance]) -> Result<(), AdapterError>`). A handler that must `.await` (it asks a
+//! backend) is a type of its own with `impl Handler` (`as_check`, `as_report`) and
+//! `#[async_trait] impl CheckHandler` (or `ReportHandler`, whose `report` is async too); [`Server`] is
 //! [`serve`] with every piece (runtime, address, TLS, token, typed params) in your hands.
 //!
 //! What the SDK does for you:
@@ -122,6 +124,7 @@ mod check_fn;
 mod convert;
 mod handlers;
 mod params;
+mod report_fn;
 mod server;
 mod services;
 mod tls;
@@ -129,6 +132,7 @@ mod token;
 mod watched_file;
 
 pub use check_fn::check_fn;
+pub use report_fn::report_fn;
 pub use server::{DEFAULT_ADDR, Server, listen_addr, serve};
 pub use tls::ServerTls;
 pub use token::RequiredToken;

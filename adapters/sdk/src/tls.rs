@@ -106,6 +106,10 @@ impl ServerTls {
         }
         let key = PrivateKeyDer::from_pem_slice(&self.key)
             .map_err(|e| invalid("the adapter's private key", &e))?;
+        // rustls 0.23.48 deprecates ring's provider (no post-quantum key exchange) without a
+        // ring replacement; the SDK stays on ring (no aws-lc build), so an adapter crate whose
+        // own lock picks 0.23.48+ would warn on every build without this.
+        #[allow(deprecated)]
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()

@@ -436,3 +436,20 @@ async fn health_reports_each_service() {
         .status;
     assert_eq!(status, ServingStatus::Serving as i32);
 }
+
+/// A second adapter started on a port a stale one still listens on fails to start instead of
+/// sharing the port (tokio's listener sets no `SO_REUSEPORT`, unlike grpcio's default).
+#[tokio::test]
+async fn serving_on_a_port_already_listened_on_fails() {
+    let stale = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = stale.local_addr().expect("local addr");
+    let second = tokio::time::timeout(Duration::from_secs(10), Server::new(Lacking).serve(addr))
+        .await
+        .expect("serve returned instead of serving");
+    assert_eq!(
+        second.expect_err("the port is taken").kind(),
+        std::io::ErrorKind::AddrInUse
+    );
+}
