@@ -1,6 +1,7 @@
 //! Helpers for the integration and end-to-end tests in `tests/tests/`: start the real mixer
 //! binary on free loopback ports, talk HTTP to it, stop it with SIGTERM.
 
+pub mod adapters;
 pub mod nginx;
 pub mod redis;
 pub mod redis_cluster;

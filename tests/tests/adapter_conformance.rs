@@ -8,11 +8,11 @@
 //! through the real binary: against the allowlist example, a Wasm example plugin, an adapter
 //! over TLS, and a deliberately broken (hanging) adapter, whose report names the broken promise.
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mixer_adapter_api::host::{AnyAdapter, Params};
 use mixer_adapter_api::testkit::{self, Case, Unreachable, assert_conforms, default_instance};
@@ -24,6 +24,7 @@ use mixer_remote::{
     InferredField, RemoteAdapter, RemoteConnection, RemoteHandlerSpec, RemoteInstance,
 };
 use mixer_tests::Mixer;
+use mixer_tests::adapters::{Process, start_adapter_binary};
 use serde_json::json;
 
 fn instance(name: &str, template: Template, fields: Vec<(&'static str, FieldValue)>) -> Instance {
@@ -254,37 +255,11 @@ impl Adapter for Remote {
     }
 }
 
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
+/// The allowlist example, served by the SDK in a process of its own.
 fn start_allowlist() -> (SocketAddr, Process) {
     let addr = mixer_tests::free_addr();
-    let mut process = Process(
-        Command::new(env!("CARGO_BIN_EXE_allowlist-under-test"))
-            .arg(addr.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the allowlist adapter"),
-    );
-    let start = Instant::now();
-    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        if let Ok(Some(status)) = process.0.try_wait() {
-            panic!("the allowlist adapter exited before listening on {addr}: {status}");
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "allowlist not listening"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (addr, process)
+    let binary = Path::new(env!("CARGO_BIN_EXE_allowlist-under-test"));
+    (addr, start_adapter_binary(binary, addr))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

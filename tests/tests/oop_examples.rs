@@ -7,9 +7,9 @@
 //! rewritten), behind the real mixer binary; checks go through HTTP forward-auth, reports
 //! through Mixer v1 Report. Each adapter is also called directly over gRPC.
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use mixer_adapter_sdk::proto::istio::mixer::adapter::model::v1beta1 as model;
@@ -18,6 +18,7 @@ use mixer_model::Value;
 use mixer_oop::params_any;
 use mixer_proto::istio::mixer::v1 as pb;
 use mixer_proto::istio::mixer::v1::mixer_client::MixerClient;
+use mixer_tests::adapters::{Process, start_adapter_binary};
 use mixer_tests::{Mixer, free_addr, http_request};
 
 #[path = "support/python.rs"]
@@ -28,31 +29,6 @@ use serde_json::json;
 
 fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../adapters/examples")
-}
-
-/// A child process killed when dropped.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Waits until something accepts connections on `addr`.
-fn wait_listening(addr: SocketAddr, process: &mut Process) {
-    let start = Instant::now();
-    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        if let Ok(Some(status)) = process.0.try_wait() {
-            panic!("adapter exited before listening on {addr}: {status}");
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "adapter not listening on {addr}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// An example's YAML with its address and file path replaced, written to `dir`.
@@ -119,16 +95,8 @@ async fn check_until(mixer: SocketAddr, user: &str, want: u16) {
 
 fn start_allowlist() -> (SocketAddr, Process) {
     let addr = free_addr();
-    let mut process = Process(
-        Command::new(env!("CARGO_BIN_EXE_allowlist-under-test"))
-            .arg(addr.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the allowlist adapter"),
-    );
-    wait_listening(addr, &mut process);
-    (addr, process)
+    let binary = Path::new(env!("CARGO_BIN_EXE_allowlist-under-test"));
+    (addr, start_adapter_binary(binary, addr))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -344,17 +312,15 @@ fn start_python_adapter_with(python: &Path, example: &str, args: &[&str]) -> (So
 
 /// The example adapter listening on `addr`.
 fn python_adapter_at(python: &Path, example: &str, addr: SocketAddr, args: &[&str]) -> Process {
-    let mut process = Process(
-        Command::new(python)
-            .arg(examples().join(example).join("adapter.py"))
-            .arg(addr.to_string())
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the Python adapter"),
-    );
-    wait_listening(addr, &mut process);
+    let mut command = Command::new(python);
+    command
+        .arg(examples().join(example).join("adapter.py"))
+        .arg(addr.to_string())
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    let mut process = Process::spawn(command, "the Python adapter");
+    process.wait_listening(addr);
     process
 }
 

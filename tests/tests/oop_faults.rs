@@ -9,7 +9,7 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use mixer_proto::checknothing;
 use mixer_proto::google::rpc::Status as RpcStatus;
 use mixer_proto::istio::mixer::adapter::model::v1beta1 as model;
+use mixer_tests::adapters::{InProcessAdapter, start_adapter_binary};
 use mixer_tests::{Mixer, free_addr, http_request};
 use tonic::{Request, Response, Status};
 
@@ -107,64 +108,19 @@ impl model::infrastructure_backend_server::InfrastructureBackend for Adapter {
     }
 }
 
-/// An adapter on its own runtime: dropping the runtime kills it like a process (listener
-/// and every connection closed).
-struct RunningAdapter {
-    runtime: Option<tokio::runtime::Runtime>,
-}
-
-impl RunningAdapter {
-    fn start(addr: SocketAddr, shared: Arc<Shared>) -> RunningAdapter {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let adapter = Adapter {
-            shared,
-            sessions: Arc::default(),
-        };
-        let listener = runtime.block_on(async {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            loop {
-                match tokio::net::TcpListener::bind(addr).await {
-                    Ok(l) => return l,
-                    Err(e) if Instant::now() > deadline => panic!("bind {addr}: {e}"),
-                    Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-                }
-            }
-        });
-        runtime.spawn(async move {
-            let _ = tonic::transport::Server::builder()
-                .add_service(
-                    checknothing::handle_check_nothing_service_server::HandleCheckNothingServiceServer::new(
-                        adapter.clone(),
-                    ),
-                )
-                .add_service(
-                    model::infrastructure_backend_server::InfrastructureBackendServer::new(adapter),
-                )
-                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
-                .await;
-        });
-        RunningAdapter {
-            runtime: Some(runtime),
-        }
-    }
-
-    fn kill(mut self) {
-        if let Some(rt) = self.runtime.take() {
-            rt.shutdown_background();
-        }
-    }
-}
-
-impl Drop for RunningAdapter {
-    fn drop(&mut self) {
-        if let Some(rt) = self.runtime.take() {
-            rt.shutdown_background();
-        }
-    }
+/// The adapter in this process, killed like a process when dropped.
+fn start_adapter(addr: SocketAddr, shared: Arc<Shared>) -> InProcessAdapter {
+    let adapter = Adapter {
+        shared,
+        sessions: Arc::default(),
+    };
+    let routes = tonic::service::Routes::new(
+        checknothing::handle_check_nothing_service_server::HandleCheckNothingServiceServer::new(
+            adapter.clone(),
+        ),
+    )
+    .add_service(model::infrastructure_backend_server::InfrastructureBackendServer::new(adapter));
+    InProcessAdapter::start(addr, routes)
 }
 
 /// Two handlers on the same adapter: `closed` (the default for checks) and `open`; the
@@ -265,7 +221,7 @@ fn start_mixer(adapter: SocketAddr) -> (Mixer, tempfile::TempDir) {
 fn a_killed_adapter_gets_the_fail_policy_and_is_used_again_after_a_restart() {
     let addr = free_addr();
     let shared = Arc::new(Shared::default());
-    let adapter = RunningAdapter::start(addr, shared.clone());
+    let adapter = start_adapter(addr, shared.clone());
     let (mixer, _dir) = start_mixer(addr);
 
     steady_load(&mixer, Duration::from_millis(300), 200, 200);
@@ -277,7 +233,7 @@ fn a_killed_adapter_gets_the_fail_policy_and_is_used_again_after_a_restart() {
     assert!(n >= 4);
     assert_eq!(shared.calls.load(Ordering::SeqCst), before);
 
-    let adapter = RunningAdapter::start(addr, shared.clone());
+    let adapter = start_adapter(addr, shared.clone());
     let took = time_to_recover(&mixer);
     assert!(took < Duration::from_secs(1), "recovered after {took:?}");
     assert!(shared.calls.load(Ordering::SeqCst) > before);
@@ -315,7 +271,7 @@ fn a_killed_adapter_gets_the_fail_policy_and_is_used_again_after_a_restart() {
 fn a_hung_adapter_gets_the_fail_policy_within_the_deadline() {
     let addr = free_addr();
     let shared = Arc::new(Shared::default());
-    let _adapter = RunningAdapter::start(addr, shared.clone());
+    let _adapter = start_adapter(addr, shared.clone());
     let (mixer, _dir) = start_mixer(addr);
     steady_load(&mixer, Duration::from_millis(200), 200, 200);
 
@@ -333,7 +289,7 @@ fn a_hung_adapter_gets_the_fail_policy_within_the_deadline() {
 fn params_the_adapter_refuses_keep_the_previous_config() {
     let addr = free_addr();
     let shared = Arc::new(Shared::default());
-    let _adapter = RunningAdapter::start(addr, shared.clone());
+    let _adapter = start_adapter(addr, shared.clone());
     let (mixer, dir) = start_mixer(addr);
     assert_eq!(check(&mixer, "closed").0, 200);
 
@@ -362,48 +318,13 @@ fn params_the_adapter_refuses_keep_the_previous_config() {
     drop(mixer);
 }
 
-/// The allowlist example adapter as a child process on `addr`, killed when dropped.
-struct AllowlistProcess(Child);
-
-impl AllowlistProcess {
-    fn start(addr: SocketAddr) -> AllowlistProcess {
-        let mut process = AllowlistProcess(
-            Command::new(env!("CARGO_BIN_EXE_allowlist-under-test"))
-                .arg(addr.to_string())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start the allowlist adapter"),
-        );
-        let started = Instant::now();
-        while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-            if let Ok(Some(status)) = process.0.try_wait() {
-                panic!("adapter exited before listening on {addr}: {status}");
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "adapter not listening on {addr}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        process
-    }
-}
-
-impl Drop for AllowlistProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn the_first_check_after_an_adapter_restart_is_decided() {
     let dir = tempfile::tempdir().expect("tempdir");
     let allowed = dir.path().join("allowed.txt");
     std::fs::write(&allowed, "alice\nbob\n").expect("write allow list");
     let addr = free_addr();
-    let adapter = AllowlistProcess::start(addr);
+    let adapter = start_adapter_binary(Path::new(env!("CARGO_BIN_EXE_allowlist-under-test")), addr);
     let example =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../adapters/examples/allowlist/allowlist.yaml");
     let yaml = std::fs::read_to_string(example)
@@ -423,7 +344,8 @@ fn the_first_check_after_an_adapter_restart_is_decided() {
     assert_eq!(check("alice").0, 200);
 
     drop(adapter);
-    let _adapter = AllowlistProcess::start(addr);
+    let _adapter =
+        start_adapter_binary(Path::new(env!("CARGO_BIN_EXE_allowlist-under-test")), addr);
     // Another user: the mixer's cached answer for alice would not reach the adapter.
     let (status, _, body) = check("bob");
     assert_eq!(status, 200, "the first check after the restart: {body}");

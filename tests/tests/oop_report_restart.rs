@@ -17,6 +17,7 @@ use mixer_proto::istio::mixer::v1 as pb;
 use mixer_proto::istio::mixer::v1::mixer_client::MixerClient;
 use mixer_proto::istio::policy::v1beta1::value::Value as PbValue;
 use mixer_proto::metric;
+use mixer_tests::adapters::InProcessAdapter;
 use mixer_tests::{Mixer, free_addr, http_request};
 use tonic::{Request, Response, Status};
 
@@ -84,51 +85,14 @@ impl model::infrastructure_backend_server::InfrastructureBackend for Adapter {
     }
 }
 
-/// The adapter on a runtime of its own: dropping it is a killed process (listener and
-/// connections closed).
-struct RunningAdapter(Option<tokio::runtime::Runtime>);
-
-impl RunningAdapter {
-    fn start(addr: SocketAddr, received: Arc<Received>) -> RunningAdapter {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let listener = runtime.block_on(async {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            loop {
-                match tokio::net::TcpListener::bind(addr).await {
-                    Ok(l) => return l,
-                    Err(e) if Instant::now() > deadline => panic!("bind {addr}: {e}"),
-                    Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-                }
-            }
-        });
-        let adapter = Adapter(received);
-        runtime.spawn(async move {
-            let _ = tonic::transport::Server::builder()
-                .add_service(
-                    metric::handle_metric_service_server::HandleMetricServiceServer::new(
-                        adapter.clone(),
-                    ),
-                )
-                .add_service(
-                    model::infrastructure_backend_server::InfrastructureBackendServer::new(adapter),
-                )
-                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
-                .await;
-        });
-        RunningAdapter(Some(runtime))
-    }
-}
-
-impl Drop for RunningAdapter {
-    fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
-            rt.shutdown_background();
-        }
-    }
+/// The adapter in this process, killed like a process when dropped.
+fn start_adapter(addr: SocketAddr, received: Arc<Received>) -> InProcessAdapter {
+    let adapter = Adapter(received);
+    let routes = tonic::service::Routes::new(
+        metric::handle_metric_service_server::HandleMetricServiceServer::new(adapter.clone()),
+    )
+    .add_service(model::infrastructure_backend_server::InfrastructureBackendServer::new(adapter));
+    InProcessAdapter::start(addr, routes)
 }
 
 fn config(adapter: SocketAddr) -> String {
@@ -204,7 +168,7 @@ fn connect(rt: &tokio::runtime::Runtime, mixer: &Mixer) -> MixerClient<tonic::tr
 fn an_adapter_restarted_after_four_seconds_loses_no_record() {
     let addr = free_addr();
     let received = Arc::new(Received::default());
-    let adapter = RunningAdapter::start(addr, received.clone());
+    let adapter = start_adapter(addr, received.clone());
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("config.yaml");
     std::fs::write(&file, config(addr)).expect("write");
@@ -226,11 +190,11 @@ fn an_adapter_restarted_after_four_seconds_loses_no_record() {
             drop(adapter.take());
         }
         if adapter.is_none() && restarted.is_none() && started.elapsed() > Duration::from_secs(6) {
-            restarted = Some(RunningAdapter::start(addr, received.clone()));
+            restarted = Some(start_adapter(addr, received.clone()));
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let _adapter = restarted.unwrap_or_else(|| RunningAdapter::start(addr, received.clone()));
+    let _adapter = restarted.unwrap_or_else(|| start_adapter(addr, received.clone()));
     let deadline = Instant::now() + Duration::from_secs(20);
     while received.paths.lock().unwrap().len() < sent && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
@@ -263,7 +227,7 @@ fn records_left_at_a_short_drain_are_logged_with_their_number() {
     let addr = free_addr();
     let received = Arc::new(Received::default());
     *received.delay.lock().unwrap() = Duration::from_millis(400);
-    let _adapter = RunningAdapter::start(addr, received.clone());
+    let _adapter = start_adapter(addr, received.clone());
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("config.yaml");
     std::fs::write(&file, config(addr)).expect("write");

@@ -5,12 +5,13 @@
 //! reflection (the Rust SDK's allowlist example) or an `adapter` document does. The same
 //! template check for a built-in adapter and a Wasm plugin.
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use mixer_proto::istio::mixer::adapter::model::v1beta1 as model;
+use mixer_tests::adapters::start_adapter_binary;
 use mixer_tests::{Mixer, free_addr, http_request};
 use tonic::{Request, Response, Status};
 
@@ -86,39 +87,11 @@ fn an_unreachable_adapter_is_a_warning_and_an_error_with_strict() {
     assert!(stderr.contains("unreachable"), "{stderr}");
 }
 
-/// A child process killed when dropped.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn wait_listening(addr: SocketAddr) {
-    let start = Instant::now();
-    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "adapter not listening on {addr}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn a_template_the_sdk_adapter_does_not_serve_is_an_error_learned_by_reflection() {
     let addr = free_addr();
-    let _adapter = Process(
-        Command::new(env!("CARGO_BIN_EXE_allowlist-under-test"))
-            .arg(addr.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the allowlist adapter"),
-    );
-    wait_listening(addr);
+    let _adapter =
+        start_adapter_binary(Path::new(env!("CARGO_BIN_EXE_allowlist-under-test")), addr);
     let (out, stdout, stderr) = validate(&routed(addr, "checknothing", ""), &[]);
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
     assert!(
