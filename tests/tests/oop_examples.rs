@@ -654,10 +654,12 @@ async fn python_check_adapter_decides_checks_through_the_mixer() {
 
     // The adapter restarts, its sessions gone: a call with the mixer's old session id is
     // answered NOT_FOUND (unless the mixer saw the connection drop first), and the mixer
-    // opens a new session (a user not asked before, so no cached answer can stand in).
+    // opens a new session and sends the call again: the very first request after the restart
+    // is decided (a user not asked before, so no cached answer can stand in).
     drop(process);
     let _restarted = python_adapter_at(&python, "python-check", adapter, &[]);
-    check_until(mixer.http, "bob", 200).await;
+    let (status, body) = check(mixer.http, Some("bob")).await;
+    assert_eq!(status, 200, "the first request after the restart: {body}");
     mixer.terminate();
 }
 
