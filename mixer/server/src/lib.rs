@@ -9,6 +9,7 @@ mod admin_token;
 mod conformance;
 mod defaults;
 mod lifecycle;
+mod logging;
 mod policytest;
 mod serve;
 mod shared_cache;
@@ -233,6 +234,8 @@ enum Command {
         shared_cache_args: shared_cache::SharedCacheArgs,
         #[command(flatten)]
         wasm_args: adapters::WasmArgs,
+        #[command(flatten)]
+        log_args: logging::LogArgs,
     },
     /// Check a config without serving; print every error.
     Validate {
@@ -291,8 +294,12 @@ pub fn main() -> ExitCode {
             lifecycle_args,
             shared_cache_args,
             wasm_args,
+            log_args,
         } => {
-            init_logging();
+            if let Err(e) = logging::init(&log_args) {
+                eprintln!("mixer: {e}");
+                return ExitCode::FAILURE;
+            }
             mixer_adapter_prometheus::set_process_max_series(limit_args.max_metric_series);
             let settings = serve::Settings {
                 config,
@@ -346,13 +353,4 @@ pub fn main() -> ExitCode {
         Command::Test { path, config_args } => policytest::run(&path, &config_args),
         Command::Conformance { args } => conformance::run(&args),
     }
-}
-
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("MIXER_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
 }
