@@ -45,17 +45,15 @@ fn case(name: &str, params: serde_json::Value, unreachable: Option<Unreachable>)
     case
 }
 
-/// The path of an example Wasm plugin built into `MIXER_WASM_GUESTS` (or `target/wasm-guests`).
+/// The path of an example Wasm plugin (`mixer_tests::wasm_guest`); a missing one fails the
+/// test here even outside CI, as the built-in adapters' case needs each.
 fn guest(name: &str) -> String {
-    let dir = std::env::var("MIXER_WASM_GUESTS")
-        .unwrap_or_else(|_| format!("{}/../target/wasm-guests", env!("CARGO_MANIFEST_DIR")));
-    let path = Path::new(&dir).join(format!("{name}.wasm"));
-    assert!(
-        path.exists(),
-        "{} is missing: build it with adapters/examples/wasm/build.sh",
-        path.display()
-    );
-    path.display().to_string()
+    mixer_tests::wasm_guest(name)
+        .unwrap_or_else(|| {
+            panic!("{name}.wasm is missing: build it with adapters/examples/wasm/build.sh")
+        })
+        .display()
+        .to_string()
 }
 
 /// A loopback port nothing listens on.

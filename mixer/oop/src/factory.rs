@@ -203,14 +203,7 @@ impl RemoteAdapterFactory {
                     .map_err(|e| format!("no runtime for Validate: {e}"))?;
                 rt.block_on(async move {
                     let deadline = tokio::time::Instant::now() + timeout;
-                    transport
-                        .ready(&handler, deadline)
-                        .await
-                        .map_err(|e| e.message)?;
-                    let channel = tokio::time::timeout_at(deadline, transport.connect())
-                        .await
-                        .map_err(|_| format!("no connection within {timeout:?}"))?
-                        .map_err(|e| format!("cannot connect: {e}"))?;
+                    let channel = transport.connect_by(&handler, deadline, timeout).await?;
                     // What it serves first: an instance it does not serve is a config
                     // error at the rule that sends it, clearer than what Validate may say.
                     let templates = tokio::time::timeout_at(

@@ -17,14 +17,9 @@ pub async fn templates_served(
     let transport =
         Transport::new(connection, timeout).map_err(|(field, m)| format!("{field}: {m}"))?;
     let deadline = tokio::time::Instant::now() + timeout;
-    transport
-        .ready(&connection.address, deadline)
-        .await
-        .map_err(|e| e.message)?;
-    let channel = tokio::time::timeout_at(deadline, transport.connect())
-        .await
-        .map_err(|_| format!("no connection within {timeout:?}"))?
-        .map_err(|e| format!("cannot connect: {e}"))?;
+    let channel = transport
+        .connect_by(&connection.address, deadline, timeout)
+        .await?;
     tokio::time::timeout_at(deadline, served_templates(channel))
         .await
         .map_err(|_| format!("reflection did not answer within {timeout:?}"))?
@@ -57,56 +52,42 @@ pub(crate) fn template_of(service: &str) -> Option<Template> {
     (name.starts_with("Handle") && name.ends_with("Service")).then_some(template)
 }
 
-async fn list_v1(channel: AdapterChannel) -> Result<Vec<String>, tonic::Status> {
-    use v1::server_reflection_request::MessageRequest;
-    use v1::server_reflection_response::MessageResponse;
-    let mut client = v1::server_reflection_client::ServerReflectionClient::new(channel);
-    let request = v1::ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(MessageRequest::ListServices(String::new())),
-    };
-    let mut answers = client
-        .server_reflection_info(stream::iter([request]))
-        .await?
-        .into_inner();
-    match answers.message().await?.and_then(|a| a.message_response) {
-        Some(MessageResponse::ListServicesResponse(list)) => {
-            Ok(list.service.into_iter().map(|s| s.name).collect())
+/// The services `channel`'s reflection service lists, in version `$v` of the protocol
+/// (`v1`, `v1alpha`: the same messages in two packages).
+macro_rules! list_services {
+    ($v:ident, $channel:expr) => {{
+        use $v::server_reflection_request::MessageRequest;
+        use $v::server_reflection_response::MessageResponse;
+        let mut client = $v::server_reflection_client::ServerReflectionClient::new($channel);
+        let request = $v::ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        };
+        let mut answers = client
+            .server_reflection_info(stream::iter([request]))
+            .await?
+            .into_inner();
+        match answers.message().await?.and_then(|a| a.message_response) {
+            Some(MessageResponse::ListServicesResponse(list)) => {
+                Ok(list.service.into_iter().map(|s| s.name).collect())
+            }
+            Some(MessageResponse::ErrorResponse(e)) => Err(tonic::Status::new(
+                tonic::Code::from(e.error_code),
+                e.error_message,
+            )),
+            _ => Err(tonic::Status::unknown(
+                "reflection answered no service list",
+            )),
         }
-        Some(MessageResponse::ErrorResponse(e)) => Err(tonic::Status::new(
-            tonic::Code::from(e.error_code),
-            e.error_message,
-        )),
-        _ => Err(tonic::Status::unknown(
-            "reflection answered no service list",
-        )),
-    }
+    }};
+}
+
+async fn list_v1(channel: AdapterChannel) -> Result<Vec<String>, tonic::Status> {
+    list_services!(v1, channel)
 }
 
 async fn list_v1alpha(channel: AdapterChannel) -> Result<Vec<String>, tonic::Status> {
-    use v1alpha::server_reflection_request::MessageRequest;
-    use v1alpha::server_reflection_response::MessageResponse;
-    let mut client = v1alpha::server_reflection_client::ServerReflectionClient::new(channel);
-    let request = v1alpha::ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(MessageRequest::ListServices(String::new())),
-    };
-    let mut answers = client
-        .server_reflection_info(stream::iter([request]))
-        .await?
-        .into_inner();
-    match answers.message().await?.and_then(|a| a.message_response) {
-        Some(MessageResponse::ListServicesResponse(list)) => {
-            Ok(list.service.into_iter().map(|s| s.name).collect())
-        }
-        Some(MessageResponse::ErrorResponse(e)) => Err(tonic::Status::new(
-            tonic::Code::from(e.error_code),
-            e.error_message,
-        )),
-        _ => Err(tonic::Status::unknown(
-            "reflection answered no service list",
-        )),
-    }
+    list_services!(v1alpha, channel)
 }
 
 #[cfg(test)]

@@ -120,6 +120,22 @@ impl Transport {
     }
 
     /// A channel connected now.
+    /// [`Transport::ready`] (a token to send, when one is needed) then
+    /// [`Transport::connect`], both by `deadline` (`timeout` from now, for the message):
+    /// what a one-off question to the adapter (Validate, reflection) needs.
+    pub(crate) async fn connect_by(
+        &self,
+        name: &str,
+        deadline: tokio::time::Instant,
+        timeout: std::time::Duration,
+    ) -> Result<AdapterChannel, String> {
+        self.ready(name, deadline).await.map_err(|e| e.message)?;
+        tokio::time::timeout_at(deadline, self.connect())
+            .await
+            .map_err(|_| format!("no connection within {timeout:?}"))?
+            .map_err(|e| format!("cannot connect: {e}"))
+    }
+
     pub(crate) async fn connect(&self) -> Result<AdapterChannel, String> {
         let connection = AdapterConnection::open(self.connector.clone())
             .await
