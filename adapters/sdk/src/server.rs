@@ -62,6 +62,10 @@ fn service(template: Template) -> &'static str {
         Template::LogEntry => named::<HandleLogEntryServiceServer<Svc>>(),
         Template::TraceSpan => named::<HandleTraceSpanServiceServer<Svc>>(),
         Template::ReportNothing => named::<HandleReportNothingServiceServer<Svc>>(),
+        // Istio 1.4's generated name for the kubernetesenv template's service.
+        Template::Kubernetes => "adapter.template.kubernetes.HandleKubernetesService",
+        Template::Jwt => "jwt.HandleJwtService",
+        Template::ApiKey => "apikey.HandleApiKeyService",
     }
 }
 
@@ -100,6 +104,8 @@ fn register(methods: &mut mixer_grpc::Methods, svc: &Svc, template: Template) {
             "HandleTraceSpan" => HandleTraceSpanService::handle_trace_span),
         Template::ReportNothing => add!(methods, svc, name,
             "HandleReportNothing" => HandleReportNothingService::handle_report_nothing),
+        // Attribute generators over the adapter protocol come with their generated services.
+        Template::Kubernetes | Template::Jwt | Template::ApiKey => {}
     }
 }
 

@@ -60,6 +60,7 @@ impl Svc {
                 Variety::Check => "check",
                 Variety::Quota => "quota",
                 Variety::Report => "report",
+                Variety::AttributeGenerator => "attributes",
             }
         ))
     }

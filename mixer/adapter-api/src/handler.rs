@@ -1,7 +1,9 @@
 //! The handler trait family: one per variety, the same for every kind of adapter.
 
 use async_trait::async_trait;
-use mixer_model::{CheckResult, Instance, QuotaResult};
+use std::time::Duration;
+
+use mixer_model::{CheckResult, HeaderOperation, Instance, QuotaResult, Status, Value};
 
 use crate::error::AdapterError;
 
@@ -21,6 +23,11 @@ pub trait Handler: Send + Sync {
 
     /// The report side, if this handler takes telemetry.
     fn as_report(&self) -> Option<&dyn ReportHandler> {
+        None
+    }
+
+    /// The attribute-generating side, if this handler produces attributes.
+    fn as_attributes(&self) -> Option<&dyn AttributeHandler> {
         None
     }
 
@@ -113,4 +120,57 @@ pub trait ReportHandler: Send + Sync {
 pub trait Exposition: Send + Sync {
     /// Appends this handler's metric families, in text format 0.0.4, to `out`.
     fn render(&self, out: &mut String);
+}
+
+/// Produces attributes before any check, quota or report rule is evaluated (Istio's
+/// attribute-producing adapters, `TEMPLATE_VARIETY_ATTRIBUTE_GENERATOR`): the kubernetesenv
+/// lookup, a verified token's claims, an API key's labels. The instance's
+/// `attributeBindings` map the answer's outputs onto the request's attributes.
+#[async_trait]
+pub trait AttributeHandler: Send + Sync {
+    /// Answers one instance (of kubernetes, jwt or apikey) with its template's outputs.
+    async fn generate(&self, instance: &Instance) -> Result<Generated, AdapterError>;
+}
+
+/// An attribute generator's answer.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Generated {
+    /// Output values by the template's output field name ([`Template::outputs`]); a field
+    /// left out takes its binding's default, as an unset output did in Istio.
+    ///
+    /// [`Template::outputs`]: mixer_model::Template::outputs
+    pub outputs: Vec<(&'static str, Value)>,
+    /// How long the same inputs give the same outputs (a token's remaining life); a verdict
+    /// decided on them is cached no longer. `None`: no bound of the generator's own.
+    pub valid_duration: Option<Duration>,
+    /// A check that reads these outputs is denied with this instead (an invalid credential).
+    /// Quota and report ignore it: their rules see the bindings' defaults.
+    pub denial: Option<Denial>,
+}
+
+impl Generated {
+    /// Outputs only.
+    pub fn outputs(outputs: Vec<(&'static str, Value)>) -> Generated {
+        Generated {
+            outputs,
+            ..Generated::default()
+        }
+    }
+
+    /// A denial, with no outputs.
+    pub fn denied(denial: Denial) -> Generated {
+        Generated {
+            denial: Some(denial),
+            ..Generated::default()
+        }
+    }
+}
+
+/// Why a generator refuses a request, and what the answer to the proxy carries.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Denial {
+    /// The status (UNAUTHENTICATED for a bad credential: 401 on HTTP front ends).
+    pub status: Status,
+    /// Headers for the denied response (`WWW-Authenticate`).
+    pub response_headers: Vec<HeaderOperation>,
 }

@@ -108,6 +108,6 @@ pub use adapter::{Adapter, AdapterInfo, BuildContext, Stability};
 pub use duration::DurationParam;
 pub use error::{AdapterError, ErrorKind, ParamError};
 pub use handler::{
-    CheckHandler, Exposition, Handler, LimitOverride, QuotaArgs, QuotaCall, QuotaHandler,
-    ReportHandler,
+    AttributeHandler, CheckHandler, Denial, Exposition, Generated, Handler, LimitOverride,
+    QuotaArgs, QuotaCall, QuotaHandler, ReportHandler,
 };

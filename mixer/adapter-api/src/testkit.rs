@@ -288,6 +288,25 @@ pub fn default_instance(template: Template) -> Instance {
                 ("severity", value("info")),
             ],
         ),
+        Template::Kubernetes => (
+            "attributes.instance.default",
+            vec![
+                (
+                    "source_uid",
+                    value("kubernetes://reviews-v1-5d8f7c9b4-x2x7z.default"),
+                ),
+                (
+                    "destination_uid",
+                    value("kubernetes://ratings-v1-6f9b8d7c5-q8j2k.default"),
+                ),
+                ("destination_port", value(9080_i64)),
+            ],
+        ),
+        Template::Jwt => (
+            "jwt.instance.default",
+            vec![("token", value("Bearer x.y.z"))],
+        ),
+        Template::ApiKey => ("apikey.instance.default", vec![("key", value("k-123"))]),
         Template::TraceSpan => (
             "span.instance.default",
             vec![
@@ -445,11 +464,17 @@ fn build(
 
 fn traits(case: &Case, handler: &dyn Handler, out: &mut Vec<String>) {
     let declared = declared(case);
-    for variety in [Variety::Check, Variety::Quota, Variety::Report] {
+    for variety in [
+        Variety::Check,
+        Variety::Quota,
+        Variety::Report,
+        Variety::AttributeGenerator,
+    ] {
         let offered = match variety {
             Variety::Check => handler.as_check().is_some(),
             Variety::Quota => handler.as_quota().is_some(),
             Variety::Report => handler.as_report().is_some(),
+            Variety::AttributeGenerator => handler.as_attributes().is_some(),
         };
         let wanted: Vec<&str> = declared
             .iter()
@@ -497,6 +522,12 @@ async fn call(
             tokio::time::timeout(CALL_LIMIT, h.report(std::slice::from_ref(instance)))
                 .await
                 .map(|r| r.map(|()| "reported".to_owned()))
+        }
+        Variety::AttributeGenerator => {
+            let h = handler.as_attributes()?;
+            tokio::time::timeout(CALL_LIMIT, h.generate(instance))
+                .await
+                .map(|r| r.map(|g| format!("{g:?}")))
         }
     };
     Some(answer.map_err(|_| ()))

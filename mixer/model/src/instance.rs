@@ -74,6 +74,9 @@ impl Instance {
             Template::LogEntry => InstanceView::LogEntry(LogEntryInstance::read(self)),
             Template::TraceSpan => InstanceView::TraceSpan(TraceSpanInstance::read(self)),
             Template::ReportNothing => InstanceView::ReportNothing(ReportNothingInstance { name }),
+            Template::Kubernetes => InstanceView::Kubernetes(KubernetesInstance::read(self)),
+            Template::Jwt => InstanceView::Jwt(JwtInstance::read(self)),
+            Template::ApiKey => InstanceView::ApiKey(ApiKeyInstance::read(self)),
         }
     }
 }
@@ -100,6 +103,12 @@ pub enum InstanceView<'a> {
     TraceSpan(TraceSpanInstance<'a>),
     /// `reportnothing`.
     ReportNothing(ReportNothingInstance<'a>),
+    /// `kubernetes`.
+    Kubernetes(KubernetesInstance<'a>),
+    /// `jwt`.
+    Jwt(JwtInstance<'a>),
+    /// `apikey`.
+    ApiKey(ApiKeyInstance<'a>),
 }
 
 /// The named values of a map field (dimensions, properties, tags, variables), in config
@@ -548,6 +557,15 @@ mod tests {
                 e("action.properties", a.action.properties),
             ],
             InstanceView::ListEntry(l) => vec![t("value", l.value)],
+            InstanceView::Kubernetes(k) => vec![
+                t("source_uid", k.source_uid),
+                t("source_ip", k.source_ip),
+                t("destination_uid", k.destination_uid),
+                t("destination_ip", k.destination_ip),
+                t("destination_port", k.destination_port),
+            ],
+            InstanceView::Jwt(j) => vec![t("token", j.token), t("cookie", j.cookie)],
+            InstanceView::ApiKey(a) => vec![t("key", a.key)],
             InstanceView::Quota(q) => vec![e("dimensions", q.dimensions)],
             InstanceView::Metric(m) => vec![
                 t("value", m.value),
@@ -636,3 +654,77 @@ mod tests {
         }
     }
 }
+
+/// A `kubernetes` instance: what names the pods at both ends of a request (Istio 1.4's
+/// kubernetesenv inputs). A uid is `kubernetes://<pod>.<namespace>`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KubernetesInstance<'a> {
+    /// The instance's name.
+    pub name: &'a str,
+    /// `source_uid`.
+    pub source_uid: Option<&'a str>,
+    /// `source_ip`.
+    pub source_ip: Option<IpAddr>,
+    /// `destination_uid`.
+    pub destination_uid: Option<&'a str>,
+    /// `destination_ip`.
+    pub destination_ip: Option<IpAddr>,
+    /// `destination_port`.
+    pub destination_port: Option<i64>,
+}
+
+impl<'a> KubernetesInstance<'a> {
+    fn read(instance: &'a Instance) -> KubernetesInstance<'a> {
+        let field = |name| instance.field(name);
+        KubernetesInstance {
+            name: &instance.name,
+            source_uid: field("source_uid").and_then(text),
+            source_ip: field("source_ip").and_then(ip),
+            destination_uid: field("destination_uid").and_then(text),
+            destination_ip: field("destination_ip").and_then(ip),
+            destination_port: field("destination_port").and_then(int),
+        }
+    }
+}
+view_of!(KubernetesInstance, Kubernetes);
+
+/// A `jwt` instance: the credential as the request carries it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct JwtInstance<'a> {
+    /// The instance's name.
+    pub name: &'a str,
+    /// `token`: the token, or a header value holding it after a `Bearer ` scheme.
+    pub token: Option<&'a str>,
+    /// `cookie`: a `Cookie` header to find the handler's named cookie in.
+    pub cookie: Option<&'a str>,
+}
+
+impl<'a> JwtInstance<'a> {
+    fn read(instance: &'a Instance) -> JwtInstance<'a> {
+        JwtInstance {
+            name: &instance.name,
+            token: instance.field("token").and_then(text),
+            cookie: instance.field("cookie").and_then(text),
+        }
+    }
+}
+view_of!(JwtInstance, Jwt);
+
+/// An `apikey` instance: the key as the request carries it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ApiKeyInstance<'a> {
+    /// The instance's name.
+    pub name: &'a str,
+    /// `key`.
+    pub key: Option<&'a str>,
+}
+
+impl<'a> ApiKeyInstance<'a> {
+    fn read(instance: &'a Instance) -> ApiKeyInstance<'a> {
+        ApiKeyInstance {
+            name: &instance.name,
+            key: instance.field("key").and_then(text),
+        }
+    }
+}
+view_of!(ApiKeyInstance, ApiKey);

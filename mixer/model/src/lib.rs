@@ -29,9 +29,9 @@ mod vocabulary;
 
 pub use bag::{AttributeBag, Bag, BagError};
 pub use instance::{
-    Action, AuthorizationInstance, CheckNothingInstance, Entries, FieldValue, Instance,
-    InstanceView, ListEntryInstance, LogEntryInstance, MetricInstance, QuotaInstance,
-    ReportNothingInstance, Subject, TraceSpanInstance,
+    Action, ApiKeyInstance, AuthorizationInstance, CheckNothingInstance, Entries, FieldValue,
+    Instance, InstanceView, JwtInstance, KubernetesInstance, ListEntryInstance, LogEntryInstance,
+    MetricInstance, QuotaInstance, ReportNothingInstance, Subject, TraceSpanInstance,
 };
 pub use referenced::{Presence, Reference, ReferencedAttributes};
 pub use standard::STANDARD_ATTRIBUTES;

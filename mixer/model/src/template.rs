@@ -13,6 +13,9 @@ pub enum Variety {
     Quota,
     /// Telemetry after the request.
     Report,
+    /// Attribute production before any other rule (Istio's `TEMPLATE_VARIETY_ATTRIBUTE_GENERATOR`):
+    /// the handler's outputs are bound to attributes by the instance's `attributeBindings`.
+    AttributeGenerator,
 }
 
 /// The templates the mixer knows. Their shapes follow Istio 1.4's templates.
@@ -34,6 +37,13 @@ pub enum Template {
     TraceSpan,
     /// `reportnothing`: a report with no data.
     ReportNothing,
+    /// `kubernetes`: the pods behind a request's source and destination (Istio 1.4's
+    /// kubernetesenv template), an attribute generator.
+    Kubernetes,
+    /// `jwt`: a bearer token verified into `request.auth.*`, an attribute generator.
+    Jwt,
+    /// `apikey`: an API key looked up into its principal and labels, an attribute generator.
+    ApiKey,
 }
 
 /// The shape of a template field.
@@ -102,6 +112,56 @@ const LOGENTRY: &[FieldSpec] = &[
     value("monitored_resource_type", T::String),
     map("monitored_resource_dimensions"),
 ];
+// Istio 1.4 `mixer/adapter/kubernetesenv/template/template.proto`, message `Template`.
+const KUBERNETES: &[FieldSpec] = &[
+    value("source_uid", T::String),
+    value("source_ip", T::IpAddress),
+    value("destination_uid", T::String),
+    value("destination_ip", T::IpAddress),
+    value("destination_port", T::Int64),
+];
+// Istio 1.4 `mixer/adapter/kubernetesenv/template/template.proto`, message `OutputTemplate`.
+const KUBERNETES_OUT: &[FieldSpec] = &[
+    value("source_pod_uid", T::String),
+    value("source_pod_ip", T::IpAddress),
+    value("source_pod_name", T::String),
+    value("source_labels", T::StringMap),
+    value("source_namespace", T::String),
+    value("source_service_account_name", T::String),
+    value("source_host_ip", T::IpAddress),
+    value("source_workload_uid", T::String),
+    value("source_workload_name", T::String),
+    value("source_workload_namespace", T::String),
+    value("source_owner", T::String),
+    value("destination_pod_uid", T::String),
+    value("destination_pod_ip", T::IpAddress),
+    value("destination_pod_name", T::String),
+    value("destination_container_name", T::String),
+    value("destination_labels", T::StringMap),
+    value("destination_namespace", T::String),
+    value("destination_service_account_name", T::String),
+    value("destination_host_ip", T::IpAddress),
+    value("destination_owner", T::String),
+    value("destination_workload_uid", T::String),
+    value("destination_workload_name", T::String),
+    value("destination_workload_namespace", T::String),
+];
+// The credential as the request carries it: a header's value (a leading `Bearer ` is
+// stripped), a query parameter's; `cookie` is a `Cookie` header to find a named cookie in.
+const JWT: &[FieldSpec] = &[value("token", T::String), value("cookie", T::String)];
+// Named after Istio's `request.auth.*` attributes they are meant to be bound to.
+const JWT_OUT: &[FieldSpec] = &[
+    value("principal", T::String),
+    value("issuer", T::String),
+    value("subject", T::String),
+    value("audiences", T::String),
+    value("presenter", T::String),
+    value("claims", T::StringMap),
+    value("raw_claims", T::String),
+    value("expires_at", T::Timestamp),
+];
+const APIKEY: &[FieldSpec] = &[value("key", T::String)];
+const APIKEY_OUT: &[FieldSpec] = &[value("principal", T::String), value("claims", T::StringMap)];
 const TRACESPAN: &[FieldSpec] = &[
     value("trace_id", T::String),
     value("span_id", T::String),
@@ -126,7 +186,7 @@ const TRACESPAN: &[FieldSpec] = &[
 
 impl Template {
     /// Every template.
-    pub const ALL: [Template; 8] = [
+    pub const ALL: [Template; 11] = [
         Template::Authorization,
         Template::CheckNothing,
         Template::ListEntry,
@@ -135,6 +195,9 @@ impl Template {
         Template::LogEntry,
         Template::TraceSpan,
         Template::ReportNothing,
+        Template::Kubernetes,
+        Template::Jwt,
+        Template::ApiKey,
     ];
 
     /// The name used in config (`compiledTemplate: listentry`).
@@ -148,6 +211,9 @@ impl Template {
             Template::LogEntry => "logentry",
             Template::TraceSpan => "tracespan",
             Template::ReportNothing => "reportnothing",
+            Template::Kubernetes => "kubernetes",
+            Template::Jwt => "jwt",
+            Template::ApiKey => "apikey",
         }
     }
 
@@ -167,6 +233,7 @@ impl Template {
             | Template::LogEntry
             | Template::TraceSpan
             | Template::ReportNothing => Variety::Report,
+            Template::Kubernetes | Template::Jwt | Template::ApiKey => Variety::AttributeGenerator,
         }
     }
 
@@ -179,8 +246,27 @@ impl Template {
             Template::Metric => METRIC,
             Template::LogEntry => LOGENTRY,
             Template::TraceSpan => TRACESPAN,
+            Template::Kubernetes => KUBERNETES,
+            Template::Jwt => JWT,
+            Template::ApiKey => APIKEY,
             Template::CheckNothing | Template::ReportNothing => &[],
         }
+    }
+
+    /// The fields an attribute generator answers with (Istio's `OutputTemplate`), which an
+    /// instance's `attributeBindings` read as `$out.<field>`; empty for other varieties.
+    pub fn outputs(self) -> &'static [FieldSpec] {
+        match self {
+            Template::Kubernetes => KUBERNETES_OUT,
+            Template::Jwt => JWT_OUT,
+            Template::ApiKey => APIKEY_OUT,
+            _ => &[],
+        }
+    }
+
+    /// The output field called `name` (snake case, as `$out.<name>` spells it).
+    pub fn output(self, name: &str) -> Option<&'static FieldSpec> {
+        self.outputs().iter().find(|f| f.name == name)
     }
 
     /// The field called `name`, accepting camelCase (`spanTags`) as Istio's JSON mapping did.
@@ -227,6 +313,12 @@ mod tests {
             Some("span_tags")
         );
         assert!(Template::ListEntry.field("nope").is_none());
+        assert_eq!(Template::Kubernetes.variety(), Variety::AttributeGenerator);
+        assert_eq!(
+            Template::Kubernetes.output("source_labels").map(|f| f.kind),
+            Some(FieldKind::Value(Some(ValueType::StringMap)))
+        );
+        assert!(Template::Metric.outputs().is_empty());
         assert_eq!(
             camel_to_snake("monitoredResourceType"),
             "monitored_resource_type"

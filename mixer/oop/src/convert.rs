@@ -317,6 +317,15 @@ pub fn inferred_types(instances: &[RemoteInstance]) -> HashMap<String, Any> {
                         monitored_resource_dimensions: type_map(f, "monitored_resource_dimensions"),
                     },
                 ),
+                // Their inputs have fixed types: an empty `Type` message, as Istio generated.
+                Template::Kubernetes => Any {
+                    type_url: "type.googleapis.com/adapter.template.kubernetes.Type".into(),
+                    value: Vec::new(),
+                },
+                Template::Jwt | Template::ApiKey => Any {
+                    type_url: format!("type.googleapis.com/{}.Type", i.template.name()),
+                    value: Vec::new(),
+                },
                 Template::TraceSpan => pack(
                     "tracespan",
                     &tracespan::Type {

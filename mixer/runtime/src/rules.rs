@@ -52,7 +52,7 @@ impl RuleSet {
 /// never reads (nor references) what only a report rule needs, as in Istio.
 #[derive(Debug, Default)]
 pub(crate) struct ByVariety {
-    sets: [RuleSet; 3],
+    sets: [RuleSet; 4],
 }
 
 impl ByVariety {
@@ -88,6 +88,7 @@ impl ByVariety {
                 for_variety(Variety::Check),
                 for_variety(Variety::Quota),
                 for_variety(Variety::Report),
+                for_variety(Variety::AttributeGenerator),
             ],
         }
     }
@@ -97,6 +98,7 @@ impl ByVariety {
             Variety::Check => &self.sets[0],
             Variety::Quota => &self.sets[1],
             Variety::Report => &self.sets[2],
+            Variety::AttributeGenerator => &self.sets[3],
         }
     }
 

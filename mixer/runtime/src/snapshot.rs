@@ -443,6 +443,7 @@ fn missing_variety(
             Variety::Check => (handler.as_check().is_some(), "checks"),
             Variety::Quota => (handler.as_quota().is_some(), "quotas"),
             Variety::Report => (handler.as_report().is_some(), "reports"),
+            Variety::AttributeGenerator => (handler.as_attributes().is_some(), "attributes"),
         };
         (!serves).then(|| {
             format!(

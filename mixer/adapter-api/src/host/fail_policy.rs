@@ -11,10 +11,14 @@ pub enum FailPolicy {
 
 impl FailPolicy {
     /// Envoy's defaults: checks fail closed (ext_authz), quota fails open (rate limit).
+    /// Attribute generators fail closed: a check must not go on without the identity a
+    /// denial rule would have read.
     pub fn default_for(variety: mixer_model::Variety) -> FailPolicy {
         match variety {
             mixer_model::Variety::Quota | mixer_model::Variety::Report => FailPolicy::Open,
-            mixer_model::Variety::Check => FailPolicy::Closed,
+            mixer_model::Variety::Check | mixer_model::Variety::AttributeGenerator => {
+                FailPolicy::Closed
+            }
         }
     }
 }
