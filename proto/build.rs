@@ -39,6 +39,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         root.join("mixer/template/logentry/template_handler_service.proto"),
         root.join("mixer/template/tracespan/template_handler_service.proto"),
         root.join("mixer/template/reportnothing/template_handler_service.proto"),
+        // Attribute generators: Istio 1.4's kubernetesenv template, and our jwt and apikey.
+        root.join("mixer/template/kubernetes/template_handler_service.proto"),
+        root.join("mixer/template/jwt/template_handler_service.proto"),
+        root.join("mixer/template/apikey/template_handler_service.proto"),
     ];
     for p in &protos {
         println!("cargo:rerun-if-changed={}", p.display());

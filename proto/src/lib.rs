@@ -10,7 +10,10 @@
 //!   them ([`authorization`], [`checknothing`], [`listentry`], [`quota`], [`metric`],
 //!   [`logentry`], [`tracespan`], [`reportnothing`]), each with `InstanceMsg`,
 //!   `Handle<T>Request`, the client `handle_<t>_service_client` and the server
-//!   `handle_<t>_service_server`. [`template`] re-exports them under one roof.
+//!   `handle_<t>_service_server`. [`template`] re-exports them under one roof;
+//! - the attribute generators, whose method answers an `OutputMsg`: Istio 1.4's
+//!   kubernetesenv template ([`adapter::template::kubernetes`], its package) and our own
+//!   [`jwt`] and [`apikey`], written in the same generated style.
 //!
 //! The `.proto` files were written from the wire format Istio 1.0-1.4 proxies speak (same
 //! packages, message names, field numbers and types; gogoproto options dropped). Both the
@@ -146,12 +149,39 @@ pub mod reportnothing {
     include!(concat!(env!("OUT_DIR"), "/reportnothing.rs"));
 }
 
+/// `jwt` (ours): the template's `InstanceMsg`, `OutputMsg` and `HandleJwtService`.
+pub mod jwt {
+    #![allow(missing_docs, clippy::all, clippy::pedantic)]
+    include!(concat!(env!("OUT_DIR"), "/jwt.rs"));
+}
+
+/// `apikey` (ours): the template's `InstanceMsg`, `OutputMsg` and `HandleApiKeyService`.
+pub mod apikey {
+    #![allow(missing_docs, clippy::all, clippy::pedantic)]
+    include!(concat!(env!("OUT_DIR"), "/apikey.rs"));
+}
+
+/// `adapter.*`: Istio named the kubernetesenv template's package `adapter.template.kubernetes`.
+pub mod adapter {
+    /// `adapter.template`.
+    pub mod template {
+        /// `adapter.template.kubernetes`: the template's `InstanceMsg`, `OutputMsg` and
+        /// `HandleKubernetesService`.
+        pub mod kubernetes {
+            #![allow(missing_docs, clippy::all, clippy::pedantic)]
+            include!(concat!(env!("OUT_DIR"), "/adapter.template.kubernetes.rs"));
+        }
+    }
+}
+
 /// The per-template modules under one name (`mixer_proto::template::metric` is
 /// `mixer_proto::metric`). The generated code lives at the crate root because its package
 /// names (`metric`, `quota`...) are top-level, as in Istio.
 pub mod template {
+    pub use crate::adapter::template::kubernetes;
     pub use crate::{
-        authorization, checknothing, listentry, logentry, metric, quota, reportnothing, tracespan,
+        apikey, authorization, checknothing, jwt, listentry, logentry, metric, quota,
+        reportnothing, tracespan,
     };
 }
 

@@ -16,6 +16,9 @@ use mixer_remote::{InferredField, RemoteInstance};
 use prost::Message;
 use prost_types::Any;
 
+mod outputs;
+pub use outputs::{apikey, apikey_generated, jwt, jwt_generated, kubernetes, kubernetes_generated};
+
 /// `type_url` of an adapter config sent as a `google.protobuf.Struct` (params as written,
 /// when no adapter descriptor is known).
 pub const STRUCT_TYPE_URL: &str = "type.googleapis.com/google.protobuf.Struct";
@@ -81,6 +84,15 @@ fn ip_address(ip: std::net::IpAddr) -> policy::IpAddress {
         std::net::IpAddr::V6(v6) => v6.octets().to_vec(),
     };
     policy::IpAddress { value }
+}
+
+/// The proto package of `template`'s handler service: the template's name, but for Istio's
+/// kubernetesenv template, which its generator put under `adapter.template.kubernetes`.
+pub fn package(template: Template) -> &'static str {
+    match template {
+        Template::Kubernetes => "adapter.template.kubernetes",
+        other => other.name(),
+    }
 }
 
 /// The model's type as `istio.policy.v1beta1.ValueType` (BYTES has none: unspecified).
@@ -317,15 +329,14 @@ pub fn inferred_types(instances: &[RemoteInstance]) -> HashMap<String, Any> {
                         monitored_resource_dimensions: type_map(f, "monitored_resource_dimensions"),
                     },
                 ),
-                // Their inputs have fixed types: an empty `Type` message, as Istio generated.
-                Template::Kubernetes => Any {
-                    type_url: "type.googleapis.com/adapter.template.kubernetes.Type".into(),
-                    value: Vec::new(),
-                },
-                Template::Jwt | Template::ApiKey => Any {
-                    type_url: format!("type.googleapis.com/{}.Type", i.template.name()),
-                    value: Vec::new(),
-                },
+                // Their inputs have fixed types: an empty `Type` message, as Istio generated
+                // for kubernetes (`adapter.template.kubernetes.Type` has no field).
+                Template::Kubernetes => pack(
+                    "adapter.template.kubernetes",
+                    &mixer_proto::adapter::template::kubernetes::Type {},
+                ),
+                Template::Jwt => pack("jwt", &mixer_proto::jwt::Type {}),
+                Template::ApiKey => pack("apikey", &mixer_proto::apikey::Type {}),
                 Template::TraceSpan => pack(
                     "tracespan",
                     &tracespan::Type {

@@ -1,5 +1,6 @@
 //! [`RemoteHandler`]: one handler config served by an adapter in another process.
 
+mod attributes;
 mod call;
 mod check;
 mod report;
@@ -11,7 +12,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use mixer_adapter_api::{
-    AdapterError, CheckHandler, ErrorKind, Exposition, Handler, QuotaHandler, ReportHandler,
+    AdapterError, AttributeHandler, CheckHandler, ErrorKind, Exposition, Handler, QuotaHandler,
+    ReportHandler,
 };
 use mixer_model::Template;
 use mixer_proto::istio::mixer::adapter::model::v1beta1 as model;
@@ -153,6 +155,10 @@ impl Handler for RemoteHandler {
     }
 
     fn as_report(&self) -> Option<&dyn ReportHandler> {
+        Some(self)
+    }
+
+    fn as_attributes(&self) -> Option<&dyn AttributeHandler> {
         Some(self)
     }
 

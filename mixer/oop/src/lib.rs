@@ -170,8 +170,8 @@ mod typed;
 pub use breaker::{Admission, BreakerOptions, CircuitBreaker, CircuitState};
 pub use connection::{AdapterConnection, ResponseBody, TransportError};
 pub use convert::{
-    SESSION_TYPE_URL, STRUCT_TYPE_URL, check_result, inferred_types, params_any, quota_result,
-    session_any, value, value_type,
+    SESSION_TYPE_URL, STRUCT_TYPE_URL, apikey_generated, check_result, inferred_types,
+    jwt_generated, kubernetes_generated, params_any, quota_result, session_any, value, value_type,
 };
 pub use factory::{RemoteAdapterFactory, ValidateOutcome};
 pub use handler::RemoteHandler;
@@ -182,5 +182,7 @@ pub use typed::{adapter_config, typed_params_any};
 
 /// Conversions of instances to each template's `InstanceMsg`.
 pub mod instances {
-    pub use crate::convert::{authorization, listentry, logentry, metric, quota, tracespan};
+    pub use crate::convert::{
+        apikey, authorization, jwt, kubernetes, listentry, logentry, metric, quota, tracespan,
+    };
 }

@@ -47,8 +47,10 @@ pub(crate) async fn served_templates(
 
 /// The template whose handler service is called `service`, if any.
 pub(crate) fn template_of(service: &str) -> Option<Template> {
-    let (package, name) = service.split_once('.')?;
-    let template = Template::from_name(package)?;
+    let (package, name) = service.rsplit_once('.')?;
+    let template = Template::ALL
+        .into_iter()
+        .find(|t| crate::convert::package(*t) == package)?;
     (name.starts_with("Handle") && name.ends_with("Service")).then_some(template)
 }
 
@@ -105,6 +107,15 @@ mod tests {
             template_of("listentry.HandleListEntryService"),
             Some(Template::ListEntry)
         );
+        assert_eq!(
+            template_of("adapter.template.kubernetes.HandleKubernetesService"),
+            Some(Template::Kubernetes)
+        );
+        assert_eq!(
+            template_of("apikey.HandleApiKeyService"),
+            Some(Template::ApiKey)
+        );
+        assert_eq!(template_of("kubernetes.HandleKubernetesService"), None);
         assert_eq!(template_of("grpc.health.v1.Health"), None);
         assert_eq!(
             template_of("istio.mixer.adapter.model.v1beta1.InfrastructureBackend"),
