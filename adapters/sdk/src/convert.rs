@@ -25,6 +25,9 @@ use mixer_proto::{
 };
 use tonic::Status;
 
+mod outputs;
+pub(crate) use outputs::{apikey, apikey_output, jwt, jwt_output, kubernetes, kubernetes_output};
+
 /// An instance's fields as they are read off the wire, in template order.
 struct Fields {
     template: Template,

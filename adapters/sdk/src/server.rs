@@ -8,9 +8,11 @@ use std::sync::Arc;
 use mixer_adapter_api::Adapter;
 use mixer_adapter_api::host::AnyAdapter;
 use mixer_model::Template;
+use mixer_proto::adapter::template::kubernetes;
 use mixer_proto::istio::mixer::adapter::model::v1beta1 as model;
 use mixer_proto::{
-    authorization, checknothing, listentry, logentry, metric, quota, reportnothing, tracespan,
+    apikey, authorization, checknothing, jwt, listentry, logentry, metric, quota, reportnothing,
+    tracespan,
 };
 use tokio::net::{TcpListener, ToSocketAddrs};
 use tonic::server::NamedService;
@@ -22,11 +24,16 @@ use crate::services::Svc;
 use crate::tls::ServerTls;
 use crate::token::{RequiredToken, TokenLayer};
 
+use apikey::handle_api_key_service_server::{HandleApiKeyService, HandleApiKeyServiceServer};
 use authorization::handle_authorization_service_server::{
     HandleAuthorizationService, HandleAuthorizationServiceServer,
 };
 use checknothing::handle_check_nothing_service_server::{
     HandleCheckNothingService, HandleCheckNothingServiceServer,
+};
+use jwt::handle_jwt_service_server::{HandleJwtService, HandleJwtServiceServer};
+use kubernetes::handle_kubernetes_service_server::{
+    HandleKubernetesService, HandleKubernetesServiceServer,
 };
 use listentry::handle_list_entry_service_server::{
     HandleListEntryService, HandleListEntryServiceServer,
@@ -62,10 +69,10 @@ fn service(template: Template) -> &'static str {
         Template::LogEntry => named::<HandleLogEntryServiceServer<Svc>>(),
         Template::TraceSpan => named::<HandleTraceSpanServiceServer<Svc>>(),
         Template::ReportNothing => named::<HandleReportNothingServiceServer<Svc>>(),
-        // Istio 1.4's generated name for the kubernetesenv template's service.
-        Template::Kubernetes => "adapter.template.kubernetes.HandleKubernetesService",
-        Template::Jwt => "jwt.HandleJwtService",
-        Template::ApiKey => "apikey.HandleApiKeyService",
+        // `adapter.template.kubernetes.HandleKubernetesService`, Istio 1.4's name.
+        Template::Kubernetes => named::<HandleKubernetesServiceServer<Svc>>(),
+        Template::Jwt => named::<HandleJwtServiceServer<Svc>>(),
+        Template::ApiKey => named::<HandleApiKeyServiceServer<Svc>>(),
     }
 }
 
@@ -104,8 +111,12 @@ fn register(methods: &mut mixer_grpc::Methods, svc: &Svc, template: Template) {
             "HandleTraceSpan" => HandleTraceSpanService::handle_trace_span),
         Template::ReportNothing => add!(methods, svc, name,
             "HandleReportNothing" => HandleReportNothingService::handle_report_nothing),
-        // Attribute generators over the adapter protocol come with their generated services.
-        Template::Kubernetes | Template::Jwt | Template::ApiKey => {}
+        Template::Kubernetes => add!(methods, svc, name,
+            "HandleKubernetes" => HandleKubernetesService::handle_kubernetes),
+        Template::Jwt => add!(methods, svc, name,
+            "HandleJwt" => HandleJwtService::handle_jwt),
+        Template::ApiKey => add!(methods, svc, name,
+            "HandleApiKey" => HandleApiKeyService::handle_api_key),
     }
 }
 

@@ -3,10 +3,13 @@
 
 use std::sync::Arc;
 
+use mixer_adapter_api::Generated;
 use mixer_model::{Instance, Template, Variety};
+use mixer_proto::adapter::template::kubernetes;
 use mixer_proto::istio::mixer::adapter::model::v1beta1 as model;
 use mixer_proto::{
-    authorization, checknothing, listentry, logentry, metric, quota, reportnothing, tracespan,
+    apikey, authorization, checknothing, jwt, listentry, logentry, metric, quota, reportnothing,
+    tracespan,
 };
 use moka::policy::EvictionPolicy;
 use tonic::{Code, Request, Response, Status};
@@ -14,8 +17,11 @@ use tonic::{Code, Request, Response, Status};
 use crate::convert;
 use crate::handlers::Handlers;
 
+use apikey::handle_api_key_service_server::HandleApiKeyService;
 use authorization::handle_authorization_service_server::HandleAuthorizationService;
 use checknothing::handle_check_nothing_service_server::HandleCheckNothingService;
+use jwt::handle_jwt_service_server::HandleJwtService;
+use kubernetes::handle_kubernetes_service_server::HandleKubernetesService;
 use listentry::handle_list_entry_service_server::HandleListEntryService;
 use logentry::handle_log_entry_service_server::HandleLogEntryService;
 use metric::handle_metric_service_server::HandleMetricService;
@@ -79,6 +85,23 @@ impl Svc {
             .await
             .map_err(|e| convert::error_status(&e))?;
         Ok(Response::new(convert::check_result(&result)))
+    }
+
+    /// Asks the handler's attribute side for `instance`'s outputs; the caller puts them in
+    /// the template's `OutputMsg`.
+    async fn generate(
+        &self,
+        adapter_config: Option<prost_types::Any>,
+        instance: Instance,
+    ) -> Result<Generated, Status> {
+        let handler = self.handlers.handler(adapter_config.as_ref()).await?;
+        let generator = handler
+            .as_attributes()
+            .ok_or_else(|| self.lacking(instance.template))?;
+        generator
+            .generate(&instance)
+            .await
+            .map_err(|e| convert::error_status(&e))
     }
 
     async fn report(
@@ -278,3 +301,42 @@ report_service!(
     Template::ReportNothing,
     |i| Ok(convert::report_nothing(i))
 );
+
+#[tonic::async_trait]
+impl HandleKubernetesService for Svc {
+    async fn handle_kubernetes(
+        &self,
+        request: Request<kubernetes::HandleKubernetesRequest>,
+    ) -> Result<Response<kubernetes::OutputMsg>, Status> {
+        let request = request.into_inner();
+        let instance = convert::kubernetes(request.instance)?;
+        let generated = self.generate(request.adapter_config, instance).await?;
+        Ok(Response::new(convert::kubernetes_output(&generated)?))
+    }
+}
+
+#[tonic::async_trait]
+impl HandleJwtService for Svc {
+    async fn handle_jwt(
+        &self,
+        request: Request<jwt::HandleJwtRequest>,
+    ) -> Result<Response<jwt::OutputMsg>, Status> {
+        let request = request.into_inner();
+        let instance = convert::jwt(request.instance);
+        let generated = self.generate(request.adapter_config, instance).await?;
+        Ok(Response::new(convert::jwt_output(&generated)?))
+    }
+}
+
+#[tonic::async_trait]
+impl HandleApiKeyService for Svc {
+    async fn handle_api_key(
+        &self,
+        request: Request<apikey::HandleApiKeyRequest>,
+    ) -> Result<Response<apikey::OutputMsg>, Status> {
+        let request = request.into_inner();
+        let instance = convert::apikey(request.instance);
+        let generated = self.generate(request.adapter_config, instance).await?;
+        Ok(Response::new(convert::apikey_output(&generated)?))
+    }
+}

@@ -8,6 +8,7 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 
 use super::*;
+use mixer_adapter_api::Generated;
 
 /// The instance the SDK makes of what the mixer sends for `instance`.
 fn through_the_wire(instance: &Instance) -> Instance {
@@ -29,10 +30,9 @@ fn through_the_wire(instance: &Instance) -> Instance {
         InstanceView::ReportNothing(r) => report_nothing(reportnothing::InstanceMsg {
             name: r.name.to_owned(),
         }),
-        // Interim: attribute generators cross the wire once their services are generated.
-        InstanceView::Kubernetes(_) | InstanceView::Jwt(_) | InstanceView::ApiKey(_) => {
-            instance.clone()
-        }
+        InstanceView::Kubernetes(k) => kubernetes(Some(mixer::kubernetes(&k))).unwrap(),
+        InstanceView::Jwt(j) => jwt(Some(mixer::jwt(&j))),
+        InstanceView::ApiKey(a) => apikey(Some(mixer::apikey(&a))),
     }
 }
 
@@ -130,7 +130,106 @@ fn std_duration() -> impl Strategy<Value = StdDuration> {
     (0..u64::MAX).prop_map(StdDuration::from_nanos)
 }
 
+/// An output value of a declared type that is not its proto3 default (left out on the wire,
+/// so that the binding's default applies).
+fn output_value(ty: ValueType) -> BoxedStrategy<Value> {
+    match ty {
+        ValueType::String => ".{1,8}".prop_map(Value::from).boxed(),
+        ValueType::IpAddress => ip().prop_map(Value::IpAddress).boxed(),
+        ValueType::Timestamp => any::<i64>()
+            .prop_map(|n| Value::Timestamp(Timestamp(n)))
+            .boxed(),
+        ValueType::StringMap => prop::collection::btree_map("[a-z]{1,4}", "[a-z]{0,4}", 1..3)
+            .prop_map(|m| Value::StringMap(Arc::new(StringMap::from_pairs(m))))
+            .boxed(),
+        other => panic!("no output field is of type {other}"),
+    }
+}
+
+fn header() -> impl Strategy<Value = mixer_model::HeaderOperation> {
+    (
+        "[a-z-]{1,8}",
+        ".{0,8}",
+        prop::sample::select(vec![
+            mixer_model::HeaderOp::Replace,
+            mixer_model::HeaderOp::Append,
+            mixer_model::HeaderOp::Remove,
+        ]),
+    )
+        .prop_map(|(name, value, op)| mixer_model::HeaderOperation { name, value, op })
+}
+
+/// Any answer a generator of `template` could give: each output set or not; a validity and a
+/// denial only where the template's `OutputMsg` has room for them (not Istio's kubernetes).
+fn generated(template: Template) -> impl Strategy<Value = Generated> {
+    let outputs: Vec<BoxedStrategy<Option<(&'static str, Value)>>> = template
+        .outputs()
+        .iter()
+        .map(|spec| {
+            let name = spec.name;
+            let FieldKind::Value(Some(ty)) = spec.kind else {
+                panic!("{template} output {name} has no single type");
+            };
+            prop::option::of(output_value(ty).prop_map(move |v| (name, v))).boxed()
+        })
+        .collect();
+    let ours = template != Template::Kubernetes;
+    let denial = (
+        prop::sample::select(
+            Code::ALL
+                .iter()
+                .copied()
+                .filter(|c| *c != Code::Ok)
+                .collect::<Vec<_>>(),
+        ),
+        ".{0,12}",
+        prop::collection::vec(header(), 0..3),
+    )
+        .prop_map(
+            |(code, message, response_headers)| mixer_adapter_api::Denial {
+                status: ModelStatus::new(code, message),
+                response_headers,
+            },
+        );
+    (
+        outputs,
+        prop::option::of(std_duration()),
+        prop::option::of(denial),
+    )
+        .prop_map(move |(outputs, valid_duration, denial)| Generated {
+            outputs: outputs.into_iter().flatten().collect(),
+            valid_duration: valid_duration.filter(|_| ours),
+            denial: denial.filter(|_| ours),
+        })
+}
+
+fn any_generated() -> impl Strategy<Value = (Template, Generated)> {
+    prop::sample::select(
+        Template::ALL
+            .into_iter()
+            .filter(|t| t.variety() == mixer_model::Variety::AttributeGenerator)
+            .collect::<Vec<_>>(),
+    )
+    .prop_flat_map(|t| generated(t).prop_map(move |g| (t, g)))
+}
+
+/// What the mixer reads of the `OutputMsg` the SDK makes of `g`.
+fn generated_through_the_wire(template: Template, g: &Generated) -> Generated {
+    match template {
+        Template::Kubernetes => mixer_oop::kubernetes_generated(kubernetes_output(g).unwrap()),
+        Template::Jwt => mixer_oop::jwt_generated(jwt_output(g).unwrap()),
+        Template::ApiKey => mixer_oop::apikey_generated(apikey_output(g).unwrap()),
+        other => panic!("{other} generates nothing"),
+    }
+    .unwrap()
+}
+
 proptest! {
+    #[test]
+    fn a_generators_answer_reaches_the_mixer_as_answered((template, g) in any_generated()) {
+        prop_assert_eq!(generated_through_the_wire(template, &g), g);
+    }
+
     #[test]
     fn an_instance_arrives_as_the_mixer_sent_it(instance in any_instance()) {
         prop_assert_eq!(through_the_wire(&instance), instance);
@@ -311,4 +410,23 @@ fn each_error_kind_has_the_code_the_mixer_reads_it_by() {
         assert_eq!(status.code(), code, "{kind:?}");
         assert!(status.message().starts_with("it broke"), "{kind:?}");
     }
+}
+
+#[test]
+fn an_output_the_template_does_not_declare_or_of_another_type_fails_the_call() {
+    let undeclared = Generated::outputs(vec![("tier", Value::from("gold"))]);
+    let status = apikey_output(&undeclared).expect_err("apikey has no output tier");
+    assert_eq!(status.code(), tonic::Code::Internal);
+    assert!(
+        status.message().contains("\"tier\""),
+        "{}",
+        status.message()
+    );
+    let mistyped = Generated::outputs(vec![("source_pod_ip", Value::from("10.0.0.1"))]);
+    let status = kubernetes_output(&mistyped).expect_err("an IP output as a string");
+    assert!(
+        status.message().contains("source_pod_ip as a STRING"),
+        "{}",
+        status.message()
+    );
 }
