@@ -15,6 +15,9 @@
 //! - the built handler offers the trait of every declared template, and no trait whose
 //!   variety it declares no template for (the runtime routes by the declaration);
 //! - one instance of each declared template gets an answer within the call limit;
+//! - an attribute generator's answer names only its template's outputs, each once and of
+//!   its declared type, and a denial in it has a status other than OK that says why
+//!   ([`generated_violations`]);
 //! - `close` may run twice, and the adapter builds again afterwards;
 //! - with its backend unreachable, every call that goes to the backend at once fails within the
 //!   limit with an error that says why, so the handler's fail policy can apply, and never
@@ -27,7 +30,7 @@ use mixer_model::{FieldValue, Instance, Template, Timestamp, Value, Variety};
 
 use crate::adapter::BuildContext;
 use crate::error::AdapterError;
-use crate::handler::{Handler, QuotaArgs};
+use crate::handler::{Generated, Handler, QuotaArgs};
 use crate::host::{AnyAdapter, Params};
 
 /// How long one call may take before the kit calls it hung.
@@ -77,6 +80,9 @@ pub mod promise {
     pub const UNDECLARED: &str = "a call of a template it does not declare fails";
     /// A call of each declared template answers within the call limit.
     pub const ANSWERS: &str = "a call of each declared template answers within the call limit";
+    /// An attribute generator answers with its template's outputs, typed as declared, and
+    /// a denial that is one.
+    pub const GENERATED: &str = "a generator's answer gives only its template's outputs, once each and typed as declared, and a denial with a status other than OK that says why";
     /// `close` may run twice, and the adapter builds again afterwards.
     pub const CLOSE: &str = "close may run twice, and the adapter builds again afterwards";
     /// With the backend out of reach, every call that goes to it fails, in time, saying why.
@@ -206,6 +212,7 @@ pub async fn report(case: &Case) -> Report {
             promise::TRAITS,
             promise::UNDECLARED,
             promise::ANSWERS,
+            promise::GENERATED,
             promise::CLOSE,
             promise::UNREACHABLE,
         ] {
@@ -226,6 +233,19 @@ pub async fn report(case: &Case) -> Report {
     }
     answers(case, handler.as_ref(), &mut out).await;
     report.add(promise::ANSWERS, std::mem::take(&mut out));
+    if case
+        .instances
+        .iter()
+        .any(|i| i.template.variety() == Variety::AttributeGenerator)
+    {
+        generated(case, handler.as_ref(), &mut out).await;
+        report.add(promise::GENERATED, std::mem::take(&mut out));
+    } else {
+        report.skip(
+            promise::GENERATED,
+            "the case gives no instance of an attribute-generating template",
+        );
+    }
     handler.close().await;
     handler.close().await;
     if let Some(again) = build(
@@ -569,12 +589,70 @@ async fn answers(case: &Case, handler: &dyn Handler, out: &mut Vec<String>) {
 }
 
 /// Calls of one template of each variety the adapter declares none of: each must fail.
+/// What is wrong with `answer`, a generator's answer to an instance of `template`: an output
+/// the template does not declare, one given twice or of another type than declared, a
+/// denial whose status is OK or says nothing. Empty when nothing is. For an adapter's own
+/// tests of its answers, beside [`report`].
+pub fn generated_violations(template: Template, answer: &Generated) -> Vec<String> {
+    let mut out = Vec::new();
+    let name = template.name();
+    for (i, (output, value)) in answer.outputs.iter().enumerate() {
+        let Some(spec) = template.output(output) else {
+            out.push(format!(
+                "{name} answered output {output:?}, which the template does not declare"
+            ));
+            continue;
+        };
+        if answer.outputs[..i].iter().any(|(o, _)| o == output) {
+            out.push(format!("{name} answered output {output} twice"));
+        }
+        if let mixer_model::FieldKind::Value(Some(ty)) = spec.kind
+            && value.value_type() != ty
+        {
+            out.push(format!(
+                "{name} answered output {output} as a {}, declared {ty}",
+                value.value_type()
+            ));
+        }
+    }
+    if let Some(denial) = &answer.denial {
+        if denial.status.is_ok() {
+            out.push(format!("{name} answered a denial whose status is OK"));
+        } else if denial.status.message.trim().is_empty() {
+            out.push(format!(
+                "{name} answered a denial ({:?}) that does not say why",
+                denial.status.code
+            ));
+        }
+    }
+    out
+}
+
+/// Each attribute-generating instance of the case, generated once more and its answer
+/// checked by [`generated_violations`]; a failure or a hang is [`promise::ANSWERS`]'s.
+async fn generated(case: &Case, handler: &dyn Handler, out: &mut Vec<String>) {
+    let Some(generator) = handler.as_attributes() else {
+        return;
+    };
+    for instance in case
+        .instances
+        .iter()
+        .filter(|i| i.template.variety() == Variety::AttributeGenerator)
+    {
+        if let Ok(Ok(answer)) = tokio::time::timeout(CALL_LIMIT, generator.generate(instance)).await
+        {
+            out.extend(generated_violations(instance.template, &answer));
+        }
+    }
+}
+
 async fn undeclared(case: &Case, handler: &dyn Handler, out: &mut Vec<String>) {
     let declared = declared(case);
     for template in [
         Template::CheckNothing,
         Template::Quota,
         Template::ReportNothing,
+        Template::ApiKey,
     ] {
         if declared.iter().any(|t| t.variety() == template.variety()) {
             continue;
@@ -750,5 +828,44 @@ mod tests {
         ] {
             assert!(printed.contains(&line), "{line:?} not in:\n{printed}");
         }
+    }
+
+    #[test]
+    fn a_generators_answer_is_checked_against_its_templates_outputs() {
+        use crate::handler::Denial;
+        use mixer_model::{Code, Status};
+        let sloppy = Generated {
+            outputs: vec![
+                ("principal", Value::from("team-a")),
+                ("tier", Value::from("gold")),
+                ("principal", Value::from("team-b")),
+                ("claims", Value::from("tier=gold")),
+            ],
+            valid_duration: None,
+            denial: Some(Denial {
+                status: Status::new(Code::Unauthenticated, " "),
+                response_headers: vec![],
+            }),
+        };
+        let found = generated_violations(Template::ApiKey, &sloppy);
+        assert_eq!(
+            found,
+            [
+                "apikey answered output \"tier\", which the template does not declare",
+                "apikey answered output principal twice",
+                "apikey answered output claims as a STRING, declared STRING_MAP",
+                "apikey answered a denial (Unauthenticated) that does not say why",
+            ]
+        );
+        let ok_denial = Generated::denied(Denial {
+            status: Status::OK,
+            response_headers: vec![],
+        });
+        assert_eq!(
+            generated_violations(Template::Jwt, &ok_denial),
+            ["jwt answered a denial whose status is OK"]
+        );
+        let fine = Generated::outputs(vec![("source_workload_name", Value::from("reviews-v1"))]);
+        assert!(generated_violations(Template::Kubernetes, &fine).is_empty());
     }
 }
