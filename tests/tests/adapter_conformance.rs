@@ -375,6 +375,84 @@ async fn built_in_adapters_served_by_the_sdk_conform_through_the_out_of_process_
     }
 }
 
+/// The keyring example's params: one key with a label.
+fn keyring_params() -> serde_json::Value {
+    json!({"keys": {"k-123": {"principal": "team-a", "labels": {"tier": "gold"}}}})
+}
+
+/// An attribute generator (the keyring example, `apikey`) served by the SDK and reached
+/// through the out-of-process transport: it conforms, its answer's outputs are its
+/// template's, and the mixer's client reads the same outputs and denials the adapter gives
+/// built in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sdk_attribute_generator_conforms_and_answers_through_the_out_of_process_transport() {
+    let keyring: Arc<dyn AnyAdapter> = Arc::new(mixer_example_keyring::Keyring);
+    let served = Served::start(keyring.clone());
+    let case = Case {
+        adapter: Arc::new(Remote::of_templates(keyring.info())),
+        params: json!({"address": served.addr.to_string(), "params": keyring_params()}),
+        unreachable: Some(Unreachable {
+            params: json!({"address": format!("127.0.0.1:{}", closed_port()),
+                "params": keyring_params()}),
+            immediate: &[Template::ApiKey],
+        }),
+        instances: vec![default_instance(Template::ApiKey)],
+        offers_every_variety: true,
+    };
+    let report = assert_conforms(&case).await;
+    assert!(
+        report
+            .promises
+            .contains(&(testkit::promise::GENERATED, testkit::Outcome::Held)),
+        "{report}"
+    );
+    let ctx = BuildContext {
+        handler_name: "keyring.default".into(),
+    };
+    let remote = case
+        .adapter
+        .compile_and_build(&case.params, &ctx)
+        .expect("the remote handler builds");
+    let built_in = keyring
+        .compile_and_build(&keyring_params(), &ctx)
+        .expect("the built-in handler builds");
+    for key in [Some("k-123"), Some("k-999"), None] {
+        let i = instance(
+            "key.instance.default",
+            Template::ApiKey,
+            key.map(|k| ("key", value(k))).into_iter().collect(),
+        );
+        let over_the_wire = remote
+            .as_attributes()
+            .expect("generates")
+            .generate(&i)
+            .await
+            .expect("an answer");
+        let local = built_in
+            .as_attributes()
+            .expect("generates")
+            .generate(&i)
+            .await
+            .expect("an answer");
+        assert_eq!(over_the_wire, local, "key {key:?}");
+    }
+    let denied = remote
+        .as_attributes()
+        .expect("generates")
+        .generate(&instance(
+            "key.instance.default",
+            Template::ApiKey,
+            vec![("key", value("k-999"))],
+        ))
+        .await
+        .expect("an answer");
+    assert_eq!(
+        denied.denial.map(|d| d.status.code),
+        Some(mixer_model::Code::Unauthenticated)
+    );
+    remote.close().await;
+}
+
 /// The same adapter, built in and served by the SDK, answers the same: status code and
 /// message, and how long and how often the answer may be reused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -487,6 +565,23 @@ fn mixer_conformance_passes_the_allowlist_example_in_its_own_process() {
         format!("  held         {}", testkit::promise::ANSWERS),
         format!("  held         {}", testkit::promise::UNDECLARED),
         "all 7 promises checked held".to_owned(),
+    ] {
+        assert!(report.contains(&line), "{line:?} not in:\n{report}");
+    }
+}
+
+#[test]
+fn mixer_conformance_passes_an_out_of_process_attribute_generator() {
+    let served = Served::start(Arc::new(mixer_example_keyring::Keyring));
+    let params = keyring_params().to_string();
+    let (code, report) =
+        mixer_conformance(&["--adapter", &served.addr.to_string(), "--params", &params]);
+    assert_eq!(code, Some(0), "{report}");
+    for line in [
+        "templates exercised: apikey".to_owned(),
+        format!("  held         {}", testkit::promise::GENERATED),
+        format!("  held         {}", testkit::promise::UNDECLARED),
+        "all 8 promises checked held".to_owned(),
     ] {
         assert!(report.contains(&line), "{line:?} not in:\n{report}");
     }

@@ -122,6 +122,7 @@
 
 mod check_fn;
 mod convert;
+mod generate_fn;
 mod handlers;
 mod params;
 mod report_fn;
@@ -132,6 +133,7 @@ mod token;
 mod watched_file;
 
 pub use check_fn::check_fn;
+pub use generate_fn::generate_fn;
 pub use report_fn::report_fn;
 pub use server::{DEFAULT_ADDR, Server, listen_addr, serve};
 pub use tls::ServerTls;
