@@ -7,8 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use mixer_adapter_api::log_gate::LogGate;
 use mixer_adapter_api::{
-    AdapterError, CheckHandler, ErrorKind, Exposition, Handler, QuotaArgs, QuotaHandler,
-    ReportHandler,
+    AdapterError, AttributeHandler, CheckHandler, ErrorKind, Exposition, Generated, Handler,
+    QuotaArgs, QuotaHandler, ReportHandler,
 };
 use mixer_model::{CheckResult, Instance, QuotaResult, Variety};
 
@@ -20,6 +20,7 @@ use crate::fault::{Fault, FaultKind};
 use crate::host::WasmHost;
 use crate::limits::Limits;
 use crate::plugin::{Live, Plugin};
+use crate::world::Exports;
 
 /// Where a handler's calls run (`params.instances`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,7 +101,7 @@ impl WasmHandler {
     fn call<R>(
         &self,
         deadline: Duration,
-        f: impl FnOnce(&wit::Plugin, &mut wasmtime::Store<CallState>) -> wasmtime::Result<R>,
+        f: impl FnOnce(&Exports, &mut wasmtime::Store<CallState>) -> wasmtime::Result<R>,
     ) -> Result<R, Fault> {
         let Instances::Warm { keep } = self.instances else {
             return self.plugin.call(&self.ctx, &self.limits, deadline, f);
@@ -250,6 +251,29 @@ impl WasmHandler {
         })
     }
 
+    /// One attribute generation, synchronously on this thread (bounded by the check
+    /// deadline: it runs before the check, on the request's path).
+    pub fn generate_now(&self, instance: &Instance) -> Result<Generated, AdapterError> {
+        self.accepts(instance)?;
+        let arg = convert::instance(instance);
+        let answer = self
+            .call(self.limits.check_deadline, |p, s| {
+                p.call_generate(s, &self.config, &arg)
+            })
+            .map_err(|f| self.fault(f))?
+            .map_err(|m| self.declined(m))?;
+        convert::generated(instance.template, answer).map_err(|why| {
+            AdapterError::permanent(
+                ErrorKind::InvalidResponse,
+                format!(
+                    "Wasm plugin {} answered {} badly: {why}",
+                    self.plugin.name(),
+                    instance.template.name()
+                ),
+            )
+        })
+    }
+
     /// One report batch, synchronously (bounded by the report deadline).
     pub fn report_now(&self, instances: &[Instance]) -> Result<(), AdapterError> {
         let batch = batch::pack(
@@ -288,6 +312,11 @@ impl Handler for WasmHandler {
         self.serves(Variety::Report).then_some(self as _)
     }
 
+    fn as_attributes(&self) -> Option<&dyn AttributeHandler> {
+        self.serves(Variety::AttributeGenerator)
+            .then_some(self as _)
+    }
+
     fn as_exposition(&self) -> Option<&dyn Exposition> {
         Some(self)
     }
@@ -310,6 +339,20 @@ impl CheckHandler for WasmHandler {
         }
         let instance = instance.clone();
         self.bounded(move |this| this.check_now(&instance)).await
+    }
+}
+
+#[async_trait]
+impl AttributeHandler for WasmHandler {
+    /// As a check: inline when the deadline is short, else in one of the handler's slots.
+    async fn generate(&self, instance: &Instance) -> Result<Generated, AdapterError> {
+        self.accepts(instance)?;
+        if self.limits.check_deadline <= INLINE_DEADLINE {
+            let _slot = self.slot().await?;
+            return self.generate_now(instance);
+        }
+        let instance = instance.clone();
+        self.bounded(move |this| this.generate_now(&instance)).await
     }
 }
 

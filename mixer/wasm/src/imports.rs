@@ -76,6 +76,37 @@ impl Host for CallState {
     }
 }
 
+/// The previous world's host interface: the same calls, its own `level` type.
+impl crate::bindings::v0_1::mixer::adapter::host::Host for CallState {
+    fn log(
+        &mut self,
+        level: crate::bindings::v0_1::mixer::adapter::host::Level,
+        message: String,
+        fields: Vec<(String, String)>,
+    ) {
+        use crate::bindings::v0_1::mixer::adapter::host::Level as Previous;
+        let level = match level {
+            Previous::Debug => Level::Debug,
+            Previous::Info => Level::Info,
+            Previous::Warn => Level::Warn,
+            Previous::Error => Level::Error,
+        };
+        Host::log(self, level, message, fields);
+    }
+
+    fn now(&mut self) -> i64 {
+        Host::now(self)
+    }
+
+    fn counter_add(&mut self, name: String, key: String, delta: u64) {
+        Host::counter_add(self, name, key, delta);
+    }
+
+    fn histogram_observe(&mut self, name: String, value: f64) {
+        Host::histogram_observe(self, name, value);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;

@@ -1,11 +1,14 @@
 //! The Wasm plugin host: plugin adapters compiled to WebAssembly components of the
-//! `mixer:adapter@0.1.0` world (`proto/wit/adapter.wit`), run inside the mixer by wasmtime.
+//! `mixer:adapter@0.2.0` world (`proto/wit/adapter.wit`), or of the previous `@0.1.0` world
+//! (`proto/wit-0.1.0/adapter.wit`, no attribute generation), run inside the mixer by wasmtime.
 //!
 //! A plugin appears to the runtime as any other adapter: [`WasmAdapter`] implements
 //! [`mixer_adapter_api::Adapter`] under the name `wasm`, and its handlers implement the same
 //! [`CheckHandler`](mixer_adapter_api::CheckHandler),
-//! [`QuotaHandler`](mixer_adapter_api::QuotaHandler) and
-//! [`ReportHandler`](mixer_adapter_api::ReportHandler) as built-in and out-of-process ones.
+//! [`QuotaHandler`](mixer_adapter_api::QuotaHandler),
+//! [`ReportHandler`](mixer_adapter_api::ReportHandler) and
+//! [`AttributeHandler`](mixer_adapter_api::AttributeHandler) as built-in and out-of-process
+//! ones.
 //! The mixer builds the instances from the rule's fields, so referenced attributes and the
 //! check cache work as for any handler.
 //!
@@ -38,6 +41,7 @@ mod imports;
 mod limits;
 mod metrics;
 mod plugin;
+mod world;
 
 pub use adapter::{ADAPTER_NAME, LoadedPlugin, WasmAdapter, WasmParams};
 pub use handler::{Instances, WasmHandler};
@@ -46,8 +50,12 @@ pub use limits::Limits;
 pub use metrics::WasmMetrics;
 pub use plugin::{LoadError, Plugin};
 
-/// The WIT world plugins implement, `mixer:adapter/plugin@0.1.0`.
-pub const WORLD: &str = "mixer:adapter/plugin@0.1.0";
+/// The WIT world plugins implement, `mixer:adapter/plugin@0.2.0`.
+pub const WORLD: &str = "mixer:adapter/plugin@0.2.0";
 
-/// The only interface a plugin may import.
-pub const HOST_INTERFACE: &str = "mixer:adapter/host@0.1.0";
+/// The only interface a plugin may import (a plugin of the previous world, its own
+/// version of it, [`PREVIOUS_HOST_INTERFACE`]).
+pub const HOST_INTERFACE: &str = world::HOST_0_2;
+
+/// The host interface of the previous world, `mixer:adapter@0.1.0`, whose plugins still load.
+pub const PREVIOUS_HOST_INTERFACE: &str = world::HOST_0_1;

@@ -9,13 +9,14 @@ use wasmtime::Store;
 use wasmtime::Trap;
 use wasmtime::component::{Component, HasSelf, Linker};
 
-use crate::HOST_INTERFACE;
-use crate::bindings::{self, PluginPre};
+use crate::bindings;
 use crate::call::{CallContext, CallState, LogBudget, MemoryCap};
 use crate::epoch::EpochClock;
 use crate::fault::{Fault, FaultKind};
 use crate::limits::Limits;
 use crate::metrics::WasmMetrics;
+use crate::world::{Exports, Pre};
+use crate::{HOST_INTERFACE, PREVIOUS_HOST_INTERFACE};
 
 /// Why a module could not be loaded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -51,7 +52,7 @@ pub enum LoadError {
     },
     /// The component imports what the mixer does not give plugins.
     #[error(
-        "{origin} imports {import}, which the mixer does not provide: a plugin may import only {HOST_INTERFACE} (no WASI: build the plugin crate with `adapters/wasm-sdk/build-plugin.sh <crate-dir> <out.wasm>`, which targets wasm32-unknown-unknown, not wasm32-wasip2; check with `wasm-tools component wit`)"
+        "{origin} imports {import}, which the mixer does not provide: a plugin may import only {HOST_INTERFACE} (or, built against the previous world, {PREVIOUS_HOST_INTERFACE}; no WASI: build the plugin crate with `adapters/wasm-sdk/build-plugin.sh <crate-dir> <out.wasm>`, which targets wasm32-unknown-unknown, not wasm32-wasip2; check with `wasm-tools component wit`)"
     )]
     ForbiddenImport {
         /// The file.
@@ -59,7 +60,8 @@ pub enum LoadError {
         /// The import's name.
         import: String,
     },
-    /// The component does not implement the `mixer:adapter/plugin@0.1.0` world.
+    /// The component implements neither the `mixer:adapter/plugin@0.2.0` world nor the
+    /// previous `@0.1.0`.
     #[error("{origin} does not implement {}: {message}", crate::WORLD)]
     World {
         /// The file.
@@ -117,7 +119,7 @@ pub struct Plugin {
     clock: EpochClock,
     origin: String,
     hash: [u8; 32],
-    pre: PluginPre<CallState>,
+    pre: Pre,
     name: String,
     templates: Vec<Template>,
 }
@@ -136,7 +138,7 @@ impl std::fmt::Debug for Plugin {
 /// same handler (warm).
 pub(crate) struct Live {
     store: Store<CallState>,
-    instance: bindings::Plugin,
+    instance: Exports,
 }
 
 /// The bound on making an instance (and running its start function).
@@ -168,7 +170,7 @@ impl Plugin {
         if let Some((import, _)) = component
             .component_type()
             .imports(engine)
-            .find(|(name, _)| *name != HOST_INTERFACE)
+            .find(|(name, _)| *name != HOST_INTERFACE && *name != PREVIOUS_HOST_INTERFACE)
         {
             return Err(LoadError::ForbiddenImport {
                 origin: origin.to_string(),
@@ -178,12 +180,13 @@ impl Plugin {
         let mut linker = Linker::<CallState>::new(engine);
         bindings::Plugin::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |s| s)
             .map_err(|e| LoadError::Engine(format!("{e:#}")))?;
+        bindings::v0_1::Plugin::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |s| s)
+            .map_err(|e| LoadError::Engine(format!("{e:#}")))?;
         let world = |e: wasmtime::Error| LoadError::World {
             origin: origin.to_string(),
             message: format!("{e:#}"),
         };
-        let pre = linker.instantiate_pre(&component).map_err(world)?;
-        let pre = PluginPre::new(pre).map_err(world)?;
+        let pre = Pre::new(&linker, &component, engine).map_err(world)?;
         let mut plugin = Plugin {
             clock: clock.clone(),
             origin: origin.to_string(),
@@ -226,6 +229,12 @@ impl Plugin {
         &self.templates
     }
 
+    /// The version of the world it implements (`0.2.0`, or `0.1.0` for a plugin built
+    /// against the previous world).
+    pub fn world_version(&self) -> &'static str {
+        self.pre.version()
+    }
+
     /// Where it was loaded from.
     pub fn origin(&self) -> &str {
         &self.origin
@@ -243,7 +252,7 @@ impl Plugin {
         ctx: &Arc<CallContext>,
         limits: &Limits,
         deadline: Duration,
-        f: impl FnOnce(&bindings::Plugin, &mut Store<CallState>) -> wasmtime::Result<R>,
+        f: impl FnOnce(&Exports, &mut Store<CallState>) -> wasmtime::Result<R>,
     ) -> Result<R, Fault> {
         let mut live = self.instantiate(ctx, limits, deadline)?;
         self.run(&mut live, limits, deadline, f)
@@ -302,7 +311,7 @@ impl Plugin {
         live: &mut Live,
         limits: &Limits,
         deadline: Duration,
-        f: impl FnOnce(&bindings::Plugin, &mut Store<CallState>) -> wasmtime::Result<R>,
+        f: impl FnOnce(&Exports, &mut Store<CallState>) -> wasmtime::Result<R>,
     ) -> Result<R, Fault> {
         let store = &mut live.store;
         store.data_mut().cap.refused = false;

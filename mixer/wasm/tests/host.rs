@@ -374,6 +374,9 @@ fn an_unchanged_module_is_compiled_once() {
         .unwrap();
     assert!(!Arc::ptr_eq(&one, &three));
     assert_eq!(three.templates(), [Template::Authorization]);
+    // The fixtures are components of the previous world, mixer:adapter@0.1.0: they still
+    // load, and every test here runs them through it.
+    assert_eq!(three.world_version(), "0.1.0");
     // A fuel limit needs code compiled with fuel accounting: the same file, compiled again
     // by the metered engine, and cached there too.
     let fueled = Limits {
