@@ -1,7 +1,7 @@
 //! Write a mixer plugin adapter in Rust.
 //!
 //! A plugin is a struct and an implementation of [`Plugin`]; [`plugin!`] makes it the
-//! component's `mixer:adapter/plugin@0.1.0` world (see `proto/wit/adapter.wit`):
+//! component's `mixer:adapter/plugin@0.2.0` world (see `proto/wit/adapter.wit`):
 //!
 //! ```ignore
 //! use mixer_wasm_sdk::{CheckResult, Instance, Plugin, Template};
@@ -36,7 +36,10 @@
 //! (`mixer_model::instance`): [`AuthorizationInstance::of`]`(&instance)` in a check,
 //! [`QuotaInstance::of`] in a quota call. A report takes a [`Batch`], read in place: iterate
 //! it for [`InstanceRef`]s and read each as its template (`batch.iter().filter_map(
-//! MetricInstance::of)`).
+//! MetricInstance::of)`). An attribute generator (templates `kubernetes`, `jwt`, `apikey`)
+//! implements [`Plugin::generate`] and answers a [`Generated`]: outputs by the template's
+//! output names (`Generated::new().output("principal", ...)`), or a denial
+//! ([`Generated::denied`]).
 
 #![allow(missing_docs)]
 
@@ -56,8 +59,8 @@ pub mod bindings {
 }
 
 pub use bindings::{
-    CheckResult, Field, FieldError, FieldValue, Guest, Instance, PluginInfo, QuotaArgs,
-    QuotaResult, Template, Value,
+    CheckResult, Denial, Field, FieldError, FieldValue, Generated, Guest, HeaderOp,
+    HeaderOperation, Instance, PluginInfo, QuotaArgs, QuotaResult, Template, Value,
 };
 
 mod batch;
@@ -66,9 +69,9 @@ mod views;
 pub use batch::Batch;
 pub use mixer_wasm_batch::{FieldRef, InstanceRef, Instances, MapRef, StringMapRef, ValueRef};
 pub use views::{
-    Action, AuthorizationInstance, BatchEntries, CheckNothingInstance, Entries, ListEntryInstance,
-    LogEntryInstance, MetricInstance, QuotaInstance, ReportNothingInstance, Subject,
-    TraceSpanInstance,
+    Action, ApiKeyInstance, AuthorizationInstance, BatchEntries, CheckNothingInstance, Entries,
+    JwtInstance, KubernetesInstance, ListEntryInstance, LogEntryInstance, MetricInstance,
+    QuotaInstance, ReportNothingInstance, Subject, TraceSpanInstance,
 };
 
 /// The host's imports: logging, the time, counters and histograms.
@@ -166,6 +169,12 @@ pub trait Plugin {
     fn report(_config: &Self::Config, _batch: &Batch) -> Result<(), String> {
         Err(format!("{} does not take reports", Self::NAME))
     }
+
+    /// Produces attributes: the outputs of an instance of `kubernetes`, `jwt` or `apikey`,
+    /// which the instance's `attributeBindings` put into the request's attributes.
+    fn generate(_config: &Self::Config, _instance: &Instance) -> Result<Generated, String> {
+        Err(format!("{} does not generate attributes", Self::NAME))
+    }
 }
 
 /// Makes `$plugin` (a [`Plugin`]) the component's exports.
@@ -207,6 +216,15 @@ macro_rules! plugin {
                     let config = $crate::__config::<$plugin>(&config)?;
                     let batch = $crate::Batch::__new(batch)?;
                     let answer = <$plugin as $crate::Plugin>::report(&config, &batch);
+                    $crate::host::__flush();
+                    answer
+                }
+                fn generate(
+                    config: String,
+                    instance: $crate::Instance,
+                ) -> Result<$crate::Generated, String> {
+                    let config = $crate::__config::<$plugin>(&config)?;
+                    let answer = <$plugin as $crate::Plugin>::generate(&config, &instance);
                     $crate::host::__flush();
                     answer
                 }
@@ -287,6 +305,48 @@ impl CheckResult {
     }
 }
 
+impl Generated {
+    /// No outputs yet: every binding at its default. Add them with [`Generated::output`].
+    pub fn new() -> Generated {
+        Generated {
+            outputs: Vec::new(),
+            valid_duration_ms: None,
+            denial: None,
+        }
+    }
+
+    /// With the output `name` (one of the template's output fields) set to `value`.
+    pub fn output(mut self, name: &str, value: Value) -> Generated {
+        self.outputs.push((name.to_string(), value));
+        self
+    }
+
+    /// Valid for `ms` milliseconds: a verdict decided on these outputs is cached no longer.
+    pub fn valid_for_ms(mut self, ms: u64) -> Generated {
+        self.valid_duration_ms = Some(ms);
+        self
+    }
+
+    /// A denial with a gRPC `code` other than OK (see [`code`]) and a message that says why
+    /// (never the credential itself), with no outputs.
+    pub fn denied(code: u32, message: impl Into<String>) -> Generated {
+        Generated {
+            denial: Some(Denial {
+                code,
+                message: message.into(),
+                response_headers: Vec::new(),
+            }),
+            ..Generated::new()
+        }
+    }
+}
+
+impl Default for Generated {
+    fn default() -> Generated {
+        Generated::new()
+    }
+}
+
 impl Instance {
     /// A field, by its template name (`subject.user`, `dimensions`).
     pub fn field(&self, name: &str) -> Option<&FieldValue> {
@@ -326,5 +386,17 @@ impl Value {
             Value::Bytes(b) | Value::IpAddress(b) => format!("{b:?}"),
             Value::StringMap(m) => format!("{m:?}"),
         }
+    }
+
+    /// A string-map value (`claims`, `source_labels`) from its pairs.
+    pub fn string_map<K: Into<String>, V: Into<String>>(
+        pairs: impl IntoIterator<Item = (K, V)>,
+    ) -> Value {
+        Value::StringMap(
+            pairs
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        )
     }
 }

@@ -246,6 +246,107 @@ impl<'a> QuotaInstance<'a> {
     }
 }
 
+/// A field's value read from `instance`, by name.
+fn field<'a>(instance: &'a Instance, name: &str) -> Option<&'a FieldValue> {
+    instance
+        .fields
+        .iter()
+        .find(|f| f.name == name)
+        .map(|f| &f.value)
+}
+
+fn ip(v: &Value) -> Option<IpAddr> {
+    match v {
+        Value::IpAddress(b) => match b.len() {
+            4 => <[u8; 4]>::try_from(b.as_slice()).ok().map(IpAddr::from),
+            16 => <[u8; 16]>::try_from(b.as_slice()).ok().map(IpAddr::from),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A `kubernetes` instance: what names the pods at both ends of a request (Istio 1.4's
+/// kubernetesenv inputs), answered by [`Plugin::generate`](crate::Plugin::generate).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KubernetesInstance<'a> {
+    /// The instance's name.
+    pub name: &'a str,
+    /// `source_uid`: `kubernetes://<pod>.<namespace>`.
+    pub source_uid: Option<&'a str>,
+    /// `source_ip`.
+    pub source_ip: Option<IpAddr>,
+    /// `destination_uid`.
+    pub destination_uid: Option<&'a str>,
+    /// `destination_ip`.
+    pub destination_ip: Option<IpAddr>,
+    /// `destination_port`.
+    pub destination_port: Option<i64>,
+}
+
+impl<'a> KubernetesInstance<'a> {
+    /// The instance read as this template, or `None` when it is of another.
+    pub fn of(instance: &'a Instance) -> Option<KubernetesInstance<'a>> {
+        (instance.template == Template::Kubernetes).then(|| {
+            let f = |name| field(instance, name);
+            KubernetesInstance {
+                name: &instance.name,
+                source_uid: f("source_uid").and_then(text),
+                source_ip: f("source_ip").and_then(single).and_then(ip),
+                destination_uid: f("destination_uid").and_then(text),
+                destination_ip: f("destination_ip").and_then(single).and_then(ip),
+                destination_port: f("destination_port")
+                    .and_then(single)
+                    .and_then(|v| match v {
+                        Value::Int64(n) => Some(*n),
+                        _ => None,
+                    }),
+            }
+        })
+    }
+}
+
+/// A `jwt` instance: the credential as the request carries it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct JwtInstance<'a> {
+    /// The instance's name.
+    pub name: &'a str,
+    /// `token`: the token, or a header value holding it after a `Bearer ` scheme.
+    pub token: Option<&'a str>,
+    /// `cookie`: a `Cookie` header to find a named cookie in.
+    pub cookie: Option<&'a str>,
+}
+
+impl<'a> JwtInstance<'a> {
+    /// The instance read as this template, or `None` when it is of another.
+    pub fn of(instance: &'a Instance) -> Option<JwtInstance<'a>> {
+        (instance.template == Template::Jwt).then(|| JwtInstance {
+            name: &instance.name,
+            token: field(instance, "token").and_then(text),
+            cookie: field(instance, "cookie").and_then(text),
+        })
+    }
+}
+
+/// An `apikey` instance: the key as the request carries it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ApiKeyInstance<'a> {
+    /// The instance's name.
+    pub name: &'a str,
+    /// `key`.
+    pub key: Option<&'a str>,
+}
+
+impl<'a> ApiKeyInstance<'a> {
+    /// The instance read as this template, or `None` when it is of another.
+    pub fn of(instance: &'a Instance) -> Option<ApiKeyInstance<'a>> {
+        (instance.template == Template::Apikey).then(|| ApiKeyInstance {
+            name: &instance.name,
+            key: field(instance, "key").and_then(text),
+        })
+    }
+}
+
 /// The fields of a report `instance` when it is of `template`, one by one.
 fn report_fields<'a>(
     instance: &InstanceRef<'a>,
@@ -570,6 +671,25 @@ mod tests {
         let q = QuotaInstance::of(&quota).expect("a quota");
         assert_eq!(q.dimensions.len(), 1);
         assert_eq!(q.dimensions.get("user"), Some(&string("bob")));
+
+        let key = Instance {
+            name: "key.istio-system".into(),
+            template: Template::Apikey,
+            fields: vec![field("key", FieldValue::Single(string("k-123")))],
+        };
+        assert_eq!(ApiKeyInstance::of(&key).and_then(|k| k.key), Some("k-123"));
+        assert_eq!(JwtInstance::of(&key), None);
+        let pods = Instance {
+            name: "attributes.istio-system".into(),
+            template: Template::Kubernetes,
+            fields: vec![
+                field("source_ip", FieldValue::Single(Value::IpAddress(vec![10, 0, 0, 7]))),
+                field("destination_port", FieldValue::Single(Value::Int64(9080))),
+            ],
+        };
+        let k = KubernetesInstance::of(&pods).expect("a kubernetes instance");
+        assert_eq!(k.source_ip, Some(IpAddr::from([10, 0, 0, 7])));
+        assert_eq!((k.destination_port, k.source_uid), (Some(9080), None));
 
         let nothing = Instance {
             name: "n.istio-system".into(),

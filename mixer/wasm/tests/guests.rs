@@ -186,3 +186,78 @@ async fn python_deny_decides_as_the_rust_one_does() {
         started.elapsed()
     );
 }
+
+fn api_key(key: Option<&str>) -> Instance {
+    Instance {
+        name: Arc::from("key.istio-system"),
+        template: Template::ApiKey,
+        fields: key
+            .map(|k| ("key", FieldValue::Value(Value::from(k))))
+            .into_iter()
+            .collect(),
+    }
+}
+
+#[tokio::test]
+async fn key_labels_generates_a_keys_owner_and_labels_and_denies_other_keys() {
+    let Some(module) = guest("key-labels") else {
+        return;
+    };
+    let a = WasmAdapter::default();
+    let params = json!({"module": module, "config": {"valid_ms": 1500, "keys": {
+        "k-123": {"principal": "team-a", "labels": {"tier": "gold"}}}}});
+    assert_eq!(
+        a.templates_of(&a.compile(&params).expect("compiles")),
+        vec![Template::ApiKey]
+    );
+    let h = a
+        .compile_and_build(
+            &params,
+            &BuildContext {
+                handler_name: Arc::from("keys.istio-system"),
+            },
+        )
+        .expect("builds");
+    assert!(h.as_check().is_none() && h.as_report().is_none());
+    let generator = h.as_attributes().expect("generates");
+    let known = generator.generate(&api_key(Some("k-123"))).await.unwrap();
+    assert_eq!(known.denial, None);
+    assert_eq!(
+        known.valid_duration,
+        Some(std::time::Duration::from_millis(1500))
+    );
+    assert_eq!(known.outputs[0], ("principal", Value::from("team-a")));
+    let Value::StringMap(labels) = &known.outputs[1].1 else {
+        panic!("claims is a string map: {known:?}");
+    };
+    assert_eq!(
+        (known.outputs[1].0, labels.get("tier")),
+        ("claims", Some("gold"))
+    );
+    for (key, why) in [(Some("k-999"), "unknown API key"), (None, "no API key")] {
+        let denied = generator.generate(&api_key(key)).await.unwrap();
+        let denial = denied.denial.expect("denied");
+        assert_eq!(
+            (denial.status.code, denial.status.message.as_str()),
+            (Code::Unauthenticated, why)
+        );
+    }
+    let wrong = generator
+        .generate(&authz(None))
+        .await
+        .expect_err("not its template");
+    assert!(
+        wrong
+            .message
+            .contains("does not take template authorization"),
+        "{wrong}"
+    );
+    let bad = a.compile(&json!({"module": module, "config": {"keys": {}}}));
+    let errors = bad.expect_err("no key");
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.message.contains("name at least one key")),
+        "{errors:?}"
+    );
+}
