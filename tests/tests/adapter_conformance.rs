@@ -130,6 +130,13 @@ async fn every_built_in_adapter_conforms() {
                 "config": {"dimension": "destination"}}),
             None,
         ),
+        // An attribute generator of the @0.2.0 world; the kit's apikey instance sends k-123.
+        case(
+            "wasm",
+            json!({"module": guest("key-labels"), "limits": {"checkDeadline": "100ms"},
+                "config": {"keys": {"k-123": {"principal": "team-a"}}}}),
+            None,
+        ),
     ];
     let registry = mixer_server::adapters::builtin();
     let mut covered: Vec<&str> = cases.iter().map(|c| c.adapter.info().name).collect();
@@ -604,6 +611,27 @@ fn mixer_conformance_passes_an_example_wasm_plugin() {
         "{report}"
     );
     assert!(report.contains("all 7 promises checked held"), "{report}");
+}
+
+#[test]
+fn mixer_conformance_passes_an_attribute_generating_wasm_plugin() {
+    let Some(plugin) = mixer_tests::wasm_guest("key-labels") else {
+        return;
+    };
+    let (code, report) = mixer_conformance(&[
+        "--wasm",
+        &plugin.display().to_string(),
+        "--params",
+        r#"{limits: {checkDeadline: 100ms}, config: {keys: {k-123: {principal: team-a, labels: {tier: gold}}}}}"#,
+    ]);
+    assert_eq!(code, Some(0), "{report}");
+    for line in [
+        "templates exercised: apikey".to_owned(),
+        format!("  held         {}", testkit::promise::GENERATED),
+        "all 8 promises checked held".to_owned(),
+    ] {
+        assert!(report.contains(&line), "{line:?} not in:\n{report}");
+    }
 }
 
 /// Declares listentry and answers no call of it: a deliberately broken adapter.
