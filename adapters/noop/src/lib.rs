@@ -1,5 +1,5 @@
-//! The `noop` adapter: accepts every template and does nothing, allowing every check and
-//! granting every quota, generating no attribute (every binding at its default). Useful to wire rules up and to measure the pipeline's own cost.
+//! The `noop` adapter: accepts every template and does nothing, allowing every check,
+//! granting every quota and generating no attributes (their bindings take their defaults). Useful to wire rules up and to measure the pipeline's own cost.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,7 +77,6 @@ impl Handler for NoopHandler {
 
 #[async_trait]
 impl AttributeHandler for NoopHandler {
-    /// No outputs: the instance's bindings take their defaults.
     async fn generate(&self, _instance: &Instance) -> Result<Generated, AdapterError> {
         Ok(Generated::default())
     }
@@ -158,21 +157,17 @@ mod tests {
         );
         h.as_report()
             .expect("report")
-            .report(&[i])
+            .report(std::slice::from_ref(&i))
             .await
             .expect("ok");
-        let key = Instance {
-            name: "key".into(),
-            template: Template::ApiKey,
-            fields: vec![],
-        };
-        let generated = h
-            .as_attributes()
-            .expect("attributes")
-            .generate(&key)
-            .await
-            .expect("ok");
-        assert_eq!(generated, Generated::default());
+        assert_eq!(
+            h.as_attributes()
+                .expect("attributes")
+                .generate(&i)
+                .await
+                .expect("ok"),
+            Generated::default()
+        );
         assert!(
             mixer_adapter_api::host::AnyAdapter::compile(&Noop, &serde_json::json!({"x": 1}))
                 .is_err()
