@@ -7,7 +7,7 @@
 # without out.wasm, it prints where the component is (under the crate's target dir, or
 # $CARGO_TARGET_DIR when set).
 #
-# Why not a plain `cargo build`: the mixer takes a component of the mixer:adapter@0.1.0 world
+# Why not a plain `cargo build`: the mixer takes a component of the mixer:adapter@0.2.0 world
 # that imports nothing but mixer:adapter/host. A plain `--target wasm32-unknown-unknown`
 # build links a core module (not a component); a `--target wasm32-wasip2` build is a
 # component, but Rust's std there imports WASI's CLI interfaces, which the mixer refuses to

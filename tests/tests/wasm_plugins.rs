@@ -542,7 +542,7 @@ fn a_module_built_by_plain_cargo_build_is_answered_with_the_build_command() {
             "rules.yaml",
             "spec.params.module",
             got,
-            "a plugin must be a Wasm component of the mixer:adapter/plugin@0.1.0 world",
+            "a plugin must be a Wasm component of the mixer:adapter/plugin@0.2.0 world",
             "adapters/wasm-sdk/build-plugin.sh <crate-dir> <out.wasm>",
         ] {
             assert!(text.contains(expected), "{expected:?} not in: {text}");
