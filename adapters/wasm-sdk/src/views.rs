@@ -683,7 +683,10 @@ mod tests {
             name: "attributes.istio-system".into(),
             template: Template::Kubernetes,
             fields: vec![
-                field("source_ip", FieldValue::Single(Value::IpAddress(vec![10, 0, 0, 7]))),
+                field(
+                    "source_ip",
+                    FieldValue::Single(Value::IpAddress(vec![10, 0, 0, 7])),
+                ),
                 field("destination_port", FieldValue::Single(Value::Int64(9080))),
             ],
         };

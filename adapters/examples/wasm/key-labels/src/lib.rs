@@ -53,7 +53,10 @@ impl Plugin for KeyLabels {
             .map(|(key, _)| {
                 // The path names the entry by position: a key is a secret, even in a log.
                 let at = config.keys.keys().position(|k| k == key).unwrap_or(0);
-                FieldError::new(format!("keys[{at}]"), "a key and its principal must not be empty")
+                FieldError::new(
+                    format!("keys[{at}]"),
+                    "a key and its principal must not be empty",
+                )
             })
             .collect()
     }
