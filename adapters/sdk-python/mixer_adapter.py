@@ -40,18 +40,22 @@ from istio.mixer.adapter.model.v1beta1 import check_pb2, quota_pb2, report_pb2  
 from istio.mixer.adapter.model.v1beta1 import infrastructure_backend_pb2 as backend  # noqa: E402
 from istio.mixer.adapter.model.v1beta1 import infrastructure_backend_pb2_grpc as backend_grpc  # noqa: E402
 
-__all__ = ["Adapter", "Instance", "Verdict", "allow", "deny", "serve", "services", "TEMPLATES"]
+__all__ = ["Adapter", "Denial", "Instance", "Verdict", "allow", "deny", "serve", "services",
+           "unauthenticated", "TEMPLATES"]
 
 #: The templates an adapter may serve, by the name its `handle_<name>` method carries, and
-#: their variety: a check answers a `Verdict`, a report nothing, a quota the amount granted.
+#: their variety: a check answers a `Verdict`, a report nothing, a quota the amount granted,
+#: an attribute generator a dict of its template's outputs (or a `Denial`).
 TEMPLATES = {
     "listentry": "check", "checknothing": "check", "authorization": "check",
     "metric": "report", "logentry": "report", "tracespan": "report", "reportnothing": "report",
     "quota": "quota",
+    "kubernetes": "attributes", "jwt": "attributes", "apikey": "attributes",
 }
 
 # google.rpc.Code values the mixer reads.
 _OK, _INVALID_ARGUMENT, _PERMISSION_DENIED, _INTERNAL = 0, 3, 7, 13
+_UNAUTHENTICATED = 16
 
 
 class Instance(dict):
@@ -89,6 +93,23 @@ def deny(message, valid_for=0.0, valid_uses=0):
     return Verdict(False, message, valid_for, valid_uses)
 
 
+@dataclass(frozen=True)
+class Denial:
+    """An attribute generator's refusal of a request (a bad credential): the check is denied
+    with `code` and `message` (never the credential itself), and the denied response carries
+    `headers` (`{"www-authenticate": 'Bearer error="invalid_token"'}`). Only `jwt` and
+    `apikey` can deny: Istio's `kubernetes` output has no room for it."""
+
+    message: str
+    code: int = _UNAUTHENTICATED
+    headers: tuple = ()
+
+
+def unauthenticated(message, headers=None):
+    """A generator's denial (UNAUTHENTICATED, 401 on HTTP front ends) with `message`."""
+    return Denial(message, _UNAUTHENTICATED, tuple((headers or {}).items()))
+
+
 class Adapter:
     """Base of an adapter. Override `validate` to refuse params, `open`/`close` to keep state per
     handler config (a session), and define `handle_<template>(self, instance, params)` methods:
@@ -96,7 +117,10 @@ class Adapter:
     - check templates (listentry, checknothing, authorization) return a `Verdict` (or a bool);
     - report templates (metric, logentry, tracespan, reportnothing) get `instances`, a list,
       and return nothing;
-    - quota gets `(instance, params, amount, best_effort)` and returns the amount granted.
+    - quota gets `(instance, params, amount, best_effort)` and returns the amount granted;
+    - attribute generators (kubernetes, jwt, apikey) return a dict of the template's outputs
+      (`{"principal": "team-a", "claims": {"tier": "gold"}}`; one left out takes its binding's
+      default) or `unauthenticated(message)`.
 
     `params` is what `open` returned (by default the handler's `params` as a dict). Handlers
     run on a thread pool, several at a time: guard shared state with a lock."""
@@ -240,12 +264,43 @@ def _check_result(verdict):
     return result
 
 
-def _method(sessions, variety, handle):
+def _output(output_type, answer):
+    """A generator's answer as the template's `OutputMsg`."""
+    out = output_type()
+    fields = out.DESCRIPTOR.fields_by_name
+    if isinstance(answer, Denial):
+        if "status" not in fields:
+            raise TypeError("%s has no room for a denial" % out.DESCRIPTOR.full_name)
+        out.status.CopyFrom(_status(answer.code, answer.message))
+        for name, value in answer.headers:
+            out.response_header_operations.add(name=name, value=value)
+        return out
+    if not isinstance(answer, dict):
+        raise TypeError("a generator returns a dict of outputs or a Denial, not %r" % (answer,))
+    for name, value in answer.items():
+        field = fields.get(name)
+        if field is None or name in ("status", "valid_duration", "response_header_operations"):
+            raise TypeError("%r is not an output of %s" % (name, out.DESCRIPTOR.full_name))
+        kind = field.message_type.full_name if field.message_type else None
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            getattr(out, name).update(value)
+        elif kind == "istio.policy.v1beta1.IPAddress":
+            getattr(out, name).value = ipaddress.ip_address(value).packed
+        elif kind == "istio.policy.v1beta1.TimeStamp":
+            getattr(out, name).value.FromDatetime(value)
+        else:
+            setattr(out, name, value)
+    return out
+
+
+def _method(sessions, variety, handle, output_type=None):
     """The gRPC method body of one template: decode, call `handle`, encode its answer."""
 
     def call(request, context):
         state = sessions.state(request.adapter_config, context)
         try:
+            if variety == "attributes":
+                return _output(output_type, handle(_plain(request.instance), state))
             if variety == "report":
                 handle([_plain(i) for i in request.instances], state)
                 return report_pb2.ReportResult()
@@ -285,10 +340,11 @@ def services(adapter):
         names.append(service.full_name)
         request = getattr(module, method.input_type.name)
         response = {"check": check_pb2.CheckResult, "report": report_pb2.ReportResult,
-                    "quota": quota_pb2.QuotaResult}[variety]
+                    "quota": quota_pb2.QuotaResult,
+                    "attributes": getattr(module, "OutputMsg", None)}[variety]
         handlers.append(grpc.method_handlers_generic_handler(service.full_name, {
             method.name: grpc.unary_unary_rpc_method_handler(
-                _method(sessions, variety, handle),
+                _method(sessions, variety, handle, response),
                 request_deserializer=request.FromString,
                 response_serializer=response.SerializeToString)}))
     if len(names) == 1:

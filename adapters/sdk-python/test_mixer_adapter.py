@@ -19,6 +19,8 @@ from istio.mixer.adapter.model.v1beta1 import infrastructure_backend_pb2 as back
 from istio.mixer.adapter.model.v1beta1 import infrastructure_backend_pb2_grpc as backend_grpc  # noqa: E402
 from istio.mixer.adapter.model.v1beta1 import quota_pb2  # noqa: E402
 from istio.policy.v1beta1 import type_pb2  # noqa: E402
+from mixer.template.apikey import template_handler_service_pb2 as apikey  # noqa: E402
+from mixer.template.apikey import template_handler_service_pb2_grpc as apikey_grpc  # noqa: E402
 from mixer.template.authorization import template_handler_service_pb2 as authorization  # noqa: E402
 from mixer.template.authorization import template_handler_service_pb2_grpc as authorization_grpc  # noqa: E402
 from mixer.template.checknothing import template_handler_service_pb2 as checknothing  # noqa: E402
@@ -81,6 +83,13 @@ class Everything(mixer_adapter.Adapter):
     def handle_quota(self, instance, state, amount, best_effort):
         return state["limit"]
 
+    def handle_apikey(self, instance, state):
+        if instance.key == "k-123":
+            return {"principal": "team-a", "claims": {"tier": "gold"}}
+        if instance.key == "bad-output":
+            return {"tier": "gold"}
+        return mixer_adapter.unauthenticated("unknown API key", {"www-authenticate": "ApiKey"})
+
 
 class HelperTest(unittest.TestCase):
     @classmethod
@@ -107,7 +116,8 @@ class HelperTest(unittest.TestCase):
         self.assertEqual(self.names, [
             "istio.mixer.adapter.model.v1beta1.InfrastructureBackend",
             "checknothing.HandleCheckNothingService", "authorization.HandleAuthorizationService",
-            "logentry.HandleLogEntryService", "quota.HandleQuotaService"])
+            "logentry.HandleLogEntryService", "quota.HandleQuotaService",
+            "apikey.HandleApiKeyService"])
         with self.assertRaisesRegex(TypeError, "no handle_<template> method"):
             mixer_adapter.services(mixer_adapter.Adapter())
 
@@ -172,6 +182,27 @@ class HelperTest(unittest.TestCase):
             "n": 7,
             "unset": None,
         })
+
+    def test_a_generator_answers_its_outputs_or_a_denial(self):
+        generate = apikey_grpc.HandleApiKeyServiceStub(self.channel).HandleApiKey
+
+        def ask(key):
+            return generate(apikey.HandleApiKeyRequest(
+                instance=apikey.InstanceMsg(name="key.instance.default", key=key),
+                adapter_config=params({"limit": 1})))
+
+        known = ask("k-123")
+        self.assertEqual((known.principal, dict(known.claims)), ("team-a", {"tier": "gold"}))
+        self.assertFalse(known.HasField("status"))
+        denied = ask("k-999")
+        self.assertEqual((denied.status.code, denied.status.message), (16, "unknown API key"))
+        self.assertEqual([(h.name, h.value) for h in denied.response_header_operations],
+                         [("www-authenticate", "ApiKey")])
+        self.assertEqual(denied.principal, "")
+        with self.assertRaises(grpc.RpcError) as failed:
+            ask("bad-output")
+        self.assertEqual(failed.exception.code(), grpc.StatusCode.INTERNAL)
+        self.assertIn("'tier' is not an output of apikey.OutputMsg", failed.exception.details())
 
     def test_an_adapters_failure_is_internal_with_its_message(self):
         check = authorization_grpc.HandleAuthorizationServiceStub(self.channel).HandleAuthorization
