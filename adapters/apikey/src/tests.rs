@@ -319,3 +319,36 @@ fn it_builds_through_the_erased_adapter() {
     let handler = adapter.build_compiled(&config, &ctx).expect("built");
     assert!(handler.as_attributes().is_some() && handler.as_check().is_none());
 }
+
+/// The handler's own task reads the files again, with no call from outside.
+#[tokio::test]
+async fn the_reload_task_reads_the_files_on_its_own() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("keys.yaml");
+    std::fs::write(&file, KEYS).expect("write");
+    let handler = handler_for(&file, json!({"reloadInterval": "100ms"}));
+    std::fs::write(&file, "keys: [{name: alice, key: fake-gold-key}]").expect("rewrite");
+    let start = std::time::Instant::now();
+    while handler.reload_counts().0 == 0 {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "no reload"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(
+        generate(&handler, Some("fake-free-key"))
+            .await
+            .denial
+            .is_some()
+    );
+    let valid = generate(&handler, Some("fake-gold-key"))
+        .await
+        .valid_duration
+        .expect("bounded");
+    assert!(
+        valid <= std::time::Duration::from_millis(100),
+        "an answer holds until the next read at most: {valid:?}"
+    );
+    handler.close().await;
+}
