@@ -83,6 +83,12 @@ impl ApiKeyHandler {
             config,
         });
         shared.schedule_next();
+        tracing::info!(
+            handler = %shared.name,
+            keys = shared.config.initial.keys.len(),
+            from = %shared.config.source.path().display(),
+            "API keys loaded"
+        );
         let handler = Arc::new(ApiKeyHandler {
             shared: shared.clone(),
             reloader: Mutex::new(None),
