@@ -293,7 +293,10 @@ async fn watch_pods(api: Api<Pod>, config: watcher::Config, shared: &Shared) {
     while let Some(event) = events.next().await {
         match event {
             Ok(event) => {
-                shared.ok();
+                // `Init` comes before the list is asked for: not proof the API server answers.
+                if !matches!(event, Event::Init) {
+                    shared.ok();
+                }
                 match event {
                     Event::Init => listed = Some(HashSet::new()),
                     Event::InitApply(pod) => {
@@ -332,7 +335,10 @@ async fn watch_owners<K>(
     while let Some(event) = events.next().await {
         match event {
             Ok(event) => {
-                shared.ok();
+                // `Init` comes before the list is asked for: not proof the API server answers.
+                if !matches!(event, Event::Init) {
+                    shared.ok();
+                }
                 match event {
                     Event::Init => listed = Some(HashSet::new()),
                     Event::InitApply(owner) => {
