@@ -6,6 +6,15 @@
 //! reviews pods, each owned by a ReplicaSet of a Deployment. The handler has empty params, as
 //! in Istio 1.4's chart (the in-cluster config); the mixer is pointed at the stand-in by the
 //! `KUBECONFIG` environment variable, which takes precedence over the params as in Istio.
+//!
+//! Istio 1.4's chart config, unchanged (`policies/istio-1.4/chart/`: the attribute manifests,
+//! the kubernetesenv handler, `attributes` instance and rules, the Prometheus metrics, as Helm
+//! renders them): a Mixer v1 Report carrying what a sidecar sends, with `source.uid` /
+//! `destination.uid` and no workload or label attributes, yields `istio_requests_total` with
+//! the labels Istio 1.4 produced for the same pods: the label set of istio/istio release-1.4
+//! `tests/integration/telemetry/stats/prometheus/stats_filter_test.go` (`buildQuery`:
+//! productpage-v1 calling reviews-v1 in bookinfo), which kubernetesenv's workload rules give
+//! (the Deployment's name through the pod's ReplicaSet: `mixer/adapter/kubernetesenv/cache.go`).
 
 #[path = "../../adapters/kubernetesenv/tests/standin/mod.rs"]
 mod standin;
@@ -13,7 +22,10 @@ mod standin;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use mixer_model::Value;
+use mixer_proto::istio::mixer::v1 as pb;
 use mixer_tests::{Mixer, http_request};
+use pb::mixer_client::MixerClient;
 
 /// Polls `/metrics` (bounded) until `want` holds for its body.
 fn scrape_until(admin: std::net::SocketAddr, what: &str, want: impl Fn(&str) -> bool) -> String {
@@ -147,5 +159,114 @@ async fn the_api_server_going_away_is_a_readiness_note_and_a_metric() {
     })
     .await
     .expect("join");
+    assert!(mixer.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn istios_chart_config_names_workloads_from_uids_only() {
+    let mut objects = standin::items("pods.json");
+    objects.extend(standin::items("replicasets.json"));
+    let apiserver = standin::StandIn::start(objects).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("config");
+    std::fs::create_dir(&config).expect("config dir");
+    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/istio-1.4/chart");
+    for entry in std::fs::read_dir(chart).expect("chart dir") {
+        let path = entry.expect("entry").path();
+        std::fs::copy(&path, config.join(path.file_name().expect("name"))).expect("copy");
+    }
+    let mixer = start_listed(&apiserver, dir.path(), &config).await;
+    let admin = mixer.admin;
+
+    // What a server-side sidecar at reviews-v1 reports for a call from productpage-v1: uids,
+    // the service, the protocol and the response; no workload names, no labels.
+    let values = [
+        ("context.reporter.kind", Value::from("inbound")),
+        (
+            "context.reporter.uid",
+            Value::from("kubernetes://reviews-v1-79d546878f-r5ps6.default"),
+        ),
+        ("context.protocol", Value::from("http")),
+        (
+            "source.uid",
+            Value::from("kubernetes://productpage-v1-596598f447-nn64q.default"),
+        ),
+        (
+            "destination.uid",
+            Value::from("kubernetes://reviews-v1-79d546878f-r5ps6.default"),
+        ),
+        ("destination.port", Value::Int64(9080)),
+        (
+            "destination.service.host",
+            Value::from("reviews.default.svc.cluster.local"),
+        ),
+        ("destination.service.name", Value::from("reviews")),
+        ("destination.service.namespace", Value::from("default")),
+        (
+            "destination.service.uid",
+            Value::from("istio://default/services/reviews"),
+        ),
+        ("request.host", Value::from("reviews:9080")),
+        ("request.method", Value::from("GET")),
+        ("request.path", Value::from("/reviews/0")),
+        ("response.code", Value::Int64(200)),
+        ("request.time", Value::from("2020-08-10T10:00:00Z")),
+        ("response.time", Value::from("2020-08-10T10:00:00.012Z")),
+    ];
+    let record = mixer_frontends::mixer_v1::encode(
+        values.iter().map(|(n, v)| (*n, v)),
+        mixer_frontends::mixer_v1::GLOBAL_WORD_COUNT,
+    );
+    let mut client = MixerClient::connect(format!("http://{}", mixer.grpc))
+        .await
+        .expect("connect");
+    client
+        .report(pb::ReportRequest {
+            attributes: vec![record],
+            global_word_count: mixer_frontends::mixer_v1::GLOBAL_WORD_COUNT as u32,
+            ..Default::default()
+        })
+        .await
+        .expect("report");
+
+    let expected = [
+        ("reporter", "destination"),
+        ("request_protocol", "http"),
+        ("response_code", "200"),
+        ("destination_app", "reviews"),
+        ("destination_version", "v1"),
+        ("destination_service", "reviews.default.svc.cluster.local"),
+        ("destination_service_name", "reviews"),
+        ("destination_service_namespace", "default"),
+        ("destination_workload", "reviews-v1"),
+        ("destination_workload_namespace", "default"),
+        ("source_app", "productpage"),
+        ("source_version", "v1"),
+        ("source_workload", "productpage-v1"),
+        ("source_workload_namespace", "default"),
+    ];
+    let series = |body: &str| -> Option<String> {
+        body.lines()
+            .find(|l| l.starts_with("istio_requests_total{"))
+            .map(str::to_owned)
+    };
+    let body = tokio::task::spawn_blocking(move || {
+        scrape_until(admin, "istio_requests_total", |b| series(b).is_some())
+    })
+    .await
+    .expect("join");
+    let line = series(&body).expect("a series");
+    for (label, value) in expected {
+        assert!(
+            line.contains(&format!("{label}=\"{value}\"")),
+            "{label}={value:?} not in {line}"
+        );
+    }
+    assert!(line.ends_with(" 1"), "{line}");
+    assert!(
+        body.contains("mixer_kubernetesenv_pods{handler=\"kubernetesenv.handler.istio-system\"} 2"),
+        "{body}"
+    );
+
     assert!(mixer.terminate().success());
 }
