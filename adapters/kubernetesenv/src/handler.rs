@@ -13,6 +13,10 @@ use mixer_model::{Instance, KubernetesInstance, Value};
 use crate::cache::{DESTINATION, Found, PodCache, SOURCE};
 use crate::watch::{Shared, Watch, WatchedKind};
 
+/// How long a verdict decided on a pod found by its IP may be cached: a deleted pod's IP goes
+/// to the next pod scheduled, and a cached verdict must not outlive that by long.
+pub const BY_IP_VALIDITY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Prefix of the handler's metrics.
 pub const METRIC_PREFIX: &str = "mixer_kubernetesenv";
 
@@ -54,6 +58,20 @@ impl KubernetesEnvHandler {
     /// side by its uid if set, else by its IP if set and specified; a pod not in the cache
     /// gives no outputs for its side.
     pub fn lookup(&self, instance: &KubernetesInstance<'_>) -> Vec<(&'static str, Value)> {
+        self.answer(instance).outputs
+    }
+
+    /// [`lookup`](Self::lookup), with how long a verdict on it may be cached: an IP is
+    /// reused by the next pod, so outputs found by IP hold for [`BY_IP_VALIDITY`] only;
+    /// found by uid (one pod, ever), no bound of the handler's own.
+    pub fn answer(&self, instance: &KubernetesInstance<'_>) -> Generated {
+        let by_ip = |uid: Option<&str>, ip: Option<std::net::IpAddr>| {
+            uid.is_none_or(str::is_empty) && ip.is_some_and(|ip| !ip.is_unspecified())
+                || uid.is_some_and(|u| u.parse::<std::net::IpAddr>().is_ok())
+        };
+        let valid_duration = (by_ip(instance.source_uid, instance.source_ip)
+            || by_ip(instance.destination_uid, instance.destination_ip))
+        .then_some(BY_IP_VALIDITY);
         let cache = self.shared.cache.read().unwrap_or_else(|e| e.into_inner());
         let mut out = Vec::with_capacity(24);
         if let Some(found) = side(&cache, instance.destination_uid, instance.destination_ip) {
@@ -65,7 +83,11 @@ impl KubernetesEnvHandler {
         if let Some(found) = side(&cache, instance.source_uid, instance.source_ip) {
             found.fill(&SOURCE, &mut out);
         }
-        out
+        Generated {
+            outputs: out,
+            valid_duration,
+            denial: None,
+        }
     }
 }
 
@@ -107,7 +129,7 @@ impl AttributeHandler for KubernetesEnvHandler {
                 ),
             ));
         }
-        Ok(Generated::outputs(self.lookup(&view)))
+        Ok(self.answer(&view))
     }
 }
 

@@ -33,7 +33,7 @@ use mixer_model::Template;
 
 pub use cache::{OwnerKind, PodCache, UID_PREFIX};
 pub use config::{DEFAULT_REFRESH, KubernetesEnvConfig, KubernetesEnvParams};
-pub use handler::{KubernetesEnvHandler, METRIC_PREFIX};
+pub use handler::{BY_IP_VALIDITY, KubernetesEnvHandler, METRIC_PREFIX};
 pub use watch::{ClusterAccess, Shared, Watch, WatchedKind};
 
 static INFO: AdapterInfo = AdapterInfo {

@@ -329,6 +329,22 @@ async fn generate_fails_until_listed_and_refuses_other_templates() {
         Some("reviews-v1")
     );
     assert_eq!(generated.denial, None);
+    // Found by uid: one pod ever, no bound of the handler's own on caching.
+    assert_eq!(generated.valid_duration, None);
+    // Found by IP: the next pod may get the IP, so a verdict on it is cached briefly.
+    let by_ip = Instance {
+        fields: vec![(
+            "source_ip",
+            FieldValue::Value(Value::IpAddress("10.44.0.13".parse().unwrap())),
+        )],
+        ..instance.clone()
+    };
+    let generated = h.generate(&by_ip).await.unwrap();
+    assert_eq!(
+        text(&generated.outputs, "source_workload_name").as_deref(),
+        Some("reviews-v1")
+    );
+    assert_eq!(generated.valid_duration, Some(crate::BY_IP_VALIDITY));
     let other = Instance {
         template: Template::Jwt,
         ..instance.clone()
