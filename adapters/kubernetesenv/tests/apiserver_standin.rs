@@ -23,7 +23,10 @@ fn bookinfo() -> Vec<serde_json::Value> {
 }
 
 fn build(standin: &StandIn, dir: &tempfile::TempDir) -> Arc<KubernetesEnvHandler> {
-    let path = standin.kubeconfig(dir.path());
+    build_with(standin.kubeconfig(dir.path()))
+}
+
+fn build_with(path: std::path::PathBuf) -> Arc<KubernetesEnvHandler> {
     let params: KubernetesEnvParams = decode_params(&serde_json::json!({
         "kubeconfigPath": path.to_str().unwrap(),
         "cacheRefreshDuration": "30s",
@@ -243,5 +246,24 @@ fn a_kubeconfig_path_that_is_not_a_kubeconfig_is_a_param_error() {
     assert!(
         KubernetesEnv.compile(empty).is_ok(),
         "the chart's empty params: in-cluster"
+    );
+}
+
+#[tokio::test]
+async fn the_kubeconfigs_token_is_sent_and_a_refused_one_is_a_note() {
+    let standin = StandIn::start(bookinfo()).await;
+    standin.require_token("standin-token");
+    let dir = tempfile::tempdir().unwrap();
+    let h = build_with(standin.kubeconfig_with_token(dir.path(), Some("standin-token")));
+    until("listed with the token", || h.shared().is_synced()).await;
+
+    let other = tempfile::tempdir().unwrap();
+    let refused = build_with(standin.kubeconfig_with_token(other.path(), Some("wrong")));
+    until("refusal seen", || refused.shared().is_failing()).await;
+    assert!(!refused.shared().is_synced());
+    let note = refused.readiness_note().expect("a note");
+    assert!(
+        note.contains("401") || note.contains("Unauthorized"),
+        "{note}"
     );
 }

@@ -41,6 +41,8 @@ struct Cluster {
 
 struct Inner {
     cluster: Mutex<Cluster>,
+    /// The bearer token every request must carry, if any (as a service account's would).
+    token: Mutex<Option<String>>,
     events: broadcast::Sender<(u64, &'static str, Value)>,
     down: watch::Sender<bool>,
 }
@@ -111,6 +113,7 @@ impl StandIn {
         let (down, _) = watch::channel(false);
         let inner = Arc::new(Inner {
             cluster: Mutex::new(Cluster::default()),
+            token: Mutex::new(None),
             events,
             down,
         });
@@ -121,8 +124,10 @@ impl StandIn {
             router = router.route(
                 path,
                 axum::routing::get(
-                    move |State(inner): State<Arc<Inner>>, Query(params): Query<Params>| {
-                        serve(inner, path, api_version, list_kind, params)
+                    move |State(inner): State<Arc<Inner>>,
+                          headers: axum::http::HeaderMap,
+                          Query(params): Query<Params>| {
+                        serve(inner, path, api_version, list_kind, params, headers)
                     },
                 ),
             );
@@ -160,6 +165,11 @@ impl StandIn {
         let _ = self.inner.events.send((version, path, event));
     }
 
+    /// From now on, answers 401 to a request without `Authorization: Bearer <token>`.
+    pub fn require_token(&self, token: &str) {
+        *self.inner.token.lock().unwrap() = Some(token.to_owned());
+    }
+
     /// Goes away: open watches end and every request is answered 503 (a connection the
     /// client keeps alive would otherwise still reach it); the listener closes.
     pub fn go_away(&self) {
@@ -169,11 +179,20 @@ impl StandIn {
 
     /// A kubeconfig file in `dir` whose current context is this server (no credentials).
     pub fn kubeconfig(&self, dir: &Path) -> PathBuf {
+        self.kubeconfig_with_token(dir, None)
+    }
+
+    /// [`StandIn::kubeconfig`], its user authenticating with a bearer `token`.
+    pub fn kubeconfig_with_token(&self, dir: &Path, token: Option<&str>) -> PathBuf {
         let path = dir.join("kubeconfig");
+        let user = match token {
+            Some(token) => format!("{{token: {token}}}"),
+            None => "{}".to_owned(),
+        };
         let text = format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: standin\n  cluster:\n    server: http://{}\n\
              contexts:\n- name: standin\n  context:\n    cluster: standin\n    user: nobody\n\
-             current-context: standin\nusers:\n- name: nobody\n  user: {{}}\n",
+             current-context: standin\nusers:\n- name: nobody\n  user: {user}\n",
             self.addr
         );
         std::fs::write(&path, text).unwrap();
@@ -187,9 +206,17 @@ async fn serve(
     api_version: &'static str,
     list_kind: &'static str,
     params: Params,
+    headers: axum::http::HeaderMap,
 ) -> Response {
     if *inner.down.borrow() {
         return (StatusCode::SERVICE_UNAVAILABLE, "stand-in gone away").into_response();
+    }
+    let wanted = inner.token.lock().unwrap().clone();
+    if let Some(token) = wanted {
+        let given = headers.get("authorization").and_then(|v| v.to_str().ok());
+        if given != Some(format!("Bearer {token}").as_str()) {
+            return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response();
+        }
     }
     let watching = matches!(params.watch.as_deref(), Some("true" | "1"));
     if !watching {
