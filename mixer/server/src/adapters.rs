@@ -63,6 +63,7 @@ pub fn with_wasm(wasm: mixer_wasm::HostOptions) -> AdapterRegistry {
     registry.register(Arc::new(mixer_adapter_prometheus::Prometheus));
     registry.register(Arc::new(mixer_adapter_stdio::Stdio));
     registry.register(Arc::new(mixer_adapter_memquota::MemQuota));
+    registry.register(Arc::new(mixer_adapter_kubernetesenv::KubernetesEnv));
     registry.register(Arc::new(mixer_adapter_redisquota::RedisQuota));
     registry.register(Arc::new(mixer_adapter_otlp::Otlp));
     registry.register(Arc::new(mixer_adapter_apikey::ApiKey));
