@@ -70,6 +70,8 @@ async fn every_built_in_adapter_conforms() {
     let redis = mixer_tests::redis::Redis::start();
     let dir = tempfile::tempdir().expect("temp dir");
     let log = dir.path().join("stdio.log");
+    let api_keys = dir.path().join("keys.yaml");
+    std::fs::write(&api_keys, "keys: [{name: a, key: fake-key}]").expect("write keys");
     let binary = Path::new(env!("CARGO_BIN_EXE_mixer-under-test"));
     let receiver = tokio::task::spawn_blocking(move || {
         let m = Mixer::start(binary, &[]);
@@ -94,6 +96,7 @@ async fn every_built_in_adapter_conforms() {
             None,
         ),
         case("memquota", json!({"quotas": quotas()}), None),
+        case("apikey", json!({"file": api_keys}), None),
         case(
             "redisquota",
             // A second, not the 5 ms default: this checks behaviour, and a loaded CI machine

@@ -333,7 +333,8 @@ fn check_invariants(r: &Rendered) {
     // Everything in the mixer's namespace, what overlays add included (a resource an overlay
     // adds without one would go to whatever namespace kubectl's context names).
     for object in &r.objects {
-        if object["kind"] != "Namespace" {
+        let cluster_scoped = ["Namespace", "ClusterRole", "ClusterRoleBinding"];
+        if !cluster_scoped.contains(&object["kind"].as_str().unwrap_or_default()) {
             assert_eq!(
                 object["metadata"]["namespace"], "mixer",
                 "{name}: {} {} is not in namespace mixer",
@@ -341,6 +342,39 @@ fn check_invariants(r: &Rendered) {
             );
         }
     }
+    // kubernetesenv reads pods and their owners: get/list/watch only, bound to the mixer's
+    // own service account in its namespace.
+    let role = r
+        .one("ClusterRole", "mixer-kubernetesenv")
+        .expect("ClusterRole mixer-kubernetesenv");
+    for rule in role["rules"].as_array().expect("rules") {
+        assert_eq!(
+            rule["verbs"],
+            serde_json::json!(["get", "list", "watch"]),
+            "{name}: {rule}"
+        );
+    }
+    let granted: Vec<&str> = role["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|r| r["resources"].as_array().into_iter().flatten())
+        .filter_map(Value::as_str)
+        .collect();
+    for needed in ["pods", "replicasets", "replicationcontrollers"] {
+        assert!(
+            granted.contains(&needed),
+            "{name}: kubernetesenv cannot watch {needed}"
+        );
+    }
+    let binding = r
+        .one("ClusterRoleBinding", "mixer-kubernetesenv")
+        .expect("ClusterRoleBinding mixer-kubernetesenv");
+    assert_eq!(
+        binding["subjects"],
+        serde_json::json!([{"kind": "ServiceAccount", "name": "mixer", "namespace": "mixer"}]),
+        "{name}"
+    );
     for deployment in r.all("Deployment") {
         let dname = &deployment["metadata"]["name"];
         let id = format!("{name}: Deployment {dname}");

@@ -37,6 +37,13 @@ pub trait Handler: Send + Sync {
         None
     }
 
+    /// Something readiness (`/readyz`) should say about the handler now, as a `note:` line
+    /// (the kubernetesenv cache serving stale pods while the API server is down). A note
+    /// never makes the mixer unready: the handler still answers.
+    fn readiness_note(&self) -> Option<String> {
+        None
+    }
+
     /// Releases what the handler holds; called once, when no snapshot uses it any more.
     async fn close(&self) {}
 }

@@ -171,6 +171,13 @@ async fn readyz(State(admin): State<Admin>) -> Response {
         .config
         .notes
         .iter()
+        .cloned()
+        .chain(
+            snapshot
+                .handlers
+                .iter()
+                .filter_map(|h| h.handler.readiness_note()),
+        )
         .map(|n| format!("note: {n}\n"))
         .collect();
     let removal = runtime
