@@ -438,6 +438,21 @@ spec:
     }
 
     #[test]
+    fn a_generator_sent_to_a_handler_that_does_not_produce_attributes_is_an_error() {
+        let yaml = format!(
+            "{ISTIO_ATTRIBUTES}---\nkind: handler\nmetadata: {{name: h, namespace: istio-system}}\nspec: {{compiledAdapter: denier}}\n---\nkind: rule\nmetadata: {{name: r, namespace: istio-system}}\nspec:\n  actions: [{{handler: h, instances: [attributes]}}]\n"
+        );
+        let e = errors(&yaml);
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].starts_with(
+                "c.yaml: rule r: spec.actions[0].instances[0]: instance attributes.instance.istio-system is of template kubernetes, which handler h.handler.istio-system (adapter denier) does not support"
+            ),
+            "{e:?}"
+        );
+    }
+
+    #[test]
     fn attribute_binding_errors_name_the_file_and_field() {
         let doc = |template: &str, bindings: &str| {
             format!(
