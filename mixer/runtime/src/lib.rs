@@ -39,7 +39,9 @@ mod verdicts;
 mod watch;
 
 pub use build_error::BuildError;
-pub use check::{Checked, QuotaAfterCheck, QuotaRefusal, Wants, check, check_with_quota};
+pub use check::{
+    Checked, QuotaAfterCheck, QuotaRefusal, Wants, check, check_prepared, check_with_quota,
+};
 pub use content::{CheckOutcome, ConfigContent, DiskState, FileHash, Settle};
 pub use deadline::DEFAULT_HANDLER_TIMEOUT;
 pub use decision::{DEFAULT_VALID_DURATION, DEFAULT_VALID_USE_COUNT, InstanceError, Undecided};
@@ -51,6 +53,7 @@ pub use limits::{
     DEFAULT_REPORT_RECORDS, Limit, RequestLimits,
 };
 pub use metrics::{CheckCalls, CheckResults, RuntimeMetrics};
+pub use preprocess::Prepared;
 pub use quota::{QuotaAsk, QuotaOutcome, QuotaPlan, quota_name_matches};
 pub use report::{ReportOutcome, report};
 pub use report_executor::{
