@@ -180,10 +180,16 @@ pub async fn plan_preprocessed(
     bag: &dyn Bag,
     quota: Option<&str>,
 ) -> QuotaPlan {
-    match preprocess(snapshot, bag, true).await {
-        None => plan(snapshot, bag, quota),
-        Some(pre) => plan_on(snapshot, &pre, bag, quota),
+    if !snapshot.generates {
+        return plan(snapshot, bag, quota);
     }
+    Box::pin(async {
+        match preprocess(snapshot, bag, true).await {
+            Some(pre) => plan_on(snapshot, &pre, bag, quota),
+            None => plan(snapshot, bag, quota),
+        }
+    })
+    .await
 }
 
 /// The first step of a quota request: the quota instances `bag` selects (those
