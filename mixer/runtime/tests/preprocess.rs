@@ -367,3 +367,49 @@ async fn generator_calls_are_counted_by_handler_and_result() {
         (1, 1, 1)
     );
 }
+
+#[tokio::test]
+async fn a_binding_with_no_value_leaves_the_attribute_absent_not_the_proxys() {
+    let yaml = r#"
+kind: handler
+metadata: {name: pods, namespace: istio-system}
+spec: {compiledAdapter: pods}
+---
+kind: instance
+metadata: {name: attributes, namespace: istio-system}
+spec:
+  compiledTemplate: kubernetes
+  params: {source_uid: source.uid | ""}
+  attributeBindings: {source.workload.name: $out.source_workload_name}
+---
+kind: rule
+metadata: {name: gen, namespace: istio-system}
+spec:
+  actions: [{handler: pods, instances: [attributes]}]
+---
+kind: handler
+metadata: {name: deny, namespace: istio-system}
+spec: {compiledAdapter: denier, params: {status: {code: 7, message: "not reviews"}}}
+---
+kind: instance
+metadata: {name: nothing, namespace: istio-system}
+spec: {compiledTemplate: checknothing}
+---
+kind: rule
+metadata: {name: only-reviews, namespace: istio-system}
+spec:
+  match: (source.workload.name | "none") != "reviews"
+  actions: [{handler: deny, instances: [nothing]}]
+"#;
+    let snap = snapshot(yaml, &RuntimeOptions::default());
+    // The generator knows no pod by this uid (no outputs); the proxy claims reviews.
+    let b = bag(
+        &snap,
+        &[
+            ("source.uid", Value::from("unknown-pod")),
+            ("source.workload.name", Value::from("reviews")),
+        ],
+    );
+    let verdict = decide(&snap, &b).await.expect("decided");
+    assert_eq!(verdict.status.code, Code::PermissionDenied, "{verdict:?}");
+}
