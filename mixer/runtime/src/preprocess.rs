@@ -100,6 +100,23 @@ impl Bag for Outputs {
     }
 }
 
+/// A request's preprocess phase run ahead of its check, so that the check (on a cache miss)
+/// and the quotas charged after it see the same generated attributes from one call of each
+/// generator. Empty (nothing run) when the snapshot has no generator rule.
+#[derive(Debug, Default)]
+pub struct Prepared {
+    pub(crate) pre: Option<Preprocessed>,
+}
+
+impl Prepared {
+    /// Runs the attribute generators of `snapshot` on `request`, recording their inputs.
+    pub async fn new(snapshot: &Snapshot, request: &dyn Bag) -> Prepared {
+        Prepared {
+            pre: preprocess(snapshot, request, true).await,
+        }
+    }
+}
+
 /// Runs the preprocess phase on `request`; `None` when the snapshot has no generator rule
 /// (nothing allocated, nothing read). `record_reads: false` leaves the inputs unrecorded.
 pub(crate) async fn preprocess(
