@@ -1,13 +1,13 @@
-//! The `noop` adapter: accepts every template and does nothing, allowing every check and
-//! granting every quota. Useful to wire rules up and to measure the pipeline's own cost.
+//! The `noop` adapter: accepts every template and does nothing, allowing every check,
+//! granting every quota and generating no attributes (their bindings take their defaults). Useful to wire rules up and to measure the pipeline's own cost.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, Handler, ParamError, QuotaArgs,
-    QuotaHandler, ReportHandler, Stability,
+    Adapter, AdapterError, AdapterInfo, AttributeHandler, BuildContext, CheckHandler, Generated,
+    Handler, ParamError, QuotaArgs, QuotaHandler, ReportHandler, Stability,
 };
 use mixer_model::{CheckResult, Instance, QuotaResult, Status, Template};
 use serde::Deserialize;
@@ -68,6 +68,17 @@ impl Handler for NoopHandler {
 
     fn as_report(&self) -> Option<&dyn ReportHandler> {
         Some(self)
+    }
+
+    fn as_attributes(&self) -> Option<&dyn AttributeHandler> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl AttributeHandler for NoopHandler {
+    async fn generate(&self, _instance: &Instance) -> Result<Generated, AdapterError> {
+        Ok(Generated::default())
     }
 }
 
@@ -146,9 +157,17 @@ mod tests {
         );
         h.as_report()
             .expect("report")
-            .report(&[i])
+            .report(std::slice::from_ref(&i))
             .await
             .expect("ok");
+        assert_eq!(
+            h.as_attributes()
+                .expect("attributes")
+                .generate(&i)
+                .await
+                .expect("ok"),
+            Generated::default()
+        );
         assert!(
             mixer_adapter_api::host::AnyAdapter::compile(&Noop, &serde_json::json!({"x": 1}))
                 .is_err()

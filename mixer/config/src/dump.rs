@@ -55,7 +55,17 @@ impl Config {
                     };
                     fields.insert(f.name.to_string(), v);
                 }
-                json!({"name": &*i.name, "template": i.template.name(), "fields": fields})
+                let mut shown =
+                    json!({"name": &*i.name, "template": i.template.name(), "fields": fields});
+                if !i.bindings.is_empty() {
+                    let bindings: Map<String, Value> = i
+                        .bindings
+                        .iter()
+                        .map(|b| (b.name.to_string(), Value::from(&*b.source)))
+                        .collect();
+                    shown["attributeBindings"] = Value::Object(bindings);
+                }
+                shown
             })
             .collect();
         let name_of = |list: &[&str], i: usize| list.get(i).map_or("?", |n| *n).to_string();

@@ -91,10 +91,11 @@ mod validate;
 pub use error::ConfigError;
 pub use expr::{CompileError, Expression, Syntax};
 pub use inputs::InputFile;
+pub use kinds::bindings::outputs_vocabulary;
 pub use model::{
-    ActionConfig, AdapterResource, Config, Connection, DropReason, DroppedDocument, FieldExpr,
-    FieldExprValue, HandlerConfig, HeaderOperationConfig, InstanceConfig, MatchErrorPolicy,
-    RateLimitBehaviour, RuleConfig,
+    ActionConfig, AdapterResource, AttributeBinding, Config, Connection, DropReason,
+    DroppedDocument, FieldExpr, FieldExprValue, HandlerConfig, HeaderOperationConfig,
+    InstanceConfig, MatchErrorPolicy, RateLimitBehaviour, RuleConfig,
 };
 pub use registry::AdapterRegistry;
 pub use source::{SourceFile, emptied_files, read_sources};

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use mixer_adapter_api::host::{CompiledConfig, FailPolicy};
 use mixer_adapter_api::secrets::Redactor;
-use mixer_model::{HeaderOp, Template, Vocabulary};
+use mixer_model::{AttrId, HeaderOp, Template, Vocabulary};
 use mixer_remote::ParamsDescriptor;
 
 use crate::expr::Expression;
@@ -279,6 +279,24 @@ pub struct InstanceConfig {
     pub template: Template,
     /// The fields set, in template order.
     pub fields: Vec<FieldExpr>,
+    /// For an attribute generator template: which attributes its handler's outputs fill
+    /// (`spec.attributeBindings`), in config order; empty for every other template.
+    pub bindings: Vec<AttributeBinding>,
+}
+
+/// One entry of an instance's `attributeBindings`: a request attribute and the expression
+/// over the handler's outputs (`$out.<field>`) that computes it.
+#[derive(Clone, Debug)]
+pub struct AttributeBinding {
+    /// The attribute bound, in the config's vocabulary.
+    pub attr: AttrId,
+    /// Its name.
+    pub name: Arc<str>,
+    /// The expression as written (with `$out.`), for dumps.
+    pub source: Arc<str>,
+    /// The expression compiled against [`outputs_vocabulary`](crate::outputs_vocabulary)
+    /// of the instance's template, typed as the attribute is declared.
+    pub expr: Expression,
 }
 
 /// One template field and the expression(s) that compute it.

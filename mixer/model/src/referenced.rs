@@ -85,6 +85,12 @@ impl ReferencedAttributes {
         self.refs.extend(other.refs.iter().cloned());
     }
 
+    /// Keeps only the reads `keep` accepts (a check drops the reads of attributes an
+    /// attribute generator bound, whose values follow from its inputs).
+    pub fn retain(&mut self, keep: impl FnMut(&Reference) -> bool) {
+        self.refs.retain(keep);
+    }
+
     /// Sorts and removes duplicates.
     pub fn normalize(&mut self) {
         self.refs.sort();

@@ -24,6 +24,7 @@ mod evaluate;
 mod index;
 mod limits;
 mod metrics;
+mod preprocess;
 pub mod quota;
 mod reads;
 mod report;
@@ -42,7 +43,7 @@ pub use check::{Checked, QuotaAfterCheck, QuotaRefusal, Wants, check, check_with
 pub use content::{CheckOutcome, ConfigContent, DiskState, FileHash, Settle};
 pub use deadline::DEFAULT_HANDLER_TIMEOUT;
 pub use decision::{DEFAULT_VALID_DURATION, DEFAULT_VALID_USE_COUNT, InstanceError, Undecided};
-pub use evaluate::{Dispatch, Evaluation, MatchFailure, evaluate};
+pub use evaluate::{Dispatch, Evaluation, MatchFailure, evaluate, evaluate_preprocessed};
 pub use index::RuleIndex;
 pub use limits::{
     DEFAULT_ACCESS_LOG_ENTRIES, DEFAULT_ATTRIBUTES, DEFAULT_CHECK_QUOTAS,

@@ -13,8 +13,9 @@ use mixer_config::RateLimitBehaviour;
 use mixer_model::{Bag, QuotaResult, ReferencedAttributes, Status, Template, Variety};
 
 use crate::deadline;
-use crate::decision::{DEFAULT_VALID_DURATION, InstanceError, Undecided};
+use crate::decision::{DEFAULT_VALID_DURATION, Undecided};
 use crate::evaluate::{Dispatch, evaluate};
+use crate::preprocess::preprocess;
 use crate::snapshot::{BuiltHandler, Snapshot};
 
 /// The quota instances one bag selects, before any handler is asked: what
@@ -23,8 +24,9 @@ use crate::snapshot::{BuiltHandler, Snapshot};
 pub struct QuotaPlan {
     dispatches: Vec<Dispatch>,
     referenced: ReferencedAttributes,
-    /// An instance asked for that could not be built: the allocation fails, as in Istio.
-    not_built: Option<InstanceError>,
+    /// Why the allocation fails without asking any handler: an instance asked for that could
+    /// not be built (as in Istio), or an attribute generator that failed closed.
+    failed: Option<Undecided>,
 }
 
 impl QuotaPlan {
@@ -125,11 +127,35 @@ pub async fn ask(
     snapshot: &Snapshot,
     asks: &[QuotaAsk<'_>],
 ) -> Vec<Result<QuotaOutcome, Undecided>> {
-    let plans: Vec<(QuotaPlan, &QuotaArgs)> = asks
-        .iter()
-        .map(|ask| (plan(snapshot, ask.bag, ask.quota), ask.args))
-        .collect();
+    let mut plans: Vec<(QuotaPlan, &QuotaArgs)> = Vec::with_capacity(asks.len());
+    for ask in asks {
+        plans.push((
+            plan_preprocessed(snapshot, ask.bag, ask.quota).await,
+            ask.args,
+        ));
+    }
     allocate(snapshot, plans, &[]).await
+}
+
+/// [`plan`] after the preprocess phase: the quota rules see the attributes the attribute
+/// generators bound ([`crate::preprocess`]); the plan's reads are the request's. A generator
+/// that fails closed fails the allocation; its denial does not (quota rules see the
+/// bindings' defaults).
+pub async fn plan_preprocessed(
+    snapshot: &Snapshot,
+    bag: &dyn Bag,
+    quota: Option<&str>,
+) -> QuotaPlan {
+    let Some(pre) = preprocess(snapshot, bag, true).await else {
+        return plan(snapshot, bag, quota);
+    };
+    let mut planned = plan(snapshot, &pre.over(bag), quota);
+    pre.to_request_reads(&mut planned.referenced);
+    if let Some(failure) = pre.failure {
+        planned.dispatches.clear();
+        planned.failed.get_or_insert(failure);
+    }
+    planned
 }
 
 /// The first step of a quota request: the quota instances `bag` selects (those
@@ -155,7 +181,7 @@ pub fn plan(snapshot: &Snapshot, bag: &dyn Bag, quota: Option<&str>) -> QuotaPla
     QuotaPlan {
         dispatches: eval.dispatches,
         referenced: eval.referenced,
-        not_built,
+        failed: not_built.map(Undecided::Instance),
     }
 }
 
@@ -260,8 +286,8 @@ pub async fn allocate(
         .zip(routes)
         .zip(outcomes)
         .map(|(((plan, args), route), mut outcome)| {
-            if let Some(error) = &plan.not_built {
-                return Err(Undecided::Instance(error.clone()));
+            if let Some(failure) = &plan.failed {
+                return Err(failure.clone());
             }
             for Planned { group, at } in route {
                 let built = &snapshot.handlers[groups[group].0];

@@ -5,6 +5,7 @@ use mixer_model::{Bag, Variety};
 
 use crate::decision::InstanceError;
 use crate::evaluate::evaluate_for;
+use crate::preprocess::preprocess;
 use crate::snapshot::Snapshot;
 
 /// What a report did.
@@ -21,8 +22,16 @@ pub struct ReportOutcome {
 /// Reports `bag` on `snapshot`: the report instances of matched rules go on their handlers'
 /// queues. Neither the matched rules' names nor the reads are recorded: nothing answers with
 /// them.
+///
+/// The attribute generators run first ([`crate::preprocess`]); one that fails or denies
+/// leaves its bindings at their defaults (counted in `mixer_handler_calls_total`): the
+/// record is never dropped for it.
 pub async fn report(snapshot: &Snapshot, bag: &dyn Bag) -> ReportOutcome {
-    let eval = evaluate_for(snapshot, bag, Variety::Report, false, false);
+    let pre = preprocess(snapshot, bag, false).await;
+    let eval = match &pre {
+        None => evaluate_for(snapshot, bag, Variety::Report, false, false),
+        Some(pre) => evaluate_for(snapshot, &pre.over(bag), Variety::Report, false, false),
+    };
     let mut outcome = ReportOutcome {
         instance_errors: eval.instance_errors,
         ..ReportOutcome::default()

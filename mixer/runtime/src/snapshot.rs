@@ -180,6 +180,9 @@ pub struct Snapshot {
     /// What replicas must have in common to share cached verdicts (set by the [`crate::Runtime`]
     /// that activates the snapshot; `None` shares nothing): see `Runtime::generation`.
     pub(crate) generation: Option<Arc<str>>,
+    /// Whether any rule sends an attribute generator's instance: without one, the preprocess
+    /// phase is this one test ([`crate::preprocess`]).
+    pub(crate) generates: bool,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -315,7 +318,7 @@ impl Snapshot {
             destination_namespace: vocabulary.lookup("destination.namespace"),
         };
         let default_rules = ByVariety::build(&config, &default_rules, options.match_error_policy);
-        let namespaced = by_namespace
+        let namespaced: HashMap<Arc<str>, ByVariety> = by_namespace
             .into_iter()
             .map(|(ns, rules)| {
                 let set = ByVariety::build(&config, &rules, options.match_error_policy);
@@ -327,8 +330,15 @@ impl Snapshot {
             .iter()
             .map(|r| metrics.rule_matches.with_label_values(&[r.name.as_ref()]))
             .collect();
+        let generates = default_rules.get(Variety::AttributeGenerator).rules.len()
+            + namespaced
+                .values()
+                .map(|s: &ByVariety| s.get(Variety::AttributeGenerator).rules.len())
+                .sum::<usize>()
+            > 0;
         Ok(Built {
             snapshot: Snapshot {
+                generates,
                 rule_matches,
                 shared_exprs: SharedExprs::new(&config),
                 reads: ReadAttrs::new(&config, &identity),
@@ -368,6 +378,7 @@ impl Snapshot {
             reads: ReadAttrs::default(),
             cache: None,
             generation: None,
+            generates: false,
         }
     }
 

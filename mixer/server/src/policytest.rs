@@ -303,7 +303,7 @@ async fn run_case(snapshot: &Snapshot, case: &TestCase) -> Vec<String> {
             )];
         }
     };
-    let eval = mixer_runtime::evaluate(snapshot, &bag, variety);
+    let eval = mixer_runtime::evaluate_preprocessed(snapshot, &bag, variety).await;
     let expect = &case.expect;
     if let Some(want) = &expect.matched_rules {
         let got: Vec<&str> = eval.matched_rules.iter().map(|r| r.as_ref()).collect();

@@ -30,13 +30,6 @@ pub(crate) fn instance(
         &raw.doc,
         diags,
     );
-    if spec.get("attributeBindings").is_some_and(|v| !v.is_null()) {
-        diags.error(
-            &raw.doc,
-            "spec.attributeBindings",
-            "attribute-producing adapters (attributeBindings) are not supported",
-        );
-    }
     let compiled = opt_string(&spec, "compiledTemplate", "spec", &raw.doc, diags);
     let plain = opt_string(&spec, "template", "spec", &raw.doc, diags);
     let (name, field) = match (compiled, plain) {
@@ -76,7 +69,18 @@ pub(crate) fn instance(
         return None;
     };
     let params = spec.get("params").cloned().unwrap_or(Value::Null);
-    fields(doc, template, &params, "spec.params", vocabulary, diags)
+    let before = diags.errors.len();
+    let bindings = super::bindings::bindings(
+        doc,
+        template,
+        spec.get("attributeBindings").unwrap_or(&Value::Null),
+        vocabulary,
+        diags,
+    );
+    let bound = diags.errors.len() == before;
+    let mut instance = fields(doc, template, &params, "spec.params", vocabulary, diags)?;
+    instance.bindings = bindings;
+    bound.then_some(instance)
 }
 
 /// Validates a legacy document whose kind is a template name; its spec is the params.
@@ -123,6 +127,7 @@ fn fields(
         namespace: Arc::from(doc.raw.namespace.as_str()),
         template,
         fields: out,
+        bindings: Vec::new(),
     })
 }
 
@@ -369,6 +374,118 @@ spec:
             [
                 "c.yaml: listentry l: spec.vlaue: unknown field of template listentry (did you mean value?)"
             ]
+        );
+    }
+
+    /// Istio 1.4's chart (`install/kubernetes/helm/istio/charts/mixer/templates/config.yaml`,
+    /// release-1.4), the `attributes` instance as Helm renders it, labels left out.
+    const ISTIO_ATTRIBUTES: &str = r#"
+apiVersion: "config.istio.io/v1alpha2"
+kind: instance
+metadata:
+  name: attributes
+  namespace: istio-system
+spec:
+  compiledTemplate: kubernetes
+  params:
+    # Pass the required attribute data to the adapter
+    source_uid: source.uid | ""
+    source_ip: source.ip | ip("0.0.0.0") # default to unspecified ip addr
+    destination_uid: destination.uid | ""
+    destination_port: destination.port | 0
+  attributeBindings:
+    # Fill the new attributes from the adapter produced output.
+    # $out refers to an instance of OutputTemplate message
+    source.ip: $out.source_pod_ip | ip("0.0.0.0")
+    source.uid: $out.source_pod_uid | "unknown"
+    source.labels: $out.source_labels | emptyStringMap()
+    source.name: $out.source_pod_name | "unknown"
+    source.namespace: $out.source_namespace | "default"
+    source.owner: $out.source_owner | "unknown"
+    source.serviceAccount: $out.source_service_account_name | "unknown"
+    source.workload.uid: $out.source_workload_uid | "unknown"
+    source.workload.name: $out.source_workload_name | "unknown"
+    source.workload.namespace: $out.source_workload_namespace | "unknown"
+    destination.ip: $out.destination_pod_ip | ip("0.0.0.0")
+    destination.uid: $out.destination_pod_uid | "unknown"
+    destination.labels: $out.destination_labels | emptyStringMap()
+    destination.name: $out.destination_pod_name | "unknown"
+    destination.container.name: $out.destination_container_name | "unknown"
+    destination.namespace: $out.destination_namespace | "default"
+    destination.owner: $out.destination_owner | "unknown"
+    destination.serviceAccount: $out.destination_service_account_name | "unknown"
+    destination.workload.uid: $out.destination_workload_uid | "unknown"
+    destination.workload.name: $out.destination_workload_name | "unknown"
+    destination.workload.namespace: $out.destination_workload_namespace | "unknown"
+"#;
+
+    #[test]
+    fn istio_chart_attribute_bindings_load() {
+        let v = ok(ISTIO_ATTRIBUTES);
+        let i = &v.config.instances[0];
+        assert_eq!(i.template, Template::Kubernetes);
+        assert_eq!(i.fields.len(), 4);
+        assert_eq!(i.bindings.len(), 21);
+        let b = &i.bindings[0];
+        assert_eq!(&*b.name, "source.ip");
+        assert_eq!(v.config.vocabulary.lookup("source.ip"), Some(b.attr));
+        assert_eq!(&*b.source, "$out.source_pod_ip | ip(\"0.0.0.0\")");
+        let dump = v.config.dump();
+        assert_eq!(
+            dump["instances"][0]["attributeBindings"]["source.workload.name"],
+            "$out.source_workload_name | \"unknown\""
+        );
+    }
+
+    #[test]
+    fn attribute_binding_errors_name_the_file_and_field() {
+        let doc = |template: &str, bindings: &str| {
+            format!(
+                "kind: instance\nmetadata: {{name: i}}\nspec:\n  compiledTemplate: {template}\n  attributeBindings:\n    {bindings}\n"
+            )
+        };
+        assert_eq!(
+            errors(&doc("checknothing", "source.uid: $out.x")),
+            [
+                "c.yaml: instance i: spec.attributeBindings: template checknothing produces no attributes (attributeBindings are for attribute generator templates: kubernetes, jwt, apikey)"
+            ]
+        );
+        assert_eq!(
+            errors(&doc(
+                "kubernetes",
+                "source.wrkload.name: $out.source_workload_name"
+            )),
+            [
+                "c.yaml: instance i: spec.attributeBindings.source.wrkload.name: unknown attribute \"source.wrkload.name\" (did you mean source.workload.name?)"
+            ]
+        );
+        let e = errors(&doc(
+            "kubernetes",
+            "source.workload.name: $out.source_workload",
+        ));
+        assert_eq!(e.len(), 1);
+        assert!(
+            e[0].starts_with(
+                "c.yaml: instance i: spec.attributeBindings.source.workload.name: unknown output $out.source_workload of template kubernetes"
+            ) && e[0].contains("(outputs: source_pod_uid, "),
+            "{e:?}"
+        );
+        let e = errors(&doc(
+            "kubernetes",
+            "source.workload.name: $out.source_labels",
+        ));
+        assert_eq!(e.len(), 1);
+        assert!(
+            e[0].starts_with(
+                "c.yaml: instance i: spec.attributeBindings.source.workload.name: attribute source.workload.name (STRING): "
+            ),
+            "{e:?}"
+        );
+        let e = errors(&doc("jwt", "request.auth.principal: source.uid"));
+        assert_eq!(e.len(), 1);
+        assert!(
+            e[0].starts_with("c.yaml: instance i: spec.attributeBindings.request.auth.principal: "),
+            "{e:?}"
         );
     }
 }

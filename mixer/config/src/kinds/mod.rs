@@ -3,6 +3,7 @@
 
 pub(crate) mod adapter;
 pub(crate) mod authentication;
+pub(crate) mod bindings;
 pub(crate) mod handler;
 pub(crate) mod headers;
 pub(crate) mod instance;

@@ -262,6 +262,7 @@ pub(crate) fn ratelimit(
                 name: "dimensions",
                 value: FieldExprValue::Map(dimensions),
             }],
+            bindings: Vec::new(),
         });
     }
 

@@ -17,7 +17,8 @@
 //! | `ratelimit.hits_addend` | INT64 | the descriptor's `hits_addend` if set, else the request's if not 0, else 1 |
 //! | `context.time` | TIMESTAMP | the mixer's clock |
 //!
-//! and the bag goes to [`quota::plan`](mixer_runtime::quota::plan) asking for
+//! and the bag goes, after the attribute generators, to
+//! [`quota::plan_preprocessed`](mixer_runtime::quota::plan_preprocessed) asking for
 //! `ratelimit.hits_addend` units (not best effort, no deduplication id), with the descriptor's
 //! `limit` (requests per unit) as a [`LimitOverride`] when Envoy sent one. Every quota rule whose
 //! match holds is applied; a descriptor no rule matches is granted (as envoyproxy/ratelimit
@@ -128,7 +129,7 @@ impl RateLimit {
             self.runtime.limits(),
         )?;
         let (snapshot, bag) = scope.parts_mut();
-        let planned = plan_descriptors(snapshot, bag, request, Timestamp::now())?;
+        let planned = plan_descriptors(snapshot, bag, request, Timestamp::now()).await?;
         counted(snapshot, &planned).await
     }
 }
@@ -147,25 +148,24 @@ pub async fn decide_on(
     // The bag is only read while planning, so it goes back to this thread's pool before the
     // handlers are awaited.
     let mut bag = spare_bag(snapshot.vocabulary());
-    let planned = plan_descriptors(snapshot, &mut bag, request, now);
+    let planned = plan_descriptors(snapshot, &mut bag, request, now).await;
     keep_spare(bag);
     counted(snapshot, &planned?).await
 }
 
 /// Every descriptor's quota plan and arguments, in request order (`None` for one that asks for
 /// nothing), each planned on `bag` holding that descriptor's attributes alone.
-fn plan_descriptors(
+async fn plan_descriptors(
     snapshot: &Snapshot,
     bag: &mut AttributeBag,
     request: &RateLimitRequest,
     now: Timestamp,
 ) -> Result<Vec<Option<(QuotaPlan, QuotaArgs)>>, tonic::Status> {
-    request
-        .descriptors
-        .iter()
-        .enumerate()
-        .map(|(i, descriptor)| plan_descriptor(snapshot, bag, request, i, descriptor, now))
-        .collect()
+    let mut planned = Vec::with_capacity(request.descriptors.len());
+    for (i, descriptor) in request.descriptors.iter().enumerate() {
+        planned.push(plan_descriptor(snapshot, bag, request, i, descriptor, now).await?);
+    }
+    Ok(planned)
 }
 
 /// Counts the planned descriptors of a request (see [`decide_on`]): every limit that is not
@@ -206,8 +206,8 @@ async fn counted(
 }
 
 /// One descriptor's quota plan and arguments, planned on `bag`; `None` for one that asks for
-/// nothing.
-fn plan_descriptor(
+/// nothing. The attribute generators run on each descriptor's bag first.
+async fn plan_descriptor(
     snapshot: &Snapshot,
     bag: &mut AttributeBag,
     request: &RateLimitRequest,
@@ -236,7 +236,7 @@ fn plan_descriptor(
     bag.clear();
     fill_bag(bag, &request.domain, descriptor, hits, now);
     Ok(Some((
-        mixer_runtime::quota::plan(snapshot, &*bag, None),
+        mixer_runtime::quota::plan_preprocessed(snapshot, &*bag, None).await,
         args,
     )))
 }

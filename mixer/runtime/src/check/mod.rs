@@ -28,6 +28,7 @@ use mixer_model::{Bag, Verdict};
 pub use quota_after::{QuotaAfterCheck, QuotaRefusal, check_with_quota};
 
 use crate::decision::Undecided;
+use crate::preprocess::{Preprocessed, Refusal, preprocess};
 use crate::snapshot::Snapshot;
 
 /// A decided check: the verdict and whether it came from the cache.
@@ -109,8 +110,63 @@ impl cache::Decide for Pipeline<'_> {
     }
 }
 
-/// Decides without the cache: evaluate, then dispatch and combine until a handler denies.
+/// Decides without the cache: preprocess (when a rule sends an attribute generator), then
+/// evaluate, dispatch and combine until a handler denies.
 async fn decide(
+    snapshot: &Snapshot,
+    bag: &dyn Bag,
+    record_reads: bool,
+) -> Result<Decided, Undecided> {
+    match preprocess(snapshot, bag, record_reads).await {
+        None => decide_on(snapshot, bag, record_reads).await,
+        Some(pre) => decide_preprocessed(snapshot, bag, &pre, record_reads).await,
+    }
+}
+
+/// Decides on the request's bag with the generators' attributes laid over it. The verdict
+/// reads what the generators read, never the attributes they bound, and lives no longer than
+/// their outputs do.
+async fn decide_preprocessed(
+    snapshot: &Snapshot,
+    bag: &dyn Bag,
+    pre: &Preprocessed,
+    record_reads: bool,
+) -> Result<Decided, Undecided> {
+    if let Some(failure) = &pre.failure {
+        return Err(failure.clone());
+    }
+    let mut decided = match &pre.refusal {
+        Some(refusal) => Decided {
+            verdict: refused(refusal),
+            cacheable: true,
+        },
+        None => decide_on(snapshot, &pre.over(bag), record_reads).await?,
+    };
+    let verdict = &mut decided.verdict;
+    pre.to_request_reads(&mut verdict.referenced);
+    if let Some(valid) = pre.valid_duration {
+        verdict.valid_duration = verdict.valid_duration.min(valid);
+    }
+    decided.cacheable &= pre.cacheable;
+    Ok(decided)
+}
+
+/// The verdict of a check a generator refused.
+fn refused(refusal: &Refusal) -> Verdict {
+    Verdict {
+        status: refusal.denial.status.clone(),
+        denied_by: refusal.by.clone(),
+        valid_duration: crate::decision::DEFAULT_VALID_DURATION,
+        valid_use_count: crate::decision::DEFAULT_VALID_USE_COUNT,
+        referenced: mixer_model::ReferencedAttributes::new(),
+        matched_rules: Vec::new(),
+        request_header_ops: Vec::new(),
+        response_header_ops: refusal.denial.response_headers.clone(),
+    }
+}
+
+/// Decides on `bag` as it is: evaluate, then dispatch and combine until a handler denies.
+async fn decide_on(
     snapshot: &Snapshot,
     bag: &dyn Bag,
     record_reads: bool,

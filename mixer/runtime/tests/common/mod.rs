@@ -164,9 +164,11 @@ impl mixer_adapter_api::QuotaHandler for StalledHandler {
     }
 }
 
-/// denier + noop + memquota + broken + hollow + stalled + closing.
+/// denier + noop + memquota + broken + hollow + stalled + closing + pods.
 pub fn registry() -> AdapterRegistry {
     let mut r = AdapterRegistry::new();
+    r.register(Arc::new(Pods));
+    r.register(Arc::new(Workloads));
     r.register(Arc::new(mixer_adapter_denier::Denier));
     r.register(Arc::new(mixer_adapter_memquota::MemQuota));
     r.register(Arc::new(mixer_adapter_noop::Noop));
@@ -324,4 +326,159 @@ pub async fn allocate(
         .await
         .pop()
         .expect("one answer per ask")
+}
+
+/// A test attribute generator for the `kubernetes` template, a stand-in for kubernetesenv.
+/// By `source_uid`: `kubernetes://<workload>-<rest>.<namespace>` names the pod's workload and
+/// namespace (labels `app: <workload>`); `error` fails; `stall` never answers;
+/// `bad-token` is denied UNAUTHENTICATED with a `WWW-Authenticate` header; a uid containing
+/// `short` is valid for 5 s. Every call is noted in [`GENERATED`].
+pub struct Pods;
+
+/// The `source_uid` of every call to a [`Pods`] handler, in order.
+pub static GENERATED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// How many times a [`Pods`] handler was asked about `source_uid`.
+pub fn generated(source_uid: &str) -> usize {
+    GENERATED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|u| *u == source_uid)
+        .count()
+}
+
+static PODS: AdapterInfo = AdapterInfo {
+    name: "pods",
+    description: "maps a source uid to its workload",
+    templates: &[Template::Kubernetes],
+    cacheable: true,
+    stability: Stability::Alpha,
+};
+
+impl Adapter for Pods {
+    type Config = Params;
+    type Compiled = Params;
+
+    fn info(&self) -> &AdapterInfo {
+        &PODS
+    }
+    fn compile(&self, params: Params) -> Result<Params, Vec<ParamError>> {
+        Ok(params)
+    }
+    fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+        Ok(Arc::new(PodsHandler))
+    }
+}
+
+struct PodsHandler;
+
+impl Handler for PodsHandler {
+    fn as_attributes(&self) -> Option<&dyn mixer_adapter_api::AttributeHandler> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl mixer_adapter_api::AttributeHandler for PodsHandler {
+    async fn generate(
+        &self,
+        instance: &Instance,
+    ) -> Result<mixer_adapter_api::Generated, AdapterError> {
+        use mixer_adapter_api::{Denial, Generated};
+        let view = mixer_model::KubernetesInstance::of(instance).expect("a kubernetes instance");
+        let uid = view.source_uid.unwrap_or("").to_string();
+        GENERATED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(uid.clone());
+        match uid.as_str() {
+            "error" => Err(AdapterError::transient(
+                ErrorKind::Unavailable,
+                "pod cache down",
+            )),
+            "stall" => stall().await,
+            "bad-token" => Ok(Generated::denied(Denial {
+                status: mixer_model::Status::new(
+                    mixer_model::Code::Unauthenticated,
+                    "invalid token",
+                ),
+                response_headers: vec![mixer_model::HeaderOperation {
+                    name: "www-authenticate".into(),
+                    value: "Bearer error=\"invalid_token\"".into(),
+                    op: mixer_model::HeaderOp::Replace,
+                }],
+            })),
+            _ => {
+                let Some(pod) = uid.strip_prefix("kubernetes://") else {
+                    return Ok(Generated::default());
+                };
+                let (name, namespace) = pod.split_once('.').unwrap_or((pod, "default"));
+                let workload = name.split('-').next().unwrap_or(name);
+                Ok(Generated {
+                    outputs: vec![
+                        ("source_pod_uid", Value::from(uid.as_str())),
+                        ("source_workload_name", Value::from(workload)),
+                        ("source_namespace", Value::from(namespace)),
+                        ("source_labels", map(&[("app", workload)])),
+                    ],
+                    valid_duration: uid.contains("short").then_some(Duration::from_secs(5)),
+                    denial: None,
+                })
+            }
+        }
+    }
+}
+
+/// A test report adapter for `metric`: notes each instance's `workload` dimension in
+/// [`REPORTED`].
+pub struct Workloads;
+
+/// The `workload` dimension of every metric a [`Workloads`] handler got, in order.
+pub static REPORTED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+static WORKLOADS: AdapterInfo = AdapterInfo {
+    name: "workloads",
+    description: "notes the workload dimension of metrics",
+    templates: &[Template::Metric],
+    cacheable: false,
+    stability: Stability::Alpha,
+};
+
+impl Adapter for Workloads {
+    type Config = Params;
+    type Compiled = Params;
+
+    fn info(&self) -> &AdapterInfo {
+        &WORKLOADS
+    }
+    fn compile(&self, params: Params) -> Result<Params, Vec<ParamError>> {
+        Ok(params)
+    }
+    fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+        Ok(Arc::new(WorkloadsHandler))
+    }
+}
+
+struct WorkloadsHandler;
+
+impl Handler for WorkloadsHandler {
+    fn as_report(&self) -> Option<&dyn mixer_adapter_api::ReportHandler> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl mixer_adapter_api::ReportHandler for WorkloadsHandler {
+    async fn report(&self, instances: &[Instance]) -> Result<(), AdapterError> {
+        let mut reported = REPORTED.lock().unwrap_or_else(|e| e.into_inner());
+        for instance in instances {
+            if let Some(mixer_model::FieldValue::Map(dims)) = instance.field("dimensions")
+                && let Some((_, v)) = dims.iter().find(|(k, _)| &**k == "workload")
+            {
+                reported.push(v.to_string());
+            }
+        }
+        Ok(())
+    }
 }
