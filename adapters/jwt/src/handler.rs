@@ -67,6 +67,31 @@ impl Drop for JwtHandler {
     }
 }
 
+/// Why a token is refused, and whether the same token is refused for good.
+struct Refused {
+    reason: String,
+    /// False when the verdict may change with the keys or the clock (an unknown kid, a
+    /// signature that does not verify, a token not valid yet): such a denial is not reused,
+    /// so a key published later or the token's `nbf` passing takes effect at the next request.
+    lasting: bool,
+}
+
+impl Refused {
+    fn lasting(reason: impl Into<String>) -> Refused {
+        Refused {
+            reason: reason.into(),
+            lasting: true,
+        }
+    }
+
+    fn for_now(reason: impl Into<String>) -> Refused {
+        Refused {
+            reason: reason.into(),
+            lasting: false,
+        }
+    }
+}
+
 /// Why a token is refused; the message says which check failed, never the token.
 fn denial(reason: &str) -> Generated {
     let description = reason.replace(['"', '\\'], "'");
@@ -111,21 +136,25 @@ fn claim_text(value: &serde_json::Value) -> String {
     }
 }
 
-fn reason_of(error: &jsonwebtoken::errors::Error) -> String {
+fn reason_of(error: &jsonwebtoken::errors::Error) -> Refused {
     match error.kind() {
-        JwtErrorKind::ExpiredSignature => "the token has expired".into(),
-        JwtErrorKind::ImmatureSignature => "the token is not valid yet (nbf)".into(),
-        JwtErrorKind::InvalidAudience => "the token is for another audience".into(),
-        JwtErrorKind::InvalidIssuer => "the token is from another issuer".into(),
-        JwtErrorKind::InvalidSignature => "the signature does not verify".into(),
-        JwtErrorKind::MissingRequiredClaim(claim) => format!("the token has no {claim} claim"),
-        JwtErrorKind::InvalidClaimFormat(claim) => format!("the {claim} claim is malformed"),
-        JwtErrorKind::InvalidAlgorithm => "the algorithm does not fit the key".into(),
-        JwtErrorKind::InvalidRsaKey(_)
+        JwtErrorKind::ExpiredSignature => Refused::lasting("the token has expired"),
+        JwtErrorKind::ImmatureSignature => Refused::for_now("the token is not valid yet (nbf)"),
+        JwtErrorKind::InvalidAudience => Refused::lasting("the token is for another audience"),
+        JwtErrorKind::InvalidIssuer => Refused::lasting("the token is from another issuer"),
+        JwtErrorKind::MissingRequiredClaim(claim) => {
+            Refused::lasting(format!("the token has no {claim} claim"))
+        }
+        JwtErrorKind::InvalidClaimFormat(claim) => {
+            Refused::lasting(format!("the {claim} claim is malformed"))
+        }
+        JwtErrorKind::InvalidAlgorithm => Refused::for_now("the algorithm does not fit the key"),
+        JwtErrorKind::InvalidSignature
+        | JwtErrorKind::InvalidRsaKey(_)
         | JwtErrorKind::InvalidEcdsaKey
         | JwtErrorKind::InvalidEddsaKey
-        | JwtErrorKind::InvalidKeyFormat => "the signature does not verify".into(),
-        _ => "the token is malformed".into(),
+        | JwtErrorKind::InvalidKeyFormat => Refused::for_now("the signature does not verify"),
+        _ => Refused::lasting("the token is malformed"),
     }
 }
 
@@ -251,11 +280,13 @@ impl JwtHandler {
         &self,
         kid: Option<&str>,
         alg: Algorithm,
-    ) -> Result<Result<Vec<DecodingKey>, String>, AdapterError> {
+    ) -> Result<Result<Vec<DecodingKey>, Refused>, AdapterError> {
         if alg.family() == jsonwebtoken::AlgorithmFamily::Hmac {
             return Ok(match &self.secret {
                 Some(secret) => Ok(vec![secret.clone()]),
-                None => Err(format!("algorithm {alg:?} is not allowed")),
+                None => Err(Refused::lasting(format!(
+                    "algorithm {alg:?} is not allowed"
+                ))),
             });
         }
         let pick = |set: &KeySet| -> Vec<DecodingKey> {
@@ -263,7 +294,11 @@ impl JwtHandler {
         };
         let set = match &self.keys {
             Keys::Inline(set) => set.clone(),
-            Keys::None => return Ok(Err("no key is configured for this algorithm".into())),
+            Keys::None => {
+                return Ok(Err(Refused::lasting(
+                    "no key is configured for this algorithm",
+                )));
+            }
             Keys::Fetched(store) => {
                 let mut set = store.keys();
                 let known = |set: &Option<Arc<KeySet>>| match (set, kid) {
@@ -293,34 +328,39 @@ impl JwtHandler {
         if let Some(kid) = kid
             && !set.has_kid(kid)
         {
-            return Ok(Err(format!("no key has kid {kid:?}")));
+            return Ok(Err(Refused::for_now(format!("no key has kid {kid:?}"))));
         }
         let keys = pick(&set);
         if keys.is_empty() {
-            return Ok(Err(format!("no key fits algorithm {alg:?}")));
+            return Ok(Err(Refused::for_now(format!(
+                "no key fits algorithm {alg:?}"
+            ))));
         }
         Ok(Ok(keys))
     }
 
     /// Verifies `token`: its outputs and `exp`, or why it is refused.
-    async fn verify(&self, token: &str) -> Result<Result<Verified, String>, AdapterError> {
+    async fn verify(&self, token: &str) -> Result<Result<Verified, Refused>, AdapterError> {
         let generation = self.generation();
         let header = match jsonwebtoken::decode_header(token) {
             Ok(h) => h,
             Err(_) => {
-                return Ok(Err(match raw_alg(token) {
+                return Ok(Err(Refused::lasting(match raw_alg(token) {
                     Some(alg) if alg.eq_ignore_ascii_case("none") => {
                         "unsigned tokens (alg none) are not accepted".into()
                     }
                     Some(alg) if alg.parse::<Algorithm>().is_err() => {
                         format!("algorithm {alg:?} is not supported")
                     }
-                    _ => "the token is malformed".into(),
-                }));
+                    _ => "the token is malformed".to_owned(),
+                })));
             }
         };
         if !self.config.algorithms.contains(&header.alg) {
-            return Ok(Err(format!("algorithm {:?} is not allowed", header.alg)));
+            return Ok(Err(Refused::lasting(format!(
+                "algorithm {:?} is not allowed",
+                header.alg
+            ))));
         }
         let keys = match self.keys_for(header.kid.as_deref(), header.alg).await? {
             Ok(keys) => keys,
@@ -354,7 +394,7 @@ impl JwtHandler {
             }
         }
         Ok(Err(last.map_or_else(
-            || "the token is malformed".into(),
+            || Refused::lasting("the token is malformed"),
             |e| reason_of(&e),
         )))
     }
@@ -454,7 +494,13 @@ impl AttributeHandler for JwtHandler {
                 }
                 Ok(answer)
             }
-            Err(reason) => Ok(self.deny(&reason)),
+            Err(refused) => {
+                let mut denied = self.deny(&refused.reason);
+                if !refused.lasting {
+                    denied.valid_duration = Some(Duration::ZERO);
+                }
+                Ok(denied)
+            }
         }
     }
 }

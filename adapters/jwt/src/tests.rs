@@ -311,14 +311,22 @@ async fn audience_issuer_kid_and_signature_are_checked() {
         sign(RSA_A, Algorithm::RS256, "a", &c)
     };
     let other_audience = with(json!({"aud": "billing"}));
-    assert!(denied(&generate(&h, &instance(&other_audience)).await).contains("audience"));
+    let g = generate(&h, &instance(&other_audience)).await;
+    assert!(denied(&g).contains("audience"));
+    // Refused for good: the verdict may be reused.
+    assert_eq!(g.valid_duration, None);
     let other_issuer = with(json!({"iss": "https://evil.example"}));
     assert!(denied(&generate(&h, &instance(&other_issuer)).await).contains("another issuer"));
     let unknown_kid = sign(RSA_A, Algorithm::RS256, "nope", &claims());
-    assert!(denied(&generate(&h, &instance(&unknown_kid)).await).contains("no key has kid"));
+    let g = generate(&h, &instance(&unknown_kid)).await;
+    assert!(denied(&g).contains("no key has kid"));
+    // Not reused: the key may be published before the next request.
+    assert_eq!(g.valid_duration, Some(Duration::ZERO));
     // Another key under a known kid.
     let forged = sign(RSA_B, Algorithm::RS256, "a", &claims());
-    assert!(denied(&generate(&h, &instance(&forged)).await).contains("does not verify"));
+    let g = generate(&h, &instance(&forged)).await;
+    assert!(denied(&g).contains("does not verify"));
+    assert_eq!(g.valid_duration, Some(Duration::ZERO));
     let forged = sign(EC_B, Algorithm::ES256, "e", &claims());
     assert!(denied(&generate(&h, &instance(&forged)).await).contains("does not verify"));
     // An algorithm the handler does not allow.
