@@ -3,7 +3,8 @@
 //! the keys being the test keys of `adapters/jwt/testdata`), through the mixer's own
 //! forward-auth endpoint, a real nginx (`auth_request`) and a real Caddy (`forward_auth`):
 //! the contract's cases (no token, expired, other audience, another key under a known kid,
-//! valid with `x-mixer-sub`, a key published after start accepted within 5 s).
+//! valid with `x-mixer-sub`, a key published after start accepted within 5 s), and Envoy's
+//! ext_authz on the same mixer (UNAUTHENTICATED with the `WWW-Authenticate` header).
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener};
@@ -12,10 +13,15 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
+use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
 use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use mixer_tests::nginx::{self, Nginx};
 use mixer_tests::{HttpAnswer, Mixer, free_addr, header, http_request};
+
+#[path = "support/authz.rs"]
+mod authz;
 
 const RSA_A: &str = include_str!("../../adapters/jwt/testdata/rsa-a.pem");
 const RSA_B: &str = include_str!("../../adapters/jwt/testdata/rsa-b.pem");
@@ -319,6 +325,66 @@ fn policies_jwt_through_forward_auth_nginx_and_caddy() {
             }
         }
     }
+
+    // Envoy's ext_authz: the verifier's denial with its header, and an allowed token.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let mut authz = AuthorizationClient::connect(format!("http://{}", mixer.grpc))
+            .await
+            .expect("connect");
+        let expired = token(
+            RSA_A,
+            Algorithm::RS256,
+            "rs",
+            &issuer,
+            serde_json::json!({"exp": now() - 120}),
+        );
+        let bearer = format!("Bearer {expired}");
+        let denied = authz
+            .check(authz::authz_request(&[("authorization", &bearer)]))
+            .await
+            .expect("check")
+            .into_inner();
+        assert_eq!(
+            denied.status.as_ref().map(|s| s.code),
+            Some(16),
+            "{denied:?}"
+        );
+        let Some(HttpResponse::DeniedResponse(no)) = denied.http_response else {
+            panic!("expected a denied response: {denied:?}");
+        };
+        assert_eq!(no.status.map(|s| s.code), Some(401));
+        let challenge: Vec<&str> = no
+            .headers
+            .iter()
+            .filter_map(|h| h.header.as_ref())
+            .filter(|h| h.key.eq_ignore_ascii_case("www-authenticate"))
+            .map(|h| h.value.as_str())
+            .collect();
+        assert!(
+            challenge
+                .iter()
+                .any(|v| v.starts_with(r#"Bearer error="invalid_token""#)),
+            "{no:?}"
+        );
+        let valid = token(EC_A, Algorithm::ES256, "es", &issuer, serde_json::json!({}));
+        let bearer = format!("Bearer {valid}");
+        let allowed = authz
+            .check(authz::authz_request(&[("authorization", &bearer)]))
+            .await
+            .expect("check")
+            .into_inner();
+        assert_eq!(
+            allowed.status.as_ref().map(|s| s.code),
+            Some(0),
+            "{allowed:?}"
+        );
+    });
+    // Its connection closes with it, so the mixer's graceful stop does not wait for it.
+    drop(runtime);
 
     // A key published after start, under a new kid, is accepted within 5 s without a reload,
     // although the JWKS said max-age=300.
