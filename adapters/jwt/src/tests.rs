@@ -408,6 +408,8 @@ struct Provider {
     jwks: Arc<Mutex<String>>,
     /// 0: serve; any other status: answer it.
     status: Arc<AtomicUsize>,
+    /// Milliseconds the JWKS answer waits before it is sent.
+    delay_ms: Arc<AtomicUsize>,
     fetches: Arc<AtomicUsize>,
 }
 
@@ -421,7 +423,9 @@ async fn provider(initial: String) -> Provider {
     let jwks = Arc::new(Mutex::new(initial));
     let status = Arc::new(AtomicUsize::new(0));
     let fetches = Arc::new(AtomicUsize::new(0));
+    let delay_ms = Arc::new(AtomicUsize::new(0));
     let (j, s, f, u) = (jwks.clone(), status.clone(), fetches.clone(), url.clone());
+    let d = delay_ms.clone();
     let app = axum::Router::new()
         .route(
             "/.well-known/openid-configuration",
@@ -433,9 +437,11 @@ async fn provider(initial: String) -> Provider {
         .route(
             "/jwks",
             axum::routing::get(move || {
-                let (j, s, f) = (j.clone(), s.clone(), f.clone());
+                let (j, s, f, d) = (j.clone(), s.clone(), f.clone(), d.clone());
                 async move {
                     f.fetch_add(1, Ordering::SeqCst);
+                    let delay = d.load(Ordering::SeqCst) as u64;
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
                     match s.load(Ordering::SeqCst) {
                         0 => (
                             [(header::CACHE_CONTROL, "public, max-age=300")],
@@ -454,6 +460,7 @@ async fn provider(initial: String) -> Provider {
         url,
         jwks,
         status,
+        delay_ms,
         fetches,
     }
 }
@@ -566,4 +573,30 @@ async fn the_adapter_conforms() {
     let params = json!({"issuer": ISSUER, "jwks": jwks(&[(EC_A, Algorithm::ES256, "e")])});
     let report = mixer_adapter_api::testkit::assert_adapter_conforms(JwtAdapter, params).await;
     assert!(report.holds());
+}
+
+#[tokio::test]
+async fn a_slow_provider_is_cut_off_at_the_fetch_timeout_and_the_keys_stay() {
+    let p = provider(jwks(&[(RSA_A, Algorithm::RS256, "a")])).await;
+    let h = build(json!({"issuer": p.url, "audiences": ["mixer"], "fetchTimeout": "300ms"}));
+    let a = sign(RSA_A, Algorithm::RS256, "a", &claims_of(&p.url));
+    assert!(generate(&h, &instance(&a)).await.denial.is_none());
+    p.delay_ms.store(3_000, Ordering::SeqCst);
+    tokio::time::sleep(crate::UNKNOWN_KID_INTERVAL).await;
+    let unknown = sign(EC_A, Algorithm::ES256, "new", &claims_of(&p.url));
+    let asked = std::time::Instant::now();
+    assert!(denied(&generate(&h, &instance(&unknown)).await).contains("no key has kid"));
+    // Bounded by the fetch timeout, not by the provider.
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        asked.elapsed()
+    );
+    let mut c = claims_of(&p.url);
+    c["sub"] = json!("bob");
+    let fresh = sign(RSA_A, Algorithm::RS256, "a", &c);
+    assert_eq!(
+        text(&generate(&h, &instance(&fresh)).await, "subject"),
+        "bob"
+    );
 }
