@@ -35,6 +35,8 @@ struct Verified {
     outputs: Vec<(&'static str, Value)>,
     /// `exp`, seconds since the epoch.
     exp: i64,
+    /// The payload's size, which the outputs hold about twice (claims and raw claims).
+    bytes: usize,
     generation: u64,
 }
 
@@ -199,8 +201,13 @@ impl JwtHandler {
             refresher = Some(task.abort_handle());
         }
         let verified = (config.verified_tokens > 0).then(|| {
+            // Weighed in KiB of claims, so that large tokens cannot hold more memory than
+            // `verifiedTokens` typical (sub-KiB) ones: about that many KiB at most.
             moka::sync::Cache::builder()
                 .max_capacity(config.verified_tokens)
+                .weigher(|_, v: &Arc<Verified>| {
+                    u32::try_from(v.bytes.div_ceil(1024)).unwrap_or(u32::MAX)
+                })
                 .build()
         });
         Ok(JwtHandler {
@@ -234,6 +241,14 @@ impl JwtHandler {
             Keys::Fetched(store) => Some(store),
             _ => None,
         }
+    }
+
+    /// What the verified tokens remembered weigh: KiB of their claims, at least 1 each.
+    pub fn remembered_kib(&self) -> u64 {
+        self.verified.as_ref().map_or(0, |cache| {
+            cache.run_pending_tasks();
+            cache.weighted_size()
+        })
     }
 
     fn generation(&self) -> u64 {
@@ -441,6 +456,7 @@ impl JwtHandler {
         Verified {
             outputs,
             exp,
+            bytes: 2 * raw.len(),
             generation,
         }
     }

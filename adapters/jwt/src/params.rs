@@ -81,7 +81,8 @@ pub struct JwtParams {
     #[serde(default)]
     pub fetch_timeout: Option<DurationParam>,
     /// How many verified tokens are remembered, so that a repeated token skips the signature
-    /// check until its `exp` (default 10,000, about 3 MiB with typical claims; 0: none).
+    /// check until its `exp` (default 10,000; 0: none). Each counts its claims' size in KiB
+    /// (at least 1), so the memory held stays near this many KiB whatever the tokens' size.
     #[serde(default)]
     pub verified_tokens: Option<u64>,
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use mixer_adapter_api::host::AnyAdapter;
-use mixer_adapter_api::{BuildContext, Generated, Handler};
+use mixer_adapter_api::{AttributeHandler, BuildContext, Generated, Handler};
 use mixer_model::{Code, FieldValue, Instance, Template, Value};
 use serde_json::json;
 
@@ -599,4 +599,53 @@ async fn a_slow_provider_is_cut_off_at_the_fetch_timeout_and_the_keys_stay() {
         text(&generate(&h, &instance(&fresh)).await, "subject"),
         "bob"
     );
+}
+
+#[tokio::test]
+async fn verified_tokens_are_remembered_by_the_size_of_their_claims() {
+    let handler = |verified_tokens: u64| {
+        let params: crate::JwtParams = serde_json::from_value(json!({
+            "issuer": ISSUER,
+            "jwks": jwks(&[(EC_A, Algorithm::ES256, "e")]),
+            "verifiedTokens": verified_tokens,
+        }))
+        .expect("params");
+        let config = params.compile().expect("valid");
+        let ctx = BuildContext {
+            handler_name: "jwt.test".into(),
+        };
+        JwtAdapter.build_handler(&config, &ctx).expect("built")
+    };
+    let small = sign(EC_A, Algorithm::ES256, "e", &claims());
+    let mut big = claims();
+    big["padding"] = json!("x".repeat(6 * 1024));
+    let big = sign(EC_A, Algorithm::ES256, "e", &big);
+    let h = handler(32);
+    assert!(
+        h.generate(&instance(&small))
+            .await
+            .expect("decided")
+            .denial
+            .is_none()
+    );
+    assert_eq!(h.remembered_kib(), 1);
+    // About 6 KiB of claims, held twice (claims and raw claims): 13 KiB.
+    assert!(
+        h.generate(&instance(&big))
+            .await
+            .expect("decided")
+            .denial
+            .is_none()
+    );
+    assert_eq!(h.remembered_kib(), 14);
+    // More than the whole bound: checked every time rather than held.
+    let h = handler(8);
+    assert!(
+        h.generate(&instance(&big))
+            .await
+            .expect("decided")
+            .denial
+            .is_none()
+    );
+    assert_eq!(h.remembered_kib(), 0);
 }
