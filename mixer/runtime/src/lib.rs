@@ -46,7 +46,7 @@ pub use check::{
 pub use content::{CheckOutcome, ConfigContent, DiskState, FileHash, Settle};
 pub use deadline::DEFAULT_HANDLER_TIMEOUT;
 pub use decision::{DEFAULT_VALID_DURATION, DEFAULT_VALID_USE_COUNT, InstanceError, Undecided};
-pub use evaluate::{Dispatch, Evaluation, MatchFailure, evaluate, evaluate_preprocessed};
+pub use evaluate::{Dispatch, Evaluation, MatchFailure, evaluate};
 pub use index::RuleIndex;
 pub use limits::{
     DEFAULT_ACCESS_LOG_ENTRIES, DEFAULT_ATTRIBUTES, DEFAULT_CHECK_QUOTAS,
@@ -54,7 +54,7 @@ pub use limits::{
     DEFAULT_REPORT_RECORDS, Limit, RequestLimits,
 };
 pub use metrics::{CheckCalls, CheckResults, RuntimeMetrics};
-pub use preprocess::Prepared;
+pub use preprocess::{Prepared, evaluate_preprocessed};
 pub use quota::{QuotaAsk, QuotaOutcome, QuotaPlan, quota_name_matches};
 pub use report::{ReportOutcome, report};
 pub use report_executor::{
