@@ -84,6 +84,15 @@ async fn every_built_in_adapter_conforms() {
         case("denier", json!({}), None),
         case("noop", json!({}), None),
         case("listchecker", json!({"overrides": ["a"]}), None),
+        // Inline keys (RFC 7517's example EC key): the kit's token is malformed, so the call is
+        // answered with a denial and never needs a key server.
+        case(
+            "jwt",
+            json!({"issuer": "https://issuer.example", "jwks": r#"{"keys": [{"kty": "EC",
+                "crv": "P-256", "x": "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU",
+                "y": "x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}"#}),
+            None,
+        ),
         case(
             "prometheus",
             json!({"metrics": [{"name": "requests_total", "kind": "COUNTER",

@@ -91,6 +91,64 @@ fn policy_tests_pass_for_the_default_bundle_and_report_a_diff_on_failure() {
     );
 }
 
+/// `mixer test` decides a case as the server would: the attribute generators run first and
+/// their bindings override what the case's proxy sent (noop generates nothing, so the
+/// binding's default stands).
+#[test]
+fn policy_tests_see_the_attributes_a_generator_binds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(dir.path().join("config")).expect("mkdir");
+    std::fs::write(
+        dir.path().join("config/generators.yaml"),
+        r#"
+kind: handler
+metadata: {name: pods, namespace: istio-system}
+spec: {compiledAdapter: noop}
+---
+kind: instance
+metadata: {name: attributes, namespace: istio-system}
+spec:
+  compiledTemplate: kubernetes
+  params: {source_uid: source.uid | ""}
+  attributeBindings:
+    source.workload.name: $out.source_workload_name | "unknown"
+---
+kind: rule
+metadata: {name: kubeattrgenrulerule, namespace: istio-system}
+spec:
+  actions: [{handler: pods, instances: [attributes]}]
+---
+kind: handler
+metadata: {name: deny, namespace: istio-system}
+spec: {compiledAdapter: denier, params: {status: {code: 7, message: unknown workload}}}
+---
+kind: instance
+metadata: {name: nothing, namespace: istio-system}
+spec: {compiledTemplate: checknothing}
+---
+kind: rule
+metadata: {name: deny-unknown, namespace: istio-system}
+spec:
+  match: source.workload.name == "unknown"
+  actions: [{handler: deny, instances: [nothing]}]
+"#,
+    )
+    .expect("write");
+    std::fs::write(
+        dir.path().join("generators_test.yaml"),
+        "config: config\ntests:\n- name: the proxy's workload is overridden by the binding\n  attributes:\n    source.uid: kubernetes://reviews-v1-a.default\n    source.workload.name: reviews\n  expect:\n    allowed: false\n    code: PERMISSION_DENIED\n    matchedRules: [deny-unknown]\n",
+    )
+    .expect("write");
+    let out = mixer().arg("test").arg(dir.path()).output().expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("1 passed, 0 failed"), "{stdout}");
+}
+
 /// README's YAML budget, "What one config document may hold": 250,000 nodes per document.
 #[test]
 fn a_document_past_the_yaml_node_budget_is_refused_at_parse() {

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use mixer_adapter_api::log_gate::LogGate;
 use mixer_model::AttributeBag;
-use mixer_runtime::{Checked, NotReady, QuotaAfterCheck, Runtime, Snapshot, Undecided, Wants};
+use mixer_runtime::{
+    Checked, NotReady, Prepared, QuotaAfterCheck, Runtime, Snapshot, Undecided, Wants,
+};
 
 use crate::bag_pool::{keep_spare, spare_bag};
 
@@ -55,16 +57,18 @@ impl RequestScope {
         (&self.snapshot, bag)
     }
 
-    /// Decides the request's check ([`mixer_runtime::check`]). A check left undecided is
+    /// Decides the request's check ([`mixer_runtime::check_prepared`]; `prepared` holds the
+    /// attribute generators' outputs when they ran ahead of it). A check left undecided is
     /// logged here, for every front end alike: a line per 10 s (a handler that is down fails
     /// every check), naming the protocol.
-    pub(crate) async fn check(
+    pub(crate) async fn check_prepared(
         &mut self,
         wants: Wants,
         protocol: &'static str,
+        prepared: &Prepared,
     ) -> Result<Checked, Undecided> {
         let (snapshot, bag) = self.parts();
-        let checked = mixer_runtime::check(snapshot, bag, wants).await;
+        let checked = mixer_runtime::check_prepared(snapshot, bag, wants, prepared).await;
         if let Err(e) = &checked {
             log_undecided(protocol, e);
         }
@@ -73,7 +77,7 @@ impl RequestScope {
 
     /// Decides the request's check and charges the quota rules that match once it allows
     /// ([`mixer_runtime::check_with_quota`]), for the check protocols with no quota field of
-    /// their own. Undecided is logged as [`RequestScope::check`] logs it.
+    /// their own. Undecided is logged as [`RequestScope::check_prepared`] logs it.
     pub(crate) async fn check_with_quota(
         &mut self,
         wants: Wants,

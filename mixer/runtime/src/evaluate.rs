@@ -69,25 +69,6 @@ pub fn evaluate(snapshot: &Snapshot, bag: &dyn Bag, variety: Variety) -> Evaluat
     evaluate_for(snapshot, bag, variety, true, variety != Variety::Report)
 }
 
-/// [`evaluate`] after the preprocess phase: the rules see the attributes the attribute
-/// generators bound ([`crate::preprocess`]), and `referenced` holds the request's reads (the
-/// generators' inputs, not the derived attributes). A generator that fails leaves its
-/// bindings at their defaults here; [`crate::check`] and [`crate::quota`] apply its fail
-/// policy. What `mixer test` evaluates its cases with.
-pub async fn evaluate_preprocessed(
-    snapshot: &Snapshot,
-    bag: &dyn Bag,
-    variety: Variety,
-) -> Evaluation {
-    let record_reads = variety != Variety::Report;
-    let Some(pre) = crate::preprocess::preprocess(snapshot, bag, record_reads).await else {
-        return evaluate(snapshot, bag, variety);
-    };
-    let mut eval = evaluate(snapshot, &pre.over(bag), variety);
-    pre.to_request_reads(&mut eval.referenced);
-    eval
-}
-
 /// [`evaluate`]; `name_rules: false` leaves `matched_rules` empty (reports do
 /// not answer with them, and every name kept is a shared reference count to bump), and
 /// `record_reads: false` leaves `referenced` empty (nothing caches or answers with a

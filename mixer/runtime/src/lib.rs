@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! config (validated) ──build──> Snapshot ──ArcSwap──> Runtime::snapshot()
-//! bag ──> check(snapshot, bag)  ──> cache ──> evaluate ──> dispatch ──> combine ──> Checked
+//! bag ──> check(snapshot, bag)  ──> cache ──> preprocess ──> evaluate ──> dispatch ──> combine ──> Checked
 //!     (check_with_quota: an allowed Checked ──> quota::ask ──> Checked or QuotaRefusal)
 //! bag ──> quota::ask / plan + allocate ──> evaluate ──> quota handlers ──> QuotaOutcome
 //! bag ──> report(snapshot, bag) ──> evaluate ──> report queues ──> ReportOutcome
@@ -11,7 +11,8 @@
 //!
 //! A [`Snapshot`] is data: the config, its built handlers, its rule sets and its check cache.
 //! One entry per variety works on it: [`check`], [`quota`] and [`report`]; all three start
-//! with the same rule evaluation ([`evaluate`]). A request takes [`Runtime::snapshot`] once
+//! with the same rule evaluation ([`evaluate`]), after the preprocess phase when a rule sends
+//! an attribute generator (its outputs bound to attributes over the request's bag). A request takes [`Runtime::snapshot`] once
 //! (or [`Runtime::ready_snapshot`]) and finishes on it; a reload builds a whole new snapshot
 //! and swaps it in, so a request never sees half a config.
 
@@ -39,11 +40,13 @@ mod verdicts;
 mod watch;
 
 pub use build_error::BuildError;
-pub use check::{Checked, QuotaAfterCheck, QuotaRefusal, Wants, check, check_with_quota};
+pub use check::{
+    Checked, QuotaAfterCheck, QuotaRefusal, Wants, check, check_prepared, check_with_quota,
+};
 pub use content::{CheckOutcome, ConfigContent, DiskState, FileHash, Settle};
 pub use deadline::DEFAULT_HANDLER_TIMEOUT;
 pub use decision::{DEFAULT_VALID_DURATION, DEFAULT_VALID_USE_COUNT, InstanceError, Undecided};
-pub use evaluate::{Dispatch, Evaluation, MatchFailure, evaluate, evaluate_preprocessed};
+pub use evaluate::{Dispatch, Evaluation, MatchFailure, evaluate};
 pub use index::RuleIndex;
 pub use limits::{
     DEFAULT_ACCESS_LOG_ENTRIES, DEFAULT_ATTRIBUTES, DEFAULT_CHECK_QUOTAS,
@@ -51,6 +54,7 @@ pub use limits::{
     DEFAULT_REPORT_RECORDS, Limit, RequestLimits,
 };
 pub use metrics::{CheckCalls, CheckResults, RuntimeMetrics};
+pub use preprocess::{Prepared, evaluate_preprocessed};
 pub use quota::{QuotaAsk, QuotaOutcome, QuotaPlan, quota_name_matches};
 pub use report::{ReportOutcome, report};
 pub use report_executor::{

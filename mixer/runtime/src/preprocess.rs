@@ -22,7 +22,7 @@ use mixer_model::{AttrId, Bag, Code, FieldKind, ReferencedAttributes, Status, Va
 
 use crate::deadline;
 use crate::decision::Undecided;
-use crate::evaluate::evaluate_for;
+use crate::evaluate::{Evaluation, evaluate_for};
 use crate::snapshot::{BuiltHandler, Snapshot};
 
 /// A generator's refusal of the request, which a check answers with.
@@ -97,6 +97,23 @@ struct Outputs(Vec<Option<Value>>);
 impl Bag for Outputs {
     fn get(&self, id: AttrId) -> Option<&Value> {
         self.0.get(id.index()).and_then(Option::as_ref)
+    }
+}
+
+/// A request's preprocess phase run ahead of its check, so that the check (on a cache miss)
+/// and the quotas charged after it see the same generated attributes from one call of each
+/// generator. Empty (nothing run) when the snapshot has no generator rule.
+#[derive(Debug, Default)]
+pub struct Prepared {
+    pub(crate) pre: Option<Preprocessed>,
+}
+
+impl Prepared {
+    /// Runs the attribute generators of `snapshot` on `request`, recording their inputs.
+    pub async fn new(snapshot: &Snapshot, request: &dyn Bag) -> Prepared {
+        Prepared {
+            pre: preprocess(snapshot, request, true).await,
+        }
     }
 }
 
@@ -297,4 +314,23 @@ fn bind(pre: &mut Preprocessed, ic: &InstanceConfig, outputs: &Outputs) {
         pre.is_bound[at] = true;
         pre.derived.push(binding.attr);
     }
+}
+
+/// [`evaluate`](crate::evaluate::evaluate) after the preprocess phase: the rules see the attributes the attribute
+/// generators bound (this module), and `referenced` holds the request's reads (the
+/// generators' inputs, not the derived attributes). A generator that fails leaves its
+/// bindings at their defaults here; [`crate::check`] and [`crate::quota`] apply its fail
+/// policy. What `mixer test` evaluates its cases with.
+pub async fn evaluate_preprocessed(
+    snapshot: &Snapshot,
+    bag: &dyn Bag,
+    variety: Variety,
+) -> Evaluation {
+    let record_reads = variety != Variety::Report;
+    let Some(pre) = preprocess(snapshot, bag, record_reads).await else {
+        return crate::evaluate::evaluate(snapshot, bag, variety);
+    };
+    let mut eval = crate::evaluate::evaluate(snapshot, &pre.over(bag), variety);
+    pre.to_request_reads(&mut eval.referenced);
+    eval
 }

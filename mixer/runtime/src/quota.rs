@@ -137,6 +137,40 @@ pub async fn ask(
     allocate(snapshot, plans, &[]).await
 }
 
+/// [`ask`] for the quotas of one request whose attribute generators already ran
+/// ([`Prepared::new`](crate::Prepared::new), for its check): every ask's bag is that
+/// request's, and the quota rules see the same generated attributes as its check did.
+pub async fn ask_prepared(
+    snapshot: &Snapshot,
+    asks: &[QuotaAsk<'_>],
+    prepared: &crate::Prepared,
+) -> Vec<Result<QuotaOutcome, Undecided>> {
+    let Some(pre) = &prepared.pre else {
+        return ask(snapshot, asks).await;
+    };
+    let plans: Vec<(QuotaPlan, &QuotaArgs)> = asks
+        .iter()
+        .map(|a| (plan_on(snapshot, pre, a.bag, a.quota), a.args))
+        .collect();
+    allocate(snapshot, plans, &[]).await
+}
+
+/// [`plan`] on `bag` with `pre`'s attributes laid over it, with the request's reads.
+fn plan_on(
+    snapshot: &Snapshot,
+    pre: &crate::preprocess::Preprocessed,
+    bag: &dyn Bag,
+    quota: Option<&str>,
+) -> QuotaPlan {
+    let mut planned = plan(snapshot, &pre.over(bag), quota);
+    pre.to_request_reads(&mut planned.referenced);
+    if let Some(failure) = &pre.failure {
+        planned.dispatches.clear();
+        planned.failed.get_or_insert(failure.clone());
+    }
+    planned
+}
+
 /// [`plan`] after the preprocess phase: the quota rules see the attributes the attribute
 /// generators bound ([`crate::preprocess`]); the plan's reads are the request's. A generator
 /// that fails closed fails the allocation; its denial does not (quota rules see the
@@ -146,16 +180,16 @@ pub async fn plan_preprocessed(
     bag: &dyn Bag,
     quota: Option<&str>,
 ) -> QuotaPlan {
-    let Some(pre) = preprocess(snapshot, bag, true).await else {
+    if !snapshot.generates {
         return plan(snapshot, bag, quota);
-    };
-    let mut planned = plan(snapshot, &pre.over(bag), quota);
-    pre.to_request_reads(&mut planned.referenced);
-    if let Some(failure) = pre.failure {
-        planned.dispatches.clear();
-        planned.failed.get_or_insert(failure);
     }
-    planned
+    Box::pin(async {
+        match preprocess(snapshot, bag, true).await {
+            Some(pre) => plan_on(snapshot, &pre, bag, quota),
+            None => plan(snapshot, bag, quota),
+        }
+    })
+    .await
 }
 
 /// The first step of a quota request: the quota instances `bag` selects (those

@@ -27,11 +27,21 @@ pub struct ReportOutcome {
 /// leaves its bindings at their defaults (counted in `mixer_handler_calls_total`): the
 /// record is never dropped for it.
 pub async fn report(snapshot: &Snapshot, bag: &dyn Bag) -> ReportOutcome {
-    let pre = preprocess(snapshot, bag, false).await;
-    let eval = match &pre {
-        None => evaluate_for(snapshot, bag, Variety::Report, false, false),
-        Some(pre) => evaluate_for(snapshot, &pre.over(bag), Variety::Report, false, false),
-    };
+    if !snapshot.generates {
+        return enqueue(snapshot, bag);
+    }
+    Box::pin(async {
+        match preprocess(snapshot, bag, false).await {
+            Some(pre) => enqueue(snapshot, &pre.over(bag)),
+            None => enqueue(snapshot, bag),
+        }
+    })
+    .await
+}
+
+/// Evaluates the report rules on `bag` and queues their instances.
+fn enqueue(snapshot: &Snapshot, bag: &dyn Bag) -> ReportOutcome {
+    let eval = evaluate_for(snapshot, bag, Variety::Report, false, false);
     let mut outcome = ReportOutcome {
         instance_errors: eval.instance_errors,
         ..ReportOutcome::default()

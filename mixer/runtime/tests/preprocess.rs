@@ -293,3 +293,123 @@ async fn a_quota_rule_matches_on_a_derived_attribute() {
         Err(Undecided::Handler { .. })
     ));
 }
+
+#[tokio::test]
+async fn a_check_and_its_quota_share_one_call_of_each_generator() {
+    let snap = closed();
+    let source = "kubernetes://reviews-v1-once.default";
+    let b = uid(&snap, source);
+    let first = mixer_runtime::check_with_quota(&snap, &b, Wants::Verdict)
+        .await
+        .expect("decided");
+    assert!(
+        matches!(&first, mixer_runtime::QuotaAfterCheck::Checked(c) if c.verdict.is_allowed()),
+        "{first:?}"
+    );
+    assert_eq!(generated(source), 1);
+    // The check is a cache hit now, but the quota rule still needs the derived workload: one
+    // call more, and its one unit is spent.
+    let second = mixer_runtime::check_with_quota(&snap, &b, Wants::Verdict)
+        .await
+        .expect("decided");
+    assert!(
+        matches!(&second, mixer_runtime::QuotaAfterCheck::Refused(r) if r.cache_hit),
+        "{second:?}"
+    );
+    assert_eq!(generated(source), 2);
+    // Mixer v1's path: prepared once, then the check and its quotas.
+    let other = "kubernetes://reviews-v2-once.default";
+    let b = uid(&snap, other);
+    let prepared = mixer_runtime::Prepared::new(&snap, &b).await;
+    let checked = mixer_runtime::check_prepared(&snap, &b, Wants::Reads, &prepared)
+        .await
+        .expect("decided");
+    assert!(checked.verdict.is_allowed() && !checked.cache_hit);
+    let args = QuotaArgs {
+        amount: 1,
+        best_effort: false,
+        deduplication_id: String::new(),
+        limit_override: None,
+    };
+    let ask = mixer_runtime::QuotaAsk {
+        bag: &b,
+        quota: None,
+        args: &args,
+    };
+    let outcome = mixer_runtime::quota::ask_prepared(&snap, &[ask], &prepared)
+        .await
+        .pop()
+        .expect("one answer")
+        .expect("decided");
+    assert_eq!(outcome.instances.len(), 1, "{outcome:?}");
+    assert_eq!(generated(other), 1);
+}
+
+#[tokio::test]
+async fn generator_calls_are_counted_by_handler_and_result() {
+    let metrics = mixer_runtime::RuntimeMetrics::unregistered();
+    let snap = snapshot_metered(&config(""), &metrics);
+    for source in [
+        "kubernetes://reviews-v1-count.default",
+        "bad-token",
+        "error",
+    ] {
+        let _ = decide(&snap, &uid(&snap, source)).await;
+    }
+    let calls = |result: &str| {
+        metrics
+            .handler_calls
+            .with_label_values(&["pods.handler.istio-system", "attributes", result])
+            .get()
+    };
+    assert_eq!(
+        (calls("ok"), calls("denied"), calls("unavailable")),
+        (1, 1, 1)
+    );
+}
+
+#[tokio::test]
+async fn a_binding_with_no_value_leaves_the_attribute_absent_not_the_proxys() {
+    let yaml = r#"
+kind: handler
+metadata: {name: pods, namespace: istio-system}
+spec: {compiledAdapter: pods}
+---
+kind: instance
+metadata: {name: attributes, namespace: istio-system}
+spec:
+  compiledTemplate: kubernetes
+  params: {source_uid: source.uid | ""}
+  attributeBindings: {source.workload.name: $out.source_workload_name}
+---
+kind: rule
+metadata: {name: gen, namespace: istio-system}
+spec:
+  actions: [{handler: pods, instances: [attributes]}]
+---
+kind: handler
+metadata: {name: deny, namespace: istio-system}
+spec: {compiledAdapter: denier, params: {status: {code: 7, message: "not reviews"}}}
+---
+kind: instance
+metadata: {name: nothing, namespace: istio-system}
+spec: {compiledTemplate: checknothing}
+---
+kind: rule
+metadata: {name: only-reviews, namespace: istio-system}
+spec:
+  match: (source.workload.name | "none") != "reviews"
+  actions: [{handler: deny, instances: [nothing]}]
+"#;
+    let snap = snapshot(yaml, &RuntimeOptions::default());
+    // The generator knows no pod by this uid (no outputs); the proxy claims reviews.
+    let b = bag(
+        &snap,
+        &[
+            ("source.uid", Value::from("unknown-pod")),
+            ("source.workload.name", Value::from("reviews")),
+        ],
+    );
+    let verdict = decide(&snap, &b).await.expect("decided");
+    assert_eq!(verdict.status.code, Code::PermissionDenied, "{verdict:?}");
+}

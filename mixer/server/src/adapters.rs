@@ -67,6 +67,7 @@ pub fn with_wasm(wasm: mixer_wasm::HostOptions) -> AdapterRegistry {
     registry.register(Arc::new(mixer_adapter_redisquota::RedisQuota));
     registry.register(Arc::new(mixer_adapter_otlp::Otlp));
     registry.register(Arc::new(mixer_adapter_apikey::ApiKey));
+    registry.register(Arc::new(mixer_adapter_jwt::JwtAdapter));
     // Plugins: its engine starts only when a config names a Wasm handler.
     registry.register(Arc::new(mixer_wasm::WasmAdapter::new(wasm)));
     registry.register_remote(Arc::new(mixer_oop::RemoteAdapterFactory::new(

@@ -33,15 +33,16 @@ pub fn outputs_vocabulary(template: Template) -> Vocabulary {
     vocabulary
 }
 
-/// Validates `spec.attributeBindings` of an instance of `template`.
+/// Validates the attribute bindings of an instance of `template`, found at `path`
+/// (`spec.attributeBindings`, or a legacy document's `spec.attribute_bindings`).
 pub(crate) fn bindings(
     doc: &Doc<'_>,
     template: Template,
     value: &Value,
+    path: &str,
     vocabulary: &Vocabulary,
     diags: &mut Diagnostics,
 ) -> Vec<AttributeBinding> {
-    const PATH: &str = "spec.attributeBindings";
     let raw = &doc.raw.doc;
     let map: &Map<String, Value> = match value {
         Value::Null => return Vec::new(),
@@ -49,7 +50,7 @@ pub(crate) fn bindings(
         other => {
             diags.error(
                 raw,
-                PATH,
+                path,
                 format!(
                     "expected a mapping of attributes to expressions over $out, found {}",
                     type_name(other)
@@ -61,7 +62,7 @@ pub(crate) fn bindings(
     if template.outputs().is_empty() {
         diags.error(
             raw,
-            PATH,
+            path,
             format!(
                 "template {template} produces no attributes (attributeBindings are for attribute generator templates: {})",
                 generator_names()
@@ -72,7 +73,7 @@ pub(crate) fn bindings(
     let outputs = outputs_vocabulary(template);
     let mut out = Vec::with_capacity(map.len());
     for (name, expr) in map {
-        let here = join(PATH, name);
+        let here = join(path, name);
         let Some(attr) = vocabulary.lookup(name) else {
             let hint = vocabulary
                 .suggest(name)

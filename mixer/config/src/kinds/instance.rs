@@ -74,6 +74,7 @@ pub(crate) fn instance(
         doc,
         template,
         spec.get("attributeBindings").unwrap_or(&Value::Null),
+        "spec.attributeBindings",
         vocabulary,
         diags,
     );
@@ -90,7 +91,32 @@ pub(crate) fn legacy_instance(
     vocabulary: &Vocabulary,
     diags: &mut Diagnostics,
 ) -> Option<InstanceConfig> {
-    fields(doc, template, &doc.raw.spec, "spec", vocabulary, diags)
+    // Istio 1.0's form of an attribute generator instance keeps its bindings beside the
+    // params, as `attribute_bindings` (Istio 1.4's `mixer/testdata/config/kubernetesenv.yaml`).
+    let key = ["attribute_bindings", "attributeBindings"]
+        .into_iter()
+        .find(|k| doc.raw.spec.get(k).is_some());
+    let Some(key) = key.filter(|_| !template.outputs().is_empty()) else {
+        return fields(doc, template, &doc.raw.spec, "spec", vocabulary, diags);
+    };
+    let mut params = doc.raw.spec.clone();
+    let value = params
+        .as_object_mut()
+        .and_then(|m| m.remove(key))
+        .unwrap_or(Value::Null);
+    let before = diags.errors.len();
+    let bindings = super::bindings::bindings(
+        doc,
+        template,
+        &value,
+        &format!("spec.{key}"),
+        vocabulary,
+        diags,
+    );
+    let bound = diags.errors.len() == before;
+    let mut instance = fields(doc, template, &params, "spec", vocabulary, diags)?;
+    instance.bindings = bindings;
+    bound.then_some(instance)
 }
 
 fn fields(
@@ -434,6 +460,51 @@ spec:
         assert_eq!(
             dump["instances"][0]["attributeBindings"]["source.workload.name"],
             "$out.source_workload_name | \"unknown\""
+        );
+    }
+
+    #[test]
+    fn istio_1_0_kind_kubernetes_keeps_its_bindings_beside_the_params() {
+        let v = ok(r#"
+apiVersion: "config.istio.io/v1alpha2"
+kind: kubernetes
+metadata:
+  name: attributes
+  namespace: istio-system
+spec:
+  source_uid: source.uid | ""
+  source_ip: source.ip | ip("0.0.0.0") # default to unspecified ip addr
+  attribute_bindings:
+    source.uid: $out.source_pod_uid | "unknown"
+    source.labels: $out.source_labels | emptyStringMap()
+"#);
+        let i = &v.config.instances[0];
+        assert_eq!(i.template, Template::Kubernetes);
+        assert_eq!(i.fields.len(), 2);
+        let names: Vec<&str> = i.bindings.iter().map(|b| &*b.name).collect();
+        assert_eq!(names, ["source.uid", "source.labels"]);
+        assert_eq!(
+            errors(
+                "kind: kubernetes\nmetadata: {name: a}\nspec:\n  attribute_bindings: {source.wrkload.name: $out.source_workload_name}\n"
+            ),
+            [
+                "c.yaml: kubernetes a: spec.attribute_bindings.source.wrkload.name: unknown attribute \"source.wrkload.name\" (did you mean source.workload.name?)"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_generator_sent_to_a_handler_that_does_not_produce_attributes_is_an_error() {
+        let yaml = format!(
+            "{ISTIO_ATTRIBUTES}---\nkind: handler\nmetadata: {{name: h, namespace: istio-system}}\nspec: {{compiledAdapter: denier}}\n---\nkind: rule\nmetadata: {{name: r, namespace: istio-system}}\nspec:\n  actions: [{{handler: h, instances: [attributes]}}]\n"
+        );
+        let e = errors(&yaml);
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].starts_with(
+                "c.yaml: rule r: spec.actions[0].instances[0]: instance attributes.instance.istio-system is of template kubernetes, which handler h.handler.istio-system (adapter denier) does not support"
+            ),
+            "{e:?}"
         );
     }
 

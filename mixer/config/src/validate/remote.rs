@@ -254,6 +254,27 @@ mod tests {
     }
 
     #[test]
+    fn an_attribute_generator_the_adapter_does_not_serve_is_an_error_at_the_rule() {
+        let routed = "kind: handler\nmetadata: {name: r}\nspec:\n  adapter: mygrpc\n  connection: {address: 'localhost:9000'}\n---\nkind: instance\nmetadata: {name: token}\nspec:\n  compiledTemplate: jwt\n  params: {token: 'request.headers[\"authorization\"] | \"\"'}\n  attributeBindings: {request.auth.principal: '$out.principal | \"\"'}\n---\nkind: rule\nmetadata: {name: route}\nspec:\n  actions: [{handler: r, instances: [token]}]\n";
+        let r = with(Remote {
+            serves: Some(vec![Template::ListEntry]),
+            unreachable: None,
+        });
+        assert_eq!(
+            run_with(routed, &r).expect_err("refused"),
+            [
+                "c.yaml: rule route: spec.actions[0].instances[0]: instance token.instance.istio-system is of template jwt, which handler r.handler.istio-system (adapter \"mygrpc\" at localhost:9000) does not serve (it serves listentry)"
+            ]
+        );
+        let r = with(Remote {
+            serves: Some(vec![Template::Jwt]),
+            unreachable: None,
+        });
+        let v = run_with(routed, &r).expect("served");
+        assert_eq!(v.config.instances[0].bindings.len(), 1);
+    }
+
+    #[test]
     fn an_unreachable_adapter_is_a_warning_and_a_note() {
         let r = with(Remote {
             serves: None,

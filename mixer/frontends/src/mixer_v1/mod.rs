@@ -94,7 +94,7 @@ use bytes::Bytes;
 use mixer_adapter_api::QuotaArgs;
 use mixer_model::AttributeBag;
 use mixer_proto::istio::mixer::v1 as pb;
-use mixer_runtime::{QuotaAsk, RequestLimits, Runtime, Snapshot, Wants};
+use mixer_runtime::{Prepared, QuotaAsk, RequestLimits, Runtime, Snapshot, Wants};
 use pb::report_request::RepeatedAttributesSemantics;
 use prost::Message;
 use tonic::Status;
@@ -151,7 +151,7 @@ impl MixerV1 {
             match path {
                 Path::InPlace(filled) => {
                     let (mut scope, client_words) = filled?;
-                    let checked = checked(&mut scope).await?;
+                    let checked = checked(&mut scope, &Prepared::default()).await?;
                     let (snapshot, bag) = scope.parts();
                     let vocabulary = snapshot.vocabulary();
                     Ok(framed_check_response(
@@ -239,7 +239,16 @@ async fn respond(
     client_words: usize,
     quotas: Quotas<'_>,
 ) -> Result<pb::CheckResponse, Status> {
-    let checked = checked(scope).await?;
+    // A check with quotas runs the attribute generators once, for both: the quota rules see
+    // what the check saw. Without quotas a cache hit calls none.
+    let prepared = match quotas {
+        Some((q, _)) if !q.is_empty() => {
+            let (snapshot, bag) = scope.parts();
+            Prepared::new(snapshot, bag).await
+        }
+        _ => Prepared::default(),
+    };
+    let checked = checked(scope, &prepared).await?;
     let (snapshot, bag) = scope.parts();
     let mut response = check_response(&checked.verdict, snapshot.vocabulary(), bag, client_words);
     // Istio allocated quota only for an allowed precondition
@@ -281,7 +290,7 @@ async fn respond(
         .collect();
     // All quotas at once: each quota handler is called once for the check (redisquota: one
     // script call, one round trip), instead of once per quota as Istio did.
-    let outcomes = mixer_runtime::quota::ask(snapshot, &asks).await;
+    let outcomes = mixer_runtime::quota::ask_prepared(snapshot, &asks, &prepared).await;
     for (name, outcome) in names.into_iter().zip(outcomes) {
         match outcome {
             Ok(outcome) => {
@@ -302,9 +311,12 @@ async fn respond(
 }
 
 /// The verdict on the scope's bag, with the attributes it read (Mixer v1 answers with them).
-async fn checked(scope: &mut RequestScope) -> Result<mixer_runtime::Checked, Status> {
+async fn checked(
+    scope: &mut RequestScope,
+    prepared: &Prepared,
+) -> Result<mixer_runtime::Checked, Status> {
     scope
-        .check(Wants::Reads, "mixer-v1")
+        .check_prepared(Wants::Reads, "mixer-v1", prepared)
         .await
         .map_err(could_not_decide)
 }

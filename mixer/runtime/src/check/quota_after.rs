@@ -19,9 +19,10 @@ use std::time::Duration;
 use mixer_adapter_api::QuotaArgs;
 use mixer_model::{Bag, Code, Status, Value, Variety, Verdict};
 
-use super::{Checked, Wants, check};
+use super::{Checked, Wants, check_prepared};
 use crate::decision::Undecided;
-use crate::quota::{QuotaAsk, QuotaOutcome, ask};
+use crate::preprocess::Prepared;
+use crate::quota::{QuotaAsk, QuotaOutcome, ask_prepared};
 use crate::snapshot::Snapshot;
 
 /// Header operations a front end may add to a refusal (`Retry-After` and the three rate limit
@@ -63,8 +64,15 @@ pub async fn check_with_quota(
     bag: &dyn Bag,
     wants: Wants,
 ) -> Result<QuotaAfterCheck, Undecided> {
-    let checked = check(snapshot, bag, wants).await?;
-    charge(snapshot, bag, checked).await
+    // With quota rules to charge, the generators run once, ahead of the check: the quota
+    // rules then see what the check saw. Without, a cache hit calls none.
+    let prepared = if snapshot.generates && snapshot.has_rules(Variety::Quota) {
+        Prepared::new(snapshot, bag).await
+    } else {
+        Prepared::default()
+    };
+    let checked = check_prepared(snapshot, bag, wants, &prepared).await?;
+    charge(snapshot, bag, checked, &prepared).await
 }
 
 /// `checked`, or the refusal it becomes when a quota its request is charged is exhausted.
@@ -72,6 +80,7 @@ async fn charge(
     snapshot: &Snapshot,
     bag: &dyn Bag,
     checked: Checked,
+    prepared: &Prepared,
 ) -> Result<QuotaAfterCheck, Undecided> {
     if !checked.verdict.is_allowed() || !snapshot.has_rules(Variety::Quota) {
         return Ok(QuotaAfterCheck::Checked(checked));
@@ -94,7 +103,7 @@ async fn charge(
         quota: None,
         args: &args,
     };
-    let Some(outcome) = ask(snapshot, &[quota]).await.pop() else {
+    let Some(outcome) = ask_prepared(snapshot, &[quota], prepared).await.pop() else {
         return Ok(QuotaAfterCheck::Checked(checked));
     };
     let outcome = outcome?;
