@@ -8,6 +8,9 @@
 //! through the real binary: against the allowlist example, a Wasm example plugin, an adapter
 //! over TLS, and a deliberately broken (hanging) adapter, whose report names the broken promise.
 
+#[path = "../../adapters/kubernetesenv/tests/standin/mod.rs"]
+mod standin;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
@@ -72,6 +75,12 @@ async fn every_built_in_adapter_conforms() {
     let log = dir.path().join("stdio.log");
     let api_keys = dir.path().join("keys.yaml");
     std::fs::write(&api_keys, "keys: [{name: a, key: fake-key}]").expect("write keys");
+    // No Kubernetes API server installs here: kubernetesenv lists and watches a stand-in
+    // serving Kubernetes JSON (adapters/kubernetesenv/tests/standin).
+    let mut objects = standin::items("pods.json");
+    objects.extend(standin::items("replicasets.json"));
+    let apiserver = standin::StandIn::start(objects).await;
+    let kubeconfig = apiserver.kubeconfig(dir.path());
     let binary = Path::new(env!("CARGO_BIN_EXE_mixer-under-test"));
     let receiver = tokio::task::spawn_blocking(move || {
         let m = Mixer::start(binary, &[]);
@@ -106,6 +115,7 @@ async fn every_built_in_adapter_conforms() {
         ),
         case("memquota", json!({"quotas": quotas()}), None),
         case("apikey", json!({"file": api_keys}), None),
+        case("kubernetesenv", json!({"kubeconfigPath": kubeconfig}), None),
         case(
             "redisquota",
             // A second, not the 5 ms default: this checks behaviour, and a loaded CI machine

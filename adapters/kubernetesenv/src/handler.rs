@@ -103,6 +103,9 @@ fn side<'a>(
     }
 }
 
+/// How long a request made before the first complete list waits for it.
+const FIRST_LIST_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 #[async_trait]
 impl AttributeHandler for KubernetesEnvHandler {
     async fn generate(&self, instance: &Instance) -> Result<Generated, AdapterError> {
@@ -115,8 +118,14 @@ impl AttributeHandler for KubernetesEnvHandler {
                 ),
             ));
         };
-        // Before the first complete list a pod not found may just not be seen yet: an
-        // error, so that the fail policy decides, rather than defaults that look final.
+        // Before the first complete list a pod not found may just not be seen yet. Istio
+        // held every request until the list came; here a request waits a bounded time for
+        // it (the handler's deadline may end the wait sooner), then is an error, so that the
+        // fail policy decides, rather than defaults that look final.
+        let started = std::time::Instant::now();
+        while !self.shared.is_synced() && started.elapsed() < FIRST_LIST_WAIT {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
         if !self.shared.is_synced() {
             return Err(AdapterError::transient(
                 ErrorKind::Unavailable,
