@@ -113,6 +113,10 @@ struct LoadArgs {
     /// The gRPC client that drives gRPC targets.
     #[arg(long, value_enum, default_value = "lean")]
     client: GrpcClient,
+    /// A header every request carries, `name: value` (repeatable): a bearer token for a
+    /// config with an identity rule (`authorization: Bearer ...`).
+    #[arg(long = "header", value_parser = header)]
+    headers: Vec<(String, String)>,
 }
 
 /// The gRPC client of a run.
@@ -244,6 +248,17 @@ fn duration_or_zero(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{text:?} is not a duration such as 1s or 0s"))
 }
 
+fn header(text: &str) -> Result<(String, String), String> {
+    let (name, value) = text
+        .split_once(':')
+        .ok_or_else(|| format!("{text:?} is not a header such as \"authorization: Bearer ...\""))?;
+    let name = name.trim().to_ascii_lowercase();
+    if name.is_empty() {
+        return Err(format!("{text:?} has no header name"));
+    }
+    Ok((name, value.trim().to_string()))
+}
+
 fn duration(text: &str) -> Result<Duration, String> {
     mixer_model::Duration::parse(text)
         .filter(|d| d.0 > 0)
@@ -343,7 +358,10 @@ async fn drive(
         warmup: load.warmup,
         rate,
     };
-    let requests = bags::requests(load.requests.max(1), load.distinct);
+    let mut requests = bags::requests(load.requests.max(1), load.distinct);
+    for r in &mut requests {
+        r.headers.extend(load.headers.iter().cloned());
+    }
     if load.client == GrpcClient::Lean
         && let Some(calls) = lean_calls(target, addr, load, &requests)
     {
