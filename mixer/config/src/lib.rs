@@ -92,10 +92,11 @@ pub use error::ConfigError;
 pub use expr::{CompileError, Expression, Syntax};
 pub use inputs::InputFile;
 pub use kinds::bindings::outputs_vocabulary;
+pub use kinds::decision_log::DECISION_LOG_TEMPLATE;
 pub use model::{
-    ActionConfig, AdapterResource, AttributeBinding, Config, Connection, DropReason,
-    DroppedDocument, FieldExpr, FieldExprValue, HandlerConfig, HeaderOperationConfig,
-    InstanceConfig, MatchErrorPolicy, RateLimitBehaviour, RuleConfig,
+    ActionConfig, AdapterResource, AttributeBinding, AttributeSelector, Config, Connection,
+    DecisionLogParams, DropReason, DroppedDocument, FieldExpr, FieldExprValue, HandlerConfig,
+    HeaderOperationConfig, InstanceConfig, MatchErrorPolicy, RateLimitBehaviour, RuleConfig,
 };
 pub use registry::AdapterRegistry;
 pub use source::{SourceFile, emptied_files, read_sources};

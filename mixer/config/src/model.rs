@@ -11,6 +11,7 @@ use mixer_remote::ParamsDescriptor;
 
 use crate::expr::Expression;
 use crate::inputs::InputFile;
+pub use crate::kinds::decision_log::{AttributeSelector, DecisionLogParams};
 
 /// A validated config snapshot: what the runtime builds handlers and routes from.
 #[derive(Clone, Debug)]
@@ -282,6 +283,10 @@ pub struct InstanceConfig {
     /// For an attribute generator template: which attributes its handler's outputs fill
     /// (`spec.attributeBindings`), in config order; empty for every other template.
     pub bindings: Vec<AttributeBinding>,
+    /// For a `decisionlog` instance: how its records are sampled and masked. The mixer fills
+    /// such an instance from each decision it makes (never from a request's attributes), and
+    /// sends it as a `logentry`; `None` for every other instance.
+    pub decision_log: Option<Arc<DecisionLogParams>>,
 }
 
 /// One entry of an instance's `attributeBindings`: a request attribute and the expression

@@ -183,6 +183,11 @@ pub struct Snapshot {
     /// Whether any rule sends an attribute generator's instance: without one, the preprocess
     /// phase is this one test ([`crate::preprocess`]).
     pub(crate) generates: bool,
+    /// The decision-log rules; `None` when there are none, so that not logging costs one test.
+    pub(crate) decision_log: Option<crate::decision_log::DecisionLog>,
+    /// The config hash `/readyz` reports (set by the [`crate::Runtime`] that activates the
+    /// snapshot), which decision records name their config by.
+    pub(crate) config_hash: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -339,6 +344,8 @@ impl Snapshot {
         Ok(Built {
             snapshot: Snapshot {
                 generates,
+                decision_log: crate::decision_log::DecisionLog::build(&config),
+                config_hash: None,
                 rule_matches,
                 shared_exprs: SharedExprs::new(&config),
                 reads: ReadAttrs::new(&config, &identity),
@@ -379,6 +386,8 @@ impl Snapshot {
             cache: None,
             generation: None,
             generates: false,
+            decision_log: None,
+            config_hash: None,
         }
     }
 

@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::r#type::v3::{HttpStatus, StatusCode as HttpStatusCod
 use envoy_types::pb::google::protobuf::{ListValue, Struct, Value as PbValue, value::Kind};
 use envoy_types::pb::google::rpc;
 use mixer_model::{Code, HeaderOp, HeaderOperation, Verdict};
-use mixer_runtime::Checked;
+use mixer_runtime::{Checked, DecisionId};
 
 use crate::request_scope::{NoDecision, grpc_status};
 
@@ -27,10 +27,17 @@ pub mod metadata_keys {
     /// The full name of the handler that denied (`deny.handler.istio-system`); only on a
     /// denial a handler gave.
     pub const DENIED_BY: &str = "denied_by";
+    /// The decision's id (32 hex digits), as the decision log records it.
+    pub const DECISION_ID: &str = "decision_id";
 }
 
 /// The answer for a decided check: allowed (`OkResponse`) or denied (`DeniedResponse`).
 pub fn check_response(checked: &Checked) -> CheckResponse {
+    check_response_with_id(checked, None)
+}
+
+/// [`check_response`] with the decision's id in the dynamic metadata.
+pub fn check_response_with_id(checked: &Checked, decision_id: Option<DecisionId>) -> CheckResponse {
     let verdict = &checked.verdict;
     let http_response = if verdict.is_allowed() {
         HttpResponse::OkResponse(ok_response(verdict))
@@ -43,7 +50,7 @@ pub fn check_response(checked: &Checked) -> CheckResponse {
             message: verdict.status.message.clone(),
             details: Vec::new(),
         }),
-        dynamic_metadata: Some(decision_metadata(verdict, checked.cache_hit)),
+        dynamic_metadata: Some(decision_metadata(verdict, checked.cache_hit, decision_id)),
         http_response: Some(http_response),
     }
 }
@@ -150,7 +157,11 @@ fn header_option(op: &HeaderOperation) -> HeaderValueOption {
     }
 }
 
-fn decision_metadata(verdict: &Verdict, cache_hit: bool) -> Struct {
+fn decision_metadata(
+    verdict: &Verdict,
+    cache_hit: bool,
+    decision_id: Option<DecisionId>,
+) -> Struct {
     let rules = verdict
         .matched_rules
         .iter()
@@ -182,6 +193,14 @@ fn decision_metadata(verdict: &Verdict, cache_hit: bool) -> Struct {
             metadata_keys::DENIED_BY.to_string(),
             PbValue {
                 kind: Some(Kind::StringValue(handler.to_string())),
+            },
+        );
+    }
+    if let Some(id) = decision_id {
+        s.fields.insert(
+            metadata_keys::DECISION_ID.to_string(),
+            PbValue {
+                kind: Some(Kind::StringValue(id.to_string())),
             },
         );
     }
