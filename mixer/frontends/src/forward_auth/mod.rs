@@ -118,6 +118,7 @@ async fn decide(endpoint: Endpoint, mut scope: RequestScope, request: Request) -
         Ok(checked) => check_response(&checked),
         Err(e) => could_not_decide(e),
     };
+    tracing::debug!(status = response.status().as_u16(), "forward-auth answered");
     with_decision_id(response, id)
 }
 
