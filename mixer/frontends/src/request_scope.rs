@@ -50,6 +50,11 @@ impl RequestScope {
         self.decision_id
     }
 
+    /// Whether a rule logs decisions (so a front end builds what it logs only then).
+    pub(crate) fn logs_decisions(&self) -> bool {
+        self.started.is_some()
+    }
+
     /// Logs the request's decision when a rule logs decisions (one test otherwise).
     pub(crate) fn log_decision(&mut self, protocol: &'static str, outcome: DecisionOutcome<'_>) {
         let Some(started) = self.started else {
