@@ -189,6 +189,14 @@ mod tests {
         assert!(!params.drop[0].selects(headers, Some("x-user")));
         let user = config.vocabulary.lookup("source.user").expect("known");
         assert!(params.hash[0].selects(user, None));
+        // `/config_dump` shows it as written.
+        let dump = config.dump();
+        assert_eq!(dump["instances"][0]["template"], "decisionlog");
+        assert_eq!(
+            dump["instances"][0]["decisionLog"]["drop"][0],
+            "request.headers[cookie]"
+        );
+        assert_eq!(dump["instances"][0]["decisionLog"]["percentSampled"], 10.0);
     }
 
     #[test]
