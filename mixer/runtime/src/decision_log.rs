@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use mixer_adapter_api::secrets::{REDACTED, is_secret_key, redact_urls_in};
+use mixer_adapter_api::secrets::{REDACTED, Redactor, is_secret_key, redact_urls_in};
 use mixer_config::{Config, DecisionLogParams, Expression};
 use mixer_model::{
     Bag, Code, FieldValue, Instance, Presence, ReferencedAttributes, StringMap, Template,
@@ -22,7 +22,6 @@ use mixer_model::{
 
 use crate::decision::Undecided;
 use crate::decision_id::DecisionId;
-use crate::snapshot::Snapshot;
 
 /// One decision-log rule's action: which instance goes to which handler.
 #[derive(Debug)]
@@ -36,15 +35,17 @@ struct Route {
     params: Arc<DecisionLogParams>,
 }
 
-/// The decision-log rules of a snapshot.
+/// The decision-log rules of a snapshot, and what hides the secrets of its handlers' params.
 #[derive(Debug)]
 pub(crate) struct DecisionLog {
     routes: Vec<Route>,
+    secrets: Vec<Arc<Redactor>>,
 }
 
 impl DecisionLog {
-    /// The decision-log rules of `config`; `None` when it has none.
-    pub(crate) fn build(config: &Config) -> Option<DecisionLog> {
+    /// The decision-log rules of `config`; `None` when it has none. `secrets`: the redactors
+    /// of the handlers whose params hold a secret, which no record may quote.
+    pub(crate) fn build(config: &Config, secrets: Vec<Arc<Redactor>>) -> Option<DecisionLog> {
         let mut routes = Vec::new();
         for (r, rule) in config.rules.iter().enumerate() {
             for action in &rule.actions {
@@ -63,8 +64,60 @@ impl DecisionLog {
                 }
             }
         }
-        (!routes.is_empty()).then_some(DecisionLog { routes })
+        (!routes.is_empty()).then_some(DecisionLog { routes, secrets })
     }
+
+    /// The records `decision` gives, each with the index of the handler it goes to: one per
+    /// decision-log rule whose match is true on `bag` and whose sampling keeps the decision.
+    /// `config_hash`: the hash `/readyz` reports for the snapshot.
+    pub(crate) fn records(
+        &self,
+        config: &Config,
+        config_hash: Option<&Arc<str>>,
+        bag: &dyn Bag,
+        decision: &Decision<'_>,
+    ) -> Vec<(usize, Instance)> {
+        let mut out = Vec::new();
+        let mut record: Option<Record> = None;
+        let denial = decision.is_denial();
+        let sample = decision.id.sample() * 100.0;
+        for route in &self.routes {
+            let params = &route.params;
+            let sampled = sample < params.percent_sampled || (denial && params.always_log_denials);
+            if !sampled || !rule_applies(config, route.rule, bag) {
+                continue;
+            }
+            let record =
+                record.get_or_insert_with(|| Record::of(config, config_hash, bag, decision));
+            out.push((
+                route.handler,
+                record.instance(self, config, &route.instance, params),
+            ));
+        }
+        out
+    }
+
+    /// `text` without credentials: a bearer token or a JWT anywhere in it, the value of a
+    /// secret-named query parameter, a URL's password, and the secrets of every handler's
+    /// params (as `/config_dump` hides them).
+    fn scrub(&self, text: &str) -> String {
+        let mut out = redact_urls_in(&redact_query(&redact_tokens(text)));
+        for secrets in &self.secrets {
+            out = secrets.scrub(&out);
+        }
+        out
+    }
+}
+
+/// Whether a decision-log rule's match is true on the request (an error: it is not).
+fn rule_applies(config: &Config, rule: usize, bag: &dyn Bag) -> bool {
+    let Some(rule) = config.rules.get(rule) else {
+        return false;
+    };
+    let Some(expr) = &rule.match_expr else {
+        return true;
+    };
+    matches(expr, bag)
 }
 
 /// What was decided, as a front end got it.
@@ -124,81 +177,6 @@ impl Decision<'_> {
     }
 }
 
-impl Snapshot {
-    /// Whether any rule logs decisions: a front end takes a decision's start time only then,
-    /// and checks record what they read for it.
-    pub fn logs_decisions(&self) -> bool {
-        self.decision_log.is_some()
-    }
-
-    /// Logs `decision` of the request whose attributes are `bag`, through every decision-log
-    /// rule whose match is true and whose sampling keeps it. Returns how many records were
-    /// queued. Without a decision-log rule, this returns at once.
-    pub fn log_decision(&self, bag: &dyn Bag, decision: &Decision<'_>) -> usize {
-        let Some(log) = &self.decision_log else {
-            return 0;
-        };
-        self.records(log, bag, decision)
-            .into_iter()
-            .filter(|(handler, instance)| {
-                self.handlers
-                    .get(*handler)
-                    .and_then(|h| h.queue.as_ref())
-                    .is_some_and(|q| q.push(instance.clone()))
-            })
-            .count()
-    }
-
-    /// The records `decision` gives, each with the index of the handler it goes to, without
-    /// queueing them (for `mixer test` and [`Snapshot::log_decision`]).
-    pub fn decision_records(&self, bag: &dyn Bag, decision: &Decision<'_>) -> Vec<Instance> {
-        match &self.decision_log {
-            Some(log) => self
-                .records(log, bag, decision)
-                .into_iter()
-                .map(|(_, i)| i)
-                .collect(),
-            None => Vec::new(),
-        }
-    }
-
-    fn records(
-        &self,
-        log: &DecisionLog,
-        bag: &dyn Bag,
-        decision: &Decision<'_>,
-    ) -> Vec<(usize, Instance)> {
-        let mut out = Vec::new();
-        let mut record: Option<Record> = None;
-        let denial = decision.is_denial();
-        let sample = decision.id.sample() * 100.0;
-        for route in &log.routes {
-            let params = &route.params;
-            let sampled = sample < params.percent_sampled || (denial && params.always_log_denials);
-            if !sampled || !self.rule_applies(route.rule, bag) {
-                continue;
-            }
-            let record = record.get_or_insert_with(|| Record::of(self, bag, decision));
-            out.push((
-                route.handler,
-                record.instance(self, &route.instance, params),
-            ));
-        }
-        out
-    }
-
-    /// Whether a decision-log rule's match is true on the request (an error: it is not).
-    fn rule_applies(&self, rule: usize, bag: &dyn Bag) -> bool {
-        let Some(rule) = self.config.rules.get(rule) else {
-            return false;
-        };
-        let Some(expr) = &rule.match_expr else {
-            return true;
-        };
-        matches(expr, bag)
-    }
-}
-
 fn matches(expr: &Expression, bag: &dyn Bag) -> bool {
     expr.eval_bool(bag, &mut ReferencedAttributes::ignoring())
         .unwrap_or(false)
@@ -213,12 +191,17 @@ struct Record {
 }
 
 impl Record {
-    fn of(snapshot: &Snapshot, bag: &dyn Bag, decision: &Decision<'_>) -> Record {
+    fn of(
+        config: &Config,
+        config_hash: Option<&Arc<str>>,
+        bag: &dyn Bag,
+        decision: &Decision<'_>,
+    ) -> Record {
         let mut fields: Vec<(Arc<str>, Value)> = Vec::with_capacity(16);
         let mut put = |name: &str, value: Value| fields.push((Arc::from(name), value));
         put("decision_id", Value::string(decision.id.to_string()));
         put("front_end", Value::string(decision.front_end));
-        if let Some(hash) = &snapshot.config_hash {
+        if let Some(hash) = config_hash {
             put("config_hash", Value::String(hash.clone()));
         }
         let latency = decision.started.elapsed();
@@ -246,7 +229,7 @@ impl Record {
                     let names: Vec<&str> = verdict.matched_rules.iter().map(|r| &**r).collect();
                     put("matched_rules", Value::string(names.join(",")));
                 }
-                let (rule, handler) = deciding(snapshot, verdict);
+                let (rule, handler) = deciding(config, verdict);
                 if let Some(rule) = rule {
                     put("rule", Value::String(rule));
                 }
@@ -261,7 +244,7 @@ impl Record {
                     Undecided::Handler { handler, error } => {
                         put("code", Value::string(Code::Unavailable.name()));
                         put("handler", Value::String(handler.clone()));
-                        if let Some(rule) = rule_routing_to(snapshot, handler) {
+                        if let Some(rule) = rule_routing_to(config, handler) {
                             put("rule", Value::String(rule));
                         }
                         put("error", Value::string(error.to_string()));
@@ -285,11 +268,12 @@ impl Record {
     /// The record as `instance` sends it, masked as its params say.
     fn instance(
         &self,
-        snapshot: &Snapshot,
+        log: &DecisionLog,
+        config: &Config,
         instance: &Arc<str>,
         params: &DecisionLogParams,
     ) -> Instance {
-        let vocabulary = snapshot.vocabulary();
+        let vocabulary = &config.vocabulary;
         let mut attributes: Vec<(String, String)> = Vec::with_capacity(self.reads.len());
         for (attr, key, value) in &self.reads {
             let key = key.as_deref();
@@ -307,7 +291,7 @@ impl Record {
             } else if params.hash.iter().any(|s| s.selects(*attr, key)) {
                 hashed(&value.to_string())
             } else {
-                scrub(snapshot, &value.to_string())
+                log.scrub(&value.to_string())
             };
             attributes.push((shown, text));
         }
@@ -321,7 +305,7 @@ impl Record {
         // Messages and errors may quote what a request carried.
         for (_, v) in &mut variables {
             if let Value::String(s) = v {
-                let clean = scrub(snapshot, s);
+                let clean = log.scrub(s);
                 if *clean != **s {
                     *v = Value::string(clean);
                 }
@@ -342,8 +326,7 @@ impl Record {
 /// The rule that decided `verdict` and its handler: for a denial, the first matched rule that
 /// sends to the handler that denied; for an allowance, the last rule consulted (every matched
 /// rule allowed; the last one completed the decision).
-fn deciding(snapshot: &Snapshot, verdict: &Verdict) -> (Option<Arc<str>>, Option<Arc<str>>) {
-    let config = &snapshot.config;
+fn deciding(config: &Config, verdict: &Verdict) -> (Option<Arc<str>>, Option<Arc<str>>) {
     if let Some(denier) = &verdict.denied_by {
         let rule = verdict.matched_rules.iter().find(|name| {
             config.rule(name).is_some_and(|r| {
@@ -369,8 +352,7 @@ fn deciding(snapshot: &Snapshot, verdict: &Verdict) -> (Option<Arc<str>>, Option
 }
 
 /// The first rule (in config order) that sends to `handler`.
-fn rule_routing_to(snapshot: &Snapshot, handler: &str) -> Option<Arc<str>> {
-    let config = &snapshot.config;
+fn rule_routing_to(config: &Config, handler: &str) -> Option<Arc<str>> {
     config
         .rules
         .iter()
@@ -413,20 +395,6 @@ fn read_values(
         }
     }
     out.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
-    out
-}
-
-/// `text` without credentials: a bearer token or a JWT anywhere in it, the value of a
-/// secret-named query parameter, a URL's password, and the secrets of every handler's params
-/// (as `/config_dump` hides them).
-fn scrub(snapshot: &Snapshot, text: &str) -> String {
-    let mut out = redact_query(&redact_tokens(text));
-    out = redact_urls_in(&out);
-    for h in &snapshot.handlers {
-        if h.secrets.is_some() {
-            out = h.scrub(&out);
-        }
-    }
     out
 }
 

@@ -5,64 +5,16 @@
 
 use std::sync::Arc;
 
-use mixer_model::{AttrId, Template, Vocabulary};
+use mixer_model::{Template, Vocabulary};
 use serde_json::Value;
 
 use super::Doc;
 use crate::document::{as_map, check_keys, list, type_name};
 use crate::error::{Diagnostics, did_you_mean, join};
-use crate::model::InstanceConfig;
+use crate::model::{AttributeSelector, DecisionLogParams, InstanceConfig};
 
 /// The template name a decision log instance is written with.
 pub const DECISION_LOG_TEMPLATE: &str = "decisionlog";
-
-/// How a `decisionlog` instance samples and masks the decision records it sends.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DecisionLogParams {
-    /// Percentage of decisions logged, 0 to 100 (`percentSampled`, default 100).
-    pub percent_sampled: f64,
-    /// Denials (and decisions the mixer could not make) are logged whatever the sampling
-    /// (`alwaysLogDenials`, default true): they are what an operator looks for.
-    pub always_log_denials: bool,
-    /// Attributes, or keys of map attributes, left out of the record (`drop`).
-    pub drop: Vec<AttributeSelector>,
-    /// Attributes, or keys of map attributes, logged as a hash of their value (`hash`), so
-    /// that records can be correlated without the value being written.
-    pub hash: Vec<AttributeSelector>,
-}
-
-impl Default for DecisionLogParams {
-    fn default() -> DecisionLogParams {
-        DecisionLogParams {
-            percent_sampled: 100.0,
-            always_log_denials: true,
-            drop: Vec::new(),
-            hash: Vec::new(),
-        }
-    }
-}
-
-/// One attribute, or one key of a map attribute (`request.headers[x-user]`), as masking names
-/// it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AttributeSelector {
-    /// The attribute.
-    pub attr: AttrId,
-    /// The map key, lower-case (header names are); `None` selects the whole attribute.
-    pub key: Option<Arc<str>>,
-}
-
-impl AttributeSelector {
-    /// Whether this selects `attr` (or, with a key, that key of it; compared ignoring case).
-    pub fn selects(&self, attr: AttrId, key: Option<&str>) -> bool {
-        self.attr == attr
-            && match (&self.key, key) {
-                (None, _) => true,
-                (Some(want), Some(key)) => want.eq_ignore_ascii_case(key),
-                (Some(_), None) => false,
-            }
-    }
-}
 
 /// Validates the params of a `decisionlog` instance into an instance the runtime fills with
 /// decision records (see [`InstanceConfig::decision_log`]).
