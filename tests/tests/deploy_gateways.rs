@@ -16,9 +16,22 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use envoy_types::ext_authz::v3::pb::CheckRequest;
+use envoy_types::pb::envoy::config::core::v3::{Node, RequestMethod};
+use envoy_types::pb::envoy::data::accesslog::v3::tls_properties::certificate_properties::subject_alt_name;
+use envoy_types::pb::envoy::data::accesslog::v3::{
+    AccessLogCommon, HttpAccessLogEntry, HttpRequestProperties, HttpResponseProperties,
+    TlsProperties,
+    tls_properties::{CertificateProperties, certificate_properties::SubjectAltName},
+};
+use envoy_types::pb::envoy::service::accesslog::v3::StreamAccessLogsMessage;
+use envoy_types::pb::envoy::service::accesslog::v3::access_log_service_client::AccessLogServiceClient;
+use envoy_types::pb::envoy::service::accesslog::v3::stream_access_logs_message::{
+    HttpAccessLogEntries, Identifier, LogEntries,
+};
 use envoy_types::pb::envoy::service::auth::v3::attribute_context::{HttpRequest, Peer, Request};
 use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
 use envoy_types::pb::envoy::service::auth::v3::{AttributeContext, check_response};
+use envoy_types::pb::google::protobuf::{Duration as PbDuration, UInt32Value};
 use mixer_tests::Mixer;
 use serde_json::Value;
 
@@ -527,18 +540,16 @@ fn status(response: &envoy_types::ext_authz::v3::pb::CheckResponse) -> i32 {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn istio_example_config_answers_the_sidecars_checks_with_403_and_429() {
-    // The config the rendered ConfigMap gives the mixer.
-    let dir = tempfile::tempdir().expect("tempdir");
+/// The real mixer with the config the rendered ConfigMap gives it, ready.
+async fn mixer_with_the_istio_example_config(dir: &Path) -> Mixer {
     std::fs::copy(
         examples().join("istio/mixer/config/orders.yaml"),
-        dir.path().join("config.yaml"),
+        dir.join("config.yaml"),
     )
     .expect("copy the config");
     let mixer = Mixer::start(
         Path::new(env!("CARGO_BIN_EXE_mixer-under-test")),
-        &["--config", dir.path().to_str().expect("utf-8")],
+        &["--config", dir.to_str().expect("utf-8")],
     );
     let admin = mixer.admin;
     tokio::task::spawn_blocking(move || {
@@ -553,6 +564,13 @@ async fn istio_example_config_answers_the_sidecars_checks_with_403_and_429() {
     })
     .await
     .expect("join");
+    mixer
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn istio_example_config_answers_the_sidecars_checks_with_403_and_429() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mixer = mixer_with_the_istio_example_config(dir.path()).await;
     let mut authz = AuthorizationClient::connect(format!("http://{}", mixer.grpc))
         .await
         .expect("connect");
@@ -579,5 +597,104 @@ async fn istio_example_config_answers_the_sidecars_checks_with_403_and_429() {
         200,
         "another caller's quota"
     );
+    assert!(mixer.terminate().success());
+}
+
+/// An access log entry as the `orders` sidecar streams it for a request from `frontend/sa/web`
+/// (the `mixer-als` provider): the server-side Istio cluster name, both SPIFFE identities in
+/// the TLS properties.
+fn sidecar_access_log(code: u32) -> HttpAccessLogEntry {
+    let uri = |spiffe: &str| SubjectAltName {
+        san: Some(subject_alt_name::San::Uri(spiffe.into())),
+    };
+    HttpAccessLogEntry {
+        common_properties: Some(AccessLogCommon {
+            upstream_cluster: "inbound|8080||".into(),
+            tls_properties: Some(TlsProperties {
+                peer_certificate_properties: Some(CertificateProperties {
+                    subject_alt_name: vec![uri("spiffe://cluster.local/ns/frontend/sa/web")],
+                    ..Default::default()
+                }),
+                local_certificate_properties: Some(CertificateProperties {
+                    subject_alt_name: vec![uri("spiffe://cluster.local/ns/shop/sa/orders")],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            time_to_last_downstream_tx_byte: Some(PbDuration {
+                seconds: 0,
+                nanos: 12_000_000,
+            }),
+            ..Default::default()
+        }),
+        request: Some(HttpRequestProperties {
+            request_method: RequestMethod::Post as i32,
+            authority: "orders.shop:8080".into(),
+            path: "/orders".into(),
+            ..Default::default()
+        }),
+        response: Some(HttpResponseProperties {
+            response_code: Some(UInt32Value { value: code }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn istio_example_config_turns_the_sidecars_access_logs_into_istio_metrics() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mixer = mixer_with_the_istio_example_config(dir.path()).await;
+    let message = StreamAccessLogsMessage {
+        identifier: Some(Identifier {
+            node: Some(Node {
+                id: "sidecar~10.0.0.7~orders-5d8f9c.shop~shop.svc.cluster.local".into(),
+                ..Default::default()
+            }),
+            log_name: "mixer".into(),
+        }),
+        log_entries: Some(LogEntries::HttpLogs(HttpAccessLogEntries {
+            log_entry: vec![sidecar_access_log(201), sidecar_access_log(201)],
+        })),
+    };
+    let mut als = AccessLogServiceClient::connect(format!("http://{}", mixer.grpc))
+        .await
+        .expect("connect");
+    als.stream_access_logs(tonic::codegen::tokio_stream::iter(vec![message]))
+        .await
+        .expect("access log stream");
+    // Reports are delivered after the answer: wait, bounded, for the counter.
+    let admin = mixer.admin;
+    let line = tokio::task::spawn_blocking(move || {
+        let start = Instant::now();
+        loop {
+            let (_, _, body) =
+                mixer_tests::http_request(admin, "GET", "/metrics", &[]).expect("metrics");
+            let found = body
+                .lines()
+                .find(|l| l.starts_with("istio_requests_total{") && l.ends_with(" 2"))
+                .map(str::to_string);
+            if let Some(line) = found {
+                return line;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "no istio_requests_total of 2 on /metrics:\n{body}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    })
+    .await
+    .expect("join");
+    for label in [
+        r#"reporter="destination""#,
+        r#"source_principal="spiffe://cluster.local/ns/frontend/sa/web""#,
+        r#"source_workload_namespace="frontend""#,
+        r#"destination_service="orders.shop:8080""#,
+        r#"request_protocol="http""#,
+        r#"response_code="201""#,
+    ] {
+        assert!(line.contains(label), "{label} not in {line}");
+    }
     assert!(mixer.terminate().success());
 }
