@@ -135,3 +135,24 @@ fn an_rbac_handler_is_refused_by_name() {
         said(&out)
     );
 }
+
+#[test]
+fn the_charts_kubernetesenv_instance_takes_the_destination_ip_the_guide_adds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let chart = repo().join("policies/istio-1.4/chart");
+    for entry in std::fs::read_dir(&chart).expect("the chart's config") {
+        let path = entry.expect("entry").path();
+        let mut text = std::fs::read_to_string(&path).expect("read");
+        if path.ends_with("kubernetesenv.yaml") {
+            let bound = "    destination_port: destination.port | 0\n";
+            assert!(text.contains(bound), "the chart binds destination_port");
+            text = text.replace(
+                bound,
+                &format!("{bound}    destination_ip: destination.ip | ip(\"0.0.0.0\")\n"),
+            );
+        }
+        std::fs::write(dir.path().join(path.file_name().expect("name")), text).expect("write");
+    }
+    let out = mixer(&["validate"], dir.path());
+    assert!(out.status.success(), "{}", said(&out));
+}
