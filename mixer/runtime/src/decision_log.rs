@@ -229,6 +229,14 @@ impl Record {
                     let names: Vec<&str> = verdict.matched_rules.iter().map(|r| &**r).collect();
                     put("matched_rules", Value::string(names.join(",")));
                 }
+                if !verdict.dry_run.is_empty() {
+                    // What each matched dry-run rule would have decided, never enforced.
+                    let runs = verdict
+                        .dry_run
+                        .iter()
+                        .map(|d| (&*d.rule, d.would_be.label()));
+                    put("dry_run", Value::from(StringMap::from_pairs(runs)));
+                }
                 let (rule, handler) = deciding(config, verdict);
                 if let Some(rule) = rule {
                     put("rule", Value::String(rule));

@@ -35,6 +35,7 @@ mod report_executor;
 mod report_queue;
 mod rules;
 mod runtime;
+mod sampling;
 mod shared_exprs;
 mod shared_tier;
 mod snapshot;
@@ -50,7 +51,7 @@ pub use deadline::DEFAULT_HANDLER_TIMEOUT;
 pub use decision::{DEFAULT_VALID_DURATION, DEFAULT_VALID_USE_COUNT, InstanceError, Undecided};
 pub use decision_id::{DECISION_ID_HEADER, DecisionId};
 pub use decision_log::{CacheTier, Decision, DecisionOutcome};
-pub use evaluate::{Dispatch, Evaluation, MatchFailure, evaluate};
+pub use evaluate::{Dispatch, DryRunEval, Evaluation, MatchFailure, evaluate};
 pub use index::RuleIndex;
 pub use limits::{
     DEFAULT_ACCESS_LOG_ENTRIES, DEFAULT_ATTRIBUTES, DEFAULT_CHECK_QUOTAS,

@@ -92,8 +92,8 @@ fn header_option(m: &mut Vec<u8>, field: u32, op: &HeaderOperation) {
     });
 }
 
-/// The Struct of `matched_rules` (a list), `cache_hit`, `status`, `denied_by` and
-/// `decision_id`.
+/// The Struct of `matched_rules` (a list), `cache_hit`, `status`, `denied_by`, `dry_run`
+/// (a Struct) and `decision_id`.
 fn decision_metadata(
     m: &mut Vec<u8>,
     verdict: &Verdict,
@@ -128,6 +128,22 @@ fn decision_metadata(
         message(m, 1, |e| {
             string(e, 1, metadata_keys::DENIED_BY);
             message(e, 2, |v| string_always(v, 3, handler));
+        });
+    }
+    if !verdict.dry_run.is_empty() {
+        message(m, 1, |e| {
+            string(e, 1, metadata_keys::DRY_RUN);
+            // Value.struct_value: a Struct of rule name to Value.string_value.
+            message(e, 2, |v| {
+                message(v, 5, |runs| {
+                    for d in &verdict.dry_run {
+                        message(runs, 1, |r| {
+                            string(r, 1, &d.rule);
+                            message(r, 2, |w| string_always(w, 3, d.would_be.label()));
+                        });
+                    }
+                });
+            });
         });
     }
     if let Some(id) = decision_id {
