@@ -117,6 +117,8 @@ struct Planned {
     group: usize,
     /// Index of the call in its group.
     at: usize,
+    /// A quota charged by reports: the call asked for nothing.
+    looks_only: bool,
 }
 
 /// Allocates every quota of one request: evaluates the quota rules against each ask's bag and
@@ -239,7 +241,17 @@ pub async fn allocate(
     let mut groups: Vec<(usize, Vec<QuotaCall<'_>>)> = Vec::new();
     let mut routes: Vec<Vec<Planned>> = Vec::with_capacity(plans.len());
     let mut outcomes = Vec::with_capacity(plans.len());
-    for (plan, args) in &plans {
+    // A quota charged by reports is only looked at by checks: they charge nothing and are
+    // refused while fewer than its `min_remaining` units are left.
+    let looks: Vec<QuotaArgs> = plans
+        .iter()
+        .map(|(_, args)| QuotaArgs {
+            amount: 0,
+            best_effort: false,
+            ..(*args).clone()
+        })
+        .collect();
+    for ((plan, args), look) in plans.iter().zip(&looks) {
         let mut route = Vec::new();
         let mut outcome = QuotaOutcome {
             result: QuotaResult {
@@ -285,11 +297,17 @@ pub async fn allocate(
                 }
             };
             let calls = &mut groups[group].1;
+            let looks_only = snapshot
+                .config
+                .instances
+                .get(dispatch.instance_index)
+                .is_some_and(|ic| ic.charged_by_reports());
             route.push(Planned {
                 group,
                 at: calls.len(),
+                looks_only,
             });
-            calls.push((&dispatch.instance, *args));
+            calls.push((&dispatch.instance, if looks_only { look } else { *args }));
         }
         outcome.unlimited = saw_unlimited && outcome.instances.is_empty();
         routes.push(route);
@@ -323,11 +341,27 @@ pub async fn allocate(
             if let Some(failure) = &plan.failed {
                 return Err(failure.clone());
             }
-            for Planned { group, at } in route {
+            for Planned {
+                group,
+                at,
+                looks_only,
+            } in route
+            {
                 let built = &snapshot.handlers[groups[group].0];
                 let Some(answer) = answers[group].get(at) else {
                     continue;
                 };
+                if looks_only {
+                    // A look that passes grants the request what it asked of the others.
+                    let passed = answer.clone().map(|mut result| {
+                        if result.status.is_ok() {
+                            result.granted_amount = args.amount;
+                        }
+                        result
+                    });
+                    combine(snapshot, &mut outcome, built, &passed, args)?;
+                    continue;
+                }
                 combine(snapshot, &mut outcome, built, answer, args)?;
             }
             outcome.refused = refuses(&outcome.result, args);

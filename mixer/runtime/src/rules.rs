@@ -69,12 +69,9 @@ impl ByVariety {
                 .filter(|&r| {
                     let rule = &config.rules[r];
                     let has_action = rule.actions.iter().any(|a| {
-                        a.instances.iter().any(|&i| {
-                            config
-                                .instances
-                                .get(i)
-                                .is_some_and(|ic| ic.template.variety() == v)
-                        })
+                        a.instances
+                            .iter()
+                            .any(|&i| config.instances.get(i).is_some_and(|ic| ic.serves(v)))
                     });
                     let has_headers = !rule.request_header_operations.is_empty()
                         || !rule.response_header_operations.is_empty();
