@@ -576,7 +576,12 @@ mod tests {
             ],
             InstanceView::Jwt(j) => vec![t("token", j.token), t("cookie", j.cookie)],
             InstanceView::ApiKey(a) => vec![t("key", a.key)],
-            InstanceView::Quota(q) => vec![e("dimensions", q.dimensions)],
+            InstanceView::Quota(q) => vec![
+                e("dimensions", q.dimensions),
+                t("charge", q.charge),
+                t("min_remaining", q.min_remaining),
+                t("deduplication_id", q.deduplication_id),
+            ],
             InstanceView::Metric(m) => vec![
                 t("value", m.value),
                 e("dimensions", m.dimensions),
