@@ -5,6 +5,8 @@
 //! `x-usage-tokens` response header; Envoy's access log service (a client generated from
 //! Envoy's protos, envoy-types) reports the entry; forward-auth (and RLS, on Redis) checks the
 //! next request: the 1st and 2nd are admitted, the 3rd refused with 429 (OVER_LIMIT on RLS).
+//! The same usage reported as an OTLP log record (`http.response.header.x-usage-tokens`) is
+//! charged the same way.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -27,6 +29,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::google::protobuf::UInt32Value;
 use mixer_tests::redis::{Redis, redis_installed};
 use mixer_tests::{Mixer, http_request};
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 
 fn bundle() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/llm-tokens/config")
@@ -120,6 +126,42 @@ async fn report(grpc: SocketAddr, entries: Vec<HttpAccessLogEntry>) {
         .expect("access log stream");
 }
 
+/// Exports one OTLP log record of a completed request of `user` that used `tokens`, with the
+/// headers as OpenTelemetry's HTTP semantic conventions name them.
+async fn report_otlp(grpc: SocketAddr, user: &str, request_id: &str, tokens: &str) {
+    let text = |key: &str, value: &str| KeyValue {
+        key: key.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(value.into())),
+        }),
+        ..Default::default()
+    };
+    let record = LogRecord {
+        attributes: vec![
+            text("http.request.method", "POST"),
+            text("http.request.header.x-user", user),
+            text("http.request.header.x-request-id", request_id),
+            text("http.response.header.x-usage-tokens", tokens),
+        ],
+        ..Default::default()
+    };
+    let request = ExportLogsServiceRequest {
+        resource_logs: vec![ResourceLogs {
+            scope_logs: vec![ScopeLogs {
+                log_records: vec![record],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    LogsServiceClient::connect(format!("http://{grpc}"))
+        .await
+        .expect("connect")
+        .export(request)
+        .await
+        .expect("logs exported");
+}
+
 /// A series' value on the mixer's `/metrics` (0 when absent).
 fn metric(admin: SocketAddr, prefix: &str, parts: &[&str]) -> f64 {
     let (_, _, body) = http_request(admin, "GET", "/metrics", &[]).expect("metrics");
@@ -186,6 +228,12 @@ async fn the_bundle_charges_access_log_usage_and_forward_auth_refuses_once_exhau
         }
     });
     assert_eq!(forward_auth(&mixer, "alice"), 429);
+
+    // The same usage over OTLP logs: 150 and 150 of gina's 300, then refused.
+    assert_eq!(forward_auth(&mixer, "gina"), 200);
+    report_otlp(mixer.grpc, "gina", "g-1", "150").await;
+    report_otlp(mixer.grpc, "gina", "g-2", "150").await;
+    tokio::task::block_in_place(|| until_status(m, "gina", 429, Duration::from_secs(3)));
 }
 
 /// The same limit in Redis, with a 2 s window so that the test sees it reset, and a rule for
