@@ -330,7 +330,7 @@ fn dry_run_instances(
             if ic.template.variety() != variety {
                 continue;
             }
-            match build_instance(snapshot, ic, i, bag, &mut eval.referenced, None) {
+            match build_instance(snapshot, ic, variety, i, bag, &mut eval.referenced, None) {
                 Ok(instance) => run.dispatches.push(Dispatch {
                     handler: action.handler,
                     instance,

@@ -344,14 +344,20 @@ pub async fn allocate(
                     }
                 };
                 let calls = &mut groups[group].1;
+                let looks_only = snapshot
+                    .config
+                    .instances
+                    .get(dispatch.instance_index)
+                    .is_some_and(|ic| ic.charged_by_reports());
                 dry_route.push((
                     run,
                     Planned {
                         group,
                         at: calls.len(),
+                        looks_only,
                     },
                 ));
-                calls.push((&dispatch.instance, *args));
+                calls.push((&dispatch.instance, if looks_only { look } else { *args }));
             }
         }
         routes.push(route);
@@ -398,14 +404,13 @@ pub async fn allocate(
                     continue;
                 };
                 if looks_only {
-                    // A look that passes grants the request what it asked of the others.
-                    let passed = answer.clone().map(|mut result| {
-                        if result.status.is_ok() {
-                            result.granted_amount = args.amount;
-                        }
-                        result
-                    });
-                    combine(snapshot, &mut outcome, built, &passed, args)?;
+                    combine(
+                        snapshot,
+                        &mut outcome,
+                        built,
+                        &passed_look(answer, args),
+                        args,
+                    )?;
                     continue;
                 }
                 combine(snapshot, &mut outcome, built, answer, args)?;
@@ -443,12 +448,27 @@ fn dry_run_outcomes(
             }
         })
         .collect();
-    for (run, Planned { group, at }) in route {
+    for (
+        run,
+        Planned {
+            group,
+            at,
+            looks_only,
+        },
+    ) in route
+    {
         let (Some(outcome), Some(answer)) = (
             outcomes.get_mut(*run),
             answers.get(*group).and_then(|a| a.get(*at)),
         ) else {
             continue;
+        };
+        let looked;
+        let answer = if *looks_only {
+            looked = passed_look(answer, args);
+            &looked
+        } else {
+            answer
         };
         let built = &snapshot.handlers[groups[*group].0];
         let (would_be, status) = match answer {
@@ -543,6 +563,20 @@ fn combine(
             }
         }
     }
+}
+
+/// The answer to a look (a check on a quota charged by reports, asking for nothing) as an
+/// answer to what the request asked: a look that passes grants it all.
+fn passed_look(
+    answer: &Result<QuotaResult, AdapterError>,
+    args: &QuotaArgs,
+) -> Result<QuotaResult, AdapterError> {
+    answer.clone().map(|mut result| {
+        if result.status.is_ok() {
+            result.granted_amount = args.amount;
+        }
+        result
+    })
 }
 
 /// Whether an answer refuses what was asked: a status other than OK, or (as Istio's memquota
