@@ -69,9 +69,14 @@ impl ByVariety {
                 .filter(|&r| {
                     let rule = &config.rules[r];
                     let has_action = rule.actions.iter().any(|a| {
-                        a.instances
-                            .iter()
-                            .any(|&i| config.instances.get(i).is_some_and(|ic| ic.serves(v)))
+                        a.instances.iter().any(|&i| {
+                            config
+                                .instances
+                                .get(i)
+                                // A decision-log instance is sent once a decision is
+                                // made (`crate::decision_log`), never by evaluation.
+                                .is_some_and(|ic| ic.serves(v) && ic.decision_log.is_none())
+                        })
                     });
                     let has_headers = !rule.request_header_operations.is_empty()
                         || !rule.response_header_operations.is_empty();
