@@ -1,7 +1,7 @@
 //! The report pipeline: evaluate the report rules, put each instance on its handler's queue
 //! ([`crate::report_queue`]); the queue's task delivers them in batches.
 
-use mixer_model::{Bag, InvalidCharge, QuotaInstance, Template, Variety, charge_amount};
+use mixer_model::{Bag, QuotaInstance, Template, Variety};
 
 use crate::decision::InstanceError;
 use crate::evaluate::evaluate_for;
@@ -58,7 +58,7 @@ fn enqueue(snapshot: &Snapshot, bag: &dyn Bag) -> ReportOutcome {
         // dropped (counted), never sent as a refund or an overflow; nothing to charge is not
         // sent at all.
         if d.instance.template == Template::Quota {
-            match charge_of(&d.instance) {
+            match crate::report_queue::charge_of(&d.instance) {
                 Ok(0) => continue,
                 Ok(_) => {}
                 Err(e) => {
@@ -75,15 +75,6 @@ fn enqueue(snapshot: &Snapshot, bag: &dyn Bag) -> ReportOutcome {
         }
     }
     outcome
-}
-
-/// The units a report's quota instance charges: its `charge` as an amount (nothing when the
-/// field is unset).
-pub(crate) fn charge_of(instance: &mixer_model::Instance) -> Result<i64, InvalidCharge> {
-    match QuotaInstance::of(instance).and_then(|q| q.charge) {
-        Some(value) => charge_amount(value),
-        None => Ok(0),
-    }
 }
 
 /// What [`charge_now`] did.
@@ -108,7 +99,7 @@ pub async fn charge_now(snapshot: &Snapshot, dispatches: &[crate::Dispatch]) -> 
         if d.instance.template != Template::Quota {
             continue;
         }
-        let amount = match charge_of(&d.instance) {
+        let amount = match crate::report_queue::charge_of(&d.instance) {
             Ok(0) => continue,
             Ok(amount) => amount,
             Err(_) => {

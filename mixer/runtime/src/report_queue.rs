@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mixer_adapter_api::{Handler, QuotaArgs, QuotaCall, QuotaHandler};
-use mixer_model::{FieldValue, Instance, InvalidCharge, QuotaInstance, Template, Value};
+use mixer_model::{
+    FieldValue, Instance, InvalidCharge, QuotaInstance, Template, Value, charge_amount,
+};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -468,7 +470,7 @@ impl ReportQueue {
 /// deduplication id.
 fn charge_args(instance: &Instance) -> QuotaArgs {
     QuotaArgs {
-        amount: crate::report::charge_of(instance).unwrap_or(0),
+        amount: charge_of(instance).unwrap_or(0),
         deduplication_id: QuotaInstance::of(instance)
             .and_then(|q| q.deduplication_id)
             .unwrap_or_default()
@@ -505,4 +507,13 @@ fn approx_bytes(instance: &Instance) -> usize {
                 }
             })
             .sum::<usize>()
+}
+
+/// The units a report's quota instance charges: its `charge` as an amount (nothing when the
+/// field is unset).
+pub(crate) fn charge_of(instance: &mixer_model::Instance) -> Result<i64, InvalidCharge> {
+    match QuotaInstance::of(instance).and_then(|q| q.charge) {
+        Some(value) => charge_amount(value),
+        None => Ok(0),
+    }
 }
