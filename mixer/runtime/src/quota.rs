@@ -117,6 +117,9 @@ struct Planned {
     group: usize,
     /// Index of the call in its group.
     at: usize,
+    /// Index into `config.instances` of the instance, for its envoyproxy/ratelimit
+    /// statistics.
+    instance: usize,
 }
 
 /// Allocates every quota of one request: evaluates the quota rules against each ask's bag and
@@ -288,6 +291,7 @@ pub async fn allocate(
             route.push(Planned {
                 group,
                 at: calls.len(),
+                instance: dispatch.instance_index,
             });
             calls.push((&dispatch.instance, *args));
         }
@@ -323,11 +327,25 @@ pub async fn allocate(
             if let Some(failure) = &plan.failed {
                 return Err(failure.clone());
             }
-            for Planned { group, at } in route {
+            for Planned {
+                group,
+                at,
+                instance,
+            } in route
+            {
                 let built = &snapshot.handlers[groups[group].0];
                 let Some(answer) = answers[group].get(at) else {
                     continue;
                 };
+                if let Some(stats) = snapshot.limit_stats(instance) {
+                    let (built_instance, _) = groups[group].1[at];
+                    stats.record(
+                        answer,
+                        args.amount,
+                        built_instance,
+                        snapshot.options.near_limit_ratio,
+                    );
+                }
                 combine(snapshot, &mut outcome, built, answer, args)?;
             }
             outcome.refused = refuses(&outcome.result, args);

@@ -107,8 +107,8 @@ pub fn exposure_warning(admin_addr: SocketAddr, has_token: bool) -> Option<&'sta
     }
 }
 
-/// The mixer's own metrics (`mixer_*`), then those of handlers that serve metrics (the
-/// prometheus adapter's), from the active snapshot. Rendered on a blocking thread: a large
+/// The mixer's own metrics (`mixer_*`), envoyproxy/ratelimit's statistics of the active
+/// snapshot's limits, then those of handlers that serve metrics (the prometheus adapter's). Rendered on a blocking thread: a large
 /// exposition takes milliseconds of CPU that checks on the async workers must not wait for.
 async fn metrics(State(admin): State<Admin>) -> Response {
     let rendered = tokio::task::spawn_blocking(move || render_metrics(&admin)).await;
@@ -125,7 +125,9 @@ fn render_metrics(admin: &Admin) -> Result<String, String> {
         .encode(&admin.registry.gather(), &mut body)
         .map_err(|e| e.to_string())?;
     let mut text = String::from_utf8_lossy(&body).into_owned();
-    for handler in &admin.runtime.snapshot().handlers {
+    let snapshot = admin.runtime.snapshot();
+    snapshot.render_rate_limit_stats(&mut text);
+    for handler in &snapshot.handlers {
         if let Some(exposition) = handler.handler.as_exposition() {
             exposition.render(&mut text);
         }

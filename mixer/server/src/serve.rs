@@ -35,6 +35,8 @@ pub struct Settings {
     pub report_threads: usize,
     /// The listeners' connection caps, timeouts and sizes.
     pub listener_args: ListenerArgs,
+    /// envoyproxy/ratelimit's `NEAR_LIMIT_RATIO` for its statistics.
+    pub near_limit_ratio: f32,
     /// How forward-auth finds the client's address.
     pub forward_auth: mixer_frontends::forward_auth::ForwardAuthOptions,
     /// Config options.
@@ -139,6 +141,7 @@ async fn serve(settings: Settings) -> anyhow::Result<Stopped> {
         mixer_runtime::RuntimeOptions {
             report_threads: settings.report_threads,
             limits: settings.limits,
+            near_limit_ratio: settings.near_limit_ratio,
             shared_tier,
             ..crate::validate::runtime_options(&settings.config_args)
         },

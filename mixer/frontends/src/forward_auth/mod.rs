@@ -23,8 +23,10 @@
 //! Answers: 200 allows, with the rules' request header operations as response headers (nginx
 //! copies them upstream with `auth_request_set`); 403, 401 or 429 deny, after the verdict's
 //! code. Quota rules that match the request are charged one unit once the check allows it
-//! (see [`mixer_runtime::check_with_quota`]): over a limit the answer is 429 with `Retry-After` and
-//! `X-RateLimit-*`. 503 when the mixer could not decide (a handler failed closed, or no config
+//! (see [`mixer_runtime::check_with_quota`]): over a limit the answer is 429 with `Retry-After`,
+//! `X-RateLimit-*` and the IETF draft's `RateLimit-Limit`, `RateLimit-Remaining` and
+//! `RateLimit-Reset`; a 200 that a quota counted carries the draft's three as well (the limit,
+//! what is left, whole seconds until the counter is full again). 503 when the mixer could not decide (a handler failed closed, or no config
 //! yet), 500 when an instance cannot be built from the request.
 
 mod attributes;
@@ -99,10 +101,18 @@ async fn check(State(endpoint): State<Endpoint>, request: Request) -> Response {
     let decided = scope
         .check_with_quota(Wants::Verdict, "forward-auth")
         .await
-        .map(crate::ratelimit::respond::with_rate_limit_headers);
+        .map(crate::ratelimit::respond::with_draft_rate_limit_headers);
     drop(scope);
     match decided {
-        Ok(checked) => check_response(&checked),
+        Ok((checked, rate_limit)) => {
+            let mut response = check_response(&checked);
+            for (name, value) in rate_limit {
+                if let Ok(value) = axum::http::HeaderValue::from_str(&value) {
+                    response.headers_mut().insert(name, value);
+                }
+            }
+            response
+        }
         Err(e) => could_not_decide(e),
     }
 }

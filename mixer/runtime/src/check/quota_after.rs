@@ -17,7 +17,7 @@
 use std::time::Duration;
 
 use mixer_adapter_api::QuotaArgs;
-use mixer_model::{Bag, Code, Status, Value, Variety, Verdict};
+use mixer_model::{Bag, Code, QuotaLimit, Status, Value, Variety, Verdict};
 
 use super::{Checked, Wants, check_prepared};
 use crate::decision::Undecided;
@@ -32,9 +32,17 @@ const PROTOCOL_HEADERS: usize = 4;
 /// What a check that also charges quota came to.
 #[derive(Clone, Debug)]
 pub enum QuotaAfterCheck {
-    /// The check's own answer: a denial, or an allowance whose quotas were granted (or that
-    /// no quota rule matched).
+    /// The check's own answer: a denial, or an allowance that no quota rule matched (or
+    /// whose handlers named no limit).
     Checked(Checked),
+    /// Allowed, and the quotas it was charged granted it.
+    Granted {
+        /// The check's answer.
+        checked: Checked,
+        /// The most constraining limit a handler counted the grant against, for the rate
+        /// limit headers of the protocols that send them on allowed requests.
+        limit: QuotaLimit,
+    },
     /// Allowed by the check, refused by a quota it was charged.
     Refused(QuotaRefusal),
 }
@@ -108,7 +116,12 @@ async fn charge(
     };
     let outcome = outcome?;
     if outcome.instances.is_empty() || !outcome.refused {
-        return Ok(QuotaAfterCheck::Checked(checked));
+        return Ok(match outcome.result.limit {
+            Some(limit) if !outcome.instances.is_empty() => {
+                QuotaAfterCheck::Granted { checked, limit }
+            }
+            _ => QuotaAfterCheck::Checked(checked),
+        });
     }
     Ok(QuotaAfterCheck::Refused(refusal(&checked, &outcome)))
 }
@@ -150,7 +163,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use mixer_model::{HeaderOp, HeaderOperation, QuotaLimit, QuotaResult, ReferencedAttributes};
+    use mixer_model::{HeaderOp, HeaderOperation, QuotaResult, ReferencedAttributes};
 
     fn outcome(status: Status, granted: i64, retry_after: Duration) -> QuotaOutcome {
         QuotaOutcome {
