@@ -5,12 +5,15 @@
 //! each handler once per request with every allocation that goes to it (redisquota answers a
 //! request in one round trip). [`ask`] does both for the quotas of one request.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use mixer_adapter_api::host::FailPolicy;
 use mixer_adapter_api::{AdapterError, QuotaArgs, QuotaCall};
 use mixer_config::RateLimitBehaviour;
-use mixer_model::{Bag, QuotaResult, ReferencedAttributes, Status, Template, Variety};
+use mixer_model::{
+    Bag, Instance, QuotaLimit, QuotaResult, ReferencedAttributes, Status, Template, Variety,
+};
 
 use crate::deadline;
 use crate::decision::{DEFAULT_VALID_DURATION, Undecided};
@@ -414,4 +417,81 @@ fn combine(
 /// refuses, with status OK) less than the amount when not asked with best effort.
 fn refuses(result: &QuotaResult, args: &QuotaArgs) -> bool {
     !result.status.is_ok() || (result.granted_amount < args.amount && !args.best_effort)
+}
+
+/// What reading one counter without charging it came to ([`peek`], [`peek_plan`]).
+#[derive(Clone, Debug)]
+pub enum Peek {
+    /// The limit, what is left and when the counter is full again.
+    Read(QuotaLimit),
+    /// The handler cannot read a counter without charging it (not memquota or redisquota).
+    Unsupported,
+    /// The handler failed (its store is down, the call timed out...).
+    Failed(AdapterError),
+}
+
+/// A counter a quota plan selects, as [`peek_plan`] read it.
+#[derive(Clone, Debug)]
+pub struct PeekedCounter {
+    /// The handler's full name.
+    pub handler: Arc<str>,
+    /// The quota instance, built from the request: its name and dimensions name the counter.
+    pub instance: Instance,
+    /// What the handler said.
+    pub peek: Peek,
+}
+
+/// Reads the counter `instance` names in `handler` without charging it (the admin `/quota`
+/// endpoint), within the handler's call deadline.
+pub async fn peek(handler: &BuiltHandler, instance: &Instance) -> Peek {
+    let Some(quota) = handler.handler.as_quota().filter(|q| q.can_peek()) else {
+        return Peek::Unsupported;
+    };
+    let read = match handler.deadline {
+        Some(after) => tokio::time::timeout(after, quota.peek(instance))
+            .await
+            .unwrap_or_else(|_| Err(deadline::timed_out(after))),
+        None => quota.peek(instance).await,
+    };
+    match read {
+        Ok(limit) => Peek::Read(limit),
+        Err(e) => Peek::Failed(AdapterError {
+            message: handler.scrub(&e.message),
+            ..e
+        }),
+    }
+}
+
+/// Reads, without charging them, the counters `plan` selects (what [`allocate`] would
+/// charge; an envoyproxy/ratelimit `unlimited` limit has none). Undecided when the plan
+/// failed (an instance that cannot be built from the request).
+pub async fn peek_plan(
+    snapshot: &Snapshot,
+    plan: &QuotaPlan,
+) -> Result<Vec<PeekedCounter>, Undecided> {
+    if let Some(failure) = &plan.failed {
+        return Err(failure.clone());
+    }
+    let mut out = Vec::new();
+    for dispatch in &plan.dispatches {
+        if snapshot
+            .config
+            .rate_limit(dispatch.instance_index)
+            .is_some_and(|b| b.unlimited)
+        {
+            continue;
+        }
+        let Some(built) = snapshot.handlers.get(dispatch.handler) else {
+            continue;
+        };
+        if built.handler.as_quota().is_none() {
+            continue;
+        }
+        out.push(PeekedCounter {
+            handler: built.name.clone(),
+            instance: dispatch.instance.clone(),
+            peek: peek(built, &dispatch.instance).await,
+        });
+    }
+    Ok(out)
 }

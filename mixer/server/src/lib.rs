@@ -11,6 +11,7 @@ mod defaults;
 mod lifecycle;
 mod logging;
 mod policytest;
+mod quota_endpoint;
 mod serve;
 mod shared_cache;
 mod validate;
@@ -195,6 +196,10 @@ enum Command {
         /// `Authorization: Bearer TOKEN` (the probes do not); re-read when it changes.
         #[arg(long, value_name = "FILE")]
         admin_token_file: Option<PathBuf>,
+        /// Serve GET /quota (how much of a quota is left) on a --admin-addr that is not a
+        /// loopback address; without it /quota answers 403 there.
+        #[arg(long)]
+        admin_quota_remote: bool,
         /// Do not reload when config files change (neither on file events nor by the
         /// periodic `--config-check-interval` look).
         #[arg(long)]
@@ -293,6 +298,7 @@ pub fn main() -> ExitCode {
             http_addr,
             admin_addr,
             admin_token_file,
+            admin_quota_remote,
             no_watch,
             drain_timeout,
             worker_threads,
@@ -320,6 +326,7 @@ pub fn main() -> ExitCode {
                 http_addr,
                 admin_addr,
                 admin_token_file,
+                admin_quota_remote,
                 watch: !no_watch,
                 drain_timeout,
                 worker_threads: worker_threads.map(usize::from),

@@ -25,6 +25,8 @@ pub struct Settings {
     pub admin_addr: SocketAddr,
     /// The bearer token the admin endpoints but the probes ask for.
     pub admin_token_file: Option<PathBuf>,
+    /// Serve GET /quota on a non-loopback admin address.
+    pub admin_quota_remote: bool,
     /// Reload on file change.
     pub watch: bool,
     /// How long requests in flight get after SIGTERM.
@@ -226,6 +228,10 @@ async fn serve(settings: Settings) -> anyhow::Result<Stopped> {
         health_service,
         draining_rx,
         admin_token,
+        crate::quota_endpoint::QuotaAccess::for_listener(
+            settings.admin_addr,
+            settings.admin_quota_remote,
+        ),
     );
     let admin_task = tokio::spawn(mixer_transport::http_listener::serve(
         admin,
