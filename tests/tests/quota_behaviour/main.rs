@@ -54,6 +54,7 @@ behaviour_suite!(
     keys_and_quotas_are_independent,
     remaining_and_reset_are_reported,
     a_caller_limit_replaces_the_configured_one,
+    peek_reads_without_charging,
 );
 
 // ---------------------------------------------------------------------------------------------
