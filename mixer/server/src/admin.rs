@@ -356,6 +356,7 @@ mod tests {
             registry,
             draining,
             token: None,
+            quota: QuotaAccess::Served,
         };
         let status = rt.block_on(async move {
             // The only async thread renders inline, or lets this task send.
