@@ -26,8 +26,10 @@
 //! (see [`mixer_runtime::check_with_quota`]): over a limit the answer is 429 with `Retry-After`,
 //! `X-RateLimit-*` and the IETF draft's `RateLimit-Limit`, `RateLimit-Remaining` and
 //! `RateLimit-Reset`; a 200 that a quota counted carries the draft's three as well (the limit,
-//! what is left, whole seconds until the counter is full again). 503 when the mixer could not decide (a handler failed closed, or no config
-//! yet), 500 when an instance cannot be built from the request.
+//! what is left, whole seconds until the counter is full again). 503 when the mixer could not
+//! decide (a handler failed closed, or no config yet), 500 when an instance cannot be built
+//! from the request. Every answer carries the decision's id in `x-mixer-decision-id` (see the
+//! decision log).
 
 mod attributes;
 mod client_address;
@@ -39,7 +41,8 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::response::Response;
-use mixer_runtime::{Runtime, Wants};
+use mixer_runtime::{DECISION_ID_HEADER, DecisionId, Runtime, Wants};
+use tracing::Instrument;
 
 use crate::request_scope::RequestScope;
 use respond::{check_response, could_not_decide};
@@ -84,10 +87,21 @@ pub fn router(runtime: Arc<Runtime>, options: ForwardAuthOptions) -> Router {
 }
 
 async fn check(State(endpoint): State<Endpoint>, request: Request) -> Response {
-    let mut scope = match RequestScope::begin(&endpoint.runtime) {
+    let scope = match RequestScope::begin(&endpoint.runtime) {
         Ok(scope) => scope,
-        Err(not_ready) => return could_not_decide(not_ready),
+        Err(not_ready) => {
+            return with_decision_id(could_not_decide(not_ready), DecisionId::next());
+        }
     };
+    let id = scope.decision_id();
+    let span = tracing::info_span!("request", decision_id = %id, protocol = "forward-auth");
+    decide(endpoint, scope, request).instrument(span).await
+}
+
+/// Decides the request of `scope`, in the request's span (so that every log line about it
+/// carries its decision id).
+async fn decide(endpoint: Endpoint, mut scope: RequestScope, request: Request) -> Response {
+    let id = scope.decision_id();
     let client = request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
@@ -103,7 +117,7 @@ async fn check(State(endpoint): State<Endpoint>, request: Request) -> Response {
         .await
         .map(crate::ratelimit::respond::with_draft_rate_limit_headers);
     drop(scope);
-    match decided {
+    let response = match decided {
         Ok((checked, rate_limit)) => {
             let mut response = check_response(&checked);
             for (name, value) in rate_limit {
@@ -114,5 +128,16 @@ async fn check(State(endpoint): State<Endpoint>, request: Request) -> Response {
             response
         }
         Err(e) => could_not_decide(e),
+    };
+    tracing::debug!(status = response.status().as_u16(), "forward-auth answered");
+    with_decision_id(response, id)
+}
+
+/// `response` with the decision's id in `x-mixer-decision-id`, whatever it answers, so that a
+/// user can quote it and an operator find the decision's record.
+fn with_decision_id(mut response: Response, id: DecisionId) -> Response {
+    if let Ok(value) = axum::http::HeaderValue::from_str(&id.to_string()) {
+        response.headers_mut().insert(DECISION_ID_HEADER, value);
     }
+    response
 }
