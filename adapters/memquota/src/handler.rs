@@ -8,7 +8,7 @@ use mixer_adapter_api::{AdapterError, Exposition, Handler, QuotaArgs, QuotaCall,
 use mixer_adapter_quota_common::{
     Decision, Metrics, Refusal, finish, finish_with_minimum, min_remaining, render_one,
 };
-use mixer_model::{Instance, QuotaResult};
+use mixer_model::{Instance, QuotaLimit, QuotaResult};
 
 use crate::config::MemQuotaConfig;
 use crate::store::{Store, Take};
@@ -151,6 +151,23 @@ impl QuotaHandler for MemQuotaHandler {
                 ))
             })
             .collect()
+    }
+
+    fn can_peek(&self) -> bool {
+        true
+    }
+
+    async fn peek(&self, instance: &Instance) -> Result<QuotaLimit, AdapterError> {
+        let sel = self.config.quotas.select(instance)?;
+        let (remaining, reset_after) = self.store.peek(&sel.key, &sel.limit);
+        Ok(QuotaLimit {
+            name: sel.quota.name.clone(),
+            max_amount: sel.limit.max_amount,
+            window: sel.limit.valid_duration,
+            remaining: remaining.clamp(0, sel.limit.max_amount.max(0)),
+            reset_after,
+            retry_after: std::time::Duration::ZERO,
+        })
     }
 }
 

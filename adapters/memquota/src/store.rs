@@ -184,6 +184,30 @@ impl Store {
         }
     }
 
+    /// The counter `key` as it stands now, without charging or keeping anything: units that
+    /// could be granted and the time until it is full again (a counter not tracked is full).
+    pub fn peek(&self, key: &str, limit: &Limit) -> (i64, Duration) {
+        let now = self.now();
+        let state = {
+            let shard = self.shard(key);
+            shard.entries.get(key).map(|e| e.state.clone())
+        };
+        // Deciding nothing on a copy brings a window or a bucket up to now, and says what is
+        // left; the copy is dropped.
+        let mut state = state.unwrap_or_else(|| fresh(limit, now));
+        let d = decide(
+            &mut state,
+            limit,
+            now,
+            0,
+            Take::Check {
+                best_effort: true,
+                min_remaining: 0,
+            },
+        );
+        (d.remaining, Duration::from_nanos(d.reset))
+    }
+
     /// Allocates `amount` (>= 0; 0 only looks, for a minimum remaining) on `key` under
     /// `limit`, as `take` says; `dedup_id` (when not empty) makes a repeat within the
     /// deduplication time answer the first answer without charging again.

@@ -126,3 +126,33 @@ async fn key_cap_evicts_least_recently_used() {
     assert!(r.status.is_ok());
     assert_eq!(r.granted_amount, 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn peek_reads_a_counter_without_charging_it() {
+    for algorithm in ["FIXED_WINDOW", "ROLLING_WINDOW", "TOKEN_BUCKET"] {
+        let h = build(
+            json!({"quotas": [{"name": "rq", "maxAmount": 5, "validDuration": "60s",
+            "rateLimitAlgorithm": algorithm}]}),
+        );
+        assert!(QuotaHandler::can_peek(&*h));
+        // A counter never charged is full, and reading it tracks nothing.
+        let fresh = h.peek(&inst("a")).await.expect("peek");
+        assert_eq!((fresh.max_amount, fresh.remaining), (5, 5), "{algorithm}");
+        assert_eq!(h.tracked_keys(), 0, "{algorithm}");
+        h.allocate(&inst("a"), &args(2)).await.expect("allocate");
+        for _ in 0..3 {
+            let seen = h.peek(&inst("a")).await.expect("peek");
+            assert_eq!(seen.remaining, 3, "{algorithm}");
+            assert_eq!(seen.window, Duration::from_secs(60));
+            assert!(
+                seen.reset_after > Duration::ZERO && seen.reset_after <= Duration::from_secs(60)
+            );
+        }
+        // Another user's counter is another counter.
+        assert_eq!(h.peek(&inst("b")).await.expect("peek").remaining, 5);
+        // An instance no quota carries is an error, not a full counter.
+        let mut unknown = inst("a");
+        unknown.name = "other.ns".into();
+        assert!(h.peek(&unknown).await.is_err());
+    }
+}

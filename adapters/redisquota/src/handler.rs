@@ -16,7 +16,7 @@ use mixer_adapter_api::{
 use mixer_adapter_quota_common::{
     Decision, Metrics, Refusal, Selected, finish_with_minimum, min_remaining, render_one,
 };
-use mixer_model::{Instance, QuotaResult};
+use mixer_model::{Instance, QuotaLimit, QuotaResult};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -52,6 +52,8 @@ pub struct RedisQuotaHandler {
     cluster_conn: Arc<std::sync::Mutex<Option<ClusterConnection>>>,
     connecting: Arc<std::sync::atomic::AtomicBool>,
     script: Script,
+    /// [`scripts::PEEK`], for `/quota`.
+    peek_script: Script,
     breaker: CircuitBreaker,
     metrics: Metrics,
     errors: AtomicU64,
@@ -161,6 +163,7 @@ impl RedisQuotaHandler {
                 .collect(),
             next: AtomicUsize::new(0),
             script: Script::new(&scripts::source()),
+            peek_script: Script::new(scripts::PEEK),
             breaker: CircuitBreaker::new(config.breaker),
             client,
             config,
@@ -494,6 +497,23 @@ impl QuotaHandler for RedisQuotaHandler {
     async fn charge_many(&self, calls: &[QuotaCall<'_>]) -> Vec<Result<QuotaResult, AdapterError>> {
         self.count(calls, Take::Charge).await
     }
+
+    fn can_peek(&self) -> bool {
+        true
+    }
+
+    async fn peek(&self, instance: &Instance) -> Result<QuotaLimit, AdapterError> {
+        let sel = self.config.quotas.select(instance)?;
+        let (remaining, reset_after) = self.read_counter(&sel).await?;
+        Ok(QuotaLimit {
+            name: sel.quota.name.clone(),
+            max_amount: sel.limit.max_amount,
+            window: sel.limit.valid_duration,
+            remaining: remaining.clamp(0, sel.limit.max_amount.max(0)),
+            reset_after,
+            retry_after: Duration::ZERO,
+        })
+    }
 }
 
 impl RedisQuotaHandler {
@@ -554,6 +574,65 @@ impl RedisQuotaHandler {
                 a.unwrap_or_else(|| Err(AdapterError::permanent(ErrorKind::Internal, "no answer")))
             })
             .collect()
+    }
+}
+
+impl RedisQuotaHandler {
+    /// Runs the read-only [`scripts::PEEK`] for one counter, within the call budget (not
+    /// through the breaker: a read for an operator neither opens nor closes it).
+    async fn read_counter(&self, sel: &Selected<'_>) -> Result<(i64, Duration), AdapterError> {
+        let (state_key, _, _) = self.keys(sel, &QuotaArgs::default());
+        let mut invocation = self.peek_script.prepare_invoke();
+        invocation
+            .key(state_key)
+            .arg(sel.limit.algorithm.tag())
+            .arg(sel.limit.max_amount)
+            .arg(micros(sel.limit.valid_duration))
+            .arg(micros(sel.limit.bucket_duration).max(1));
+        let budget = self.config.call_timeout;
+        let answer = if self.cluster.is_some() {
+            let deadline = tokio::time::Instant::now() + budget;
+            let mut conn = loop {
+                if let Some(conn) = self.cluster_connection() {
+                    break conn;
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(AdapterError::transient(
+                        ErrorKind::Unavailable,
+                        "redis cluster: not connected yet",
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            };
+            tokio::time::timeout_at(deadline, invocation.invoke_async::<Vec<i64>>(&mut conn)).await
+        } else {
+            let mut conn = self.connection()?;
+            tokio::time::timeout(budget, invocation.invoke_async::<Vec<i64>>(&mut conn)).await
+        };
+        match answer {
+            Ok(Ok(a)) if a.len() == 2 => Ok((
+                a[0],
+                Duration::from_micros(u64::try_from(a[1]).unwrap_or(0)),
+            )),
+            Ok(Ok(a)) => Err(AdapterError::transient(
+                ErrorKind::InvalidResponse,
+                format!(
+                    "redis peek script answered {} integers, expected 2",
+                    a.len()
+                ),
+            )),
+            Ok(Err(e)) => Err(AdapterError::transient(
+                ErrorKind::Unavailable,
+                format!("redis: {e}"),
+            )),
+            Err(_) => Err(AdapterError::transient(
+                ErrorKind::Timeout,
+                format!(
+                    "redis did not answer within callTimeout {}",
+                    mixer_model::Duration::from_std(budget)
+                ),
+            )),
+        }
     }
 }
 

@@ -183,3 +183,52 @@ return out
 fn function(algorithm: Algorithm) -> String {
     format!("alloc_{}", algorithm.tag())
 }
+
+/// The read-only script of `peek` (the admin `/quota` endpoint): what is left of one counter
+/// and until when, by the same arithmetic as the allocation's, writing nothing (a fixed or
+/// rolling window not started is full, a bucket never used is full). `KEYS[1]` is the
+/// counter, `ARGV` the algorithm, maxAmount, validDuration (µs) and bucketDuration (µs); the
+/// answer is `remaining, reset µs`.
+pub const PEEK: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local kc = KEYS[1]
+local alg = ARGV[1]
+local max = tonumber(ARGV[2])
+local valid = tonumber(ARGV[3])
+local bucket = tonumber(ARGV[4])
+if alg == 'fw' then
+  local st = redis.call('HMGET', kc, 'used', 'end')
+  local used = tonumber(st[1])
+  local wend = tonumber(st[2])
+  if not used or not wend or now >= wend then return {max, valid} end
+  return {max - used, wend - now}
+elseif alg == 'rw' then
+  local n = math.ceil(valid / bucket)
+  local cur = math.floor(now / bucket)
+  local all = redis.call('HGETALL', kc)
+  local total = 0
+  local oldest = nil
+  for i = 1, #all, 2 do
+    local idx = tonumber(all[i])
+    if idx + n > cur then
+      total = total + tonumber(all[i + 1])
+      if not oldest or idx < oldest then oldest = idx end
+    end
+  end
+  local reset = 0
+  if oldest then reset = (oldest + n) * bucket - now end
+  return {max - total, math.floor(reset)}
+else
+  if max <= 0 then return {0, 0} end
+  local rate = max / valid
+  local st = redis.call('HMGET', kc, 'tokens', 'at')
+  local tokens = tonumber(st[1])
+  local at = tonumber(st[2])
+  if not tokens or not at then return {max, 0} end
+  local elapsed = now - at
+  if elapsed < 0 then elapsed = 0 end
+  tokens = math.min(max, tokens + elapsed * rate)
+  return {math.floor(tokens + 1e-9), math.ceil((max - tokens) / rate)}
+end
+"#;

@@ -3,9 +3,9 @@
 use async_trait::async_trait;
 use std::time::Duration;
 
-use mixer_model::{CheckResult, HeaderOperation, Instance, QuotaResult, Status, Value};
+use mixer_model::{CheckResult, HeaderOperation, Instance, QuotaLimit, QuotaResult, Status, Value};
 
-use crate::error::AdapterError;
+use crate::error::{AdapterError, ErrorKind};
 
 /// A built handler. It offers one or more varieties; the runtime asks once, when the config
 /// snapshot is built, and routes each template to the matching trait.
@@ -133,6 +133,26 @@ pub trait QuotaHandler: Send + Sync {
                 ))
             })
             .collect()
+    }
+
+    /// Whether [`peek`](Self::peek) reads counters (the admin `/quota` endpoint answers 501
+    /// for a handler that cannot).
+    fn can_peek(&self) -> bool {
+        false
+    }
+
+    /// Reads the counter `instance` names without charging it: its limit, what is left of it
+    /// now and when it is full again (`retry_after` zero), for the admin `/quota` endpoint. A
+    /// counter never charged is full. The default, for handlers that cannot read a counter
+    /// without counting, is an error saying so.
+    async fn peek(&self, instance: &Instance) -> Result<QuotaLimit, AdapterError> {
+        Err(AdapterError::permanent(
+            ErrorKind::InvalidInstance,
+            format!(
+                "this handler cannot read the counter of {} without charging it",
+                instance.name
+            ),
+        ))
     }
 }
 

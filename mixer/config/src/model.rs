@@ -448,6 +448,17 @@ pub struct RateLimitBehaviour {
     /// `quota_mode`: over this limit, the request is refused only when every quota-mode
     /// descriptor of the request is over its limit (and no other descriptor refuses it).
     pub quota_mode: bool,
+    /// The key envoyproxy/ratelimit names this limit's statistics with: the domain, then
+    /// `key` or `key_value` per level of the path (`rl.foo.bar_bkthomps`; a wildcard with its
+    /// `*`), as its `config_impl.go` builds it.
+    pub stat_key: String,
+    /// The descriptor keys of the path, in order, for `detailed_metric` keys.
+    pub stat_levels: Vec<String>,
+    /// `shadow_mode`: counted in the `shadow_mode` statistic when over the limit.
+    pub shadow_mode: bool,
+    /// `detailed_metric`: statistics named after the request's values (bounded per limit by
+    /// the runtime), not the config's.
+    pub detailed_metric: bool,
 }
 
 /// A document served without, because it was invalid or needed one that was.

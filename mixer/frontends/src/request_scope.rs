@@ -129,10 +129,12 @@ impl RequestScope {
         }
         if self.started.is_some() {
             let outcome = match &checked {
-                Ok(QuotaAfterCheck::Checked(c)) => DecisionOutcome::Verdict {
-                    verdict: &c.verdict,
-                    cache: tier(c.cache_hit),
-                },
+                Ok(QuotaAfterCheck::Checked(c) | QuotaAfterCheck::Granted { checked: c, .. }) => {
+                    DecisionOutcome::Verdict {
+                        verdict: &c.verdict,
+                        cache: tier(c.cache_hit),
+                    }
+                }
                 Ok(QuotaAfterCheck::Refused(r)) => DecisionOutcome::Verdict {
                     verdict: &r.verdict,
                     cache: tier(r.cache_hit),

@@ -29,6 +29,7 @@ mod limits;
 mod metrics;
 mod preprocess;
 pub mod quota;
+pub mod ratelimit_stats;
 mod reads;
 mod report;
 mod report_executor;

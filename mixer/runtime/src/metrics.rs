@@ -73,6 +73,9 @@ pub struct RuntimeMetrics {
     /// When checks were last served (not exported): reports yield to checks while there are
     /// any, see [`crate::ReportExecutor`].
     pub check_activity: Arc<CheckActivity>,
+    /// envoyproxy/ratelimit's statistics of every snapshot's limits, by key (exported from
+    /// the active snapshot by [`crate::Snapshot::render_rate_limit_stats`]).
+    pub rate_limit_stats: Arc<crate::ratelimit_stats::RateLimitStatsRegistry>,
 }
 
 /// Bucket bounds of `mixer_check_duration_seconds`: fine below a millisecond, where checks
@@ -137,6 +140,7 @@ impl RuntimeMetrics {
         Ok(RuntimeMetrics {
             check_duration,
             check_activity: Arc::new(CheckActivity::new()),
+            rate_limit_stats: Arc::default(),
             reloads: counter_vec(
                 "mixer_config_reloads_total",
                 "Config loads by result",

@@ -5,13 +5,15 @@
 //! each handler once per request with every allocation that goes to it (redisquota answers a
 //! request in one round trip). [`ask`] does both for the quotas of one request.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use mixer_adapter_api::host::FailPolicy;
 use mixer_adapter_api::{AdapterError, QuotaArgs, QuotaCall};
 use mixer_config::RateLimitBehaviour;
 use mixer_model::{
-    Bag, Code, DryRunOutcome, QuotaResult, ReferencedAttributes, Status, Template, Variety, WouldBe,
+    Bag, Code, DryRunOutcome, Instance, QuotaLimit, QuotaResult, ReferencedAttributes, Status,
+    Template, Variety, WouldBe,
 };
 
 use crate::deadline;
@@ -126,6 +128,9 @@ struct Planned {
     at: usize,
     /// A quota charged by reports: the call asked for nothing.
     looks_only: bool,
+    /// Index into `config.instances` of the instance, for its envoyproxy/ratelimit
+    /// statistics.
+    instance: usize,
 }
 
 /// Allocates every quota of one request: evaluates the quota rules against each ask's bag and
@@ -323,6 +328,7 @@ pub async fn allocate(
                 group,
                 at: calls.len(),
                 looks_only,
+                instance: dispatch.instance_index,
             });
             calls.push((&dispatch.instance, if looks_only { look } else { *args }));
         }
@@ -355,6 +361,7 @@ pub async fn allocate(
                         group,
                         at: calls.len(),
                         looks_only,
+                        instance: dispatch.instance_index,
                     },
                 ));
                 calls.push((&dispatch.instance, if looks_only { look } else { *args }));
@@ -397,12 +404,22 @@ pub async fn allocate(
                 group,
                 at,
                 looks_only,
+                instance,
             } in route
             {
                 let built = &snapshot.handlers[groups[group].0];
                 let Some(answer) = answers[group].get(at) else {
                     continue;
                 };
+                if let Some(stats) = snapshot.limit_stats(instance) {
+                    let (built_instance, _) = groups[group].1[at];
+                    stats.record(
+                        answer,
+                        args.amount,
+                        built_instance,
+                        snapshot.options.near_limit_ratio,
+                    );
+                }
                 if looks_only {
                     combine(
                         snapshot,
@@ -454,6 +471,7 @@ fn dry_run_outcomes(
             group,
             at,
             looks_only,
+            ..
         },
     ) in route
     {
@@ -583,4 +601,81 @@ fn passed_look(
 /// refuses, with status OK) less than the amount when not asked with best effort.
 fn refuses(result: &QuotaResult, args: &QuotaArgs) -> bool {
     !result.status.is_ok() || (result.granted_amount < args.amount && !args.best_effort)
+}
+
+/// What reading one counter without charging it came to ([`peek`], [`peek_plan`]).
+#[derive(Clone, Debug)]
+pub enum Peek {
+    /// The limit, what is left and when the counter is full again.
+    Read(QuotaLimit),
+    /// The handler cannot read a counter without charging it (not memquota or redisquota).
+    Unsupported,
+    /// The handler failed (its store is down, the call timed out...).
+    Failed(AdapterError),
+}
+
+/// A counter a quota plan selects, as [`peek_plan`] read it.
+#[derive(Clone, Debug)]
+pub struct PeekedCounter {
+    /// The handler's full name.
+    pub handler: Arc<str>,
+    /// The quota instance, built from the request: its name and dimensions name the counter.
+    pub instance: Instance,
+    /// What the handler said.
+    pub peek: Peek,
+}
+
+/// Reads the counter `instance` names in `handler` without charging it (the admin `/quota`
+/// endpoint), within the handler's call deadline.
+pub async fn peek(handler: &BuiltHandler, instance: &Instance) -> Peek {
+    let Some(quota) = handler.handler.as_quota().filter(|q| q.can_peek()) else {
+        return Peek::Unsupported;
+    };
+    let read = match handler.deadline {
+        Some(after) => tokio::time::timeout(after, quota.peek(instance))
+            .await
+            .unwrap_or_else(|_| Err(deadline::timed_out(after))),
+        None => quota.peek(instance).await,
+    };
+    match read {
+        Ok(limit) => Peek::Read(limit),
+        Err(e) => Peek::Failed(AdapterError {
+            message: handler.scrub(&e.message),
+            ..e
+        }),
+    }
+}
+
+/// Reads, without charging them, the counters `plan` selects (what [`allocate`] would
+/// charge; an envoyproxy/ratelimit `unlimited` limit has none). Undecided when the plan
+/// failed (an instance that cannot be built from the request).
+pub async fn peek_plan(
+    snapshot: &Snapshot,
+    plan: &QuotaPlan,
+) -> Result<Vec<PeekedCounter>, Undecided> {
+    if let Some(failure) = &plan.failed {
+        return Err(failure.clone());
+    }
+    let mut out = Vec::new();
+    for dispatch in &plan.dispatches {
+        if snapshot
+            .config
+            .rate_limit(dispatch.instance_index)
+            .is_some_and(|b| b.unlimited)
+        {
+            continue;
+        }
+        let Some(built) = snapshot.handlers.get(dispatch.handler) else {
+            continue;
+        };
+        if built.handler.as_quota().is_none() {
+            continue;
+        }
+        out.push(PeekedCounter {
+            handler: built.name.clone(),
+            instance: dispatch.instance.clone(),
+            peek: peek(built, &dispatch.instance).await,
+        });
+    }
+    Ok(out)
 }

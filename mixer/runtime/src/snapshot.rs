@@ -39,6 +39,9 @@ pub struct RuntimeOptions {
     pub handler_timeout: std::time::Duration,
     /// The check cache shared by the replicas (`--shared-cache`), under the in-process one.
     pub shared_tier: Option<crate::SharedTierRef>,
+    /// envoyproxy/ratelimit's `NEAR_LIMIT_RATIO`, for its `near_limit` statistic
+    /// ([`crate::ratelimit_stats`]).
+    pub near_limit_ratio: f32,
 }
 
 impl Default for RuntimeOptions {
@@ -51,6 +54,7 @@ impl Default for RuntimeOptions {
             limits: crate::RequestLimits::default(),
             handler_timeout: crate::DEFAULT_HANDLER_TIMEOUT,
             shared_tier: None,
+            near_limit_ratio: crate::ratelimit_stats::DEFAULT_NEAR_LIMIT_RATIO,
         }
     }
 }
@@ -185,6 +189,8 @@ pub struct Snapshot {
     /// Whether any rule sends an attribute generator's instance: without one, the preprocess
     /// phase is this one test ([`crate::preprocess`]).
     pub(crate) generates: bool,
+    /// envoyproxy/ratelimit's statistics of each limit, aligned with `config.rate_limits`.
+    pub(crate) rate_limit_stats: Vec<Option<Arc<crate::ratelimit_stats::LimitStats>>>,
     /// The decision-log rules; `None` when there are none, so that not logging costs one test.
     pub(crate) decision_log: Option<crate::decision_log::DecisionLog>,
     /// The config hash `/readyz` reports (set by the [`crate::Runtime`] that activates the
@@ -363,9 +369,11 @@ impl Snapshot {
                 .map(|s: &ByVariety| s.get(Variety::AttributeGenerator).rules.len())
                 .sum::<usize>()
             > 0;
+        let rate_limit_stats = metrics.rate_limit_stats.resolve(&config.rate_limits);
         Ok(Built {
             snapshot: Snapshot {
                 generates,
+                rate_limit_stats,
                 decision_log: crate::decision_log::DecisionLog::build(
                     &config,
                     handlers.iter().filter_map(|h| h.secrets.clone()).collect(),
@@ -412,6 +420,7 @@ impl Snapshot {
             reads: ReadAttrs::default(),
             cache: None,
             generation: None,
+            rate_limit_stats: Vec::new(),
             generates: false,
             decision_log: None,
             config_hash: None,
@@ -495,6 +504,26 @@ impl Snapshot {
     /// nothing else, so a front end may leave the rest out once it has checked them.
     pub fn reads_attribute(&self, id: AttrId) -> bool {
         self.reads.reads(id)
+    }
+
+    /// Appends envoyproxy/ratelimit's statistics of this snapshot's limits to a Prometheus
+    /// text exposition ([`crate::ratelimit_stats`]).
+    pub fn render_rate_limit_stats(&self, out: &mut String) {
+        crate::ratelimit_stats::render(&self.rate_limit_stats, out);
+    }
+
+    /// The statistics of the limit of the quota instance at `instance` (an index into
+    /// `config.instances`), when envoyproxy/ratelimit's format wrote it.
+    pub(crate) fn limit_stats(
+        &self,
+        instance: usize,
+    ) -> Option<&crate::ratelimit_stats::LimitStats> {
+        let at = self
+            .config
+            .rate_limits
+            .binary_search_by_key(&instance, |r| r.instance)
+            .ok()?;
+        self.rate_limit_stats.get(at)?.as_deref()
     }
 
     /// Verdicts held in this snapshot's check cache (after pending evictions ran).

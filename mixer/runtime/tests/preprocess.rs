@@ -303,7 +303,7 @@ async fn a_check_and_its_quota_share_one_call_of_each_generator() {
         .await
         .expect("decided");
     assert!(
-        matches!(&first, mixer_runtime::QuotaAfterCheck::Checked(c) if c.verdict.is_allowed()),
+        matches!(&first, mixer_runtime::QuotaAfterCheck::Granted { checked, .. } if checked.verdict.is_allowed()),
         "{first:?}"
     );
     assert_eq!(generated(source), 1);

@@ -227,16 +227,18 @@ async fn an_allowed_check_is_charged_once_per_request_and_refused_past_the_limit
     let first = check_with_quota(&snap, &request("a"), Wants::Verdict)
         .await
         .expect("decided");
-    assert!(
-        matches!(&first, QuotaAfterCheck::Checked(c) if c.verdict.is_allowed()),
-        "{first:?}"
-    );
+    // Granted, with the limit it was counted against, for the front ends' rate limit headers.
+    let QuotaAfterCheck::Granted { checked, limit } = &first else {
+        panic!("the first request is granted: {first:?}");
+    };
+    assert!(checked.verdict.is_allowed());
+    assert_eq!((limit.max_amount, limit.remaining), (1, 0));
     // The proxy retrying the same request is not charged again.
     let retried = check_with_quota(&snap, &request("a"), Wants::Verdict)
         .await
         .expect("decided");
     assert!(
-        matches!(retried, QuotaAfterCheck::Checked(_)),
+        matches!(&retried, QuotaAfterCheck::Granted { checked, .. } if checked.verdict.is_allowed()),
         "{retried:?}"
     );
     let QuotaAfterCheck::Refused(refusal) = check_with_quota(&snap, &request("b"), Wants::Verdict)

@@ -1,10 +1,10 @@
-//! The admin endpoints: `/metrics`, `/healthz`, `/readyz`, `/config_dump`.
+//! The admin endpoints: `/metrics`, `/healthz`, `/readyz`, `/config_dump`, `/quota`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::{RawQuery, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -13,6 +13,7 @@ use prometheus::{Encoder, Registry, TextEncoder};
 use tokio::sync::watch;
 
 use crate::admin_token::AdminToken;
+use crate::quota_endpoint::QuotaAccess;
 
 #[derive(Clone)]
 struct Admin {
@@ -22,6 +23,8 @@ struct Admin {
     draining: watch::Receiver<bool>,
     /// Asked for by every endpoint but the probes, when set.
     token: Option<Arc<AdminToken>>,
+    /// Whether `/quota` is served on this listener.
+    quota: QuotaAccess,
 }
 
 /// The admin routes, and gRPC's `grpc.health.v1.Health` served by `health`. `/readyz`
@@ -34,6 +37,7 @@ pub fn router<H>(
     health: H,
     draining: watch::Receiver<bool>,
     token: Option<Arc<AdminToken>>,
+    quota: QuotaAccess,
 ) -> Router
 where
     H: tonic::server::NamedService
@@ -52,10 +56,12 @@ where
         registry,
         draining,
         token,
+        quota,
     };
     let guarded = Router::new()
         .route("/metrics", axum::routing::get(metrics))
         .route("/config_dump", axum::routing::get(config_dump))
+        .route("/quota", axum::routing::get(quota_left))
         .route_layer(axum::middleware::from_fn_with_state(
             admin.clone(),
             require_token,
@@ -107,8 +113,8 @@ pub fn exposure_warning(admin_addr: SocketAddr, has_token: bool) -> Option<&'sta
     }
 }
 
-/// The mixer's own metrics (`mixer_*`), then those of handlers that serve metrics (the
-/// prometheus adapter's), from the active snapshot. Rendered on a blocking thread: a large
+/// The mixer's own metrics (`mixer_*`), envoyproxy/ratelimit's statistics of the active
+/// snapshot's limits, then those of handlers that serve metrics (the prometheus adapter's). Rendered on a blocking thread: a large
 /// exposition takes milliseconds of CPU that checks on the async workers must not wait for.
 async fn metrics(State(admin): State<Admin>) -> Response {
     let rendered = tokio::task::spawn_blocking(move || render_metrics(&admin)).await;
@@ -125,12 +131,19 @@ fn render_metrics(admin: &Admin) -> Result<String, String> {
         .encode(&admin.registry.gather(), &mut body)
         .map_err(|e| e.to_string())?;
     let mut text = String::from_utf8_lossy(&body).into_owned();
-    for handler in &admin.runtime.snapshot().handlers {
+    let snapshot = admin.runtime.snapshot();
+    snapshot.render_rate_limit_stats(&mut text);
+    for handler in &snapshot.handlers {
         if let Some(exposition) = handler.handler.as_exposition() {
             exposition.render(&mut text);
         }
     }
     Ok(text)
+}
+
+/// `GET /quota`: how much of one quota is left ([`crate::quota_endpoint`]).
+async fn quota_left(State(admin): State<Admin>, RawQuery(query): RawQuery) -> Response {
+    crate::quota_endpoint::answer(&admin.runtime, admin.quota, query.as_deref()).await
 }
 
 /// Ready (200) while a valid config is active and SIGTERM has not come. The body says
@@ -343,6 +356,7 @@ mod tests {
             registry,
             draining,
             token: None,
+            quota: QuotaAccess::Served,
         };
         let status = rt.block_on(async move {
             // The only async thread renders inline, or lets this task send.

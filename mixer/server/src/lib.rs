@@ -11,6 +11,7 @@ mod defaults;
 mod lifecycle;
 mod logging;
 mod policytest;
+mod quota_endpoint;
 mod serve;
 mod shared_cache;
 mod validate;
@@ -195,6 +196,10 @@ enum Command {
         /// `Authorization: Bearer TOKEN` (the probes do not); re-read when it changes.
         #[arg(long, value_name = "FILE")]
         admin_token_file: Option<PathBuf>,
+        /// Serve GET /quota (how much of a quota is left) on a --admin-addr that is not a
+        /// loopback address; without it /quota answers 403 there.
+        #[arg(long)]
+        admin_quota_remote: bool,
         /// Do not reload when config files change (neither on file events nor by the
         /// periodic `--config-check-interval` look).
         #[arg(long)]
@@ -220,6 +225,11 @@ enum Command {
         /// the serving threads. Default: half the cores, at least one.
         #[arg(long)]
         report_threads: Option<usize>,
+        /// envoyproxy/ratelimit's `NEAR_LIMIT_RATIO`: the fraction of a limit past which its
+        /// hits count as `near_limit` in envoyproxy/ratelimit's statistics on /metrics.
+        #[arg(long, default_value_t = mixer_runtime::ratelimit_stats::DEFAULT_NEAR_LIMIT_RATIO,
+              value_parser = parse_ratio)]
+        near_limit_ratio: f32,
         #[command(flatten)]
         listener_args: mixer_transport::listeners::ListenerArgs,
         #[command(flatten)]
@@ -264,6 +274,13 @@ enum Command {
     },
 }
 
+fn parse_ratio(text: &str) -> Result<f32, String> {
+    text.parse::<f32>()
+        .ok()
+        .filter(|r| (0.0..=1.0).contains(r))
+        .ok_or_else(|| format!("{text:?} is not a ratio between 0 and 1 such as 0.8"))
+}
+
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     mixer_model::Duration::parse(text)
         .filter(|d| d.0 >= 0)
@@ -281,10 +298,12 @@ pub fn main() -> ExitCode {
             http_addr,
             admin_addr,
             admin_token_file,
+            admin_quota_remote,
             no_watch,
             drain_timeout,
             worker_threads,
             report_threads,
+            near_limit_ratio,
             trusted_proxies,
             real_ip_header,
             listener_args,
@@ -307,6 +326,7 @@ pub fn main() -> ExitCode {
                 http_addr,
                 admin_addr,
                 admin_token_file,
+                admin_quota_remote,
                 watch: !no_watch,
                 drain_timeout,
                 worker_threads: worker_threads.map(usize::from),
@@ -314,6 +334,7 @@ pub fn main() -> ExitCode {
                     std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
                 }),
                 listener_args,
+                near_limit_ratio,
                 forward_auth: mixer_frontends::forward_auth::ForwardAuthOptions {
                     client_address: mixer_frontends::forward_auth::ClientAddress {
                         trusted_proxies,

@@ -25,6 +25,8 @@ pub struct Settings {
     pub admin_addr: SocketAddr,
     /// The bearer token the admin endpoints but the probes ask for.
     pub admin_token_file: Option<PathBuf>,
+    /// Serve GET /quota on a non-loopback admin address.
+    pub admin_quota_remote: bool,
     /// Reload on file change.
     pub watch: bool,
     /// How long requests in flight get after SIGTERM.
@@ -35,6 +37,8 @@ pub struct Settings {
     pub report_threads: usize,
     /// The listeners' connection caps, timeouts and sizes.
     pub listener_args: ListenerArgs,
+    /// envoyproxy/ratelimit's `NEAR_LIMIT_RATIO` for its statistics.
+    pub near_limit_ratio: f32,
     /// How forward-auth finds the client's address.
     pub forward_auth: mixer_frontends::forward_auth::ForwardAuthOptions,
     /// Config options.
@@ -139,6 +143,7 @@ async fn serve(settings: Settings) -> anyhow::Result<Stopped> {
         mixer_runtime::RuntimeOptions {
             report_threads: settings.report_threads,
             limits: settings.limits,
+            near_limit_ratio: settings.near_limit_ratio,
             shared_tier,
             ..crate::validate::runtime_options(&settings.config_args)
         },
@@ -223,6 +228,10 @@ async fn serve(settings: Settings) -> anyhow::Result<Stopped> {
         health_service,
         draining_rx,
         admin_token,
+        crate::quota_endpoint::QuotaAccess::for_listener(
+            settings.admin_addr,
+            settings.admin_quota_remote,
+        ),
     );
     let admin_task = tokio::spawn(mixer_transport::http_listener::serve(
         admin,

@@ -121,5 +121,7 @@ pub fn runtime_options(args: &ConfigArgs) -> mixer_runtime::RuntimeOptions {
         handler_timeout: args.handler_timeout,
         // `serve --shared-cache` sets its own.
         shared_tier: None,
+        // `serve --near-limit-ratio` sets its own.
+        near_limit_ratio: mixer_runtime::ratelimit_stats::DEFAULT_NEAR_LIMIT_RATIO,
     }
 }

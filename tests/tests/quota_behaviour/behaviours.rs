@@ -330,3 +330,35 @@ pub async fn a_minimum_remaining_refuses_before_the_limit(b: &dyn Backend) {
         granted(&alloc(&h, &user("a"), 1).await, 1);
     }
 }
+
+pub async fn peek_reads_without_charging(b: &dyn Backend) {
+    for algorithm in ["FIXED_WINDOW", "ROLLING_WINDOW", "TOKEN_BUCKET"] {
+        let h = b.build(json!({"quotas": [quota("rq", 4, "10s", algorithm)]}));
+        let q = h.as_quota().expect("a quota handler");
+        assert!(q.can_peek());
+        // Never charged: full.
+        let fresh = q.peek(&user("a")).await.expect("peek");
+        assert_eq!((fresh.max_amount, fresh.remaining), (4, 4), "{algorithm}");
+        left(&alloc(&h, &user("a"), 3).await, 1);
+        // Read as often as one likes: the counter stays where the allocation left it.
+        for _ in 0..3 {
+            let l = q.peek(&user("a")).await.expect("peek");
+            assert_eq!(
+                (&*l.name, l.remaining, l.window),
+                ("rq", 1, Duration::from_secs(10)),
+                "{algorithm}"
+            );
+            assert!(
+                l.reset_after > Duration::ZERO && l.reset_after <= Duration::from_secs(10),
+                "{algorithm}: {l:?}"
+            );
+        }
+        granted(&alloc(&h, &user("a"), 1).await, 1);
+        assert_eq!(q.peek(&user("a")).await.expect("peek").remaining, 0);
+        // Another key, another counter; an instance no quota carries is an error.
+        assert_eq!(q.peek(&user("b")).await.expect("peek").remaining, 4);
+        let unknown = inst("nosuch.istio-system", &[("user", "a")]);
+        let e = q.peek(&unknown).await.expect_err("no quota");
+        assert_eq!(e.kind, ErrorKind::InvalidInstance);
+    }
+}

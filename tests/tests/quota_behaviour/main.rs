@@ -56,6 +56,7 @@ behaviour_suite!(
     a_caller_limit_replaces_the_configured_one,
     charges_count_past_the_limit_and_checks_see_them,
     a_minimum_remaining_refuses_before_the_limit,
+    peek_reads_without_charging,
 );
 
 // ---------------------------------------------------------------------------------------------

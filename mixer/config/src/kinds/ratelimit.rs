@@ -57,8 +57,10 @@
 //! `rate_limit: {unlimited: true}` produces a rule whose instance no handler is asked about (the
 //! front end answers OK, as envoyproxy/ratelimit does) and no quota. `rate_limit.name`,
 //! `replaces`, `unlimited` and `quota_mode` go to [`Config::rate_limits`](crate::Config) for the
-//! rate limit front end; `shadow_mode` becomes the quota's `shadowMode`; `detailed_metric` and
-//! `value_to_metric` only name envoyproxy/ratelimit's own statistics and `metadata` is only
+//! rate limit front end; `shadow_mode` becomes the quota's `shadowMode`; the path's statistics key
+//! (`edge.message_type_marketing.to_number`), `shadow_mode` and `detailed_metric` go there too,
+//! for envoyproxy/ratelimit's statistics; `value_to_metric` is accepted without effect (its
+//! keys would grow with request values), and `metadata` is only
 //! sent back when its `RESPONSE_DYNAMIC_METADATA` is set: accepted, without effect. Units:
 //! `second`, `minute`, `hour`, `day`, `week` (any case); `month` and `year` have no fixed
 //! length and are refused.
@@ -94,7 +96,7 @@ use crate::model::{
 };
 use crate::registry::AdapterRegistry;
 use descriptors::walk;
-use naming::{match_source, quote, unique_name};
+use naming::{match_source, quote, stat_key, unique_name};
 
 /// The backend adapter when `backend` is not given.
 pub(crate) const DEFAULT_BACKEND: &str = "memquota";
@@ -238,6 +240,10 @@ pub(crate) fn ratelimit(
             replaces: leaf.limit.replaces.clone(),
             unlimited: leaf.limit.counted.is_none(),
             quota_mode: leaf.limit.quota_mode,
+            stat_key: stat_key(&domain, &leaf.levels),
+            stat_levels: leaf.levels.iter().map(|l| l.key.clone()).collect(),
+            shadow_mode: leaf.limit.shadow,
+            detailed_metric: leaf.limit.detailed_metric,
         });
         rules.push(RuleConfig {
             name: rule_name,

@@ -23,10 +23,13 @@
 //! Answers: 200 allows, with the rules' request header operations as response headers (nginx
 //! copies them upstream with `auth_request_set`); 403, 401 or 429 deny, after the verdict's
 //! code. Quota rules that match the request are charged one unit once the check allows it
-//! (see [`mixer_runtime::check_with_quota`]): over a limit the answer is 429 with `Retry-After` and
-//! `X-RateLimit-*`. 503 when the mixer could not decide (a handler failed closed, or no config
-//! yet), 500 when an instance cannot be built from the request. Every answer carries the
-//! decision's id in `x-mixer-decision-id` (see the decision log).
+//! (see [`mixer_runtime::check_with_quota`]): over a limit the answer is 429 with `Retry-After`,
+//! `X-RateLimit-*` and the IETF draft's `RateLimit-Limit`, `RateLimit-Remaining` and
+//! `RateLimit-Reset`; a 200 that a quota counted carries the draft's three as well (the limit,
+//! what is left, whole seconds until the counter is full again). 503 when the mixer could not
+//! decide (a handler failed closed, or no config yet), 500 when an instance cannot be built
+//! from the request. Every answer carries the decision's id in `x-mixer-decision-id` (see the
+//! decision log).
 
 mod attributes;
 mod client_address;
@@ -112,10 +115,18 @@ async fn decide(endpoint: Endpoint, mut scope: RequestScope, request: Request) -
     let decided = scope
         .check_with_quota(Wants::Verdict, "forward-auth")
         .await
-        .map(crate::ratelimit::respond::with_rate_limit_headers);
+        .map(crate::ratelimit::respond::with_draft_rate_limit_headers);
     drop(scope);
     let response = match decided {
-        Ok(checked) => check_response(&checked),
+        Ok((checked, rate_limit)) => {
+            let mut response = check_response(&checked);
+            for (name, value) in rate_limit {
+                if let Ok(value) = axum::http::HeaderValue::from_str(&value) {
+                    response.headers_mut().insert(name, value);
+                }
+            }
+            response
+        }
         Err(e) => could_not_decide(e),
     };
     tracing::debug!(status = response.status().as_u16(), "forward-auth answered");

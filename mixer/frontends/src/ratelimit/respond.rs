@@ -24,6 +24,14 @@ pub const REMAINING_HEADER: &str = "X-RateLimit-Remaining";
 /// The reset header: whole seconds until the grant (or refusal) expires.
 pub const RESET_HEADER: &str = "X-RateLimit-Reset";
 
+/// The limit header of the IETF draft (draft-ietf-httpapi-ratelimit-headers, up to its -06
+/// revision), which HTTP clients read; forward-auth sends these beside the `X-` ones.
+pub const DRAFT_LIMIT_HEADER: &str = "RateLimit-Limit";
+/// The draft's remaining header.
+pub const DRAFT_REMAINING_HEADER: &str = "RateLimit-Remaining";
+/// The draft's reset header: whole seconds, as the draft's delta-seconds.
+pub const DRAFT_RESET_HEADER: &str = "RateLimit-Reset";
+
 /// The protocol's unit for a window, when the window is exactly one of them.
 fn unit_of(window: Duration) -> Option<Unit> {
     if window.subsec_nanos() != 0 {
@@ -200,9 +208,47 @@ fn headers(statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
 /// handler says it, 0 remaining, and the seconds until units come back as the reset.
 pub(crate) fn with_rate_limit_headers(outcome: QuotaAfterCheck) -> Checked {
     match outcome {
-        QuotaAfterCheck::Checked(checked) => checked,
+        QuotaAfterCheck::Checked(checked) | QuotaAfterCheck::Granted { checked, .. } => checked,
         QuotaAfterCheck::Refused(refusal) => refused(refusal),
     }
+}
+
+/// [`with_rate_limit_headers`], and the IETF draft's `RateLimit-*` headers (lower case, names
+/// and values) for the answer: on a refusal the limit when known, 0 remaining and the seconds
+/// until units come back, as the `X-` headers say it; on a grant counted against a known
+/// limit, the limit, what is left of it and the seconds until the counter is full again (the
+/// rate limit service's `duration_until_reset` of a grant). None for a check no quota counted.
+pub(crate) fn with_draft_rate_limit_headers(
+    outcome: QuotaAfterCheck,
+) -> (Checked, Vec<(&'static str, String)>) {
+    let draft = |limit: Option<i64>, remaining: i64, reset: u64| {
+        let mut out = Vec::with_capacity(3);
+        if let Some(limit) = limit {
+            out.push(("ratelimit-limit", limit.max(0).to_string()));
+        }
+        out.push(("ratelimit-remaining", remaining.max(0).to_string()));
+        out.push(("ratelimit-reset", reset.to_string()));
+        out
+    };
+    match outcome {
+        QuotaAfterCheck::Checked(checked) => (checked, Vec::new()),
+        QuotaAfterCheck::Granted { checked, limit } => {
+            let reset = whole_seconds(limit.reset_after);
+            (
+                checked,
+                draft(Some(limit.max_amount), limit.remaining, reset),
+            )
+        }
+        QuotaAfterCheck::Refused(refusal) => {
+            let headers = draft(refusal.limit, 0, refusal.retry_after_secs);
+            (refused(refusal), headers)
+        }
+    }
+}
+
+/// Whole seconds, rounded up, as the reset headers count.
+fn whole_seconds(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
 fn refused(refusal: QuotaRefusal) -> Checked {
@@ -308,6 +354,52 @@ mod tests {
                 ("x-ratelimit-reset", "42")
             ]
         );
+    }
+
+    #[test]
+    fn forward_auth_adds_the_drafts_headers_to_refusals_and_grants() {
+        let (checked, draft) = with_draft_rate_limit_headers(refusal(Some(3)));
+        assert_eq!(checked.verdict.status.code, Code::ResourceExhausted);
+        // The X- headers stay as ext_authz sends them.
+        assert!(headers(&checked).contains(&("x-ratelimit-remaining", "0")));
+        assert_eq!(
+            draft,
+            [
+                ("ratelimit-limit", "3".to_string()),
+                ("ratelimit-remaining", "0".to_string()),
+                ("ratelimit-reset", "42".to_string())
+            ]
+        );
+        let limit = mixer_model::QuotaLimit {
+            name: Arc::from("q.instance.istio-system"),
+            max_amount: 300,
+            window: Duration::from_secs(60),
+            remaining: 150,
+            reset_after: Duration::from_millis(59_100),
+            retry_after: Duration::ZERO,
+        };
+        let verdict = Arc::new(Verdict::default());
+        let (checked, draft) = with_draft_rate_limit_headers(QuotaAfterCheck::Granted {
+            checked: Checked {
+                verdict: verdict.clone(),
+                cache_hit: false,
+            },
+            limit,
+        });
+        assert!(Arc::ptr_eq(&checked.verdict, &verdict));
+        assert_eq!(
+            draft,
+            [
+                ("ratelimit-limit", "300".to_string()),
+                ("ratelimit-remaining", "150".to_string()),
+                ("ratelimit-reset", "60".to_string())
+            ]
+        );
+        let (_, draft) = with_draft_rate_limit_headers(QuotaAfterCheck::Checked(Checked {
+            verdict,
+            cache_hit: false,
+        }));
+        assert!(draft.is_empty());
     }
 
     #[test]

@@ -17,7 +17,7 @@
 use std::time::Duration;
 
 use mixer_adapter_api::QuotaArgs;
-use mixer_model::{Bag, Code, Status, Value, Variety, Verdict};
+use mixer_model::{Bag, Code, QuotaLimit, Status, Value, Variety, Verdict};
 
 use super::{Checked, Wants, check_prepared};
 use crate::decision::Undecided;
@@ -35,9 +35,17 @@ const PROTOCOL_HEADERS: usize = 4;
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum QuotaAfterCheck {
-    /// The check's own answer: a denial, or an allowance whose quotas were granted (or that
-    /// no quota rule matched).
+    /// The check's own answer: a denial, or an allowance that no quota rule matched (or
+    /// whose handlers named no limit).
     Checked(Checked),
+    /// Allowed, and the quotas it was charged granted it.
+    Granted {
+        /// The check's answer.
+        checked: Checked,
+        /// The most constraining limit a handler counted the grant against, for the rate
+        /// limit headers of the protocols that send them on allowed requests.
+        limit: QuotaLimit,
+    },
     /// Allowed by the check, refused by a quota it was charged.
     Refused(QuotaRefusal),
 }
@@ -111,7 +119,13 @@ async fn charge(
     };
     let outcome = outcome?;
     if outcome.instances.is_empty() || !outcome.refused {
-        return Ok(QuotaAfterCheck::Checked(with_dry_runs(checked, &outcome)));
+        let checked = with_dry_runs(checked, &outcome);
+        return Ok(match outcome.result.limit {
+            Some(limit) if !outcome.instances.is_empty() => {
+                QuotaAfterCheck::Granted { checked, limit }
+            }
+            _ => QuotaAfterCheck::Checked(checked),
+        });
     }
     Ok(QuotaAfterCheck::Refused(refusal(&checked, &outcome)))
 }
@@ -174,7 +188,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use mixer_model::{HeaderOp, HeaderOperation, QuotaLimit, QuotaResult, ReferencedAttributes};
+    use mixer_model::{HeaderOp, HeaderOperation, QuotaResult, ReferencedAttributes};
 
     fn outcome(status: Status, granted: i64, retry_after: Duration) -> QuotaOutcome {
         QuotaOutcome {

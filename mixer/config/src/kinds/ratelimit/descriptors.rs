@@ -69,6 +69,7 @@ pub(super) struct Limit {
     /// `(requests_per_unit, window)`; `None` for an unlimited one.
     pub(super) counted: Option<(u32, &'static str)>,
     pub(super) shadow: bool,
+    pub(super) detailed_metric: bool,
     pub(super) quota_mode: bool,
     pub(super) name: Option<String>,
     pub(super) replaces: Vec<String>,
@@ -207,8 +208,8 @@ pub(super) fn walk(
         });
         let shadow = flag(doc, map, "shadow_mode", &here, diags);
         let quota_mode = flag(doc, map, "quota_mode", &here, diags);
-        // Only envoyproxy/ratelimit's own statistics' names depend on these.
-        flag(doc, map, "detailed_metric", &here, diags);
+        // Only the names of envoyproxy/ratelimit's statistics depend on these.
+        let detailed_metric = flag(doc, map, "detailed_metric", &here, diags);
         flag(doc, map, "value_to_metric", &here, diags);
         // Only sent back as response metadata, which envoyproxy/ratelimit does not do unless
         // RESPONSE_DYNAMIC_METADATA is set; the mixer never does.
@@ -224,6 +225,7 @@ pub(super) fn walk(
             && let Some(mut limit) = rate_limit(doc, rl, &join(&here, "rate_limit"), shadow, diags)
         {
             limit.quota_mode = quota_mode;
+            limit.detailed_metric = detailed_metric;
             leaves.push(Leaf {
                 levels: levels.clone(),
                 limit,
@@ -292,6 +294,7 @@ pub(super) fn rate_limit(
         return Some(Limit {
             counted: None,
             shadow,
+            detailed_metric: false,
             quota_mode: false,
             name,
             replaces: replaces?,
@@ -367,6 +370,7 @@ pub(super) fn rate_limit(
     Some(Limit {
         counted: Some((requests?, window?)),
         shadow,
+        detailed_metric: false,
         quota_mode: false,
         name,
         replaces: replaces?,

@@ -42,6 +42,29 @@ pub(super) fn unique_name(doc: &str, levels: &[Level], taken: &mut HashSet<Strin
     name
 }
 
+/// envoyproxy/ratelimit's statistics key of a path (`config_impl.go`, `loadDescriptors`): the
+/// domain, then per level `key`, or `key_value` for an entry with a value (a wildcard's
+/// pattern with its `*`s), joined with `.`.
+pub(super) fn stat_key(domain: &str, levels: &[Level]) -> String {
+    let mut key = domain.to_string();
+    for level in levels {
+        key.push('.');
+        key.push_str(&level.key);
+        match &level.matcher {
+            Matcher::Any => {}
+            Matcher::Exact(v) => {
+                key.push('_');
+                key.push_str(v);
+            }
+            Matcher::Wildcard(parts) => {
+                key.push('_');
+                key.push_str(&parts.join("*"));
+            }
+        }
+    }
+    key
+}
+
 /// The rule match for a path (see the module documentation).
 pub(super) fn match_source(domain: &str, levels: &[Level]) -> String {
     let keys: Vec<&str> = levels.iter().map(|l| l.key.as_str()).collect();

@@ -510,14 +510,22 @@ fn replaces_names_and_modes_are_kept_for_the_front_end() {
                 name: Some("limit_a".into()),
                 replaces: vec![],
                 unlimited: false,
-                quota_mode: true
+                quota_mode: true,
+                stat_key: "rl.a".into(),
+                stat_levels: vec!["a".into()],
+                shadow_mode: false,
+                detailed_metric: false,
             },
             crate::RateLimitBehaviour {
                 instance: 1,
                 name: None,
                 replaces: vec!["limit_a".into()],
                 unlimited: true,
-                quota_mode: false
+                quota_mode: false,
+                stat_key: "rl.b".into(),
+                stat_levels: vec!["b".into()],
+                shadow_mode: false,
+                detailed_metric: false,
             },
         ]
     );
@@ -526,4 +534,33 @@ fn replaces_names_and_modes_are_kept_for_the_front_end() {
         .as_array()
         .map(Vec::len);
     assert_eq!(quotas, Some(1));
+}
+
+#[test]
+fn statistics_keys_are_envoyproxy_ratelimits() {
+    // The keys `loadDescriptors` in envoyproxy/ratelimit's src/config/config_impl.go gives
+    // these limits: `key` or `key_value` per level after the domain, wildcards with their `*`.
+    let (result, _) = run_files(
+        &[(
+            "r.yaml",
+            "domain: rl\ndescriptors:\n  - key: foo\n    descriptors:\n      - key: bar\n        value: bkthomps\n        shadow_mode: true\n        rate_limit: {unit: minute, requests_per_unit: 1}\n  - key: unspec\n    detailed_metric: true\n    rate_limit: {unit: minute, requests_per_unit: 2}\n  - key: path\n    value: /api/*\n    rate_limit: {unit: minute, requests_per_unit: 2}\n",
+        )],
+        None,
+    );
+    let v = result.expect("valid");
+    let keys: Vec<(&str, bool, bool)> = v
+        .config
+        .rate_limits
+        .iter()
+        .map(|b| (b.stat_key.as_str(), b.shadow_mode, b.detailed_metric))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            ("rl.foo.bar_bkthomps", true, false),
+            ("rl.unspec", false, true),
+            ("rl.path_/api/*", false, false)
+        ]
+    );
+    assert_eq!(v.config.rate_limits[0].stat_levels, ["foo", "bar"]);
 }
