@@ -11,6 +11,7 @@ mod defaults;
 mod lifecycle;
 mod logging;
 mod policytest;
+mod reflection;
 mod serve;
 mod shared_cache;
 mod validate;

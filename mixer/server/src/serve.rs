@@ -192,15 +192,18 @@ async fn serve(settings: Settings) -> anyhow::Result<Stopped> {
     // service, health and unknown paths by tonic's routes (see `mixer_frontends::grpc`).
     let mut routes = mixer_frontends::grpc::routes(&runtime);
     routes.add_service(health_service.clone());
-    let grpc_server = mixer_transport::grpc::Server::new(
-        mixer_frontends::grpc::unary_methods(&runtime),
-        routes.routes(),
-    )
-    .limits(limits.grpc(caps.grpc))
-    .events(listener_metrics.events("grpc"))
-    // Envoy keeps its access log stream open for as long as it has entries to send.
-    .streaming_requests([mixer_frontends::grpc::ACCESS_LOG_STREAM])
-    .drain(settings.drain_timeout);
+    let methods = mixer_frontends::grpc::unary_methods(&runtime);
+    // Envoy keeps its access log stream open for as long as it has entries to send; a
+    // reflection client, its stream for as long as it has questions.
+    let streaming = [mixer_frontends::grpc::ACCESS_LOG_STREAM];
+    let mut served = crate::reflection::services(methods.paths().chain(streaming));
+    served.insert(crate::reflection::name_of(&health_service).to_owned());
+    crate::reflection::add(&mut routes, &served).context("serving gRPC reflection")?;
+    let grpc_server = mixer_transport::grpc::Server::new(methods, routes.routes())
+        .limits(limits.grpc(caps.grpc))
+        .events(listener_metrics.events("grpc"))
+        .streaming_requests(streaming.into_iter().chain(crate::reflection::PATHS))
+        .drain(settings.drain_timeout);
     let grpc_server = match &tls {
         Some(tls) => grpc_server.tls(tls.grpc.clone()),
         None => grpc_server,
