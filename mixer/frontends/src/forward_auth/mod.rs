@@ -21,13 +21,14 @@
 //! | `context.protocol` | `http` |
 //!
 //! Answers: 200 allows, with the rules' request header operations as response headers (nginx
-//! copies them upstream with `auth_request_set`); 403, 401 or 429 deny, after the verdict's
+//! copies them upstream with `auth_request_set`) and cache hints ([`cache_hints`]); 403, 401 or 429 deny, after the verdict's
 //! code. Quota rules that match the request are charged one unit once the check allows it
 //! (see [`mixer_runtime::check_with_quota`]): over a limit the answer is 429 with `Retry-After` and
 //! `X-RateLimit-*`. 503 when the mixer could not decide (a handler failed closed, or no config
 //! yet), 500 when an instance cannot be built from the request.
 
 mod attributes;
+mod cache_hints;
 mod client_address;
 mod respond;
 
@@ -100,9 +101,12 @@ async fn check(State(endpoint): State<Endpoint>, request: Request) -> Response {
         .check_with_quota(Wants::Verdict, "forward-auth")
         .await
         .map(crate::ratelimit::respond::with_rate_limit_headers);
-    drop(scope);
     match decided {
-        Ok(checked) => check_response(&checked),
+        Ok(checked) => {
+            let mut response = check_response(&checked);
+            cache_hints::add(response.headers_mut(), &checked.verdict, scope.parts().0);
+            response
+        }
         Err(e) => could_not_decide(e),
     }
 }
