@@ -36,6 +36,7 @@ mod runtime;
 mod shared_exprs;
 mod shared_tier;
 mod snapshot;
+pub mod traces;
 mod verdicts;
 mod watch;
 

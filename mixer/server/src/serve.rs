@@ -49,6 +49,8 @@ pub struct Settings {
     pub shared_cache: crate::shared_cache::SharedCacheArgs,
     /// The Wasm plugin engine.
     pub wasm: mixer_wasm::HostOptions,
+    /// The mixer's own traces.
+    pub tracing: crate::own_traces::TracingArgs,
 }
 
 /// The exit status of a `serve` that stopped on a signal but had to drop report records
@@ -95,6 +97,7 @@ async fn serve(settings: Settings) -> anyhow::Result<Stopped> {
     {
         tracing::warn!(admin = %settings.admin_addr, "{warning}");
     }
+    let traces = crate::own_traces::start(&settings.tracing)?;
     let limits = &settings.listener_args;
     let asked = limits.caps();
     let caps = match mixer_transport::listeners::raise_fd_limit() {
@@ -273,6 +276,14 @@ async fn serve(settings: Settings) -> anyhow::Result<Stopped> {
     let dropped_before = dropped_at_shutdown(runtime.metrics());
     runtime.shutdown(settings.drain_timeout).await;
     let dropped_reports = dropped_at_shutdown(runtime.metrics()).saturating_sub(dropped_before);
+    if let Some(traces) = traces {
+        // Blocking: the batch's last export runs on the exporter's thread, over this
+        // runtime's reactor.
+        let flushed = tokio::task::spawn_blocking(move || traces.shutdown()).await;
+        if let Ok(Err(e)) = flushed {
+            tracing::warn!("the mixer's own traces were not all exported: {e}");
+        }
+    }
     // The last line of the log says whether anything was lost, for whoever reads only that.
     if dropped_reports > 0 {
         tracing::warn!(

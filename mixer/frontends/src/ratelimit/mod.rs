@@ -129,8 +129,12 @@ impl RateLimit {
             self.runtime.limits(),
         )?;
         let (snapshot, bag) = scope.parts_mut();
-        let planned = plan_descriptors(snapshot, bag, request, Timestamp::now()).await?;
-        counted(snapshot, &planned).await
+        // Envoy sends no headers with a rate limit request: each is a trace of its own.
+        let decide = async {
+            let planned = plan_descriptors(snapshot, bag, request, Timestamp::now()).await?;
+            counted(snapshot, &planned).await
+        };
+        mixer_runtime::traces::request("ratelimit", None, decide).await
     }
 }
 

@@ -208,7 +208,10 @@ async fn decide_on(
     bag: &dyn Bag,
     record_reads: bool,
 ) -> Result<Decided, Undecided> {
-    let (verdict, dispatches) = match evaluate::plan(snapshot, bag, record_reads)? {
+    let plan = crate::traces::child_sync(crate::traces::RULE_EVALUATION, || {
+        evaluate::plan(snapshot, bag, record_reads)
+    });
+    let (verdict, dispatches) = match plan? {
         evaluate::Plan::Decided(verdict) => {
             return Ok(Decided {
                 verdict,
