@@ -3,13 +3,16 @@
 //! span continues the proxy's W3C `traceparent` (forward-auth: its headers; ext_authz: the
 //! `CheckRequest`'s HTTP headers), with child spans for the cache lookup, the rule evaluation
 //! and the adapter call; sampling is parent-based (at ratio 0 only the proxy's sampled
-//! traces are kept).
+//! traces are kept). An out-of-process adapter's calls carry the context on in their gRPC
+//! metadata.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
+use mixer_proto::checknothing;
+use mixer_proto::istio::mixer::adapter::model::v1beta1 as model;
 use mixer_tests::{Mixer, free_addr, http_request};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
@@ -183,4 +186,157 @@ async fn request_spans_continue_the_proxys_trace_with_child_spans() {
         panic!("one rule evaluation span: {summary:?}");
     };
     assert_eq!(evaluation.parent_span_id, request.span_id);
+}
+
+/// The `traceparent` each check call to the adapter carried in its gRPC metadata.
+#[derive(Clone, Default)]
+struct TracedAdapter(Arc<Mutex<Vec<Option<String>>>>);
+
+#[tonic::async_trait]
+impl checknothing::handle_check_nothing_service_server::HandleCheckNothingService
+    for TracedAdapter
+{
+    async fn handle_check_nothing(
+        &self,
+        request: tonic::Request<checknothing::HandleCheckNothingRequest>,
+    ) -> Result<tonic::Response<model::CheckResult>, tonic::Status> {
+        let traceparent = request
+            .metadata()
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        self.0.lock().expect("calls").push(traceparent);
+        Ok(tonic::Response::new(model::CheckResult::default()))
+    }
+}
+
+#[tonic::async_trait]
+impl model::infrastructure_backend_server::InfrastructureBackend for TracedAdapter {
+    async fn validate(
+        &self,
+        _: tonic::Request<model::ValidateRequest>,
+    ) -> Result<tonic::Response<model::ValidateResponse>, tonic::Status> {
+        Ok(tonic::Response::new(model::ValidateResponse::default()))
+    }
+
+    async fn create_session(
+        &self,
+        _: tonic::Request<model::CreateSessionRequest>,
+    ) -> Result<tonic::Response<model::CreateSessionResponse>, tonic::Status> {
+        Ok(tonic::Response::new(model::CreateSessionResponse::default()))
+    }
+
+    async fn close_session(
+        &self,
+        _: tonic::Request<model::CloseSessionRequest>,
+    ) -> Result<tonic::Response<model::CloseSessionResponse>, tonic::Status> {
+        Ok(tonic::Response::new(model::CloseSessionResponse::default()))
+    }
+}
+
+/// An out-of-process adapter's call carries the trace context of the mixer's `adapter call`
+/// span: the proxy's trace id, the mixer's span as parent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_process_adapters_get_the_trace_context_in_their_metadata() {
+    let receiver = Receiver::default();
+    let listen = free_addr();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(receiver.clone()))
+            .serve(listen),
+    );
+    let adapter = TracedAdapter::default();
+    let adapter_addr = free_addr();
+    let routes = tonic::service::Routes::new(
+        checknothing::handle_check_nothing_service_server::HandleCheckNothingServiceServer::new(
+            adapter.clone(),
+        ),
+    )
+    .add_service(
+        model::infrastructure_backend_server::InfrastructureBackendServer::new(adapter.clone()),
+    );
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_routes(routes)
+            .serve(adapter_addr),
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+kind: handler
+metadata: {{name: traced, namespace: istio-system}}
+spec:
+  adapter: myadapter
+  connection: {{address: '{adapter_addr}', timeout: 2s}}
+---
+kind: instance
+metadata: {{name: nothing, namespace: istio-system}}
+spec: {{compiledTemplate: checknothing}}
+---
+kind: rule
+metadata: {{name: ask, namespace: istio-system}}
+spec:
+  actions: [{{handler: traced, instances: [nothing]}}]
+"#
+        ),
+    )
+    .expect("write config");
+    let endpoint = format!("http://{listen}");
+    let mixer = Mixer::start(
+        Path::new(env!("CARGO_BIN_EXE_mixer-under-test")),
+        &[
+            "--config",
+            config.to_str().expect("utf-8"),
+            "--tracing-otlp-endpoint",
+            &endpoint,
+        ],
+    );
+    let http = mixer.http;
+    let admin = mixer.admin;
+    let status = tokio::task::spawn_blocking(move || {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(20) {
+            if let Ok((200, _, _)) = http_request(admin, "GET", "/readyz", &[]) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let traceparent = format!("00-{FORWARD_AUTH_TRACE}-{FORWARD_AUTH_PARENT}-01");
+        http_request(http, "GET", "/check", &[("traceparent", &traceparent)])
+            .expect("forward-auth")
+            .0
+    });
+    assert_eq!(status.await.expect("join"), 200);
+    assert!(mixer.terminate().success());
+
+    let calls = adapter.0.lock().expect("calls").clone();
+    let [Some(traceparent)] = &calls[..] else {
+        panic!("one check call with a traceparent: {calls:?}");
+    };
+    let parts: Vec<&str> = traceparent.split('-').collect();
+    assert_eq!(parts.len(), 4, "{traceparent}");
+    assert_eq!(parts[1], FORWARD_AUTH_TRACE, "the proxy's trace");
+    assert_ne!(
+        parts[2], FORWARD_AUTH_PARENT,
+        "the mixer's own span is the parent"
+    );
+    assert_eq!(parts[3], "01", "sampled");
+    // That span is the mixer's adapter call, as exported.
+    let start = Instant::now();
+    loop {
+        let spans = receiver.0.lock().expect("spans").clone();
+        if let Some(call) = spans.iter().find(|s| s.name == "adapter call") {
+            assert_eq!(hex(&call.span_id), parts[2]);
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "no adapter call span: {spans:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
