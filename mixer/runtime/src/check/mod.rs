@@ -77,7 +77,8 @@ pub async fn check_prepared(
     let started = std::time::Instant::now();
     let metrics = &snapshot.metrics;
     metrics.check_activity.mark(started);
-    let record_reads = wants == Wants::Reads;
+    // The decision log writes what the decision read: recorded for it only when it is on.
+    let record_reads = wants == Wants::Reads || snapshot.logs_decisions();
     let checked = match &snapshot.cache {
         Some(verdicts) => {
             let tier = cache::Tiers {
