@@ -23,6 +23,9 @@ use mixer_tests::{Mixer, free_addr, http_request};
 
 #[path = "support/python.rs"]
 mod python;
+#[macro_use]
+#[path = "support/reflection.rs"]
+mod reflection;
 use model::infrastructure_backend_client::InfrastructureBackendClient;
 use python::python_or_skip;
 use serde_json::json;
@@ -492,42 +495,6 @@ async fn python_metrics_adapter_writes_reports_through_the_mixer() {
         ]
     );
     mixer.terminate();
-}
-
-/// The services a gRPC server lists through server reflection, asked with `$version` of the
-/// reflection protocol (`v1` or `v1alpha` of `tonic_reflection::pb`), sorted.
-macro_rules! reflected_services {
-    ($version:ident, $addr:expr) => {{
-        use tonic_reflection::pb::$version::ServerReflectionRequest;
-        use tonic_reflection::pb::$version::server_reflection_client::ServerReflectionClient;
-        use tonic_reflection::pb::$version::server_reflection_request::MessageRequest;
-        use tonic_reflection::pb::$version::server_reflection_response::MessageResponse;
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", $addr))
-            .expect("endpoint")
-            .connect()
-            .await
-            .expect("connect");
-        let ask = ServerReflectionRequest {
-            host: String::new(),
-            message_request: Some(MessageRequest::ListServices(String::new())),
-        };
-        let mut answers = ServerReflectionClient::new(channel)
-            .server_reflection_info(futures_util::stream::iter([ask]))
-            .await
-            .expect("server reflection")
-            .into_inner();
-        let answer = answers
-            .message()
-            .await
-            .expect("answer")
-            .expect("one answer");
-        let Some(MessageResponse::ListServicesResponse(list)) = answer.message_response else {
-            panic!("not a service list: {answer:?}");
-        };
-        let mut names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
-        names.sort();
-        names
-    }};
 }
 
 /// A Python author runs the conformance kit with the mixer binary alone: the templates come

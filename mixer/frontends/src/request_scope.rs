@@ -93,6 +93,17 @@ impl RequestScope {
         (&self.snapshot, bag)
     }
 
+    /// The W3C trace context the request carries in its headers (`request.headers`: the
+    /// proxy's, for ext_authz and forward-auth), when the mixer traces its requests.
+    fn trace_parent(&self) -> Option<opentelemetry::Context> {
+        let headers = self
+            .bag
+            .as_ref()
+            .and_then(|bag| bag.get_by_name("request.headers"))
+            .and_then(|headers| headers.as_map());
+        mixer_runtime::traces::parent(|name| headers.and_then(|h| h.get(name)))
+    }
+
     /// Decides the request's check ([`mixer_runtime::check_prepared`]; `prepared` holds the
     /// attribute generators' outputs when they ran ahead of it). A check left undecided is
     /// logged here, for every front end alike: a line per 10 s (a handler that is down fails
@@ -103,8 +114,10 @@ impl RequestScope {
         protocol: &'static str,
         prepared: &Prepared,
     ) -> Result<Checked, Undecided> {
+        let parent = self.trace_parent();
         let (snapshot, bag) = self.parts();
-        let checked = mixer_runtime::check_prepared(snapshot, bag, wants, prepared).await;
+        let check = mixer_runtime::check_prepared(snapshot, bag, wants, prepared);
+        let checked = mixer_runtime::traces::request(protocol, parent, check).await;
         if let Err(e) = &checked {
             log_undecided(protocol, e);
         }
@@ -122,8 +135,10 @@ impl RequestScope {
         wants: Wants,
         protocol: &'static str,
     ) -> Result<QuotaAfterCheck, Undecided> {
+        let parent = self.trace_parent();
         let (snapshot, bag) = self.parts();
-        let checked = mixer_runtime::check_with_quota(snapshot, bag, wants).await;
+        let check = mixer_runtime::check_with_quota(snapshot, bag, wants);
+        let checked = mixer_runtime::traces::request(protocol, parent, check).await;
         if let Err(e) = &checked {
             log_undecided(protocol, e);
         }

@@ -164,6 +164,7 @@ mod options;
 mod reflection;
 mod tls;
 mod token;
+mod trace_context;
 mod transport;
 mod typed;
 

@@ -158,6 +158,8 @@ fn read(path: &std::path::Path, bearer: bool) -> Result<AsciiMetadataValue, Stri
 
 impl Interceptor for Credentials {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        // Every call to the adapter passes through here: the one place to propagate.
+        crate::trace_context::propagate(request.metadata_mut());
         match &self.0 {
             None => {}
             Some(Source::File(token)) => {

@@ -40,6 +40,7 @@ mod sampling;
 mod shared_exprs;
 mod shared_tier;
 mod snapshot;
+pub mod traces;
 mod verdicts;
 mod watch;
 

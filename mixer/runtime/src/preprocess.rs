@@ -225,7 +225,10 @@ async fn generate(
     instance: &mixer_model::Instance,
 ) -> Result<Option<Generated>, Undecided> {
     let answer = match built.handler.as_attributes() {
-        Some(handler) => deadline::within(built.deadline, handler.generate(instance)).await,
+        Some(handler) => {
+            let call = deadline::within(built.deadline, handler.generate(instance));
+            crate::traces::child(crate::traces::ADAPTER_CALL, Some(&built.name), call).await
+        }
         None => Err(AdapterError::permanent(
             ErrorKind::Internal,
             "the handler does not generate attributes",

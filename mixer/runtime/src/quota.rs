@@ -374,21 +374,24 @@ pub async fn allocate(
     let answers: Vec<Vec<Result<QuotaResult, AdapterError>>> =
         futures_util::future::join_all(groups.iter().map(|(handler, calls)| async move {
             let built = &snapshot.handlers[*handler];
-            match built.handler.as_quota() {
-                // Past the deadline every allocation of the call has failed.
-                Some(quota) => match built.deadline {
-                    Some(after) => tokio::time::timeout(after, quota.allocate_many(calls))
-                        .await
-                        .unwrap_or_else(|_| {
-                            calls
-                                .iter()
-                                .map(|_| Err(deadline::timed_out(after)))
-                                .collect()
-                        }),
-                    None => quota.allocate_many(calls).await,
-                },
-                None => Vec::new(),
-            }
+            let call = async move {
+                match built.handler.as_quota() {
+                    // Past the deadline every allocation of the call has failed.
+                    Some(quota) => match built.deadline {
+                        Some(after) => tokio::time::timeout(after, quota.allocate_many(calls))
+                            .await
+                            .unwrap_or_else(|_| {
+                                calls
+                                    .iter()
+                                    .map(|_| Err(deadline::timed_out(after)))
+                                    .collect()
+                            }),
+                        None => quota.allocate_many(calls).await,
+                    },
+                    None => Vec::new(),
+                }
+            };
+            crate::traces::child(crate::traces::ADAPTER_CALL, Some(&built.name), call).await
         }))
         .await;
     plans

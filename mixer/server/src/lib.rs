@@ -10,8 +10,10 @@ mod conformance;
 mod defaults;
 mod lifecycle;
 mod logging;
+mod own_traces;
 mod policytest;
 mod quota_endpoint;
+mod reflection;
 mod serve;
 mod shared_cache;
 mod validate;
@@ -246,6 +248,8 @@ enum Command {
         wasm_args: adapters::WasmArgs,
         #[command(flatten)]
         log_args: logging::LogArgs,
+        #[command(flatten)]
+        tracing_args: own_traces::TracingArgs,
     },
     /// Check a config without serving; print every error.
     Validate {
@@ -314,6 +318,7 @@ pub fn main() -> ExitCode {
             shared_cache_args,
             wasm_args,
             log_args,
+            tracing_args,
         } => {
             if let Err(e) = logging::init(&log_args) {
                 eprintln!("mixer: {e}");
@@ -354,6 +359,7 @@ pub fn main() -> ExitCode {
                 lifecycle: lifecycle_args,
                 shared_cache: shared_cache_args,
                 wasm: wasm_args.host_options(),
+                tracing: tracing_args,
             };
             match serve::run(settings) {
                 Ok(stopped) if stopped.dropped_reports > 0 => {

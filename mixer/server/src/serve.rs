@@ -53,6 +53,8 @@ pub struct Settings {
     pub shared_cache: crate::shared_cache::SharedCacheArgs,
     /// The Wasm plugin engine.
     pub wasm: mixer_wasm::HostOptions,
+    /// The mixer's own traces.
+    pub tracing: crate::own_traces::TracingArgs,
 }
 
 /// The exit status of a `serve` that stopped on a signal but had to drop report records
@@ -99,6 +101,7 @@ async fn serve(settings: Settings) -> anyhow::Result<Stopped> {
     {
         tracing::warn!(admin = %settings.admin_addr, "{warning}");
     }
+    let traces = crate::own_traces::start(&settings.tracing)?;
     let limits = &settings.listener_args;
     let asked = limits.caps();
     let caps = match mixer_transport::listeners::raise_fd_limit() {
@@ -197,15 +200,18 @@ async fn serve(settings: Settings) -> anyhow::Result<Stopped> {
     // service, health and unknown paths by tonic's routes (see `mixer_frontends::grpc`).
     let mut routes = mixer_frontends::grpc::routes(&runtime);
     routes.add_service(health_service.clone());
-    let grpc_server = mixer_transport::grpc::Server::new(
-        mixer_frontends::grpc::unary_methods(&runtime),
-        routes.routes(),
-    )
-    .limits(limits.grpc(caps.grpc))
-    .events(listener_metrics.events("grpc"))
-    // Envoy keeps its access log stream open for as long as it has entries to send.
-    .streaming_requests([mixer_frontends::grpc::ACCESS_LOG_STREAM])
-    .drain(settings.drain_timeout);
+    let methods = mixer_frontends::grpc::unary_methods(&runtime);
+    // Envoy keeps its access log stream open for as long as it has entries to send; a
+    // reflection client, its stream for as long as it has questions.
+    let streaming = [mixer_frontends::grpc::ACCESS_LOG_STREAM];
+    let mut served = crate::reflection::services(methods.paths().chain(streaming));
+    served.insert(crate::reflection::name_of(&health_service).to_owned());
+    crate::reflection::add(&mut routes, &served).context("serving gRPC reflection")?;
+    let grpc_server = mixer_transport::grpc::Server::new(methods, routes.routes())
+        .limits(limits.grpc(caps.grpc))
+        .events(listener_metrics.events("grpc"))
+        .streaming_requests(streaming.into_iter().chain(crate::reflection::PATHS))
+        .drain(settings.drain_timeout);
     let grpc_server = match &tls {
         Some(tls) => grpc_server.tls(tls.grpc.clone()),
         None => grpc_server,
@@ -279,6 +285,14 @@ async fn serve(settings: Settings) -> anyhow::Result<Stopped> {
     let dropped_before = dropped_at_shutdown(runtime.metrics());
     runtime.shutdown(settings.drain_timeout).await;
     let dropped_reports = dropped_at_shutdown(runtime.metrics()).saturating_sub(dropped_before);
+    if let Some(traces) = traces {
+        // Blocking: the batch's last export runs on the exporter's thread, over this
+        // runtime's reactor.
+        let flushed = tokio::task::spawn_blocking(move || traces.shutdown()).await;
+        if let Ok(Err(e)) = flushed {
+            tracing::warn!("the mixer's own traces were not all exported: {e}");
+        }
+    }
     // The last line of the log says whether anything was lost, for whoever reads only that.
     if dropped_reports > 0 {
         tracing::warn!(

@@ -21,7 +21,7 @@
 //! | `context.protocol` | `http` |
 //!
 //! Answers: 200 allows, with the rules' request header operations as response headers (nginx
-//! copies them upstream with `auth_request_set`); 403, 401 or 429 deny, after the verdict's
+//! copies them upstream with `auth_request_set`) and cache hints ([`cache_hints`]); 403, 401 or 429 deny, after the verdict's
 //! code. Quota rules that match the request are charged one unit once the check allows it
 //! (see [`mixer_runtime::check_with_quota`]): over a limit the answer is 429 with `Retry-After`,
 //! `X-RateLimit-*` and the IETF draft's `RateLimit-Limit`, `RateLimit-Remaining` and
@@ -32,6 +32,7 @@
 //! decision log).
 
 mod attributes;
+mod cache_hints;
 mod client_address;
 mod respond;
 
@@ -116,10 +117,10 @@ async fn decide(endpoint: Endpoint, mut scope: RequestScope, request: Request) -
         .check_with_quota(Wants::Verdict, "forward-auth")
         .await
         .map(crate::ratelimit::respond::with_draft_rate_limit_headers);
-    drop(scope);
     let response = match decided {
         Ok((checked, rate_limit)) => {
             let mut response = check_response(&checked);
+            cache_hints::add(response.headers_mut(), &checked.verdict, scope.parts().0);
             for (name, value) in rate_limit {
                 if let Ok(value) = axum::http::HeaderValue::from_str(&value) {
                     response.headers_mut().insert(name, value);
@@ -129,6 +130,7 @@ async fn decide(endpoint: Endpoint, mut scope: RequestScope, request: Request) -
         }
         Err(e) => could_not_decide(e),
     };
+    drop(scope);
     tracing::debug!(status = response.status().as_u16(), "forward-auth answered");
     with_decision_id(response, id)
 }

@@ -134,13 +134,15 @@ impl RateLimit {
         )?;
         let id = scope.decision_id();
         let span = tracing::info_span!("request", decision_id = %id, protocol = "ratelimit");
-        let mut response = async {
+        let decide = async {
             let (snapshot, bag) = scope.parts_mut();
             let planned = plan_descriptors(snapshot, bag, request, Timestamp::now()).await?;
             counted(snapshot, &planned).await
-        }
-        .instrument(span)
-        .await?;
+        };
+        // Envoy sends no headers with a rate limit request: each is a trace of its own.
+        let mut response = mixer_runtime::traces::request("ratelimit", None, decide)
+            .instrument(span)
+            .await?;
         log_decision(&mut scope, &response);
         // Envoy adds these to the client's response, allowed or limited: the id to quote.
         response.response_headers_to_add.push(HeaderValue {

@@ -46,7 +46,9 @@ impl Tiers<'_> {
         record_reads: bool,
         pipeline: &impl Decide,
     ) -> Result<Checked, Undecided> {
-        if let Some(verdict) = self.verdicts.lookup(bag) {
+        let found =
+            crate::traces::child_sync(crate::traces::CACHE_LOOKUP, || self.verdicts.lookup(bag));
+        if let Some(verdict) = found {
             self.metrics.cache_hits.inc();
             return Ok(hit(verdict));
         }

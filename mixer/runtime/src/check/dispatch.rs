@@ -17,7 +17,10 @@ pub(super) async fn ask(
     instance: &Instance,
 ) -> Result<CheckResult, AdapterError> {
     let answer = match built.handler.as_check() {
-        Some(handler) => deadline::within(built.deadline, handler.check(instance)).await,
+        Some(handler) => {
+            let call = deadline::within(built.deadline, handler.check(instance));
+            crate::traces::child(crate::traces::ADAPTER_CALL, Some(&built.name), call).await
+        }
         None => Err(AdapterError::permanent(
             ErrorKind::Internal,
             "the handler does not answer checks",

@@ -214,7 +214,10 @@ async fn decide_on(
     bag: &dyn Bag,
     record_reads: bool,
 ) -> Result<Decided, Undecided> {
-    let (verdict, dispatches, dry_runs) = match evaluate::plan(snapshot, bag, record_reads)? {
+    let plan = crate::traces::child_sync(crate::traces::RULE_EVALUATION, || {
+        evaluate::plan(snapshot, bag, record_reads)
+    });
+    let (verdict, dispatches, dry_runs) = match plan? {
         evaluate::Plan::Decided(mut verdict, dry_runs) => {
             if !dry_runs.is_empty() {
                 verdict.dry_run = dry_run::ask(snapshot, &dry_runs).await;

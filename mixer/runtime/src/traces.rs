@@ -1,0 +1,130 @@
+//! The mixer's own traces (`mixer serve --tracing-otlp-endpoint`): a span per request, with
+//! child spans for the cache lookup, the rule evaluation and each adapter call, continuing
+//! the W3C `traceparent` the proxy sent.
+//!
+//! The tracer is the OpenTelemetry SDK's, installed once at start ([`install`]); the spans
+//! are opened here, not through the `tracing` log pipeline, so that logs and traces are
+//! configured apart. The current span travels with the request's futures as OpenTelemetry's
+//! [`Context`] (set while they are polled), which is also where an out-of-process adapter
+//! client finds it to propagate. With no tracer installed every function here is a branch
+//! on an empty [`OnceLock`]: no allocation, no lock, no clock read.
+
+use std::future::Future;
+use std::sync::OnceLock;
+
+use opentelemetry::Context;
+use opentelemetry::KeyValue;
+use opentelemetry::context::FutureExt as _;
+use opentelemetry::propagation::{Extractor, TextMapPropagator};
+use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::SdkTracer;
+
+/// The child span around the check cache's lookup.
+pub const CACHE_LOOKUP: &str = "cache lookup";
+/// The child span around the rule evaluation (matches and instances).
+pub const RULE_EVALUATION: &str = "rule evaluation";
+/// The child span around one adapter call (built-in, out of process or Wasm).
+pub const ADAPTER_CALL: &str = "adapter call";
+/// The attribute naming the handler of an [`ADAPTER_CALL`] span.
+pub const HANDLER_ATTRIBUTE: &str = "mixer.handler";
+
+static TRACER: OnceLock<SdkTracer> = OnceLock::new();
+
+/// Installs the tracer every span is started with, once per process; a second tracer is
+/// refused (given back).
+pub fn install(tracer: SdkTracer) -> Result<(), SdkTracer> {
+    TRACER.set(tracer)
+}
+
+/// Whether the mixer traces its requests.
+pub fn enabled() -> bool {
+    TRACER.get().is_some()
+}
+
+/// The parent of a request's span: the W3C `traceparent` (and `tracestate`) that `header`
+/// gives by name, when tracing is on; `None` (and `header` never called) when it is off.
+pub fn parent<'h>(header: impl Fn(&str) -> Option<&'h str>) -> Option<Context> {
+    // The marker ties the headers' lifetime to the extractor's, so a borrow of it may hand
+    // them out.
+    struct Headers<'h, F>(F, std::marker::PhantomData<&'h str>);
+    impl<'h, F: Fn(&str) -> Option<&'h str>> Extractor for Headers<'h, F> {
+        fn get(&self, key: &str) -> Option<&str> {
+            (self.0)(key)
+        }
+        fn keys(&self) -> Vec<&str> {
+            vec!["traceparent", "tracestate"]
+        }
+    }
+    TRACER.get()?;
+    Some(TraceContextPropagator::new().extract(&Headers(header, std::marker::PhantomData)))
+}
+
+/// Runs `future` as the span `name` of one request (kind SERVER), a child of `parent` (see
+/// [`parent`]; a new trace when it holds none). Without a tracer, `future` alone.
+pub async fn request<F: Future>(
+    name: &'static str,
+    parent: Option<Context>,
+    future: F,
+) -> F::Output {
+    let Some(tracer) = TRACER.get() else {
+        return future.await;
+    };
+    let parent = parent.unwrap_or_default();
+    let span = tracer
+        .span_builder(name)
+        .with_kind(SpanKind::Server)
+        .start_with_context(tracer, &parent);
+    future.with_context(parent.with_span(span)).await
+}
+
+/// Runs `future` as the child span `name` of the request being traced (the current
+/// context), naming `handler` if given. Without a tracer, or outside a traced request
+/// (reports, which are batched apart from their requests), `future` alone.
+pub async fn child<F: Future>(name: &'static str, handler: Option<&str>, future: F) -> F::Output {
+    match child_context(name, handler) {
+        None => future.await,
+        Some(cx) => future.with_context(cx).await,
+    }
+}
+
+/// [`child`] for work that does not wait.
+pub fn child_sync<R>(name: &'static str, work: impl FnOnce() -> R) -> R {
+    match child_context(name, None) {
+        None => work(),
+        Some(cx) => {
+            let _attached = cx.attach();
+            work()
+        }
+    }
+}
+
+fn child_context(name: &'static str, handler: Option<&str>) -> Option<Context> {
+    let tracer = TRACER.get()?;
+    let current = Context::current();
+    if !current.has_active_span() {
+        return None;
+    }
+    let mut builder = tracer.span_builder(name).with_kind(SpanKind::Internal);
+    if let Some(handler) = handler {
+        builder = builder.with_attributes([KeyValue::new(HANDLER_ATTRIBUTE, handler.to_owned())]);
+    }
+    let span = builder.start_with_context(tracer, &current);
+    Some(current.with_span(span))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Off (no tracer in this test process), nothing is read, and the work runs as is.
+    #[tokio::test]
+    async fn without_a_tracer_nothing_is_read_or_wrapped() {
+        assert!(!enabled());
+        let parent = parent(|_| panic!("a header read with tracing off"));
+        assert!(parent.is_none());
+        assert_eq!(request("check", parent, async { 7 }).await, 7);
+        assert_eq!(child(ADAPTER_CALL, Some("h"), async { 8 }).await, 8);
+        assert_eq!(child_sync(RULE_EVALUATION, || 9), 9);
+    }
+}

@@ -1,0 +1,122 @@
+//! Forward-auth cache hints honoured by a real nginx: `proxy_cache` on the `auth_request`
+//! location (the block from the README's "Cache hints on forward-auth" section) answers
+//! repeated requests without asking the mixer, and asks it again for a request whose headers
+//! the decision read (`Vary`) differ, and for every denial.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use mixer_tests::nginx::{self, Nginx};
+use mixer_tests::{Mixer, free_addr, header, http_request};
+
+/// The README's nginx cache block, as written there.
+fn readme_cache_block() -> String {
+    let readme = include_str!("../../README.md");
+    let marker = "# mixer forward-auth answers cached as the mixer's hints say";
+    let start = readme.find(marker).expect("the README's nginx cache block");
+    let block = &readme[start..];
+    let end = block
+        .find("```")
+        .expect("the end of the README's cache block");
+    block[..end].to_string()
+}
+
+/// Checks the mixer decided (cache hits included): each one is a call that reached it.
+fn checks(mixer: &Mixer) -> f64 {
+    ["allowed", "denied"]
+        .iter()
+        .map(|r| {
+            mixer
+                .metric(&format!("mixer_checks_total{{result=\"{r}\"}}"))
+                .unwrap_or(0.0)
+        })
+        .sum()
+}
+
+#[test]
+fn nginx_proxy_cache_reuses_allows_for_the_same_user_only() {
+    let binary = nginx::binary().expect("nginx is installed (.ci/run installs it)");
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The default config: `x-mixer-deny: true` denies, every allow reads `x-user`.
+    let mixer = Mixer::start(Path::new(env!("CARGO_BIN_EXE_mixer-under-test")), &[]);
+    mixer.wait_ready(Duration::from_secs(10));
+
+    // The mixer's own answers: an allow carries the hints, a denial none.
+    let (status, headers, _) =
+        http_request(mixer.http, "GET", "/check", &[("x-user", "alice")]).expect("check");
+    assert_eq!(status, 200);
+    // The default config's allow is limited by no handler: Istio's one minute.
+    assert_eq!(
+        header(&headers, "cache-control"),
+        Some("private, max-age=60")
+    );
+    assert_eq!(header(&headers, "vary"), Some("x-mixer-deny, x-user"));
+    let (status, headers, _) =
+        http_request(mixer.http, "GET", "/check", &[("x-mixer-deny", "true")]).expect("check");
+    assert_eq!(status, 403);
+    assert_eq!(header(&headers, "cache-control"), None, "{headers:?}");
+    assert_eq!(header(&headers, "vary"), None, "{headers:?}");
+
+    let (listen, app): (SocketAddr, SocketAddr) = (free_addr(), free_addr());
+    let prefix = dir.path().display();
+    let cache_block = readme_cache_block();
+    let http = format!(
+        r#"
+    proxy_cache_path {prefix}/mixer-auth keys_zone=mixer_auth:1m;
+    server {{
+        listen {app};
+        location / {{ return 200 "app\n"; }}
+    }}
+    server {{
+        listen {listen};
+        location / {{
+            auth_request /_mixer_check;
+            proxy_pass http://{app};
+        }}
+        location = /_mixer_check {{
+            internal;
+            proxy_pass http://{mixer}/check;
+            proxy_pass_request_body off;
+            proxy_set_header Content-Length "";
+            proxy_set_header X-Original-URI $request_uri;
+            proxy_set_header X-Original-Method $request_method;
+            {cache_block}
+        }}
+    }}"#,
+        mixer = mixer.http,
+    );
+    let _nginx = Nginx::start(&binary, dir.path(), &http, &[listen, app]);
+
+    let ask = |headers: &[(&str, &str)]| {
+        let (status, _, body) = http_request(listen, "GET", "/shop", headers).expect("request");
+        assert!(status != 200 || body == "app\n", "{body}");
+        status
+    };
+    let before = checks(&mixer);
+    assert_eq!(ask(&[("x-user", "alice")]), 200);
+    assert_eq!(checks(&mixer), before + 1.0, "the first request is asked");
+    for _ in 0..3 {
+        assert_eq!(ask(&[("x-user", "alice")]), 200);
+    }
+    assert_eq!(
+        checks(&mixer),
+        before + 1.0,
+        "repeats are answered by nginx's cache"
+    );
+    assert_eq!(ask(&[("x-user", "bob")]), 200);
+    assert_eq!(
+        checks(&mixer),
+        before + 2.0,
+        "another user is asked (Vary: x-user)"
+    );
+    for n in 1..=2 {
+        assert_eq!(ask(&[("x-user", "bob"), ("x-mixer-deny", "true")]), 403);
+        assert_eq!(
+            checks(&mixer),
+            before + 2.0 + f64::from(n),
+            "a denial is never cached"
+        );
+    }
+    assert!(mixer.terminate().success());
+}
