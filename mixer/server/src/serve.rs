@@ -198,8 +198,12 @@ async fn serve(settings: Settings) -> anyhow::Result<Stopped> {
     )
     .limits(limits.grpc(caps.grpc))
     .events(listener_metrics.events("grpc"))
-    // Envoy keeps its access log stream open for as long as it has entries to send.
-    .streaming_requests([mixer_frontends::grpc::ACCESS_LOG_STREAM])
+    // Envoy keeps its access log stream open for as long as it has entries to send,
+    // and its RLQS stream for as long as it has buckets to report.
+    .streaming_requests([
+        mixer_frontends::grpc::ACCESS_LOG_STREAM,
+        mixer_frontends::grpc::RLQS_STREAM,
+    ])
     .drain(settings.drain_timeout);
     let grpc_server = match &tls {
         Some(tls) => grpc_server.tls(tls.grpc.clone()),
