@@ -41,7 +41,10 @@
 //! | had an assignment on this stream and now matches no limit (removed by a reload) | `abandon_action` |
 //! | matches no limit, no valid config yet, a handler failed | nothing: the proxy's own `no_assignment_behavior` (or `expired_assignment_behavior`, once an earlier assignment expires) decides. Never DENY_ALL, never a zero rate, and the stream stays open |
 //!
-//! A report that asks nothing of the service gets no message. The time to live is three
+//! A report that asks nothing of the service gets no message, except the stream's first
+//! report, answered at once with an empty message when there is nothing to say (the
+//! response's headers then go out: the mixer's gRPC server sends them with the first
+//! message). The time to live is three
 //! reporting intervals (the longest `time_elapsed` reported on the stream), between 2 s and
 //! 180 s: a proxy keeps its share through a missed report, and a replica or Redis that goes
 //! away leaves the proxies' own expired-assignment behaviour in charge soon after.
@@ -255,12 +258,16 @@ impl ReportStream {
             .answered_at
             .is_some_and(|at| now.saturating_duration_since(at) < MIN_REPORT_GAP);
         let since_last = self.answered_at.map(|at| now.saturating_duration_since(at));
+        // A new bucket is answered at once (Envoy reports a bucket as soon as its first
+        // request arrives), as long as the stream has room for it.
+        let room = self.buckets.len() < MAX_BUCKETS_PER_STREAM;
         if too_soon
-            && !usages.iter().any(|u| {
-                u.bucket_id
-                    .as_ref()
-                    .is_some_and(|id| !self.buckets.contains_key(&bucket_key(id)))
-            })
+            && !(room
+                && usages.iter().any(|u| {
+                    u.bucket_id
+                        .as_ref()
+                        .is_some_and(|id| !self.buckets.contains_key(&bucket_key(id)))
+                }))
         {
             return None;
         }
@@ -327,13 +334,17 @@ impl ReportStream {
                 }
                 Lookup::Blocked => {
                     state.assigned_under = None;
-                    Some(Strategy::BlanketRule(BlanketRule::DenyAll as i32))
-                        .map(|s| assignment(s, ttl))
+                    Some(assignment(
+                        Strategy::BlanketRule(BlanketRule::DenyAll as i32),
+                        ttl,
+                    ))
                 }
                 Lookup::Unlimited => {
                     state.assigned_under = None;
-                    Some(Strategy::BlanketRule(BlanketRule::AllowAll as i32))
-                        .map(|s| assignment(s, ttl))
+                    Some(assignment(
+                        Strategy::BlanketRule(BlanketRule::AllowAll as i32),
+                        ttl,
+                    ))
                 }
                 Lookup::Unknown => match state.assigned_under.take() {
                     // The limit it had is gone (a reload removed it): the proxy drops the
@@ -491,13 +502,20 @@ impl RateLimitQuotaService for Rlqs {
         };
         let stream = self.open(proxy.as_deref());
         let reports = request.into_inner();
-        let answers = futures_util::stream::unfold(Some((stream, reports)), |state| async move {
-            let (mut stream, mut reports) = state?;
+        let first = Some((stream, reports, false));
+        let answers = futures_util::stream::unfold(first, |state| async move {
+            let (mut stream, mut reports, answered) = state?;
             loop {
                 match reports.message().await {
                     Ok(Some(report)) => {
-                        if let Some(answer) = stream.answer(&report, Instant::now()).await {
-                            return Some((Ok(answer), Some((stream, reports))));
+                        let answer = stream.answer(&report, Instant::now()).await;
+                        // The first report is always answered, if only with no action, so
+                        // that the response's headers go out (a client such as tonic's waits
+                        // for them before it reads anything).
+                        let answer =
+                            answer.or_else(|| (!answered).then(RateLimitQuotaResponse::default));
+                        if let Some(answer) = answer {
+                            return Some((Ok(answer), Some((stream, reports, true))));
                         }
                     }
                     Ok(None) => return None,
