@@ -78,10 +78,13 @@ struct Entry {
     stream: u64,
 }
 
+/// The entries of one limit, by proxy.
+type Proxies = HashMap<Arc<str>, Entry>;
+
 /// Demands and assignments of every proxy, per limit, for this process.
 #[derive(Debug, Default)]
 pub struct Demands {
-    limits: Mutex<HashMap<Arc<str>, HashMap<Arc<str>, Entry>>>,
+    limits: Mutex<HashMap<Arc<str>, Proxies>>,
     pruned_at: Mutex<Option<Instant>>,
 }
 
