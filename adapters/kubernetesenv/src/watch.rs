@@ -269,65 +269,80 @@ async fn run(shared: Arc<Shared>, watch_timeout: Duration) {
     let secs = u32::try_from(watch_timeout.as_secs().clamp(1, 290)).unwrap_or(290);
     let config = watcher::Config::default().timeout(secs);
     tokio::join!(
-        watch_pods(Api::all(client.clone()), config.clone(), &shared),
-        watch_owners::<ReplicaSet>(
-            Api::all(client.clone()),
-            config.clone(),
-            &shared,
-            OwnerKind::ReplicaSet,
-            WatchedKind::ReplicaSets
-        ),
-        watch_owners::<ReplicationController>(
-            Api::all(client),
-            config,
-            &shared,
-            OwnerKind::ReplicationController,
-            WatchedKind::ReplicationControllers
-        ),
+        watch::<Pod>(Api::all(client.clone()), config.clone(), &shared),
+        watch::<ReplicaSet>(Api::all(client.clone()), config.clone(), &shared),
+        watch::<ReplicationController>(Api::all(client), config, &shared),
     );
 }
 
-async fn watch_pods(api: Api<Pod>, config: watcher::Config, shared: &Shared) {
-    let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
-    let mut listed: Option<HashSet<Box<str>>> = None;
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(event) => {
-                // `Init` comes before the list is asked for: not proof the API server answers.
-                if !matches!(event, Event::Init) {
-                    shared.ok();
-                }
-                match event {
-                    Event::Init => listed = Some(HashSet::new()),
-                    Event::InitApply(pod) => {
-                        if let (Some(listed), Some(key)) = (&mut listed, PodCache::pod_key(&pod)) {
-                            listed.insert(key);
-                        }
-                        shared.write().apply_pod(&pod);
-                    }
-                    Event::InitDone => {
-                        if let Some(listed) = listed.take() {
-                            shared.write().retain_pods(&listed);
-                        }
-                        shared.synced(WatchedKind::Pods);
-                    }
-                    Event::Apply(pod) => shared.write().apply_pod(&pod),
-                    Event::Delete(pod) => shared.write().delete_pod(&pod),
-                }
-            }
-            Err(e) => shared.failed(WatchedKind::Pods, &e),
-        }
+/// How one watched kind is mirrored into the [`PodCache`]: pods as themselves, the owners
+/// (ReplicaSets, ReplicationControllers) by their metadata under their [`OwnerKind`].
+trait Mirrored: Resource + Clone + DeserializeOwned + Debug + Send + 'static {
+    /// What the health and metrics call this kind.
+    const WATCHED: WatchedKind;
+    /// The cache's key for this object, to drop what a relist no longer holds.
+    fn key(&self) -> Option<Box<str>>;
+    /// Adds or replaces the object.
+    fn apply(&self, cache: &mut PodCache);
+    /// Removes the object.
+    fn delete(&self, cache: &mut PodCache);
+    /// Keeps only the objects of this kind whose keys a full list returned.
+    fn retain(cache: &mut PodCache, listed: &HashSet<Box<str>>);
+}
+
+impl Mirrored for Pod {
+    const WATCHED: WatchedKind = WatchedKind::Pods;
+    fn key(&self) -> Option<Box<str>> {
+        PodCache::pod_key(self)
+    }
+    fn apply(&self, cache: &mut PodCache) {
+        cache.apply_pod(self);
+    }
+    fn delete(&self, cache: &mut PodCache) {
+        cache.delete_pod(self);
+    }
+    fn retain(cache: &mut PodCache, listed: &HashSet<Box<str>>) {
+        cache.retain_pods(listed);
     }
 }
 
-async fn watch_owners<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    shared: &Shared,
-    kind: OwnerKind,
-    resource: WatchedKind,
-) where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+/// An owner of pods, mirrored by its metadata only.
+trait Owner: Resource + Clone + DeserializeOwned + Debug + Send + 'static {
+    const WATCHED: WatchedKind;
+    const KIND: OwnerKind;
+}
+
+impl Owner for ReplicaSet {
+    const WATCHED: WatchedKind = WatchedKind::ReplicaSets;
+    const KIND: OwnerKind = OwnerKind::ReplicaSet;
+}
+
+impl Owner for ReplicationController {
+    const WATCHED: WatchedKind = WatchedKind::ReplicationControllers;
+    const KIND: OwnerKind = OwnerKind::ReplicationController;
+}
+
+impl<K: Owner> Mirrored for K {
+    const WATCHED: WatchedKind = <K as Owner>::WATCHED;
+    fn key(&self) -> Option<Box<str>> {
+        PodCache::owner_key(self.meta())
+    }
+    fn apply(&self, cache: &mut PodCache) {
+        cache.apply_owner(K::KIND, self.meta());
+    }
+    fn delete(&self, cache: &mut PodCache) {
+        cache.delete_owner(K::KIND, self.meta());
+    }
+    fn retain(cache: &mut PodCache, listed: &HashSet<Box<str>>) {
+        cache.retain_owners(K::KIND, listed);
+    }
+}
+
+/// Lists and then watches one kind for as long as the cluster is watched, keeping the cache
+/// in step: a relist (after a lost watch) drops what it no longer returns.
+async fn watch<K>(api: Api<K>, config: watcher::Config, shared: &Shared)
+where
+    K: Mirrored,
     K::DynamicType: Default + Clone + Eq + std::hash::Hash,
 {
     let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
@@ -341,25 +356,23 @@ async fn watch_owners<K>(
                 }
                 match event {
                     Event::Init => listed = Some(HashSet::new()),
-                    Event::InitApply(owner) => {
-                        if let (Some(listed), Some(key)) =
-                            (&mut listed, PodCache::owner_key(owner.meta()))
-                        {
+                    Event::InitApply(object) => {
+                        if let (Some(listed), Some(key)) = (&mut listed, object.key()) {
                             listed.insert(key);
                         }
-                        shared.write().apply_owner(kind, owner.meta());
+                        object.apply(&mut shared.write());
                     }
                     Event::InitDone => {
                         if let Some(listed) = listed.take() {
-                            shared.write().retain_owners(kind, &listed);
+                            K::retain(&mut shared.write(), &listed);
                         }
-                        shared.synced(resource);
+                        shared.synced(K::WATCHED);
                     }
-                    Event::Apply(owner) => shared.write().apply_owner(kind, owner.meta()),
-                    Event::Delete(owner) => shared.write().delete_owner(kind, owner.meta()),
+                    Event::Apply(object) => object.apply(&mut shared.write()),
+                    Event::Delete(object) => object.delete(&mut shared.write()),
                 }
             }
-            Err(e) => shared.failed(resource, &e),
+            Err(e) => shared.failed(K::WATCHED, &e),
         }
     }
 }

@@ -86,7 +86,7 @@ impl Config {
                         })
                     })
                     .collect();
-                json!({
+                let mut shown = json!({
                     "name": &*r.name,
                     "match": r.match_expr.as_ref().map(|e| e.source()),
                     "matchErrorPolicy": r.match_error_policy.map(|p| match p {
@@ -96,7 +96,15 @@ impl Config {
                     "actions": actions,
                     "requestHeaderOperations": header_ops(&r.request_header_operations),
                     "responseHeaderOperations": header_ops(&r.response_header_operations),
-                })
+                });
+                // Shown only when set, so dumps of rules without them read as before.
+                if r.dry_run {
+                    shown["dryRun"] = Value::Bool(true);
+                }
+                if let Some(s) = &r.sampling {
+                    shown["sampling"] = sampling(s);
+                }
+                shown
             })
             .collect();
         let standard = mixer_model::Vocabulary::istio();
@@ -119,6 +127,26 @@ impl Config {
             "rules": rules,
         })
     }
+}
+
+/// A rule's sampling as resolved: the percentage in parts per million.
+fn sampling(s: &crate::model::SamplingConfig) -> Value {
+    let mut shown = json!({});
+    if let Some(r) = &s.random {
+        shown["random"] = json!({
+            "partsPerMillion": r.parts_per_million,
+            "attributeExpression": r.attribute_expression.as_ref().map(|e| e.source()),
+            "useIndependentRandomness": r.use_independent_randomness,
+        });
+    }
+    if let Some(r) = &s.rate_limit {
+        shown["rateLimit"] = json!({
+            "samplingDuration": format!("{}s", r.sampling_duration.as_secs_f64()),
+            "maxUnsampledEntries": r.max_unsampled_entries,
+            "samplingRate": r.sampling_rate,
+        });
+    }
+    shown
 }
 
 fn header_ops(ops: &[HeaderOperationConfig]) -> Vec<Value> {

@@ -92,10 +92,12 @@ pub use error::ConfigError;
 pub use expr::{CompileError, Expression, Syntax};
 pub use inputs::InputFile;
 pub use kinds::bindings::outputs_vocabulary;
+pub use kinds::rule::DRY_RUN_ANNOTATION;
 pub use model::{
     ActionConfig, AdapterResource, AttributeBinding, Config, Connection, DropReason,
     DroppedDocument, FieldExpr, FieldExprValue, HandlerConfig, HeaderOperationConfig,
-    InstanceConfig, MatchErrorPolicy, RateLimitBehaviour, RuleConfig,
+    InstanceConfig, MatchErrorPolicy, RandomSamplingConfig, RateLimitBehaviour,
+    RateLimitSamplingConfig, RuleConfig, SamplingConfig,
 };
 pub use registry::AdapterRegistry;
 pub use source::{SourceFile, emptied_files, read_sources};

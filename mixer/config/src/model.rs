@@ -334,6 +334,51 @@ pub struct RuleConfig {
     pub request_header_operations: Vec<HeaderOperationConfig>,
     /// Header edits on the response to the client.
     pub response_header_operations: Vec<HeaderOperationConfig>,
+    /// Not enforced (annotation `istio.io/dry-run: "true"`): its check and quota actions are
+    /// evaluated and their handlers called, but what they would decide is only counted and
+    /// recorded, never answered.
+    pub dry_run: bool,
+    /// Istio 1.4's `spec.sampling`: which records its report actions are sent. `None` sends
+    /// every one.
+    pub sampling: Option<SamplingConfig>,
+}
+
+/// Istio 1.4's `rule.sampling` (`policy/v1beta1/cfg.proto`, `Sampling`): a record goes to the
+/// rule's report actions only when every strategy configured selects it.
+#[derive(Clone, Debug)]
+pub struct SamplingConfig {
+    /// `random`: a percentage of records.
+    pub random: Option<RandomSamplingConfig>,
+    /// `rateLimit`: every record up to a count per window, then one in N.
+    pub rate_limit: Option<RateLimitSamplingConfig>,
+}
+
+/// Istio's `RandomSampling`.
+#[derive(Clone, Debug)]
+pub struct RandomSamplingConfig {
+    /// `percentSampled`, as parts per million (100% is 1,000,000; more is capped to it).
+    pub parts_per_million: u32,
+    /// `attributeExpression`: when set, its value (a number) replaces `percentSampled`'s
+    /// numerator, over [`Self::denominator`]; absent or not a number samples nothing, as
+    /// Istio documents.
+    pub attribute_expression: Option<Expression>,
+    /// What `attributeExpression`'s value is a fraction of: `percentSampled`'s denominator
+    /// (100 when it is written as a plain percentage).
+    pub denominator: u32,
+    /// `useIndependentRandomness`: draw at random for each record instead of deciding on
+    /// `request.id`, which keeps a request's records sampled alike across rules and hosts.
+    pub use_independent_randomness: bool,
+}
+
+/// Istio's `RateLimitSampling`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RateLimitSamplingConfig {
+    /// `samplingDuration`: the window (positive).
+    pub sampling_duration: std::time::Duration,
+    /// `maxUnsampledEntries`: records sent in a window before sampling starts.
+    pub max_unsampled_entries: u64,
+    /// `samplingRate`: past that, one record in this many is sent (at least 1).
+    pub sampling_rate: u64,
 }
 
 /// What a rule's match that cannot be evaluated (an absent attribute) means.

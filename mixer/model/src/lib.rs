@@ -39,5 +39,8 @@ pub use status::{Code, Status};
 pub use string_map::StringMap;
 pub use template::{FieldKind, FieldSpec, Template, Variety, camel_to_snake};
 pub use value::{Duration, Timestamp, Value, ValueType};
-pub use verdict::{CheckResult, HeaderOp, HeaderOperation, QuotaLimit, QuotaResult, Verdict};
+pub use verdict::{
+    CheckResult, DryRunOutcome, HeaderOp, HeaderOperation, QuotaLimit, QuotaResult, Verdict,
+    WouldBe,
+};
 pub use vocabulary::{AttrId, AttributeInfo, Vocabulary, VocabularyError, edit_distance};

@@ -110,6 +110,44 @@ pub struct Verdict {
     pub request_header_ops: Vec<HeaderOperation>,
     /// Header operations for the response to the client.
     pub response_header_ops: Vec<HeaderOperation>,
+    /// What each matched dry-run (not enforced) rule would have decided, in evaluation
+    /// order; none of it changed `status`. Empty unless a dry-run rule matched.
+    pub dry_run: Vec<DryRunOutcome>,
+}
+
+/// What a dry-run rule would have decided had it been enforced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WouldBe {
+    /// Its handlers allowed (or granted the quota).
+    Allow,
+    /// A handler denied (or refused the quota), or its match failed under
+    /// `matchErrorPolicy: DENY`.
+    Deny,
+    /// A handler failed, or an instance could not be built: the rule could not decide.
+    Error,
+}
+
+impl WouldBe {
+    /// The `verdict` label of `mixer_rule_dry_run_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            WouldBe::Allow => "allow",
+            WouldBe::Deny => "deny",
+            WouldBe::Error => "error",
+        }
+    }
+}
+
+/// One dry-run rule's would-be verdict.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DryRunOutcome {
+    /// The rule's full name.
+    pub rule: Arc<str>,
+    /// What it would have decided.
+    pub would_be: WouldBe,
+    /// The status it would have answered with (the denying handler's, prefixed with its name
+    /// as Istio words a denial; or the error).
+    pub status: Status,
 }
 
 impl Verdict {

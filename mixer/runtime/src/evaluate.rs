@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use mixer_config::{FieldExprValue, HeaderOperationConfig, InstanceConfig, MatchErrorPolicy};
 use mixer_model::{
-    Bag, FieldValue, HeaderOperation, Instance, Presence, ReferencedAttributes, Value, Variety,
+    Bag, Code, FieldValue, HeaderOperation, Instance, Presence, ReferencedAttributes, Status,
+    Value, Variety, WouldBe,
 };
 
 use crate::decision::InstanceError;
@@ -54,6 +55,24 @@ pub struct Evaluation {
     pub match_failures: Vec<MatchFailure>,
     /// Instances of matched rules that could not be built (not in `dispatches`).
     pub instance_errors: Vec<InstanceError>,
+    /// Matched dry-run rules of a check or quota evaluation, with what they send; nothing of
+    /// them is in the fields above (their reads excepted, see [`DryRunEval`]).
+    pub dry_runs: Vec<DryRunEval>,
+}
+
+/// A matched dry-run rule: evaluated like any other, its instances to ask its handlers about,
+/// none of it enforced. What it reads is recorded with the rest of the evaluation's reads, so
+/// a cached verdict carries the would-be verdicts of exactly the requests it serves (the
+/// cache keys on more attributes, never answers differently).
+#[derive(Clone, Debug)]
+pub struct DryRunEval {
+    /// The rule's full name.
+    pub rule: Arc<str>,
+    /// Its check or quota instances.
+    pub dispatches: Vec<Dispatch>,
+    /// What it decided without asking a handler: a match that failed under
+    /// `matchErrorPolicy: DENY` (deny) or an instance that could not be built (error).
+    pub decided: Option<(WouldBe, Status)>,
 }
 
 /// What one evaluation reuses across rule sets: the index's candidate list and, for reports,
@@ -173,6 +192,8 @@ fn evaluate_set(
         let Some(rule) = snapshot.config.rules.get(index) else {
             continue;
         };
+        // Dry-run changes what checks and quotas answer; reports are sent as usual.
+        let dry_run = rule.dry_run && matches!(variety, Variety::Check | Variety::Quota);
         let matched = match &rule.match_expr {
             None => true,
             Some(expr) => match expr.eval_bool(bag, &mut eval.referenced) {
@@ -198,11 +219,28 @@ fn evaluate_set(
                         tracing::debug!(rule = %rule.name, error = %e, policy = policy_label, "rule match failed to evaluate");
                     }
                     failures.inc();
-                    eval.match_failures.push(MatchFailure {
-                        rule: rule.name.clone(),
-                        message: e.to_string(),
-                        policy,
-                    });
+                    if dry_run {
+                        // Not enforced: a match that would deny is this rule's would-be denial.
+                        if policy == MatchErrorPolicy::Deny {
+                            eval.dry_runs.push(DryRunEval {
+                                rule: rule.name.clone(),
+                                dispatches: Vec::new(),
+                                decided: Some((
+                                    WouldBe::Deny,
+                                    Status::new(
+                                        Code::PermissionDenied,
+                                        format!("rule {} could not be evaluated: {e}", rule.name),
+                                    ),
+                                )),
+                            });
+                        }
+                    } else {
+                        eval.match_failures.push(MatchFailure {
+                            rule: rule.name.clone(),
+                            message: e.to_string(),
+                            policy,
+                        });
+                    }
                     false
                 }
             },
@@ -213,8 +251,18 @@ fn evaluate_set(
         if let Some(counter) = snapshot.rule_matches.get(index) {
             counter.inc();
         }
+        if dry_run {
+            dry_run_instances(snapshot, rule, bag, variety, eval);
+            continue;
+        }
         if name_rules {
             eval.matched_rules.push(rule.name.clone());
+        }
+        if variety == Variety::Report
+            && let Some(Some(sampler)) = snapshot.samplers.get(index)
+            && !sampler.keep(bag, &mut eval.referenced)
+        {
+            continue;
         }
         for action in &rule.actions {
             for &i in &action.instances {
@@ -256,6 +304,47 @@ fn evaluate_set(
             );
         }
     }
+}
+
+/// Builds a matched dry-run rule's instances of `variety` into its own [`DryRunEval`]; an
+/// instance that cannot be built is its would-be error, not the request's. Its header
+/// operations are not applied: they would change the answer.
+fn dry_run_instances(
+    snapshot: &Snapshot,
+    rule: &mixer_config::RuleConfig,
+    bag: &dyn Bag,
+    variety: Variety,
+    eval: &mut Evaluation,
+) {
+    let mut run = DryRunEval {
+        rule: rule.name.clone(),
+        dispatches: Vec::new(),
+        decided: None,
+    };
+    for action in &rule.actions {
+        for &i in &action.instances {
+            let Some(ic) = snapshot.config.instances.get(i) else {
+                continue;
+            };
+            if ic.template.variety() != variety {
+                continue;
+            }
+            match build_instance(snapshot, ic, i, bag, &mut eval.referenced, None) {
+                Ok(instance) => run.dispatches.push(Dispatch {
+                    handler: action.handler,
+                    instance,
+                    instance_index: i,
+                }),
+                Err(e) => {
+                    run.decided.get_or_insert((
+                        WouldBe::Error,
+                        Status::new(Code::Internal, e.to_string()),
+                    ));
+                }
+            }
+        }
+    }
+    eval.dry_runs.push(run);
 }
 
 /// Builds instance `index` (configured as `ic`). With a `memo` (reports), an expression

@@ -33,6 +33,7 @@ mod report_executor;
 mod report_queue;
 mod rules;
 mod runtime;
+mod sampling;
 mod shared_exprs;
 mod shared_tier;
 mod snapshot;
@@ -46,7 +47,7 @@ pub use check::{
 pub use content::{CheckOutcome, ConfigContent, DiskState, FileHash, Settle};
 pub use deadline::DEFAULT_HANDLER_TIMEOUT;
 pub use decision::{DEFAULT_VALID_DURATION, DEFAULT_VALID_USE_COUNT, InstanceError, Undecided};
-pub use evaluate::{Dispatch, Evaluation, MatchFailure, evaluate};
+pub use evaluate::{Dispatch, DryRunEval, Evaluation, MatchFailure, evaluate};
 pub use index::RuleIndex;
 pub use limits::{
     DEFAULT_ACCESS_LOG_ENTRIES, DEFAULT_ATTRIBUTES, DEFAULT_CHECK_QUOTAS,

@@ -38,6 +38,12 @@ pub struct RuntimeMetrics {
     pub rule_matches: IntCounterVec,
     /// `mixer_rule_match_errors_total{rule,policy}`: matches that could not be evaluated.
     pub match_errors: IntCounterVec,
+    /// `mixer_rule_dry_run_total{rule,verdict}`: what matched dry-run rules would have
+    /// decided (`allow`, `deny`, `error`), per decision served, from the cache or not.
+    pub rule_dry_run: IntCounterVec,
+    /// `mixer_report_sampled_out_total{rule}`: report records a rule's `sampling` kept from
+    /// its actions.
+    pub report_sampled_out: IntCounterVec,
     /// `mixer_instance_errors_total{instance}`: instances that could not be built (a field
     /// read an absent attribute or failed), so were not sent.
     pub instance_errors: IntCounterVec,
@@ -165,6 +171,16 @@ impl RuntimeMetrics {
                 "mixer_rule_match_errors_total",
                 "Rule matches that failed to evaluate, by the policy applied",
                 &["rule", "policy"],
+            )?,
+            rule_dry_run: counter_vec(
+                "mixer_rule_dry_run_total",
+                "Would-be verdicts of matched dry-run (not enforced) rules, per decision served",
+                &["rule", "verdict"],
+            )?,
+            report_sampled_out: counter_vec(
+                "mixer_report_sampled_out_total",
+                "Report records a rule's sampling kept from its actions",
+                &["rule"],
             )?,
             instance_errors: counter_vec(
                 "mixer_instance_errors_total",

@@ -10,11 +10,13 @@ use std::time::Duration;
 use mixer_adapter_api::host::FailPolicy;
 use mixer_adapter_api::{AdapterError, QuotaArgs, QuotaCall};
 use mixer_config::RateLimitBehaviour;
-use mixer_model::{Bag, QuotaResult, ReferencedAttributes, Status, Template, Variety};
+use mixer_model::{
+    Bag, Code, DryRunOutcome, QuotaResult, ReferencedAttributes, Status, Template, Variety, WouldBe,
+};
 
 use crate::deadline;
 use crate::decision::{DEFAULT_VALID_DURATION, Undecided};
-use crate::evaluate::{Dispatch, evaluate};
+use crate::evaluate::{Dispatch, DryRunEval, evaluate};
 use crate::preprocess::preprocess;
 use crate::snapshot::{BuiltHandler, Snapshot};
 
@@ -27,6 +29,8 @@ pub struct QuotaPlan {
     /// Why the allocation fails without asking any handler: an instance asked for that could
     /// not be built (as in Istio), or an attribute generator that failed closed.
     failed: Option<Undecided>,
+    /// Matched dry-run quota rules: allocated like the others, never refusing.
+    dry_runs: Vec<DryRunEval>,
 }
 
 impl QuotaPlan {
@@ -60,6 +64,9 @@ pub struct QuotaOutcome {
     pub unlimited: bool,
     /// True when an instance consulted is an envoyproxy/ratelimit `quota_mode` limit.
     pub quota_mode: bool,
+    /// What each matched dry-run quota rule would have answered (its allocation was made,
+    /// and counted against its own counters; the request is never refused for it).
+    pub dry_run: Vec<DryRunOutcome>,
 }
 
 /// Whether `result`'s limit says more about the request than the one `combined` holds: a
@@ -201,8 +208,14 @@ pub fn plan(snapshot: &Snapshot, bag: &dyn Bag, quota: Option<&str>) -> QuotaPla
         .mark(std::time::Instant::now());
     let mut eval = evaluate(snapshot, bag, Variety::Quota);
     if let Some(q) = quota {
-        eval.dispatches
-            .retain(|d| quota_name_matches(q, &d.instance.name, d.instance.template));
+        let answers = |d: &Dispatch| quota_name_matches(q, &d.instance.name, d.instance.template);
+        eval.dispatches.retain(answers);
+        for run in &mut eval.dry_runs {
+            run.dispatches.retain(answers);
+        }
+        // A dry-run rule none of whose instances answers this quota is not about it.
+        eval.dry_runs
+            .retain(|r| !r.dispatches.is_empty() || r.decided.is_some());
     }
     let not_built = eval.instance_errors.into_iter().find(|e| {
         quota.is_none_or(|q| {
@@ -216,6 +229,7 @@ pub fn plan(snapshot: &Snapshot, bag: &dyn Bag, quota: Option<&str>) -> QuotaPla
         dispatches: eval.dispatches,
         referenced: eval.referenced,
         failed: not_built.map(Undecided::Instance),
+        dry_runs: eval.dry_runs,
     }
 }
 
@@ -238,6 +252,8 @@ pub async fn allocate(
     // handler.
     let mut groups: Vec<(usize, Vec<QuotaCall<'_>>)> = Vec::new();
     let mut routes: Vec<Vec<Planned>> = Vec::with_capacity(plans.len());
+    // Calls of dry-run rules, with the index of their rule in the plan's `dry_runs`.
+    let mut dry_routes: Vec<Vec<(usize, Planned)>> = Vec::with_capacity(plans.len());
     let mut outcomes = Vec::with_capacity(plans.len());
     for (plan, args) in &plans {
         let mut route = Vec::new();
@@ -253,6 +269,7 @@ pub async fn allocate(
             refused: false,
             unlimited: false,
             quota_mode: false,
+            dry_run: Vec::new(),
         };
         let mut saw_unlimited = false;
         for dispatch in &plan.dispatches {
@@ -292,7 +309,35 @@ pub async fn allocate(
             calls.push((&dispatch.instance, *args));
         }
         outcome.unlimited = saw_unlimited && outcome.instances.is_empty();
+        let mut dry_route = Vec::new();
+        for (run, dry) in plan.dry_runs.iter().enumerate() {
+            for dispatch in &dry.dispatches {
+                let Some(built) = snapshot.handlers.get(dispatch.handler) else {
+                    continue;
+                };
+                if built.handler.as_quota().is_none() {
+                    continue;
+                }
+                let group = match groups.iter().position(|(h, _)| *h == dispatch.handler) {
+                    Some(g) => g,
+                    None => {
+                        groups.push((dispatch.handler, Vec::new()));
+                        groups.len() - 1
+                    }
+                };
+                let calls = &mut groups[group].1;
+                dry_route.push((
+                    run,
+                    Planned {
+                        group,
+                        at: calls.len(),
+                    },
+                ));
+                calls.push((&dispatch.instance, *args));
+            }
+        }
         routes.push(route);
+        dry_routes.push(dry_route);
         outcomes.push(outcome);
     }
     let answers: Vec<Vec<Result<QuotaResult, AdapterError>>> =
@@ -318,8 +363,9 @@ pub async fn allocate(
     plans
         .iter()
         .zip(routes)
+        .zip(dry_routes)
         .zip(outcomes)
-        .map(|(((plan, args), route), mut outcome)| {
+        .map(|((((plan, args), route), dry_route), mut outcome)| {
             if let Some(failure) = &plan.failed {
                 return Err(failure.clone());
             }
@@ -331,9 +377,82 @@ pub async fn allocate(
                 combine(snapshot, &mut outcome, built, answer, args)?;
             }
             outcome.refused = refuses(&outcome.result, args);
+            if !plan.dry_runs.is_empty() {
+                outcome.dry_run =
+                    dry_run_outcomes(snapshot, plan, &dry_route, &groups, &answers, args);
+                crate::check::count_dry_runs(&snapshot.metrics, &outcome.dry_run);
+            }
             Ok(outcome)
         })
         .collect()
+}
+
+/// The would-be answers of `plan`'s dry-run rules: each allowed unless one of its allocations
+/// was refused (deny) or failed (error), the first such answer deciding it.
+fn dry_run_outcomes(
+    snapshot: &Snapshot,
+    plan: &QuotaPlan,
+    route: &[(usize, Planned)],
+    groups: &[(usize, Vec<QuotaCall<'_>>)],
+    answers: &[Vec<Result<QuotaResult, AdapterError>>],
+    args: &QuotaArgs,
+) -> Vec<DryRunOutcome> {
+    let mut outcomes: Vec<DryRunOutcome> = plan
+        .dry_runs
+        .iter()
+        .map(|run| {
+            let (would_be, status) = run.decided.clone().unwrap_or((WouldBe::Allow, Status::OK));
+            DryRunOutcome {
+                rule: run.rule.clone(),
+                would_be,
+                status,
+            }
+        })
+        .collect();
+    for (run, Planned { group, at }) in route {
+        let (Some(outcome), Some(answer)) = (
+            outcomes.get_mut(*run),
+            answers.get(*group).and_then(|a| a.get(*at)),
+        ) else {
+            continue;
+        };
+        let built = &snapshot.handlers[groups[*group].0];
+        let (would_be, status) = match answer {
+            Ok(result) => {
+                let refused = refuses(result, args);
+                let label = if refused { "denied" } else { "ok" };
+                snapshot.metrics.handler_call(&built.name, "quota", label);
+                if !refused {
+                    continue;
+                }
+                let message = match result.status.message.as_str() {
+                    "" => format!("{}:quota exhausted", built.name),
+                    m => format!("{}:{}", built.name, built.scrub(m)),
+                };
+                let code = match result.status.code {
+                    Code::Ok => Code::ResourceExhausted,
+                    c => c,
+                };
+                (WouldBe::Deny, Status::new(code, message))
+            }
+            Err(error) => {
+                snapshot
+                    .metrics
+                    .handler_call(&built.name, "quota", error.kind.label());
+                let message = format!(
+                    "handler {} could not decide: {}",
+                    built.name,
+                    built.scrub(&error.message)
+                );
+                (WouldBe::Error, Status::new(Code::Unavailable, message))
+            }
+        };
+        if outcome.would_be == WouldBe::Allow {
+            outcome.would_be = would_be;
+            outcome.status = status;
+        }
+    }
+    outcomes
 }
 
 /// Adds one handler's answer to an ask's outcome: the smallest grant and validity, the

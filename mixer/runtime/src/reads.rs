@@ -43,6 +43,17 @@ impl ReadAttrs {
             for expr in rule.match_expr.iter().chain(header_ops) {
                 expr.attributes().into_iter().for_each(&mut mark);
             }
+            // Sampling reads the request id (consistent draws) and its override.
+            if let Some(random) = rule.sampling.as_ref().and_then(|s| s.random.as_ref()) {
+                if let Some(expr) = &random.attribute_expression {
+                    expr.attributes().into_iter().for_each(&mut mark);
+                }
+                if !random.use_independent_randomness
+                    && let Some(id) = config.vocabulary.lookup("request.id")
+                {
+                    mark(id);
+                }
+            }
         }
         for instance in &config.instances {
             for field in &instance.fields {

@@ -172,6 +172,8 @@ pub struct Snapshot {
     /// `mixer_rule_matches_total` of each rule, aligned with `config.rules`, resolved once
     /// rather than by label on every match.
     pub(crate) rule_matches: Vec<prometheus::IntCounter>,
+    /// The `sampling` of each rule that has one, aligned with `config.rules`.
+    pub(crate) samplers: Vec<Option<crate::sampling::Sampler>>,
     /// Instance field expressions by distinct text, for report evaluations.
     pub(crate) shared_exprs: SharedExprs,
     /// The attributes evaluation can read ([`Snapshot::reads_attribute`]).
@@ -330,6 +332,18 @@ impl Snapshot {
             .iter()
             .map(|r| metrics.rule_matches.with_label_values(&[r.name.as_ref()]))
             .collect();
+        let request_id = config.vocabulary.lookup("request.id");
+        let samplers = config
+            .rules
+            .iter()
+            .map(|r| {
+                let sampling = r.sampling.as_ref()?;
+                let out = metrics
+                    .report_sampled_out
+                    .with_label_values(&[r.name.as_ref()]);
+                Some(crate::sampling::Sampler::new(sampling, request_id, out))
+            })
+            .collect();
         let generates = default_rules.get(Variety::AttributeGenerator).rules.len()
             + namespaced
                 .values()
@@ -340,6 +354,7 @@ impl Snapshot {
             snapshot: Snapshot {
                 generates,
                 rule_matches,
+                samplers,
                 shared_exprs: SharedExprs::new(&config),
                 reads: ReadAttrs::new(&config, &identity),
                 id,
@@ -374,6 +389,7 @@ impl Snapshot {
             options: RuntimeOptions::default(),
             metrics: metrics.clone(),
             rule_matches: Vec::new(),
+            samplers: Vec::new(),
             shared_exprs: SharedExprs::default(),
             reads: ReadAttrs::default(),
             cache: None,

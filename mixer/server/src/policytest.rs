@@ -21,6 +21,11 @@
 //!     validUseCount: 10000
 //! ```
 //!
+//! `dryRun: {RULE: allow|deny|error}` (checks and quotas) names exactly the dry-run rules
+//! (annotation `istio.io/dry-run: "true"`) that matched, each with what it would have
+//! decided had it been enforced; `allowed`, `code` and `message` are the answer actually
+//! given, which dry-run rules never change.
+//!
 //! `error: TEXT` expects the mixer not to decide (a handler failing closed, an instance that
 //! cannot be built), with an error containing `TEXT`.
 //! `variety: ratelimit` sends Envoy's `RateLimitRequest` (`domain`, `descriptors`: a list of
@@ -62,7 +67,8 @@ use std::process::ExitCode;
 
 use mixer_adapter_api::QuotaArgs;
 use mixer_model::{
-    AttributeBag, Code, FieldValue, HeaderOp, Instance, Status, StringMap, Value, Variety, Verdict,
+    AttributeBag, Code, DryRunOutcome, FieldValue, HeaderOp, Instance, Status, StringMap, Value,
+    Variety, Verdict,
 };
 use mixer_runtime::{RuntimeMetrics, Snapshot};
 use serde::Deserialize;
@@ -133,6 +139,9 @@ struct Expect {
     overall_code: Option<String>,
     /// `variety: ratelimit`: the last response's code of each descriptor.
     codes: Option<Vec<String>>,
+    /// Checks and quotas: the would-be verdict (`allow`, `deny`, `error`) of each dry-run
+    /// rule that matched, by rule name; exactly these rules.
+    dry_run: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Deserialize)]
@@ -386,6 +395,7 @@ async fn run_quota(
     };
     let verdict = Verdict {
         status,
+        dry_run: outcome.dry_run.clone(),
         ..Verdict::default()
     };
     compare_verdict(&case.expect, &verdict, problems);
@@ -475,7 +485,26 @@ fn same_name(want: &str, got: &str) -> bool {
             .is_some_and(|rest| rest.starts_with('.'))
 }
 
+/// `dryRun`: the would-be verdicts of exactly the dry-run rules named.
+fn compare_dry_run(want: &BTreeMap<String, String>, got: &[DryRunOutcome]) -> Option<String> {
+    let shown: BTreeMap<&str, &str> = got
+        .iter()
+        .map(|d| (d.rule.as_ref(), d.would_be.label()))
+        .collect();
+    let same = want.len() == got.len()
+        && want.iter().all(|(rule, verdict)| {
+            got.iter()
+                .any(|d| same_name(rule, &d.rule) && d.would_be.label() == verdict.as_str())
+        });
+    (!same).then(|| format!("dryRun: expected {want:?}, got {shown:?}"))
+}
+
 fn compare_verdict(expect: &Expect, verdict: &Verdict, problems: &mut Vec<String>) {
+    if let Some(want) = &expect.dry_run
+        && let Some(problem) = compare_dry_run(want, &verdict.dry_run)
+    {
+        problems.push(problem);
+    }
     if let Some(want) = expect.allowed
         && want != verdict.is_allowed()
     {

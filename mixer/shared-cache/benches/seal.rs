@@ -35,6 +35,7 @@ fn verdict(vocabulary: &Vocabulary) -> Verdict {
         matched_rules: vec![Arc::from("users.rule.istio-system")],
         request_header_ops: Vec::new(),
         response_header_ops: Vec::new(),
+        dry_run: Vec::new(),
     }
 }
 

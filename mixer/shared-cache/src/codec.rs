@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mixer_model::{
-    Bag, Code, HeaderOp, HeaderOperation, Presence, Reference, ReferencedAttributes, Status, Value,
-    Verdict, Vocabulary,
+    Bag, Code, DryRunOutcome, HeaderOp, HeaderOperation, Presence, Reference, ReferencedAttributes,
+    Status, Value, Verdict, Vocabulary, WouldBe,
 };
 use sha2::{Digest, Sha256};
 
@@ -147,6 +147,22 @@ pub fn encode_verdict(verdict: &Verdict, vocabulary: &Vocabulary) -> Vec<u8> {
             put_str(&op.value, &mut out);
         }
     }
+    // Dry-run outcomes go last and only when there are any, so a verdict without them is
+    // stored as before; a replica that predates them reads such a record as not its own
+    // (a miss), never as a verdict without them.
+    if !verdict.dry_run.is_empty() {
+        out.extend_from_slice(&(verdict.dry_run.len() as u32).to_le_bytes());
+        for d in &verdict.dry_run {
+            put_str(&d.rule, &mut out);
+            out.push(match d.would_be {
+                WouldBe::Allow => 0,
+                WouldBe::Deny => 1,
+                WouldBe::Error => 2,
+            });
+            out.extend_from_slice(&(d.status.code as i32).to_le_bytes());
+            put_str(&d.status.message, &mut out);
+        }
+    }
     out
 }
 
@@ -202,6 +218,30 @@ pub fn decode_verdict(bytes: &[u8], vocabulary: &Vocabulary) -> Option<Verdict> 
             ops.push(HeaderOperation { name, value, op });
         }
     }
+    let mut dry_run = Vec::new();
+    if !r.0.is_empty() {
+        // Written only when there are some: a count of 0 is not a record of ours.
+        let n = r.u32()?;
+        if n == 0 {
+            return None;
+        }
+        for _ in 0..n {
+            let rule = Arc::from(r.str()?);
+            let would_be = match r.u8()? {
+                0 => WouldBe::Allow,
+                1 => WouldBe::Deny,
+                2 => WouldBe::Error,
+                _ => return None,
+            };
+            let code = Code::from_i32(r.i32()?);
+            let message = r.str()?.to_string();
+            dry_run.push(DryRunOutcome {
+                rule,
+                would_be,
+                status: Status { code, message },
+            });
+        }
+    }
     if !r.0.is_empty() {
         return None;
     }
@@ -215,6 +255,7 @@ pub fn decode_verdict(bytes: &[u8], vocabulary: &Vocabulary) -> Option<Verdict> 
         matched_rules,
         request_header_ops,
         response_header_ops,
+        dry_run,
     })
 }
 

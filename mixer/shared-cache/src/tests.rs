@@ -107,8 +107,21 @@ fn verdicts_round_trip() {
             value: String::new(),
             op: HeaderOp::Remove,
         }],
+        dry_run: vec![mixer_model::DryRunOutcome {
+            rule: Arc::from("audit.rule.istio-system"),
+            would_be: mixer_model::WouldBe::Deny,
+            status: Status::new(Code::PermissionDenied, "deny.handler.istio-system:no"),
+        }],
     };
     let bytes = codec::encode_verdict(&verdict, &v);
+    let without = Verdict {
+        dry_run: Vec::new(),
+        ..verdict.clone()
+    };
+    assert_eq!(
+        codec::decode_verdict(&codec::encode_verdict(&without, &v), &v),
+        Some(without)
+    );
     assert_eq!(codec::decode_verdict(&bytes, &v), Some(verdict));
     // Cut short or with bytes after: refused, never half read.
     assert_eq!(codec::decode_verdict(&bytes[..bytes.len() - 1], &v), None);

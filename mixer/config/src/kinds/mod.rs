@@ -11,6 +11,7 @@ pub(crate) mod manifest;
 pub(crate) mod oauth;
 pub(crate) mod ratelimit;
 pub(crate) mod rule;
+pub(crate) mod sampling;
 pub(crate) mod typed_params;
 
 use mixer_model::{ValueType, Vocabulary};

@@ -253,6 +253,8 @@ pub(crate) fn ratelimit(
             }],
             request_header_operations: Vec::new(),
             response_header_operations: Vec::new(),
+            dry_run: false,
+            sampling: None,
         });
         instances.push(InstanceConfig {
             name: full,

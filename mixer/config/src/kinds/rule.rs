@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use mixer_model::{Template, ValueType, Vocabulary};
+use mixer_model::{Template, ValueType, Variety, Vocabulary};
 use serde_json::Value;
 
 use super::headers::header_ops;
@@ -61,9 +61,11 @@ pub(crate) fn rule(
         &raw.doc,
         diags,
     );
-    if spec.get("sampling").is_some_and(|v| !v.is_null()) {
-        diags.error(&raw.doc, "spec.sampling", "sampling is not supported");
-    }
+    let sampling = match spec.get("sampling") {
+        None | Some(Value::Null) => None,
+        Some(v) => super::sampling::sampling(doc, v, scope.vocabulary, diags),
+    };
+    let dry_run = dry_run(doc, diags);
     let match_error_policy = parse_enum(
         doc,
         spec.get("matchErrorPolicy"),
@@ -148,6 +150,29 @@ pub(crate) fn rule(
             format!("action left out: it needs dropped {documents}"),
         );
     }
+    let varieties: Vec<Variety> = actions
+        .iter()
+        .flat_map(|a| &a.instances)
+        .filter_map(|&i| scope.instances.get(i))
+        .map(|i| i.template.variety())
+        .collect();
+    let enforcing = |v: &Variety| matches!(v, Variety::Check | Variety::Quota);
+    // Istio 1.4 read `sampling` and never applied it; sampling a check or a quota would let
+    // requests through unchecked, so only report actions are sampled.
+    if sampling.is_some() && varieties.iter().any(enforcing) {
+        diags.warn(
+            &raw.doc,
+            "spec.sampling",
+            "sampling applies to report actions only: check and quota actions see every request",
+        );
+    }
+    if dry_run && !varieties.iter().any(enforcing) {
+        diags.warn(
+            &raw.doc,
+            format!("metadata.annotations[{DRY_RUN_ANNOTATION:?}]"),
+            "dry-run applies to check and quota actions; this rule's report actions are sent as usual",
+        );
+    }
     Some(RuleConfig {
         name: raw.full_name(),
         namespace: Arc::from(raw.namespace.as_str()),
@@ -156,7 +181,37 @@ pub(crate) fn rule(
         actions,
         request_header_operations,
         response_header_operations,
+        dry_run,
+        sampling,
     })
+}
+
+/// The annotation that marks a rule as not enforced (dry-run), `"true"` or `"false"`: the
+/// one Istio puts on an `AuthorizationPolicy` for the same purpose, so a rule keeps Istio
+/// 1.4's spec shape and an Istio-shaped schema accepts it.
+pub const DRY_RUN_ANNOTATION: &str = "istio.io/dry-run";
+
+/// Whether the rule is annotated dry-run; a value other than true or false is an error, as a
+/// typo must not silently enforce (or not enforce) a rule.
+fn dry_run(doc: &Doc<'_>, diags: &mut Diagnostics) -> bool {
+    match doc
+        .raw
+        .annotations
+        .get(DRY_RUN_ANNOTATION)
+        .map(|v| v.trim())
+    {
+        None => false,
+        Some(v) if v.eq_ignore_ascii_case("true") => true,
+        Some(v) if v.eq_ignore_ascii_case("false") => false,
+        Some(v) => {
+            diags.error(
+                &doc.raw.doc,
+                format!("metadata.annotations[{DRY_RUN_ANNOTATION:?}]"),
+                format!("expected \"true\" or \"false\", found {v:?}"),
+            );
+            false
+        }
+    }
 }
 
 /// What became of one action.
@@ -494,11 +549,11 @@ mod tests {
     fn unsupported_and_unknown_fields() {
         assert_eq!(
             errors(
-                "kind: rule\nmetadata: {name: r}\nspec:\n  sampling: {random: {}}\n  mach: x\n  matchErrorPolicy: FAIL\n"
+                "kind: rule\nmetadata: {name: r}\nspec:\n  sampling: {random: {}, rateLimits: {}}\n  mach: x\n  matchErrorPolicy: FAIL\n"
             ),
             [
                 "c.yaml: rule r: spec.mach: unknown field (did you mean match?)",
-                "c.yaml: rule r: spec.sampling: sampling is not supported",
+                "c.yaml: rule r: spec.sampling.rateLimits: unknown field (did you mean rateLimit?)",
                 "c.yaml: rule r: spec.matchErrorPolicy: unknown value \"FAIL\" (expected one of NO_MATCH, DENY)",
             ]
         );
@@ -541,5 +596,121 @@ mod tests {
             "kind: rule\nmetadata: {name: r}\nspec: {match: 'request.headers[\"x-user\"] == \"bob\"', matchErrorPolicy: NO_MATCH}\n",
         );
         assert!(v.warnings.is_empty());
+    }
+
+    const REPORT_BASE: &str = "kind: handler\nmetadata: {name: h}\nspec: {compiledAdapter: noop}\n---\nkind: instance\nmetadata: {name: span}\nspec: {compiledTemplate: tracespan, params: {spanName: request.path}}\n---\n";
+
+    fn report_rule(sampling: &str) -> String {
+        format!(
+            "{REPORT_BASE}kind: rule\nmetadata: {{name: r}}\nspec:\n  actions: [{{handler: h, instances: [span]}}]\n  sampling: {sampling}\n"
+        )
+    }
+
+    #[test]
+    fn istio_sampling_on_a_report_rule() {
+        // The contract's shape: percentSampled as a plain number of percent.
+        let v = ok(&report_rule("{random: {percentSampled: 10}}"));
+        assert!(v.warnings.is_empty(), "{:?}", v.warnings);
+        let s = v.config.rules[0].sampling.as_ref().expect("sampling kept");
+        let random = s.random.as_ref().expect("random");
+        assert_eq!(random.parts_per_million, 100_000);
+        assert!(!random.use_independent_randomness);
+        assert!(s.rate_limit.is_none());
+        // FractionalPercent, capped at 100%, and the attribute override.
+        let v = ok(&report_rule(
+            "{random: {percentSampled: {numerator: 125, denominator: TEN_THOUSAND}, attributeExpression: 'request.size | 0', useIndependentRandomness: true}, rateLimit: {samplingDuration: 1s, maxUnsampledEntries: 100, samplingRate: '10'}}",
+        ));
+        let s = v.config.rules[0].sampling.as_ref().expect("sampling kept");
+        let random = s.random.as_ref().expect("random");
+        assert_eq!(random.parts_per_million, 12_500);
+        assert!(random.use_independent_randomness);
+        assert_eq!(
+            random.attribute_expression.as_ref().map(|e| e.source()),
+            Some("request.size | 0")
+        );
+        assert_eq!(
+            s.rate_limit,
+            Some(crate::RateLimitSamplingConfig {
+                sampling_duration: std::time::Duration::from_secs(1),
+                max_unsampled_entries: 100,
+                sampling_rate: 10,
+            })
+        );
+        let v = ok(&report_rule("{random: {percentSampled: {numerator: 300}}}"));
+        let s = v.config.rules[0].sampling.as_ref().expect("sampling kept");
+        assert_eq!(
+            s.random.as_ref().map(|r| r.parts_per_million),
+            Some(1_000_000)
+        );
+        assert_eq!(
+            v.config.dump()["rules"][0]["sampling"]["random"]["partsPerMillion"],
+            1_000_000
+        );
+    }
+
+    #[test]
+    fn invalid_sampling_is_an_error_at_its_field() {
+        assert_eq!(
+            errors(&report_rule(
+                "{random: {percentSampled: 101, useIndependentRandomness: 1}, rateLimit: {samplingDuration: 0s, maxUnsampledEntries: -1, samplingRate: 0}}"
+            )),
+            [
+                "c.yaml: rule r: spec.sampling.random.percentSampled: 101 is not a percentage from 0 to 100",
+                "c.yaml: rule r: spec.sampling.random.useIndependentRandomness: expected true or false, found a number",
+                "c.yaml: rule r: spec.sampling.rateLimit.samplingDuration: \"0s\" is not a positive duration such as \"1s\"",
+                "c.yaml: rule r: spec.sampling.rateLimit.maxUnsampledEntries: expected a whole number of at least 0, found -1",
+                "c.yaml: rule r: spec.sampling.rateLimit.samplingRate: expected a whole number of at least 1, found 0",
+            ]
+        );
+        assert_eq!(
+            errors(&report_rule(
+                "{random: {percentSampled: {numerator: 1, denominator: THOUSAND}, attributeExpression: request.path}, rateLimit: {}}"
+            )),
+            [
+                "c.yaml: rule r: spec.sampling.random.percentSampled.denominator: unknown value \"THOUSAND\" (expected one of HUNDRED, TEN_THOUSAND)",
+                "c.yaml: rule r: spec.sampling.random.attributeExpression: must be a number of percent (INT64 or DOUBLE), not String",
+                "c.yaml: rule r: spec.sampling.rateLimit.samplingDuration: missing: the window to count entries in",
+                "c.yaml: rule r: spec.sampling.rateLimit.samplingRate: missing: past maxUnsampledEntries, one entry in samplingRate is sent",
+            ]
+        );
+    }
+
+    #[test]
+    fn sampling_on_a_check_rule_samples_only_its_report_actions() {
+        let v = ok(&with_base(
+            "kind: rule\nmetadata: {name: r}\nspec:\n  actions: [{handler: denyall, instances: [nothing]}]\n  sampling: {random: {percentSampled: 10}}\n",
+        ));
+        let shown: Vec<String> = v.warnings.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            [
+                "c.yaml: rule r: spec.sampling: sampling applies to report actions only: check and quota actions see every request"
+            ]
+        );
+    }
+
+    #[test]
+    fn dry_run_annotation() {
+        let rule = |value: &str| {
+            with_base(&format!(
+                "kind: rule\nmetadata: {{name: r, annotations: {{istio.io/dry-run: {value}}}}}\nspec:\n  actions: [{{handler: denyall, instances: [nothing]}}]\n"
+            ))
+        };
+        let v = ok(&rule("'true'"));
+        assert!(v.config.rules[0].dry_run);
+        assert_eq!(v.config.dump()["rules"][0]["dryRun"], true);
+        assert!(!ok(&rule("'false'")).config.rules[0].dry_run);
+        assert!(!ok(&with_base(
+            "kind: rule\nmetadata: {name: r}\nspec:\n  actions: [{handler: denyall, instances: [nothing]}]\n"
+        ))
+        .config
+        .rules[0]
+            .dry_run);
+        assert_eq!(
+            errors(&rule("'audit'")),
+            [
+                "c.yaml: rule r: metadata.annotations[\"istio.io/dry-run\"]: expected \"true\" or \"false\", found \"audit\""
+            ]
+        );
     }
 }

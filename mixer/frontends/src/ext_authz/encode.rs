@@ -87,7 +87,8 @@ fn header_option(m: &mut Vec<u8>, field: u32, op: &HeaderOperation) {
     });
 }
 
-/// The Struct of `matched_rules` (a list), `cache_hit`, `status` and `denied_by`.
+/// The Struct of `matched_rules` (a list), `cache_hit`, `status`, `denied_by` and `dry_run`
+/// (a Struct).
 fn decision_metadata(m: &mut Vec<u8>, verdict: &Verdict, cache_hit: bool) {
     // Each field is a map entry: key (1) and google.protobuf.Value (2).
     message(m, 1, |e| {
@@ -117,6 +118,22 @@ fn decision_metadata(m: &mut Vec<u8>, verdict: &Verdict, cache_hit: bool) {
         message(m, 1, |e| {
             string(e, 1, metadata_keys::DENIED_BY);
             message(e, 2, |v| string_always(v, 3, handler));
+        });
+    }
+    if !verdict.dry_run.is_empty() {
+        message(m, 1, |e| {
+            string(e, 1, metadata_keys::DRY_RUN);
+            // Value.struct_value: a Struct of rule name to Value.string_value.
+            message(e, 2, |v| {
+                message(v, 5, |runs| {
+                    for d in &verdict.dry_run {
+                        message(runs, 1, |r| {
+                            string(r, 1, &d.rule);
+                            message(r, 2, |w| string_always(w, 3, d.would_be.label()));
+                        });
+                    }
+                });
+            });
         });
     }
 }

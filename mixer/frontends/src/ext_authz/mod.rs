@@ -50,7 +50,7 @@
 //! | allowed | `status` OK; `ok_response`: `headers` from the rules' request header operations (REPLACE overwrites, APPEND appends), `headers_to_remove` from REMOVE, `response_headers_to_add` from response header operations |
 //! | denied | `status` = the verdict's code and message; `denied_response`: HTTP 401 for UNAUTHENTICATED, 429 for RESOURCE_EXHAUSTED, 403 otherwise; body = the message; `headers` from response header operations |
 //! | a quota a matching rule charges is exhausted (one unit per allowed check, deduplicated by `request.id`; [`mixer_runtime::check_with_quota`]) | denied with RESOURCE_EXHAUSTED: HTTP 429 with `Retry-After`, `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` |
-//! | both | `dynamic_metadata`: `matched_rules` (list of the matched rules' names), `cache_hit` (bool), `status` (the code name), `denied_by` (the denying handler's full name, on a denial a handler gave) |
+//! | both | `dynamic_metadata`: `matched_rules` (list of the matched rules' names), `cache_hit` (bool), `status` (the code name), `denied_by` (the denying handler's full name, on a denial a handler gave), `dry_run` (a struct of each matched dry-run rule's full name to its would-be verdict, `allow`, `deny` or `error`; only when one matched) |
 //! | could not decide (a handler failed closed), or no valid config yet | gRPC error UNAVAILABLE, so that Envoy's `failure_mode_allow` decides |
 //! | an instance cannot be built from the request (a field reads an absent attribute) | gRPC error INTERNAL naming it, as Istio 1.4; Envoy's `failure_mode_allow` decides alike |
 

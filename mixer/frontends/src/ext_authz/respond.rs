@@ -27,6 +27,9 @@ pub mod metadata_keys {
     /// The full name of the handler that denied (`deny.handler.istio-system`); only on a
     /// denial a handler gave.
     pub const DENIED_BY: &str = "denied_by";
+    /// What each matched dry-run rule would have decided: a struct of rule full name to
+    /// `allow`, `deny` or `error`; only when a dry-run rule matched.
+    pub const DRY_RUN: &str = "dry_run";
 }
 
 /// The answer for a decided check: allowed (`OkResponse`) or denied (`DeniedResponse`).
@@ -182,6 +185,23 @@ fn decision_metadata(verdict: &Verdict, cache_hit: bool) -> Struct {
             metadata_keys::DENIED_BY.to_string(),
             PbValue {
                 kind: Some(Kind::StringValue(handler.to_string())),
+            },
+        );
+    }
+    if !verdict.dry_run.is_empty() {
+        let mut runs = Struct::default();
+        for d in &verdict.dry_run {
+            runs.fields.insert(
+                d.rule.to_string(),
+                PbValue {
+                    kind: Some(Kind::StringValue(d.would_be.label().to_string())),
+                },
+            );
+        }
+        s.fields.insert(
+            metadata_keys::DRY_RUN.to_string(),
+            PbValue {
+                kind: Some(Kind::StructValue(runs)),
             },
         );
     }

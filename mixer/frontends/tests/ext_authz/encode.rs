@@ -2,7 +2,7 @@
 //! (`framed_check_response`); it must decode to exactly the `CheckResponse` that
 //! `check_response` builds, whatever the verdict.
 
-use mixer_model::{Code, HeaderOp, HeaderOperation, Status, Verdict};
+use mixer_model::{Code, DryRunOutcome, HeaderOp, HeaderOperation, Status, Verdict, WouldBe};
 use mixer_runtime::Checked;
 use proptest::prelude::*;
 use prost::Message;
@@ -45,15 +45,24 @@ fn checked() -> BoxedStrategy<Checked> {
         rules,
         any::<bool>(),
         prop::option::of("[a-z-]{1,20}\\.handler\\.istio-system"),
+        prop::collection::vec(("[a-z-]{1,12}\\.rule\\.istio-system", 0u8..3), 0..3),
     )
         .prop_map(
-            |(code, message, request, response, rules, cache_hit, denied_by)| Checked {
+            |(code, message, request, response, rules, cache_hit, denied_by, dry_run)| Checked {
                 verdict: Arc::new(Verdict {
                     status: Status::new(Code::from_i32(code), message),
                     denied_by: denied_by.map(Arc::from),
                     request_header_ops: request,
                     response_header_ops: response,
                     matched_rules: rules.into_iter().map(Arc::from).collect(),
+                    dry_run: dry_run
+                        .into_iter()
+                        .map(|(rule, w)| DryRunOutcome {
+                            rule: Arc::from(rule),
+                            would_be: [WouldBe::Allow, WouldBe::Deny, WouldBe::Error][w as usize],
+                            status: Status::OK,
+                        })
+                        .collect(),
                     ..Default::default()
                 }),
                 cache_hit,
@@ -110,4 +119,31 @@ fn an_allowed_and_a_denied_answer_keep_their_parts() {
         let metadata = response.dynamic_metadata.expect("decision metadata");
         assert_eq!(metadata.fields.len(), 3);
     }
+    // A matched dry-run rule's would-be verdict rides along, under its full name.
+    let audited = Checked {
+        verdict: Arc::new(Verdict {
+            dry_run: vec![DryRunOutcome {
+                rule: Arc::from("deny-beta.rule.istio-system"),
+                would_be: WouldBe::Deny,
+                status: Status::new(Code::PermissionDenied, "deny.handler.istio-system:no"),
+            }],
+            ..Default::default()
+        }),
+        cache_hit: false,
+    };
+    let response = decoded(&ext_authz::framed_check_response(&audited));
+    assert_eq!(response, ext_authz::check_response(&audited));
+    let metadata = response.dynamic_metadata.expect("decision metadata");
+    let runs = match metadata.fields.get("dry_run").and_then(|v| v.kind.as_ref()) {
+        Some(envoy_types::pb::google::protobuf::value::Kind::StructValue(s)) => s.clone(),
+        other => panic!("dry_run is not a struct: {other:?}"),
+    };
+    assert_eq!(
+        runs.fields
+            .get("deny-beta.rule.istio-system")
+            .and_then(|v| v.kind.clone()),
+        Some(envoy_types::pb::google::protobuf::value::Kind::StringValue(
+            "deny".into()
+        ))
+    );
 }

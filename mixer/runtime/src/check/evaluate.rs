@@ -7,19 +7,21 @@ use mixer_config::MatchErrorPolicy;
 use mixer_model::{Code, Status, Variety, Verdict};
 
 use crate::decision::{DEFAULT_VALID_DURATION, DEFAULT_VALID_USE_COUNT, Undecided};
-use crate::evaluate::{Dispatch, evaluate_for};
+use crate::evaluate::{Dispatch, DryRunEval, evaluate_for};
 use crate::snapshot::Snapshot;
 
 /// What the rules say about a check.
 pub(super) enum Plan {
-    /// Decided without asking any handler.
-    Decided(Verdict),
+    /// Decided without asking any handler (the matched dry-run rules still to ask).
+    Decided(Verdict, Vec<DryRunEval>),
     /// The verdict so far, and the instances whose handlers decide the rest, in rule order.
     Ask {
         /// An allow with the default validity, the reads, matched rules and header operations.
         verdict: Verdict,
         /// The check instances of matched rules.
         dispatches: Vec<Dispatch>,
+        /// The matched dry-run rules, asked after the enforced ones.
+        dry_runs: Vec<DryRunEval>,
     },
 }
 
@@ -43,6 +45,7 @@ pub(super) fn plan(
         matched_rules: eval.matched_rules,
         request_header_ops: eval.request_header_ops,
         response_header_ops: eval.response_header_ops,
+        dry_run: Vec::new(),
     };
     if let Some(failure) = eval
         .match_failures
@@ -56,10 +59,11 @@ pub(super) fn plan(
                 failure.rule, failure.message
             ),
         );
-        return Ok(Plan::Decided(verdict));
+        return Ok(Plan::Decided(verdict, eval.dry_runs));
     }
     Ok(Plan::Ask {
         verdict,
         dispatches: eval.dispatches,
+        dry_runs: eval.dry_runs,
     })
 }

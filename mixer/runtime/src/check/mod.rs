@@ -22,6 +22,7 @@
 mod cache;
 mod combine;
 mod dispatch;
+mod dry_run;
 mod evaluate;
 mod quota_after;
 
@@ -30,6 +31,7 @@ use std::sync::Arc;
 use mixer_adapter_api::{AdapterError, ErrorKind};
 use mixer_model::{Bag, Verdict};
 
+pub(crate) use dry_run::count as count_dry_runs;
 pub use quota_after::{QuotaAfterCheck, QuotaRefusal, check_with_quota};
 
 use crate::decision::Undecided;
@@ -94,6 +96,9 @@ pub async fn check_prepared(
                 cache_hit: false,
             }),
     };
+    if let Ok(c) = &checked {
+        dry_run::count(metrics, &c.verdict.dry_run);
+    }
     match &checked {
         Ok(c) if c.verdict.is_allowed() => metrics.check_results.allowed.inc(),
         Ok(_) => metrics.check_results.denied.inc(),
@@ -199,6 +204,7 @@ fn refused(refusal: &Refusal) -> Verdict {
         matched_rules: Vec::new(),
         request_header_ops: Vec::new(),
         response_header_ops: refusal.denial.response_headers.clone(),
+        dry_run: Vec::new(),
     }
 }
 
@@ -208,8 +214,11 @@ async fn decide_on(
     bag: &dyn Bag,
     record_reads: bool,
 ) -> Result<Decided, Undecided> {
-    let (verdict, dispatches) = match evaluate::plan(snapshot, bag, record_reads)? {
-        evaluate::Plan::Decided(verdict) => {
+    let (verdict, dispatches, dry_runs) = match evaluate::plan(snapshot, bag, record_reads)? {
+        evaluate::Plan::Decided(mut verdict, dry_runs) => {
+            if !dry_runs.is_empty() {
+                verdict.dry_run = dry_run::ask(snapshot, &dry_runs).await;
+            }
             return Ok(Decided {
                 verdict,
                 cacheable: true,
@@ -218,7 +227,8 @@ async fn decide_on(
         evaluate::Plan::Ask {
             verdict,
             dispatches,
-        } => (verdict, dispatches),
+            dry_runs,
+        } => (verdict, dispatches, dry_runs),
     };
     let mut combined = combine::Combined::new(verdict);
     for d in &dispatches {
@@ -238,5 +248,9 @@ async fn decide_on(
             break;
         }
     }
-    Ok(combined.finish())
+    let mut decided = combined.finish();
+    if !dry_runs.is_empty() {
+        decided.verdict.dry_run = dry_run::ask(snapshot, &dry_runs).await;
+    }
+    Ok(decided)
 }
