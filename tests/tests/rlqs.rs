@@ -394,3 +394,53 @@ async fn bad_reports_do_not_disturb_other_streams() {
     drop((good, abuser));
     mixer.terminate();
 }
+
+/// A stream that never reports is closed by the body timeout (`--body-read-timeout`), while
+/// one that reported stays open past it, as Envoy keeps its stream between reports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_stream_is_closed_and_a_reporting_one_stays_open() {
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/rlqs/config");
+    let binary = Path::new(env!("CARGO_BIN_EXE_mixer-under-test"));
+    let mixer = Mixer::start(
+        binary,
+        &[
+            "--config",
+            config.to_str().expect("utf-8"),
+            "--body-read-timeout",
+            "1s",
+        ],
+    );
+    mixer.wait_ready(Duration::from_secs(20));
+    let mut reporting = vec![Proxy::connect(mixer.grpc, "reporting", &[("shared", 10)]).await];
+
+    let mut client = RateLimitQuotaServiceClient::connect(format!("http://{}", mixer.grpc))
+        .await
+        .expect("connect");
+    let silent = futures_util::stream::pending::<RateLimitQuotaUsageReports>();
+    let started = Instant::now();
+    let status = match tokio::time::timeout(
+        Duration::from_secs(5),
+        client.stream_rate_limit_quotas(silent),
+    )
+    .await
+    .expect("the silent stream is answered within 5 s")
+    {
+        Ok(mut answers) => answers
+            .get_mut()
+            .message()
+            .await
+            .expect_err("the silent stream ends with an error"),
+        Err(status) => status,
+    };
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    // Past the body timeout, the reporting proxy's stream still answers.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    run_intervals(&mut reporting, 1).await;
+    let r = reporting[0].received.lock().expect("lock");
+    assert!(r.ended.is_none() && r.answers >= 2, "{r:?}");
+    drop(r);
+    drop(reporting);
+    mixer.terminate();
+}
