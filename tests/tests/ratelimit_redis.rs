@@ -303,7 +303,7 @@ async fn ask(
     let headers = r
         .response_headers_to_add
         .iter()
-        .filter(|h| h.key != "X-RateLimit-Reset")
+        .filter(|h| h.key != "X-RateLimit-Reset" && h.key != "x-mixer-decision-id")
         .map(|h| (h.key.clone(), h.value.clone()))
         .collect();
     (statuses, headers)

@@ -57,6 +57,27 @@ impl Config {
                 }
                 let mut shown =
                     json!({"name": &*i.name, "template": i.template.name(), "fields": fields});
+                if let Some(log) = &i.decision_log {
+                    let names = |selectors: &[crate::AttributeSelector]| -> Vec<String> {
+                        selectors
+                            .iter()
+                            .map(|s| {
+                                let name = self.vocabulary.name(s.attr);
+                                match &s.key {
+                                    Some(key) => format!("{name}[{key}]"),
+                                    None => name.to_string(),
+                                }
+                            })
+                            .collect()
+                    };
+                    shown["template"] = Value::from(crate::DECISION_LOG_TEMPLATE);
+                    shown["decisionLog"] = json!({
+                        "percentSampled": log.percent_sampled,
+                        "alwaysLogDenials": log.always_log_denials,
+                        "drop": names(&log.drop),
+                        "hash": names(&log.hash),
+                    });
+                }
                 if !i.bindings.is_empty() {
                     let bindings: Map<String, Value> = i
                         .bindings

@@ -92,12 +92,13 @@ pub use error::ConfigError;
 pub use expr::{CompileError, Expression, Syntax};
 pub use inputs::InputFile;
 pub use kinds::bindings::outputs_vocabulary;
+pub use kinds::decision_log::DECISION_LOG_TEMPLATE;
 pub use kinds::rule::DRY_RUN_ANNOTATION;
 pub use model::{
-    ActionConfig, AdapterResource, AttributeBinding, Config, Connection, DropReason,
-    DroppedDocument, FieldExpr, FieldExprValue, HandlerConfig, HeaderOperationConfig,
-    InstanceConfig, MatchErrorPolicy, RandomSamplingConfig, RateLimitBehaviour,
-    RateLimitSamplingConfig, RuleConfig, SamplingConfig,
+    ActionConfig, AdapterResource, AttributeBinding, AttributeSelector, Config, Connection,
+    DecisionLogParams, DropReason, DroppedDocument, FieldExpr, FieldExprValue, HandlerConfig,
+    HeaderOperationConfig, InstanceConfig, MatchErrorPolicy, RandomSamplingConfig,
+    RateLimitBehaviour, RateLimitSamplingConfig, RuleConfig, SamplingConfig,
 };
 pub use registry::AdapterRegistry;
 pub use source::{SourceFile, emptied_files, read_sources};

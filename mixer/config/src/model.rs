@@ -282,6 +282,10 @@ pub struct InstanceConfig {
     /// For an attribute generator template: which attributes its handler's outputs fill
     /// (`spec.attributeBindings`), in config order; empty for every other template.
     pub bindings: Vec<AttributeBinding>,
+    /// For a `decisionlog` instance: how its records are sampled and masked. The mixer fills
+    /// such an instance from each decision it makes (never from a request's attributes), and
+    /// sends it as a `logentry`; `None` for every other instance.
+    pub decision_log: Option<Arc<DecisionLogParams>>,
 }
 
 /// One entry of an instance's `attributeBindings`: a request attribute and the expression
@@ -484,4 +488,52 @@ pub enum DropReason {
     /// Everything it needed was dropped: the full names of those documents (a rule whose every
     /// action lost its handler or all of its instances).
     Dependency(Vec<String>),
+}
+
+/// How a `decisionlog` instance samples and masks the decision records it sends.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecisionLogParams {
+    /// Percentage of decisions logged, 0 to 100 (`percentSampled`, default 100).
+    pub percent_sampled: f64,
+    /// Denials (and decisions the mixer could not make) are logged whatever the sampling
+    /// (`alwaysLogDenials`, default true): they are what an operator looks for.
+    pub always_log_denials: bool,
+    /// Attributes, or keys of map attributes, left out of the record (`drop`).
+    pub drop: Vec<AttributeSelector>,
+    /// Attributes, or keys of map attributes, logged as a hash of their value (`hash`), so
+    /// that records can be correlated without the value being written.
+    pub hash: Vec<AttributeSelector>,
+}
+
+impl Default for DecisionLogParams {
+    fn default() -> DecisionLogParams {
+        DecisionLogParams {
+            percent_sampled: 100.0,
+            always_log_denials: true,
+            drop: Vec::new(),
+            hash: Vec::new(),
+        }
+    }
+}
+
+/// One attribute, or one key of a map attribute (`request.headers[x-user]`), as masking names
+/// it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttributeSelector {
+    /// The attribute.
+    pub attr: AttrId,
+    /// The map key, lower-case (header names are); `None` selects the whole attribute.
+    pub key: Option<Arc<str>>,
+}
+
+impl AttributeSelector {
+    /// Whether this selects `attr` (or, with a key, that key of it; compared ignoring case).
+    pub fn selects(&self, attr: AttrId, key: Option<&str>) -> bool {
+        self.attr == attr
+            && match (&self.key, key) {
+                (None, _) => true,
+                (Some(want), Some(key)) => want.eq_ignore_ascii_case(key),
+                (Some(_), None) => false,
+            }
+    }
 }

@@ -14,16 +14,22 @@ use std::time::Duration;
 use mixer_adapter_api::log_gate::LogGate;
 use mixer_model::AttributeBag;
 use mixer_runtime::{
-    Checked, NotReady, Prepared, QuotaAfterCheck, Runtime, Snapshot, Undecided, Wants,
+    CacheTier, Checked, Decision, DecisionId, DecisionOutcome, NotReady, Prepared, QuotaAfterCheck,
+    Runtime, Snapshot, Undecided, Wants,
 };
 
 use crate::bag_pool::{keep_spare, spare_bag};
 
-/// One request's snapshot and bag.
+/// One request's snapshot and bag, and the id of the decision made for it.
 pub(crate) struct RequestScope {
     snapshot: Arc<Snapshot>,
     /// Always present until the scope drops and gives it back to the pool.
     bag: Option<AttributeBag>,
+    /// The id the request's decision is answered and logged with.
+    decision_id: DecisionId,
+    /// When the request began, for the decision log's latency; taken only when a rule logs
+    /// decisions.
+    started: Option<std::time::Instant>,
 }
 
 impl RequestScope {
@@ -32,9 +38,39 @@ impl RequestScope {
         let snapshot = runtime.ready_snapshot()?;
         let bag = spare_bag(snapshot.vocabulary());
         Ok(RequestScope {
+            started: snapshot.logs_decisions().then(std::time::Instant::now),
             snapshot,
             bag: Some(bag),
+            decision_id: DecisionId::next(),
         })
+    }
+
+    /// The id of the request's decision, to answer the proxy with.
+    pub(crate) fn decision_id(&self) -> DecisionId {
+        self.decision_id
+    }
+
+    /// Whether a rule logs decisions (so a front end builds what it logs only then).
+    pub(crate) fn logs_decisions(&self) -> bool {
+        self.started.is_some()
+    }
+
+    /// Logs the request's decision when a rule logs decisions (one test otherwise).
+    pub(crate) fn log_decision(&mut self, protocol: &'static str, outcome: DecisionOutcome<'_>) {
+        let Some(started) = self.started else {
+            return;
+        };
+        let id = self.decision_id;
+        let (snapshot, bag) = self.parts();
+        snapshot.log_decision(
+            bag,
+            &Decision {
+                id,
+                front_end: protocol,
+                started,
+                outcome,
+            },
+        );
     }
 
     /// The request's bag, to fill.
@@ -72,6 +108,9 @@ impl RequestScope {
         if let Err(e) = &checked {
             log_undecided(protocol, e);
         }
+        if self.started.is_some() {
+            self.log_decision(protocol, checked_outcome(&checked));
+        }
         checked
     }
 
@@ -88,7 +127,40 @@ impl RequestScope {
         if let Err(e) = &checked {
             log_undecided(protocol, e);
         }
+        if self.started.is_some() {
+            let outcome = match &checked {
+                Ok(QuotaAfterCheck::Checked(c)) => DecisionOutcome::Verdict {
+                    verdict: &c.verdict,
+                    cache: tier(c.cache_hit),
+                },
+                Ok(QuotaAfterCheck::Refused(r)) => DecisionOutcome::Verdict {
+                    verdict: &r.verdict,
+                    cache: tier(r.cache_hit),
+                },
+                Err(e) => DecisionOutcome::Undecided(e),
+            };
+            self.log_decision(protocol, outcome);
+        }
         checked
+    }
+}
+
+/// A check's outcome as the decision log takes it.
+pub(crate) fn checked_outcome(checked: &Result<Checked, Undecided>) -> DecisionOutcome<'_> {
+    match checked {
+        Ok(c) => DecisionOutcome::Verdict {
+            verdict: &c.verdict,
+            cache: tier(c.cache_hit),
+        },
+        Err(e) => DecisionOutcome::Undecided(e),
+    }
+}
+
+fn tier(cache_hit: bool) -> CacheTier {
+    if cache_hit {
+        CacheTier::InProcess
+    } else {
+        CacheTier::None
     }
 }
 

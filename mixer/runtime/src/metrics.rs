@@ -83,6 +83,16 @@ const CHECK_DURATION_BUCKETS: [f64; 14] = [
 ];
 
 impl RuntimeMetrics {
+    /// Counts would-be verdicts in `mixer_rule_dry_run_total`, once per decision served
+    /// (checks and quotas alike, so it lives with the metrics both share).
+    pub(crate) fn count_dry_runs(&self, outcomes: &[mixer_model::DryRunOutcome]) {
+        for o in outcomes {
+            self.rule_dry_run
+                .with_label_values(&[o.rule.as_ref(), o.would_be.label()])
+                .inc();
+        }
+    }
+
     /// Creates the metrics and registers them in `registry`.
     pub fn new(registry: &Registry) -> Result<RuntimeMetrics, prometheus::Error> {
         let counter_vec =

@@ -380,7 +380,7 @@ pub async fn allocate(
             if !plan.dry_runs.is_empty() {
                 outcome.dry_run =
                     dry_run_outcomes(snapshot, plan, &dry_route, &groups, &answers, args);
-                crate::check::count_dry_runs(&snapshot.metrics, &outcome.dry_run);
+                snapshot.metrics.count_dry_runs(&outcome.dry_run);
             }
             Ok(outcome)
         })

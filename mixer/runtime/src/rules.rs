@@ -73,7 +73,11 @@ impl ByVariety {
                             config
                                 .instances
                                 .get(i)
-                                .is_some_and(|ic| ic.template.variety() == v)
+                                // A decision-log instance is sent once a decision is
+                                // made (`crate::decision_log`), never by evaluation.
+                                .is_some_and(|ic| {
+                                    ic.template.variety() == v && ic.decision_log.is_none()
+                                })
                         })
                     });
                     let has_headers = !rule.request_header_operations.is_empty()

@@ -529,6 +529,7 @@ impl Runtime {
         })?;
         let mut snapshot = built.snapshot;
         snapshot.generation = Some(self.generation(&content).into());
+        snapshot.config_hash = Some(content.hash.as_str().into());
         self.metrics
             .snapshot_id
             .set(i64::try_from(id).unwrap_or(i64::MAX));

@@ -185,6 +185,11 @@ pub struct Snapshot {
     /// Whether any rule sends an attribute generator's instance: without one, the preprocess
     /// phase is this one test ([`crate::preprocess`]).
     pub(crate) generates: bool,
+    /// The decision-log rules; `None` when there are none, so that not logging costs one test.
+    pub(crate) decision_log: Option<crate::decision_log::DecisionLog>,
+    /// The config hash `/readyz` reports (set by the [`crate::Runtime`] that activates the
+    /// snapshot), which decision records name their config by.
+    pub(crate) config_hash: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -353,6 +358,11 @@ impl Snapshot {
         Ok(Built {
             snapshot: Snapshot {
                 generates,
+                decision_log: crate::decision_log::DecisionLog::build(
+                    &config,
+                    handlers.iter().filter_map(|h| h.secrets.clone()).collect(),
+                ),
+                config_hash: None,
                 rule_matches,
                 samplers,
                 shared_exprs: SharedExprs::new(&config),
@@ -395,6 +405,8 @@ impl Snapshot {
             cache: None,
             generation: None,
             generates: false,
+            decision_log: None,
+            config_hash: None,
         }
     }
 
@@ -425,6 +437,51 @@ impl Snapshot {
 }
 
 impl Snapshot {
+    /// Whether any rule logs decisions: a front end takes a decision's start time only then,
+    /// and checks record what they read for it.
+    pub fn logs_decisions(&self) -> bool {
+        self.decision_log.is_some()
+    }
+
+    /// Logs `decision` of the request whose attributes are `bag`, through every decision-log
+    /// rule whose match is true and whose sampling keeps it, on its handler's report queue
+    /// (a full queue drops it, counted). Returns how many records were queued. Without a
+    /// decision-log rule, this returns at once.
+    pub fn log_decision(
+        &self,
+        bag: &dyn mixer_model::Bag,
+        decision: &crate::Decision<'_>,
+    ) -> usize {
+        let Some(log) = &self.decision_log else {
+            return 0;
+        };
+        log.records(&self.config, self.config_hash.as_ref(), bag, decision)
+            .into_iter()
+            .filter(|(handler, instance)| {
+                self.handlers
+                    .get(*handler)
+                    .and_then(|h| h.queue.as_ref())
+                    .is_some_and(|q| q.push(instance.clone()))
+            })
+            .count()
+    }
+
+    /// The records `decision` gives, without queueing them (for `mixer test`).
+    pub fn decision_records(
+        &self,
+        bag: &dyn mixer_model::Bag,
+        decision: &crate::Decision<'_>,
+    ) -> Vec<mixer_model::Instance> {
+        match &self.decision_log {
+            Some(log) => log
+                .records(&self.config, self.config_hash.as_ref(), bag, decision)
+                .into_iter()
+                .map(|(_, i)| i)
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+
     /// Whether evaluating this snapshot's rules can read attribute `id` (of
     /// [`Snapshot::vocabulary`]). A report bag needs only these: [`crate::report`] reads
     /// nothing else, so a front end may leave the rest out once it has checked them.

@@ -78,8 +78,26 @@ use crate::ConfigArgs;
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TestFile {
-    config: String,
+    config: ConfigPaths,
     tests: Vec<TestCase>,
+}
+
+/// `config:` one path, or several whose files are served together (a bundle beside the
+/// rules it is meant to go with, as `policies/decision-log` is tested).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ConfigPaths {
+    One(String),
+    Several(Vec<String>),
+}
+
+impl ConfigPaths {
+    fn paths(&self) -> &[String] {
+        match self {
+            ConfigPaths::One(p) => std::slice::from_ref(p),
+            ConfigPaths::Several(p) => p,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -139,6 +157,9 @@ struct Expect {
     overall_code: Option<String>,
     /// `variety: ratelimit`: the last response's code of each descriptor.
     codes: Option<Vec<String>>,
+    /// The decision log records the check gives, in rule order: each record's listed
+    /// fields (`attributes` a mapping of what the decision read); `[]` for none.
+    decision_log: Option<Vec<ExpectInstance>>,
     /// Checks and quotas: the would-be verdict (`allow`, `deny`, `error`) of each dry-run
     /// rule that matched, by rule name; exactly these rules.
     dry_run: Option<BTreeMap<String, String>>,
@@ -234,9 +255,27 @@ async fn run_file(file: &Path, args: &ConfigArgs) -> Result<Vec<(String, Vec<Str
     let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
     let spec: TestFile =
         serde_saphyr::from_str(&text).map_err(|e| format!("not a test file: {e}"))?;
-    let config_path = file.parent().unwrap_or(Path::new(".")).join(&spec.config);
-    let sources = mixer_config::read_sources(&config_path)
-        .map_err(|e| format!("{}: {e}", config_path.display()))?;
+    let dir = file.parent().unwrap_or(Path::new("."));
+    let paths = spec.config.paths();
+    let Some(first) = paths.first() else {
+        return Err("config: give at least one path".into());
+    };
+    let config_path = dir.join(first);
+    let mut sources = Vec::new();
+    for path in paths {
+        let path = dir.join(path);
+        let read =
+            mixer_config::read_sources(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        if paths.len() == 1 {
+            sources = read;
+        } else {
+            // Each file named by its path, so that two paths' files of one name both stay.
+            sources.extend(read.into_iter().map(|f| mixer_config::SourceFile {
+                name: format!("{}/{}", path.display(), f.name),
+                text: f.text,
+            }));
+        }
+    }
     // One registry for validating and building: a Wasm module is compiled once.
     let registry = crate::adapters::builtin();
     let validated = mixer_config::validate(
@@ -335,7 +374,25 @@ async fn run_case(snapshot: &Snapshot, case: &TestCase) -> Vec<String> {
         }
     }
     if variety == Variety::Check {
+        let started = std::time::Instant::now();
         let checked = mixer_runtime::check(snapshot, &bag, mixer_runtime::Wants::Reads).await;
+        if let Some(want) = &expect.decision_log {
+            let outcome = match &checked {
+                Ok(c) => mixer_runtime::DecisionOutcome::Verdict {
+                    verdict: &c.verdict,
+                    cache: mixer_runtime::CacheTier::None,
+                },
+                Err(e) => mixer_runtime::DecisionOutcome::Undecided(e),
+            };
+            let decision = mixer_runtime::Decision {
+                id: mixer_runtime::DecisionId::next(),
+                front_end: "mixer-test",
+                started,
+                outcome,
+            };
+            let got = snapshot.decision_records(&bag, &decision);
+            compare_decision_log(want, &got, &mut problems);
+        }
         match (checked.map(|c| c.verdict), &expect.error) {
             (Ok(verdict), None) => compare_verdict(expect, &verdict, &mut problems),
             (Ok(verdict), Some(want)) => problems.push(format!(
@@ -607,6 +664,66 @@ fn compare_fields(want: &ExpectInstance, got: &Instance, problems: &mut Vec<Stri
                     "instance {}: field {field} is a map; expected value {e} is not",
                     want.name
                 ));
+            }
+        }
+    }
+}
+
+/// The decision records `got` against the expected ones: the same number, each with the
+/// listed fields of its `variables` (names compared as `matchedRules` are, so that a rule may
+/// be named without its kind and namespace).
+fn compare_decision_log(want: &[ExpectInstance], got: &[Instance], problems: &mut Vec<String>) {
+    if want.len() != got.len() {
+        problems.push(format!(
+            "decisionLog: expected {} records, got {}",
+            want.len(),
+            got.len()
+        ));
+        return;
+    }
+    for (w, g) in want.iter().zip(got) {
+        if !same_name(&w.name, &g.name) {
+            problems.push(format!(
+                "decisionLog: expected a record of {}, got {}",
+                w.name, g.name
+            ));
+        }
+        let Some(FieldValue::Map(variables)) = g.field("variables") else {
+            problems.push(format!("decisionLog: {} has no variables", g.name));
+            continue;
+        };
+        for (field, expected) in &w.fields {
+            let found = variables
+                .iter()
+                .find(|(k, _)| &**k == field)
+                .map(|(_, v)| v);
+            match (found, expected) {
+                (Some(Value::StringMap(map)), serde_json::Value::Object(e)) => {
+                    for (k, v) in e {
+                        let want_text = (!v.is_null()).then(|| json_text(v));
+                        let got_text = map.get(k).map(str::to_string);
+                        if want_text != got_text {
+                            problems.push(format!(
+                                "decisionLog: {}: {field}[{k}]: expected {want_text:?}, got {got_text:?}",
+                                w.name
+                            ));
+                        }
+                    }
+                }
+                (Some(v), e) => {
+                    let (want_text, got_text) = (json_text(e), v.to_string());
+                    if want_text != got_text && !same_name(&want_text, &got_text) {
+                        problems.push(format!(
+                            "decisionLog: {}: {field}: expected {want_text}, got {got_text}",
+                            w.name
+                        ));
+                    }
+                }
+                (None, serde_json::Value::Null) => {}
+                (None, e) => problems.push(format!(
+                    "decisionLog: {}: {field}: expected {e}, got nothing",
+                    w.name
+                )),
             }
         }
     }

@@ -54,8 +54,22 @@ pub(crate) fn instance(
             return None;
         }
     };
+    if name == super::decision_log::DECISION_LOG_TEMPLATE {
+        let params = spec.get("params").unwrap_or(&Value::Null);
+        return super::decision_log::decision_log_instance(
+            doc,
+            params,
+            "spec.params",
+            vocabulary,
+            diags,
+        );
+    }
     let Some(template) = Template::from_name(&name) else {
-        let hint = did_you_mean(&name, Template::ALL.iter().map(|t| t.name()));
+        let names = Template::ALL.iter().map(|t| t.name());
+        let hint = did_you_mean(
+            &name,
+            names.chain([super::decision_log::DECISION_LOG_TEMPLATE]),
+        );
         let message = if hint.is_empty() {
             let known: Vec<&str> = Template::ALL.iter().map(|t| t.name()).collect();
             format!(
@@ -154,6 +168,7 @@ fn fields(
         template,
         fields: out,
         bindings: Vec::new(),
+        decision_log: None,
     })
 }
 

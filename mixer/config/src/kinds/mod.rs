@@ -4,6 +4,7 @@
 pub(crate) mod adapter;
 pub(crate) mod authentication;
 pub(crate) mod bindings;
+pub(crate) mod decision_log;
 pub(crate) mod handler;
 pub(crate) mod headers;
 pub(crate) mod instance;

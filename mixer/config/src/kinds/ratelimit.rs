@@ -265,6 +265,7 @@ pub(crate) fn ratelimit(
                 value: FieldExprValue::Map(dimensions),
             }],
             bindings: Vec::new(),
+            decision_log: None,
         });
     }
 

@@ -9,7 +9,10 @@ use super::headers::header_ops;
 use super::{Doc, compile_leaf, parse_enum};
 use crate::document::{as_map, check_keys, list, opt_string, type_name};
 use crate::error::{Diagnostics, did_you_mean, index, join};
-use crate::model::{ActionConfig, HandlerConfig, InstanceConfig, MatchErrorPolicy, RuleConfig};
+use crate::model::{
+    ActionConfig, HandlerConfig, HeaderOperationConfig, InstanceConfig, MatchErrorPolicy,
+    RuleConfig,
+};
 use crate::registry::AdapterRegistry;
 use crate::resolve::{Resolution, Table};
 
@@ -128,6 +131,14 @@ pub(crate) fn rule(
         scope.vocabulary,
         &spec,
         "responseHeaderOperations",
+        diags,
+    );
+    mixes_decision_log(
+        doc,
+        scope,
+        &actions,
+        &request_header_operations,
+        &response_header_operations,
         diags,
     );
     if diags.errors.len() > before {
@@ -340,7 +351,7 @@ fn action(
                 format!(
                     "instance {} is of template {}, which handler {} (adapter {}) does not support (it supports {})",
                     inst.name,
-                    inst.template,
+                    written_template(inst),
                     h.name,
                     h.adapter,
                     names
@@ -371,6 +382,46 @@ fn action(
             name,
         }),
         _ => Action::Dropped(dropped),
+    }
+}
+
+/// A rule that sends a `decisionlog` instance logs decisions once they are made: it can take
+/// no part in making them, so it sends nothing else and edits no header.
+fn mixes_decision_log(
+    doc: &Doc<'_>,
+    scope: &Scope<'_>,
+    actions: &[ActionConfig],
+    request_ops: &[HeaderOperationConfig],
+    response_ops: &[HeaderOperationConfig],
+    diags: &mut Diagnostics,
+) {
+    let logs = |i: &usize| {
+        scope
+            .instances
+            .get(*i)
+            .is_some_and(|ic| ic.decision_log.is_some())
+    };
+    let all: Vec<&usize> = actions.iter().flat_map(|a| &a.instances).collect();
+    let logging = all.iter().filter(|i| logs(i)).count();
+    if logging == 0 {
+        return;
+    }
+    if logging < all.len() || !request_ops.is_empty() || !response_ops.is_empty() {
+        diags.error(
+            &doc.raw.doc,
+            "spec.actions",
+            "a rule that sends a decisionlog instance sends nothing else and edits no header: decisions are logged after they are made (give the other instances their own rule)",
+        );
+    }
+}
+
+/// The template an instance is written with: `decisionlog` for a decision log instance
+/// (which travels as a `logentry`).
+fn written_template(instance: &crate::model::InstanceConfig) -> &'static str {
+    if instance.decision_log.is_some() {
+        crate::kinds::decision_log::DECISION_LOG_TEMPLATE
+    } else {
+        instance.template.name()
     }
 }
 

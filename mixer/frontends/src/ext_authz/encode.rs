@@ -5,13 +5,18 @@
 use bytes::Bytes;
 use envoy_types::pb::envoy::config::core::v3::header_value_option::HeaderAppendAction;
 use mixer_model::{HeaderOp, HeaderOperation, Verdict};
-use mixer_runtime::Checked;
+use mixer_runtime::{Checked, DecisionId};
 
 use super::respond::{http_status, metadata_keys, usable};
 use crate::protowire::{VARINT, int, message, string, string_always, write_key};
 
 /// The gRPC frame (flag, length, message) of `check_response(checked)`.
 pub fn framed_check_response(checked: &Checked) -> Bytes {
+    framed_check_response_with_id(checked, None)
+}
+
+/// The gRPC frame of `check_response_with_id(checked, decision_id)`.
+pub fn framed_check_response_with_id(checked: &Checked, decision_id: Option<DecisionId>) -> Bytes {
     let verdict = &checked.verdict;
     let mut out = Vec::with_capacity(256);
     out.extend_from_slice(&[0; 5]);
@@ -37,7 +42,7 @@ pub fn framed_check_response(checked: &Checked) -> Bytes {
     }
     // CheckResponse.dynamic_metadata: google.protobuf.Struct.
     message(&mut out, 4, |m| {
-        decision_metadata(m, verdict, checked.cache_hit)
+        decision_metadata(m, verdict, checked.cache_hit, decision_id)
     });
     let len = u32::try_from(out.len() - 5).unwrap_or(u32::MAX);
     out[1..5].copy_from_slice(&len.to_be_bytes());
@@ -87,9 +92,14 @@ fn header_option(m: &mut Vec<u8>, field: u32, op: &HeaderOperation) {
     });
 }
 
-/// The Struct of `matched_rules` (a list), `cache_hit`, `status`, `denied_by` and `dry_run`
-/// (a Struct).
-fn decision_metadata(m: &mut Vec<u8>, verdict: &Verdict, cache_hit: bool) {
+/// The Struct of `matched_rules` (a list), `cache_hit`, `status`, `denied_by`, `dry_run`
+/// (a Struct) and `decision_id`.
+fn decision_metadata(
+    m: &mut Vec<u8>,
+    verdict: &Verdict,
+    cache_hit: bool,
+    decision_id: Option<DecisionId>,
+) {
     // Each field is a map entry: key (1) and google.protobuf.Value (2).
     message(m, 1, |e| {
         string(e, 1, metadata_keys::MATCHED_RULES);
@@ -134,6 +144,12 @@ fn decision_metadata(m: &mut Vec<u8>, verdict: &Verdict, cache_hit: bool) {
                     }
                 });
             });
+        });
+    }
+    if let Some(id) = decision_id {
+        message(m, 1, |e| {
+            string(e, 1, metadata_keys::DECISION_ID);
+            message(e, 2, |v| string_always(v, 3, &id.to_string()));
         });
     }
 }

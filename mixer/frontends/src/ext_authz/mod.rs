@@ -69,7 +69,8 @@ use envoy_types::pb::envoy::config::core::v3::{Address, SocketAddress};
 use envoy_types::pb::envoy::service::auth::v3::attribute_context::Peer;
 use envoy_types::pb::envoy::service::auth::v3::{CheckRequest, CheckResponse};
 use mixer_model::{AttributeBag, Timestamp};
-use mixer_runtime::{Checked, Runtime, Wants};
+use mixer_runtime::{Checked, DecisionId, Runtime, Wants};
+use tracing::Instrument;
 
 use crate::request_scope::RequestScope;
 use respond::could_not_decide;
@@ -77,8 +78,8 @@ use respond::could_not_decide;
 pub use attributes::{
     METADATA_ATTRIBUTE, ROUTE_METADATA_ATTRIBUTE, bag_from_request, fill_bag, fill_bag_from_wire,
 };
-pub use encode::framed_check_response;
-pub use respond::{check_response, http_status, metadata_keys};
+pub use encode::{framed_check_response, framed_check_response_with_id};
+pub use respond::{check_response, check_response_with_id, http_status, metadata_keys};
 pub use wire::WireError;
 
 /// A peer at a socket address with a principal, as Envoy describes the source or destination
@@ -116,7 +117,9 @@ impl ExtAuthz {
             fill_bag(bag, request, now);
             Ok(())
         })?;
-        Ok(check_response(&checked(scope).await?))
+        let id = scope.decision_id();
+        let checked = checked(scope).instrument(request_span(id)).await?;
+        Ok(check_response_with_id(&checked, Some(id)))
     }
 
     /// Answers one encoded `CheckRequest` (the gRPC method's message) with the gRPC frame of
@@ -131,7 +134,12 @@ impl ExtAuthz {
                 tonic::Status::internal(format!("the request message does not decode: {e}"))
             })
         });
-        async move { Ok(framed_check_response(&checked(filled?).await?)) }
+        async move {
+            let scope = filled?;
+            let id = scope.decision_id();
+            let checked = checked(scope).instrument(request_span(id)).await?;
+            Ok(framed_check_response_with_id(&checked, Some(id)))
+        }
     }
 
     /// The request's scope with its bag filled by `fill`, which runs before any await so
@@ -145,6 +153,11 @@ impl ExtAuthz {
         fill(scope.bag_mut(), Timestamp::now())?;
         Ok(scope)
     }
+}
+
+/// The span of one request: every log line about it carries its decision id.
+fn request_span(id: DecisionId) -> tracing::Span {
+    tracing::info_span!("request", decision_id = %id, protocol = "ext_authz")
 }
 
 async fn checked(mut scope: RequestScope) -> Result<Checked, tonic::Status> {

@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::r#type::v3::{HttpStatus, StatusCode as HttpStatusCod
 use envoy_types::pb::google::protobuf::{ListValue, Struct, Value as PbValue, value::Kind};
 use envoy_types::pb::google::rpc;
 use mixer_model::{Code, HeaderOp, HeaderOperation, Verdict};
-use mixer_runtime::Checked;
+use mixer_runtime::{Checked, DecisionId};
 
 use crate::request_scope::{NoDecision, grpc_status};
 
@@ -30,10 +30,17 @@ pub mod metadata_keys {
     /// What each matched dry-run rule would have decided: a struct of rule full name to
     /// `allow`, `deny` or `error`; only when a dry-run rule matched.
     pub const DRY_RUN: &str = "dry_run";
+    /// The decision's id (32 hex digits), as the decision log records it.
+    pub const DECISION_ID: &str = "decision_id";
 }
 
 /// The answer for a decided check: allowed (`OkResponse`) or denied (`DeniedResponse`).
 pub fn check_response(checked: &Checked) -> CheckResponse {
+    check_response_with_id(checked, None)
+}
+
+/// [`check_response`] with the decision's id in the dynamic metadata.
+pub fn check_response_with_id(checked: &Checked, decision_id: Option<DecisionId>) -> CheckResponse {
     let verdict = &checked.verdict;
     let http_response = if verdict.is_allowed() {
         HttpResponse::OkResponse(ok_response(verdict))
@@ -46,7 +53,7 @@ pub fn check_response(checked: &Checked) -> CheckResponse {
             message: verdict.status.message.clone(),
             details: Vec::new(),
         }),
-        dynamic_metadata: Some(decision_metadata(verdict, checked.cache_hit)),
+        dynamic_metadata: Some(decision_metadata(verdict, checked.cache_hit, decision_id)),
         http_response: Some(http_response),
     }
 }
@@ -153,7 +160,11 @@ fn header_option(op: &HeaderOperation) -> HeaderValueOption {
     }
 }
 
-fn decision_metadata(verdict: &Verdict, cache_hit: bool) -> Struct {
+fn decision_metadata(
+    verdict: &Verdict,
+    cache_hit: bool,
+    decision_id: Option<DecisionId>,
+) -> Struct {
     let rules = verdict
         .matched_rules
         .iter()
@@ -202,6 +213,14 @@ fn decision_metadata(verdict: &Verdict, cache_hit: bool) -> Struct {
             metadata_keys::DRY_RUN.to_string(),
             PbValue {
                 kind: Some(Kind::StructValue(runs)),
+            },
+        );
+    }
+    if let Some(id) = decision_id {
+        s.fields.insert(
+            metadata_keys::DECISION_ID.to_string(),
+            PbValue {
+                kind: Some(Kind::StringValue(id.to_string())),
             },
         );
     }

@@ -25,7 +25,8 @@
 //! code. Quota rules that match the request are charged one unit once the check allows it
 //! (see [`mixer_runtime::check_with_quota`]): over a limit the answer is 429 with `Retry-After` and
 //! `X-RateLimit-*`. 503 when the mixer could not decide (a handler failed closed, or no config
-//! yet), 500 when an instance cannot be built from the request.
+//! yet), 500 when an instance cannot be built from the request. Every answer carries the
+//! decision's id in `x-mixer-decision-id` (see the decision log).
 
 mod attributes;
 mod client_address;
@@ -37,7 +38,8 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::response::Response;
-use mixer_runtime::{Runtime, Wants};
+use mixer_runtime::{DECISION_ID_HEADER, DecisionId, Runtime, Wants};
+use tracing::Instrument;
 
 use crate::request_scope::RequestScope;
 use respond::{check_response, could_not_decide};
@@ -82,10 +84,21 @@ pub fn router(runtime: Arc<Runtime>, options: ForwardAuthOptions) -> Router {
 }
 
 async fn check(State(endpoint): State<Endpoint>, request: Request) -> Response {
-    let mut scope = match RequestScope::begin(&endpoint.runtime) {
+    let scope = match RequestScope::begin(&endpoint.runtime) {
         Ok(scope) => scope,
-        Err(not_ready) => return could_not_decide(not_ready),
+        Err(not_ready) => {
+            return with_decision_id(could_not_decide(not_ready), DecisionId::next());
+        }
     };
+    let id = scope.decision_id();
+    let span = tracing::info_span!("request", decision_id = %id, protocol = "forward-auth");
+    decide(endpoint, scope, request).instrument(span).await
+}
+
+/// Decides the request of `scope`, in the request's span (so that every log line about it
+/// carries its decision id).
+async fn decide(endpoint: Endpoint, mut scope: RequestScope, request: Request) -> Response {
+    let id = scope.decision_id();
     let client = request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
@@ -101,8 +114,19 @@ async fn check(State(endpoint): State<Endpoint>, request: Request) -> Response {
         .await
         .map(crate::ratelimit::respond::with_rate_limit_headers);
     drop(scope);
-    match decided {
+    let response = match decided {
         Ok(checked) => check_response(&checked),
         Err(e) => could_not_decide(e),
+    };
+    tracing::debug!(status = response.status().as_u16(), "forward-auth answered");
+    with_decision_id(response, id)
+}
+
+/// `response` with the decision's id in `x-mixer-decision-id`, whatever it answers, so that a
+/// user can quote it and an operator find the decision's record.
+fn with_decision_id(mut response: Response, id: DecisionId) -> Response {
+    if let Ok(value) = axum::http::HeaderValue::from_str(&id.to_string()) {
+        response.headers_mut().insert(DECISION_ID_HEADER, value);
     }
+    response
 }

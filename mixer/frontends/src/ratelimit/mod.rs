@@ -64,12 +64,16 @@ pub mod respond;
 
 use std::sync::Arc;
 
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use mixer_adapter_api::{LimitOverride, QuotaArgs};
-use mixer_model::{AttributeBag, StringMap, Timestamp, Value};
-use mixer_runtime::{QuotaPlan, RequestLimits, Runtime, Snapshot};
+use mixer_model::{AttributeBag, Code as ModelCode, Status, StringMap, Timestamp, Value, Verdict};
+use mixer_runtime::{
+    CacheTier, DECISION_ID_HEADER, DecisionOutcome, QuotaPlan, RequestLimits, Runtime, Snapshot,
+};
+use tracing::Instrument;
 
 use crate::bag_pool::{keep_spare, spare_bag};
 use crate::protowire::{self, Reader, WireError};
@@ -128,10 +132,50 @@ impl RateLimit {
             request.descriptors.iter().map(|d| d.entries.len()),
             self.runtime.limits(),
         )?;
-        let (snapshot, bag) = scope.parts_mut();
-        let planned = plan_descriptors(snapshot, bag, request, Timestamp::now()).await?;
-        counted(snapshot, &planned).await
+        let id = scope.decision_id();
+        let span = tracing::info_span!("request", decision_id = %id, protocol = "ratelimit");
+        let mut response = async {
+            let (snapshot, bag) = scope.parts_mut();
+            let planned = plan_descriptors(snapshot, bag, request, Timestamp::now()).await?;
+            counted(snapshot, &planned).await
+        }
+        .instrument(span)
+        .await?;
+        log_decision(&mut scope, &response);
+        // Envoy adds these to the client's response, allowed or limited: the id to quote.
+        response.response_headers_to_add.push(HeaderValue {
+            key: DECISION_ID_HEADER.to_string(),
+            value: id.to_string(),
+            raw_value: Vec::new(),
+        });
+        Ok(response)
     }
+}
+
+/// Logs a rate limit decision (when a rule logs decisions): OK, or RESOURCE_EXHAUSTED when a
+/// descriptor is over its limit.
+fn log_decision(scope: &mut RequestScope, response: &RateLimitResponse) {
+    if !scope.logs_decisions() {
+        return;
+    }
+    let over = response.overall_code
+        == envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code::OverLimit
+            as i32;
+    let verdict = Verdict {
+        status: if over {
+            Status::new(ModelCode::ResourceExhausted, "over the rate limit")
+        } else {
+            Status::OK
+        },
+        ..Verdict::default()
+    };
+    scope.log_decision(
+        "ratelimit",
+        DecisionOutcome::Verdict {
+            verdict: &verdict,
+            cache: CacheTier::None,
+        },
+    );
 }
 
 /// Decides `request` on `snapshot` (no readiness or argument checks: see

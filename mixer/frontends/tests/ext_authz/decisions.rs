@@ -106,6 +106,32 @@ async fn allowed_request_gets_header_operations_and_metadata() {
     );
 }
 
+/// The `decision_id` of an answer's dynamic metadata.
+fn decision_id(response: &CheckResponse) -> String {
+    match metadata_field(response, "decision_id") {
+        Some(Kind::StringValue(id)) => id.clone(),
+        other => panic!("decision_id missing: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn allowed_and_denied_answers_carry_their_decision_id() {
+    let (mut client, _) = serve(ready_runtime()).await;
+    let allowed = check(&mut client, http_check("GET", "/", &[])).await;
+    let denied = check(
+        &mut client,
+        http_check("GET", "/", &[("x-mixer-deny", "true")]),
+    )
+    .await;
+    assert_eq!(status_code(&denied), 7, "PERMISSION_DENIED");
+    let (a, d) = (decision_id(&allowed), decision_id(&denied));
+    for id in [&a, &d] {
+        assert_eq!(id.len(), 32, "{id}");
+        assert!(id.chars().all(|c| c.is_ascii_hexdigit()), "{id}");
+    }
+    assert_ne!(a, d);
+}
+
 #[tokio::test]
 async fn anonymous_user_is_tagged_by_default() {
     let (mut client, _) = serve(ready_runtime()).await;

@@ -39,6 +39,27 @@ async fn domain_and_descriptor_attributes_reach_rules_and_instances() {
     assert!(headers(&r).is_empty());
 }
 
+#[tokio::test]
+async fn every_answer_carries_its_decision_id() {
+    let mut h = start().await;
+    let mut ids = Vec::new();
+    for user in ["amy", "vip"] {
+        let r = h
+            .ask(request("edge", vec![descriptor(&[("user", user)])], 0))
+            .await;
+        let id: Vec<&str> = r
+            .response_headers_to_add
+            .iter()
+            .filter(|h| h.key == mixer_runtime::DECISION_ID_HEADER)
+            .map(|h| h.value.as_str())
+            .collect();
+        assert_eq!(id.len(), 1, "{r:?}");
+        assert_eq!(id[0].len(), 32, "{r:?}");
+        ids.push(id[0].to_string());
+    }
+    assert_ne!(ids[0], ids[1]);
+}
+
 #[test]
 fn the_bag_carries_the_descriptor() {
     let vocabulary = Arc::new(mixer_model::Vocabulary::istio());

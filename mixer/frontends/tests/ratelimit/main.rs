@@ -210,9 +210,11 @@ fn codes(r: &RateLimitResponse) -> Vec<RlCode> {
         .collect()
 }
 
+/// The rate limit headers of an answer (without the decision id every answer carries).
 fn headers(r: &RateLimitResponse) -> Vec<(String, String)> {
     r.response_headers_to_add
         .iter()
+        .filter(|h| h.key != mixer_runtime::DECISION_ID_HEADER)
         .map(|h| (h.key.clone(), h.value.clone()))
         .collect()
 }

@@ -11,7 +11,6 @@ use mixer_model::{Code, DryRunOutcome, Status, WouldBe};
 
 use super::dispatch;
 use crate::evaluate::DryRunEval;
-use crate::metrics::RuntimeMetrics;
 use crate::snapshot::Snapshot;
 
 /// Asks the handlers of each matched dry-run rule; their would-be verdicts in rule order.
@@ -62,14 +61,4 @@ async fn decide(snapshot: &Snapshot, run: &DryRunEval) -> (WouldBe, Status) {
         }
     }
     (WouldBe::Allow, Status::OK)
-}
-
-/// Counts would-be verdicts in `mixer_rule_dry_run_total`, once per decision served.
-pub(crate) fn count(metrics: &RuntimeMetrics, outcomes: &[DryRunOutcome]) {
-    for o in outcomes {
-        metrics
-            .rule_dry_run
-            .with_label_values(&[o.rule.as_ref(), o.would_be.label()])
-            .inc();
-    }
 }

@@ -31,7 +31,6 @@ use std::sync::Arc;
 use mixer_adapter_api::{AdapterError, ErrorKind};
 use mixer_model::{Bag, Verdict};
 
-pub(crate) use dry_run::count as count_dry_runs;
 pub use quota_after::{QuotaAfterCheck, QuotaRefusal, check_with_quota};
 
 use crate::decision::Undecided;
@@ -77,7 +76,8 @@ pub async fn check_prepared(
     let started = std::time::Instant::now();
     let metrics = &snapshot.metrics;
     metrics.check_activity.mark(started);
-    let record_reads = wants == Wants::Reads;
+    // The decision log writes what the decision read: recorded for it only when it is on.
+    let record_reads = wants == Wants::Reads || snapshot.logs_decisions();
     let checked = match &snapshot.cache {
         Some(verdicts) => {
             let tier = cache::Tiers {
@@ -97,7 +97,7 @@ pub async fn check_prepared(
             }),
     };
     if let Ok(c) = &checked {
-        dry_run::count(metrics, &c.verdict.dry_run);
+        metrics.count_dry_runs(&c.verdict.dry_run);
     }
     match &checked {
         Ok(c) if c.verdict.is_allowed() => metrics.check_results.allowed.inc(),

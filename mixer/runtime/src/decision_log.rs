@@ -1,0 +1,483 @@
+//! The decision log: one record per decision, sent by the rules over `decisionlog` instances
+//! to their report handlers, through the same bounded queues as reports.
+//!
+//! ```text
+//! front end ──decision──> Snapshot::log_decision ──(no decision-log rule: return)
+//!     ──> each decision-log rule: match over the request, sampling ──> record (masked)
+//!     ──> a logentry instance ──> the handler's report queue
+//! ```
+//!
+//! A snapshot without a decision-log rule holds no [`DecisionLog`]: logging a decision is then
+//! one test, and checks record no reads they would not have recorded anyway.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use mixer_adapter_api::secrets::{REDACTED, Redactor, is_secret_key, redact_urls_in};
+use mixer_config::{Config, DecisionLogParams, Expression};
+use mixer_model::{
+    Bag, Code, FieldValue, Instance, Presence, ReferencedAttributes, StringMap, Template,
+    Timestamp, Value, Verdict,
+};
+
+use crate::decision::Undecided;
+use crate::decision_id::DecisionId;
+
+/// One decision-log rule's action: which instance goes to which handler.
+#[derive(Debug)]
+struct Route {
+    /// Index into `Config::rules`.
+    rule: usize,
+    /// Index into `Snapshot::handlers`.
+    handler: usize,
+    /// The `decisionlog` instance's full name.
+    instance: Arc<str>,
+    params: Arc<DecisionLogParams>,
+}
+
+/// The decision-log rules of a snapshot, and what hides the secrets of its handlers' params.
+#[derive(Debug)]
+pub(crate) struct DecisionLog {
+    routes: Vec<Route>,
+    secrets: Vec<Arc<Redactor>>,
+}
+
+impl DecisionLog {
+    /// The decision-log rules of `config`; `None` when it has none. `secrets`: the redactors
+    /// of the handlers whose params hold a secret, which no record may quote.
+    pub(crate) fn build(config: &Config, secrets: Vec<Arc<Redactor>>) -> Option<DecisionLog> {
+        let mut routes = Vec::new();
+        for (r, rule) in config.rules.iter().enumerate() {
+            for action in &rule.actions {
+                for &i in &action.instances {
+                    let Some(ic) = config.instances.get(i) else {
+                        continue;
+                    };
+                    if let Some(params) = &ic.decision_log {
+                        routes.push(Route {
+                            rule: r,
+                            handler: action.handler,
+                            instance: ic.name.clone(),
+                            params: params.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        (!routes.is_empty()).then_some(DecisionLog { routes, secrets })
+    }
+
+    /// The records `decision` gives, each with the index of the handler it goes to: one per
+    /// decision-log rule whose match is true on `bag` and whose sampling keeps the decision.
+    /// `config_hash`: the hash `/readyz` reports for the snapshot.
+    pub(crate) fn records(
+        &self,
+        config: &Config,
+        config_hash: Option<&Arc<str>>,
+        bag: &dyn Bag,
+        decision: &Decision<'_>,
+    ) -> Vec<(usize, Instance)> {
+        let mut out = Vec::new();
+        let mut record: Option<Record> = None;
+        let denial = decision.is_denial();
+        let sample = decision.id.sample() * 100.0;
+        for route in &self.routes {
+            let params = &route.params;
+            let sampled = sample < params.percent_sampled || (denial && params.always_log_denials);
+            if !sampled || !rule_applies(config, route.rule, bag) {
+                continue;
+            }
+            let record =
+                record.get_or_insert_with(|| Record::of(config, config_hash, bag, decision));
+            out.push((
+                route.handler,
+                record.instance(self, config, &route.instance, params),
+            ));
+        }
+        out
+    }
+
+    /// `text` without credentials: a bearer token or a JWT anywhere in it, the value of a
+    /// secret-named query parameter, a URL's password, and the secrets of every handler's
+    /// params (as `/config_dump` hides them).
+    fn scrub(&self, text: &str) -> String {
+        let mut out = redact_urls_in(&redact_query(&redact_tokens(text)));
+        for secrets in &self.secrets {
+            out = secrets.scrub(&out);
+        }
+        out
+    }
+}
+
+/// Whether a decision-log rule's match is true on the request (an error: it is not).
+fn rule_applies(config: &Config, rule: usize, bag: &dyn Bag) -> bool {
+    let Some(rule) = config.rules.get(rule) else {
+        return false;
+    };
+    let Some(expr) = &rule.match_expr else {
+        return true;
+    };
+    matches(expr, bag)
+}
+
+/// What was decided, as a front end got it.
+#[derive(Clone, Copy, Debug)]
+pub enum DecisionOutcome<'a> {
+    /// A verdict (allow or deny); `cache` says which tier answered it.
+    Verdict {
+        /// The verdict.
+        verdict: &'a Verdict,
+        /// Which cache tier answered, if any.
+        cache: CacheTier,
+    },
+    /// The mixer could not decide.
+    Undecided(&'a Undecided),
+}
+
+/// Which cache tier answered a check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheTier {
+    /// The in-process cache.
+    InProcess,
+    /// The cache shared by the replicas (`--shared-cache`).
+    Shared,
+    /// No cache: the handlers were asked.
+    None,
+}
+
+impl CacheTier {
+    fn label(self) -> &'static str {
+        match self {
+            CacheTier::InProcess => "in_process",
+            CacheTier::Shared => "shared",
+            CacheTier::None => "none",
+        }
+    }
+}
+
+/// One decision, as a front end hands it to [`Snapshot::log_decision`].
+#[derive(Clone, Copy, Debug)]
+pub struct Decision<'a> {
+    /// Its id, as the proxy was answered.
+    pub id: DecisionId,
+    /// The front end that made it (`forward-auth`, `ext_authz`, `ratelimit`...).
+    pub front_end: &'static str,
+    /// When the request arrived, for the latency.
+    pub started: Instant,
+    /// What was decided.
+    pub outcome: DecisionOutcome<'a>,
+}
+
+impl Decision<'_> {
+    fn is_denial(&self) -> bool {
+        match self.outcome {
+            DecisionOutcome::Verdict { verdict, .. } => !verdict.is_allowed(),
+            DecisionOutcome::Undecided(_) => true,
+        }
+    }
+}
+
+fn matches(expr: &Expression, bag: &dyn Bag) -> bool {
+    expr.eval_bool(bag, &mut ReferencedAttributes::ignoring())
+        .unwrap_or(false)
+}
+
+/// One decision's record before masking: what every decision-log instance is made from.
+struct Record {
+    time: Timestamp,
+    fields: Vec<(Arc<str>, Value)>,
+    /// The attributes the decision read, as (attribute, map key, value).
+    reads: Vec<(mixer_model::AttrId, Option<Arc<str>>, Value)>,
+}
+
+impl Record {
+    fn of(
+        config: &Config,
+        config_hash: Option<&Arc<str>>,
+        bag: &dyn Bag,
+        decision: &Decision<'_>,
+    ) -> Record {
+        let mut fields: Vec<(Arc<str>, Value)> = Vec::with_capacity(16);
+        let mut put = |name: &str, value: Value| fields.push((Arc::from(name), value));
+        put("decision_id", Value::string(decision.id.to_string()));
+        put("front_end", Value::string(decision.front_end));
+        if let Some(hash) = config_hash {
+            put("config_hash", Value::String(hash.clone()));
+        }
+        let latency = decision.started.elapsed();
+        put(
+            "latency",
+            Value::Duration(mixer_model::Duration(
+                i64::try_from(latency.as_nanos()).unwrap_or(i64::MAX),
+            )),
+        );
+        let mut reads = Vec::new();
+        match decision.outcome {
+            DecisionOutcome::Verdict { verdict, cache } => {
+                let outcome = if verdict.is_allowed() {
+                    "allow"
+                } else {
+                    "deny"
+                };
+                put("verdict", Value::string(outcome));
+                put("code", Value::string(verdict.status.code.name()));
+                if !verdict.status.message.is_empty() {
+                    put("message", Value::string(verdict.istio_message()));
+                }
+                put("cache", Value::string(cache.label()));
+                if !verdict.matched_rules.is_empty() {
+                    let names: Vec<&str> = verdict.matched_rules.iter().map(|r| &**r).collect();
+                    put("matched_rules", Value::string(names.join(",")));
+                }
+                if !verdict.dry_run.is_empty() {
+                    // What each matched dry-run rule would have decided, never enforced.
+                    let runs = verdict
+                        .dry_run
+                        .iter()
+                        .map(|d| (&*d.rule, d.would_be.label()));
+                    put("dry_run", Value::from(StringMap::from_pairs(runs)));
+                }
+                let (rule, handler) = deciding(config, verdict);
+                if let Some(rule) = rule {
+                    put("rule", Value::String(rule));
+                }
+                if let Some(handler) = handler {
+                    put("handler", Value::String(handler));
+                }
+                reads = read_values(bag, &verdict.referenced);
+            }
+            DecisionOutcome::Undecided(undecided) => {
+                put("verdict", Value::string("undecided"));
+                match undecided {
+                    Undecided::Handler { handler, error } => {
+                        put("code", Value::string(Code::Unavailable.name()));
+                        put("handler", Value::String(handler.clone()));
+                        if let Some(rule) = rule_routing_to(config, handler) {
+                            put("rule", Value::String(rule));
+                        }
+                        put("error", Value::string(error.to_string()));
+                        put("fail_policy", Value::string("close"));
+                    }
+                    Undecided::Instance(e) => {
+                        put("code", Value::string(Code::Internal.name()));
+                        put("error", Value::string(e.to_string()));
+                    }
+                }
+                put("cache", Value::string(CacheTier::None.label()));
+            }
+        }
+        Record {
+            time: Timestamp::now(),
+            fields,
+            reads,
+        }
+    }
+
+    /// The record as `instance` sends it, masked as its params say.
+    fn instance(
+        &self,
+        log: &DecisionLog,
+        config: &Config,
+        instance: &Arc<str>,
+        params: &DecisionLogParams,
+    ) -> Instance {
+        let vocabulary = &config.vocabulary;
+        let mut attributes: Vec<(String, String)> = Vec::with_capacity(self.reads.len());
+        for (attr, key, value) in &self.reads {
+            let key = key.as_deref();
+            if params.drop.iter().any(|s| s.selects(*attr, key)) {
+                continue;
+            }
+            let name = vocabulary.name(*attr);
+            let shown = match key {
+                Some(key) => format!("{name}[{key}]"),
+                None => name.to_string(),
+            };
+            let secret = is_secret_key(key.unwrap_or(name));
+            let text = if secret {
+                REDACTED.to_string()
+            } else if params.hash.iter().any(|s| s.selects(*attr, key)) {
+                hashed(&value.to_string())
+            } else {
+                log.scrub(&value.to_string())
+            };
+            attributes.push((shown, text));
+        }
+        let mut variables = self.fields.clone();
+        if !attributes.is_empty() {
+            variables.push((
+                Arc::from("attributes"),
+                Value::from(StringMap::from_pairs(attributes)),
+            ));
+        }
+        // Messages and errors may quote what a request carried.
+        for (_, v) in &mut variables {
+            if let Value::String(s) = v {
+                let clean = log.scrub(s);
+                if *clean != **s {
+                    *v = Value::string(clean);
+                }
+            }
+        }
+        Instance {
+            name: instance.clone(),
+            template: Template::LogEntry,
+            fields: vec![
+                ("variables", FieldValue::Map(variables)),
+                ("timestamp", FieldValue::Value(Value::Timestamp(self.time))),
+                ("severity", FieldValue::Value(Value::string("Info"))),
+            ],
+        }
+    }
+}
+
+/// The rule that decided `verdict` and its handler: for a denial, the first matched rule that
+/// sends to the handler that denied; for an allowance, the last rule consulted (every matched
+/// rule allowed; the last one completed the decision).
+fn deciding(config: &Config, verdict: &Verdict) -> (Option<Arc<str>>, Option<Arc<str>>) {
+    if let Some(denier) = &verdict.denied_by {
+        let rule = verdict.matched_rules.iter().find(|name| {
+            config.rule(name).is_some_and(|r| {
+                r.actions.iter().any(|a| {
+                    config
+                        .handlers
+                        .get(a.handler)
+                        .is_some_and(|h| h.name == *denier)
+                })
+            })
+        });
+        return (rule.cloned(), Some(denier.clone()));
+    }
+    let Some(rule) = verdict.matched_rules.last() else {
+        return (None, None);
+    };
+    let handler = config
+        .rule(rule)
+        .and_then(|r| r.actions.first())
+        .and_then(|a| config.handlers.get(a.handler))
+        .map(|h| h.name.clone());
+    (Some(rule.clone()), handler)
+}
+
+/// The first rule (in config order) that sends to `handler`.
+fn rule_routing_to(config: &Config, handler: &str) -> Option<Arc<str>> {
+    config
+        .rules
+        .iter()
+        .find(|r| {
+            r.actions.iter().any(|a| {
+                config
+                    .handlers
+                    .get(a.handler)
+                    .is_some_and(|h| &*h.name == handler)
+            })
+        })
+        .map(|r| r.name.clone())
+}
+
+/// The values of what a decision read and found present (a whole map read is every key).
+fn read_values(
+    bag: &dyn Bag,
+    referenced: &ReferencedAttributes,
+) -> Vec<(mixer_model::AttrId, Option<Arc<str>>, Value)> {
+    let mut out = Vec::new();
+    for r in referenced.iter() {
+        if r.presence != Presence::Exact {
+            continue;
+        }
+        let Some(value) = bag.get(r.attr) else {
+            continue;
+        };
+        match (&r.map_key, value) {
+            (Some(key), Value::StringMap(map)) => {
+                if let Some(v) = map.get(key) {
+                    out.push((r.attr, Some(key.clone()), Value::string(v)));
+                }
+            }
+            (None, Value::StringMap(map)) => {
+                for (k, v) in map.iter() {
+                    out.push((r.attr, Some(Arc::from(k)), Value::string(v)));
+                }
+            }
+            (_, v) => out.push((r.attr, None, v.clone())),
+        }
+    }
+    out.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+    out
+}
+
+/// Every word after a `Bearer` scheme, and every word that reads as a JWT (three base64url
+/// parts, the first a JSON object: `eyJ`), replaced by [`REDACTED`].
+fn redact_tokens(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut after_bearer = false;
+    for (i, word) in text.split(' ').enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        let jwt = word.starts_with("eyJ") && word.matches('.').count() == 2;
+        if (after_bearer && !word.is_empty()) || jwt {
+            out.push_str(REDACTED);
+        } else {
+            out.push_str(word);
+        }
+        after_bearer = word.eq_ignore_ascii_case("bearer");
+    }
+    out
+}
+
+/// The values of secret-named query parameters (`?api_key=...&token=...`) replaced by
+/// [`REDACTED`].
+fn redact_query(text: &str) -> String {
+    let Some((path, query)) = text.split_once('?') else {
+        return text.to_string();
+    };
+    let parts: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((k, _)) if is_secret_key(k) => format!("{k}={REDACTED}"),
+            _ => pair.to_string(),
+        })
+        .collect();
+    format!("{path}?{}", parts.join("&"))
+}
+
+/// `sha256:` and the first 16 hex digits of the SHA-256 of `text`: equal values log alike.
+fn hashed(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(text.as_bytes());
+    let mut out = String::from("sha256:");
+    for b in digest.iter().take(8) {
+        use std::fmt::Write as _;
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_and_secret_query_values_are_never_logged() {
+        assert_eq!(redact_tokens("Bearer abc.def"), "Bearer ***");
+        assert_eq!(
+            redact_tokens("token eyJhbGciOi.eyJzdWIiOi.sig is bad"),
+            "token *** is bad"
+        );
+        assert_eq!(redact_tokens("a plain message"), "a plain message");
+        assert_eq!(
+            redact_query("/pets?api_key=k1&page=2&access_token=t"),
+            "/pets?api_key=***&page=2&access_token=***"
+        );
+        assert_eq!(redact_query("/pets"), "/pets");
+    }
+
+    #[test]
+    fn a_hash_is_stable_and_hides_the_value() {
+        assert_eq!(hashed("alice"), hashed("alice"));
+        assert_ne!(hashed("alice"), hashed("bob"));
+        assert!(!hashed("alice").contains("alice"));
+        assert_eq!(hashed("alice").len(), "sha256:".len() + 16);
+    }
+}

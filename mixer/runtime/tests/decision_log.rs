@@ -1,0 +1,192 @@
+//! The decision log in the runtime: a decision-log rule's instance is filled from the decision
+//! (never sent by report evaluation), reaches its handler through the report queue, and
+//! carries what the decision read even when the cache is off and the front end wants only the
+//! verdict.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use common::bag;
+use mixer_adapter_api::host::Params;
+use mixer_adapter_api::{
+    Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError, ReportHandler, Stability,
+};
+use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile};
+use mixer_model::{FieldValue, Instance, StringMap, Template, Value};
+use mixer_runtime::{
+    CacheOptions, Decision, DecisionId, DecisionOutcome, RuntimeMetrics, RuntimeOptions, Snapshot,
+    Wants,
+};
+
+/// Keeps every report instance it is sent.
+struct Keeper(Arc<Mutex<Vec<Instance>>>);
+
+static KEEPER: AdapterInfo = AdapterInfo {
+    name: "keeper",
+    description: "keeps what it is sent",
+    templates: &[Template::LogEntry],
+    cacheable: false,
+    stability: Stability::Alpha,
+};
+
+impl Adapter for Keeper {
+    type Config = Params;
+    type Compiled = Params;
+
+    fn info(&self) -> &AdapterInfo {
+        &KEEPER
+    }
+    fn compile(&self, params: Params) -> Result<Params, Vec<ParamError>> {
+        Ok(params)
+    }
+    fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+        Ok(Arc::new(KeeperHandler(self.0.clone())))
+    }
+}
+
+struct KeeperHandler(Arc<Mutex<Vec<Instance>>>);
+
+impl Handler for KeeperHandler {
+    fn as_report(&self) -> Option<&dyn ReportHandler> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl ReportHandler for KeeperHandler {
+    async fn report(&self, instances: &[Instance]) -> Result<(), AdapterError> {
+        self.0.lock().expect("lock").extend_from_slice(instances);
+        Ok(())
+    }
+}
+
+const CONFIG: &str = r#"
+kind: handler
+metadata: {name: deny, namespace: istio-system}
+spec: {compiledAdapter: denier, params: {status: {code: 7, message: "no Bearer abc here"}}}
+---
+kind: instance
+metadata: {name: nothing, namespace: istio-system}
+spec: {compiledTemplate: checknothing}
+---
+kind: rule
+metadata: {name: deny-admin, namespace: istio-system}
+spec:
+  match: request.path == "/admin" && (request.headers["authorization"] | "") != ""
+  actions: [{handler: deny, instances: [nothing]}]
+---
+kind: handler
+metadata: {name: keep, namespace: istio-system}
+spec: {compiledAdapter: keeper}
+---
+kind: instance
+metadata: {name: decisions, namespace: istio-system}
+spec: {compiledTemplate: decisionlog}
+---
+kind: rule
+metadata: {name: log, namespace: istio-system}
+spec:
+  actions: [{handler: keep, instances: [decisions]}]
+"#;
+
+fn snapshot(kept: &Arc<Mutex<Vec<Instance>>>) -> Snapshot {
+    let mut registry = AdapterRegistry::new();
+    registry.register(Arc::new(Keeper(kept.clone())));
+    registry.register(Arc::new(mixer_adapter_denier::Denier));
+    let sources = vec![SourceFile::new("d.yaml", CONFIG)];
+    let validated =
+        mixer_config::validate(&sources, &registry, &ConfigOptions::default()).expect("valid");
+    // The cache off: nothing would record the reads but the decision log.
+    let options = RuntimeOptions {
+        cache: CacheOptions {
+            max_entries: 0,
+            ..CacheOptions::default()
+        },
+        ..RuntimeOptions::default()
+    };
+    let metrics = RuntimeMetrics::unregistered();
+    Snapshot::build(1, validated.config, &registry, None, &options, &metrics)
+        .expect("built")
+        .snapshot
+}
+
+fn variables(instance: &Instance) -> &[(Arc<str>, Value)] {
+    match instance.field("variables") {
+        Some(FieldValue::Map(v)) => v,
+        other => panic!("no variables: {other:?}"),
+    }
+}
+
+fn variable<'a>(instance: &'a Instance, name: &str) -> Option<&'a Value> {
+    variables(instance)
+        .iter()
+        .find(|(k, _)| &**k == name)
+        .map(|(_, v)| v)
+}
+
+#[tokio::test]
+async fn a_decision_reaches_the_log_handler_with_what_it_read_and_no_credential() {
+    let kept = Arc::new(Mutex::new(Vec::new()));
+    let snap = snapshot(&kept);
+    assert!(snap.logs_decisions());
+    let headers = StringMap::from_pairs([("authorization", "Bearer abc"), ("x-user", "bob")]);
+    let b = bag(
+        &snap,
+        &[
+            ("request.path", Value::from("/admin")),
+            ("request.headers", Value::from(headers)),
+        ],
+    );
+    // A report sends nothing to the decision log: only decisions do.
+    let report = mixer_runtime::report(&snap, &b).await;
+    assert_eq!(report.queued, 0);
+
+    let started = Instant::now();
+    let checked = mixer_runtime::check(&snap, &b, Wants::Verdict)
+        .await
+        .expect("decided");
+    assert!(!checked.verdict.is_allowed());
+    let id = DecisionId::next();
+    let decision = Decision {
+        id,
+        front_end: "test",
+        started,
+        outcome: DecisionOutcome::Verdict {
+            verdict: &checked.verdict,
+            cache: mixer_runtime::CacheTier::None,
+        },
+    };
+    assert_eq!(snap.log_decision(&b, &decision), 1);
+    snap.close_report_queues(Duration::from_secs(5)).await;
+    let kept = kept.lock().expect("lock").clone();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let record = &kept[0];
+    assert_eq!(record.template, Template::LogEntry);
+    assert_eq!(&*record.name, "decisions.instance.istio-system");
+    assert_eq!(
+        variable(record, "decision_id"),
+        Some(&Value::from(id.to_string().as_str()))
+    );
+    assert_eq!(
+        variable(record, "rule"),
+        Some(&Value::from("deny-admin.rule.istio-system"))
+    );
+    assert_eq!(
+        variable(record, "handler"),
+        Some(&Value::from("deny.handler.istio-system"))
+    );
+    assert_eq!(variable(record, "verdict"), Some(&Value::from("deny")));
+    let Some(Value::StringMap(read)) = variable(record, "attributes") else {
+        panic!("no attributes: {record:?}");
+    };
+    assert_eq!(read.get("request.path"), Some("/admin"));
+    assert_eq!(read.get("request.headers[authorization]"), Some("***"));
+    // Only what the decision read.
+    assert_eq!(read.get("request.headers[x-user]"), None);
+    // The denial's message quoted a bearer token: not written either.
+    let text = format!("{record:?}");
+    assert!(!text.contains("abc"), "{text}");
+}

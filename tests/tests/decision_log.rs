@@ -1,0 +1,197 @@
+//! The decision log through the real binary: forward-auth answers carry the decision's id in
+//! `x-mixer-decision-id`, served with `policies/decision-log` beside other rules the mixer
+//! writes each decision to its stdout as a JSON line with that id and the deciding rule, a
+//! bearer token the request carried is never written, and the mixer's own JSON log lines
+//! about the request carry the id in their span.
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+use mixer_tests::{free_addr, header, http_request};
+
+/// The token the requests carry; it must appear nowhere in what the mixer writes.
+const TOKEN: &str = "s3cr3t-t0ken-f0r-the-log";
+
+/// Beside the bundles: a rule that reads the authorization header, so that the decisions
+/// depend on it and the log has it to mask.
+const TOKEN_RULE: &str = r#"apiVersion: config.istio.io/v1alpha2
+kind: rule
+metadata: {name: deny-revoked-token, namespace: istio-system}
+spec:
+  match: (request.headers["authorization"] | "") == "Bearer revoked"
+  actions:
+  - handler: deny-by-header
+    instances: [denyrequest]
+"#;
+
+fn bundle_file(bundle: &str, file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../policies")
+        .join(bundle)
+        .join("config")
+        .join(file)
+}
+
+/// A `mixer serve` whose stdout is read line by line and whose log goes to a file.
+struct Served {
+    child: Child,
+    stdout: Receiver<String>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn forward_auth_decisions_carry_their_id_and_are_logged_as_json_lines() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("config");
+    std::fs::create_dir(&config).expect("config dir");
+    for (bundle, file) in [
+        ("default", "default.yaml"),
+        ("decision-log", "decision-log.yaml"),
+    ] {
+        std::fs::copy(bundle_file(bundle, file), config.join(file)).expect("copy the bundle");
+    }
+    std::fs::write(config.join("token.yaml"), TOKEN_RULE).expect("write the token rule");
+    let log = dir.path().join("mixer.log");
+    let (http, admin) = (free_addr(), free_addr());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mixer-under-test"))
+        .arg("serve")
+        .args(["--grpc-addr", &free_addr().to_string()])
+        .args(["--http-addr", &http.to_string()])
+        .args(["--admin-addr", &admin.to_string()])
+        .args(["--config", config.to_str().expect("utf-8")])
+        .args(["--log-format", "json"])
+        .args(["--log-level", "mixer_frontends=debug,info"])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("start the mixer");
+    let out = child.stdout.take().expect("piped stdout");
+    let (tx, stdout) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let served = Served { child, stdout };
+    let start = Instant::now();
+    while !matches!(http_request(admin, "GET", "/readyz", &[]), Ok((200, _, _))) {
+        assert!(start.elapsed() < Duration::from_secs(20), "mixer not ready");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let bearer = format!("Bearer {TOKEN}");
+    let (status, headers, _) = http_request(
+        http,
+        "GET",
+        "/check",
+        &[("x-user", "bob"), ("authorization", &bearer)],
+    )
+    .expect("allowed request");
+    assert_eq!(status, 200);
+    let allowed = header(&headers, "x-mixer-decision-id")
+        .expect("the 200 carries its decision id")
+        .to_string();
+    let (status, headers, _) = http_request(
+        http,
+        "GET",
+        "/check",
+        &[("x-mixer-deny", "true"), ("authorization", &bearer)],
+    )
+    .expect("denied request");
+    assert_eq!(status, 403);
+    let denied = header(&headers, "x-mixer-decision-id")
+        .expect("the 403 carries its decision id")
+        .to_string();
+    assert_ne!(allowed, denied);
+    for id in [&allowed, &denied] {
+        assert_eq!(id.len(), 32, "{id}");
+        assert!(id.chars().all(|c| c.is_ascii_hexdigit()), "{id}");
+    }
+
+    // The stdio handler writes its batch within its batch timeout (200 ms).
+    let mut records = std::collections::HashMap::new();
+    let mut lines = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while records.len() < 2 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = served
+            .stdout
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("no decision records for both ids in {lines:#?}"));
+        let record: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?} is not JSON: {e}"));
+        let id = record["decision_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if id == allowed || id == denied {
+            records.insert(id, record);
+        }
+        lines.push(line);
+    }
+    let allow = &records[&allowed];
+    assert_eq!(allow["verdict"], "allow", "{allow}");
+    assert_eq!(allow["front_end"], "forward-auth", "{allow}");
+    assert!(
+        allow["rule"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("tag-user.")),
+        "{allow}"
+    );
+    assert_eq!(
+        allow["attributes"]["request.headers[x-user]"], "bob",
+        "{allow}"
+    );
+    assert_eq!(
+        allow["attributes"]["request.headers[authorization]"], "***",
+        "{allow}"
+    );
+    let deny = &records[&denied];
+    assert_eq!(deny["verdict"], "deny", "{deny}");
+    assert_eq!(deny["code"], "PERMISSION_DENIED", "{deny}");
+    assert!(
+        deny["rule"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("deny-on-header.")),
+        "{deny}"
+    );
+    assert!(
+        deny["handler"]
+            .as_str()
+            .is_some_and(|h| h.starts_with("deny-by-header.")),
+        "{deny}"
+    );
+    assert!(
+        deny["config_hash"].as_str().is_some_and(|h| !h.is_empty()),
+        "{deny}"
+    );
+    for line in &lines {
+        assert!(!line.contains(TOKEN), "the token was logged: {line}");
+    }
+    drop(served);
+
+    // The mixer's own log: the line about each request carries its decision id.
+    let text = std::fs::read_to_string(&log).expect("read the log");
+    for id in [&allowed, &denied] {
+        let line = text
+            .lines()
+            .filter(|l| l.contains("forward-auth answered"))
+            .find(|l| l.contains(id.as_str()))
+            .unwrap_or_else(|| panic!("no log line carries {id}:\n{text}"));
+        let event: serde_json::Value = serde_json::from_str(line).expect("a JSON log line");
+        assert_eq!(event["span"]["decision_id"], id.as_str(), "{line}");
+    }
+    assert!(!text.contains(TOKEN), "the token was logged:\n{text}");
+}
