@@ -4,12 +4,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use async_trait::async_trait;
-use mixer_adapter_api::{AdapterError, Exposition, Handler, QuotaArgs, QuotaHandler};
-use mixer_adapter_quota_common::{Decision, Metrics, Refusal, finish, render_one};
+use mixer_adapter_api::{AdapterError, Exposition, Handler, QuotaArgs, QuotaCall, QuotaHandler};
+use mixer_adapter_quota_common::{
+    Decision, Metrics, Refusal, finish, finish_with_minimum, min_remaining, render_one,
+};
 use mixer_model::{Instance, QuotaResult};
 
 use crate::config::MemQuotaConfig;
-use crate::store::Store;
+use crate::store::{Store, Take};
 
 /// Metric names start with this.
 pub const METRIC_PREFIX: &str = "mixer_memquota";
@@ -87,24 +89,68 @@ impl QuotaHandler for MemQuotaHandler {
             .config
             .quotas
             .select_with(instance, args.limit_override)?;
-        let decision = if args.amount <= 0 {
+        let min = min_remaining(instance);
+        let decision = if args.amount <= 0 && min == 0 {
             // Istio released quota for negative amounts; rate limits have nothing to release.
             Decision::nothing(sel.limit.max_amount)
         } else {
             self.store.allocate(
                 &sel.key,
                 &sel.limit,
-                args.amount,
-                args.best_effort,
+                args.amount.max(0),
+                Take::Check {
+                    best_effort: args.best_effort,
+                    min_remaining: min,
+                },
                 &args.deduplication_id,
             )
         };
-        let result = finish(Refusal::GrantNothing, &sel, args, decision, &self.metrics);
+        let result = finish_with_minimum(
+            Refusal::GrantNothing,
+            &sel,
+            args,
+            min,
+            decision,
+            &self.metrics,
+        );
         if sel.limit.shadow && !result.status.message.is_empty() {
             tracing::debug!(handler = %self.name, key = %sel.key, "{}", result.status.message);
         }
         tracing::trace!(handler = %self.name, key = %sel.key, granted = result.granted_amount, "memquota allocation");
         Ok(result)
+    }
+
+    /// Counts each charge whole on its counter; memory never fails, so only an instance
+    /// whose quota is not configured answers an error.
+    async fn charge_many(&self, calls: &[QuotaCall<'_>]) -> Vec<Result<QuotaResult, AdapterError>> {
+        calls
+            .iter()
+            .map(|(instance, args)| {
+                let sel = self
+                    .config
+                    .quotas
+                    .select_with(instance, args.limit_override)?;
+                let decision = if args.amount <= 0 {
+                    Decision::nothing(sel.limit.max_amount)
+                } else {
+                    self.store.allocate(
+                        &sel.key,
+                        &sel.limit,
+                        args.amount,
+                        Take::Charge,
+                        &args.deduplication_id,
+                    )
+                };
+                tracing::trace!(handler = %self.name, key = %sel.key, charged = decision.granted, deduplicated = decision.deduplicated, "memquota charge");
+                Ok(finish(
+                    Refusal::GrantNothing,
+                    &sel,
+                    args,
+                    decision,
+                    &self.metrics,
+                ))
+            })
+            .collect()
     }
 }
 

@@ -87,14 +87,40 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// `amount` when it fits in `available`; with best effort what is left (possibly 0); else 0.
-fn grant(available: i64, amount: i64, best_effort: bool) -> i64 {
-    if amount <= available {
-        amount
-    } else if best_effort {
-        available.max(0)
-    } else {
-        0
+/// How an allocation takes units from a counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Take {
+    /// A check: nothing while fewer than `min_remaining` units are left; else `amount` when
+    /// it fits, with best effort what is left (possibly 0), else nothing.
+    Check {
+        /// Grant what is left when `amount` does not fit.
+        best_effort: bool,
+        /// Refuse while fewer units than this are left (0: no minimum).
+        min_remaining: i64,
+    },
+    /// A report's charge: usage already spent, counted whole even past the limit.
+    Charge,
+}
+
+impl Take {
+    fn min_remaining(self) -> i64 {
+        match self {
+            Take::Check { min_remaining, .. } => min_remaining,
+            Take::Charge => 0,
+        }
+    }
+}
+
+/// What `take` gets of `amount` when `available` units are left.
+fn grant(available: i64, amount: i64, take: Take) -> i64 {
+    match take {
+        Take::Charge => amount,
+        Take::Check { min_remaining, .. } if available < min_remaining => 0,
+        Take::Check { .. } if amount <= available => amount,
+        Take::Check {
+            best_effort: true, ..
+        } => available.max(0),
+        Take::Check { .. } => 0,
     }
 }
 
@@ -158,14 +184,15 @@ impl Store {
         }
     }
 
-    /// Allocates `amount` (> 0) on `key` under `limit`; `dedup_id` (when not empty) makes a
-    /// repeat within the deduplication time answer the first answer without charging again.
+    /// Allocates `amount` (>= 0; 0 only looks, for a minimum remaining) on `key` under
+    /// `limit`, as `take` says; `dedup_id` (when not empty) makes a repeat within the
+    /// deduplication time answer the first answer without charging again.
     pub fn allocate(
         &self,
         key: &str,
         limit: &Limit,
         amount: i64,
-        best_effort: bool,
+        take: Take,
         dedup_id: &str,
     ) -> Decision {
         let now = self.now();
@@ -204,7 +231,7 @@ impl Store {
             ),
         };
         entry.seq = seq;
-        let d = decide(&mut entry.state, limit, now, amount, best_effort);
+        let d = decide(&mut entry.state, limit, now, amount, take);
         let (granted, valid) = (d.granted, d.valid);
         entry.idle_at = d.idle_at;
         shard.lru.insert(seq, k.clone());
@@ -307,7 +334,7 @@ struct Decided {
 }
 
 /// Applies one allocation.
-fn decide(state: &mut State, limit: &Limit, now: u64, amount: i64, best_effort: bool) -> Decided {
+fn decide(state: &mut State, limit: &Limit, now: u64, amount: i64, take: Take) -> Decided {
     let max = limit.max_amount;
     let valid = nanos(limit.valid_duration).max(1);
     match (limit.algorithm, &mut *state) {
@@ -316,7 +343,7 @@ fn decide(state: &mut State, limit: &Limit, now: u64, amount: i64, best_effort: 
                 *end = now.saturating_add(valid);
                 *used = 0;
             }
-            let granted = grant(max - *used, amount, best_effort);
+            let granted = grant(max - *used, amount, take);
             *used += granted;
             Decided {
                 granted,
@@ -337,7 +364,7 @@ fn decide(state: &mut State, limit: &Limit, now: u64, amount: i64, best_effort: 
                 *total -= units;
                 buckets.pop_front();
             }
-            let granted = grant(max - *total, amount, best_effort);
+            let granted = grant(max - *total, amount, take);
             if granted > 0 {
                 *total += granted;
                 match buckets.back_mut() {
@@ -363,7 +390,7 @@ fn decide(state: &mut State, limit: &Limit, now: u64, amount: i64, best_effort: 
         (Algorithm::TokenBucket, State::Token { tokens, at }) => {
             if max <= 0 {
                 return Decided {
-                    granted: grant(0, amount, best_effort),
+                    granted: grant(0, amount, take),
                     valid,
                     idle_at: now,
                     remaining: 0,
@@ -375,14 +402,20 @@ fn decide(state: &mut State, limit: &Limit, now: u64, amount: i64, best_effort: 
             *tokens = (*tokens + elapsed * rate).min(max as f64);
             *at = now;
             let available = (*tokens + 1e-9).floor() as i64;
-            let granted = grant(available, amount, best_effort);
-            *tokens = (*tokens - granted as f64).max(0.0);
+            let granted = grant(available, amount, take);
+            // A charge may leave the bucket in debt: usage past the limit is paid back by
+            // refill time before the next check is admitted.
+            *tokens = match take {
+                Take::Charge => *tokens - granted as f64,
+                Take::Check { .. } => (*tokens - granted as f64).max(0.0),
+            };
+            let needed = amount.max(take.min_remaining());
             let valid_for = if granted > 0 {
                 (granted as f64 / rate).ceil() as u64
-            } else if amount > max {
+            } else if needed > max {
                 valid
             } else {
-                ((amount as f64 - *tokens) / rate).ceil().max(0.0) as u64
+                ((needed as f64 - *tokens) / rate).ceil().max(0.0) as u64
             };
             let refill = ((max as f64 - *tokens) / rate).ceil() as u64;
             Decided {
@@ -396,7 +429,7 @@ fn decide(state: &mut State, limit: &Limit, now: u64, amount: i64, best_effort: 
         // The algorithm of a key never changes within a handler; start over if it did.
         _ => {
             *state = fresh(limit, now);
-            decide(state, limit, now, amount, best_effort)
+            decide(state, limit, now, amount, take)
         }
     }
 }

@@ -40,7 +40,7 @@ pub use config::{
     QuotaParams, Quotas, dedup_duration, default_bucket,
 };
 pub use metrics::{Metrics, QuotaMetrics, escape, render_one};
-pub use outcome::{Decision, Refusal, finish};
+pub use outcome::{Decision, Refusal, finish, finish_with_minimum, min_remaining};
 pub use select::{Selected, counter_key, matches};
 
 #[cfg(test)]

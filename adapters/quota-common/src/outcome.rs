@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use mixer_adapter_api::QuotaArgs;
-use mixer_model::{Code, QuotaLimit, QuotaResult, Status};
+use mixer_model::{Code, Instance, QuotaInstance, QuotaLimit, QuotaResult, Status};
 
 use crate::metrics::Metrics;
 use crate::select::Selected;
@@ -63,9 +63,25 @@ pub fn finish(
     decision: Decision,
     metrics: &Metrics,
 ) -> QuotaResult {
+    finish_with_minimum(refusal, sel, args, 0, decision, metrics)
+}
+
+/// [`finish`] for a check that asked for at least `min_remaining` units left (the instance's
+/// `min_remaining`, see [`min_remaining`]). A check that asks for nothing (amount 0, as checks
+/// on a charged quota do) and found fewer left is refused with `RESOURCE_EXHAUSTED`: "granted
+/// 0 of 0" would not refuse anything.
+pub fn finish_with_minimum(
+    refusal: Refusal,
+    sel: &Selected<'_>,
+    args: &QuotaArgs,
+    min_remaining: i64,
+    decision: Decision,
+    metrics: &Metrics,
+) -> QuotaResult {
     let m = metrics.quota(sel.quota.index);
-    let limited = decision.granted < args.amount;
-    let denied = decision.granted <= 0 && args.amount > 0;
+    let below_minimum = args.amount <= 0 && min_remaining > 0 && decision.remaining < min_remaining;
+    let limited = decision.granted < args.amount || below_minimum;
+    let denied = (decision.granted <= 0 && args.amount > 0) || below_minimum;
     let limit = Some(QuotaLimit {
         name: sel.quota.name.clone(),
         max_amount: sel.limit.max_amount,
@@ -99,6 +115,13 @@ pub fn finish(
     if denied {
         m.count_denial();
         let status = match refusal {
+            _ if below_minimum => Status::new(
+                Code::ResourceExhausted,
+                format!(
+                    "quota {}: fewer than {min_remaining} units left",
+                    sel.quota.name
+                ),
+            ),
             Refusal::GrantNothing => Status::OK,
             Refusal::Exhausted(message) => Status::new(Code::ResourceExhausted, message),
         };
@@ -115,4 +138,13 @@ pub fn finish(
         granted_amount: decision.granted.max(0),
         limit,
     }
+}
+
+/// The instance's `min_remaining` (0 when unset or negative): a check is refused while fewer
+/// units than this are left.
+pub fn min_remaining(instance: &Instance) -> i64 {
+    QuotaInstance::of(instance)
+        .and_then(|q| q.min_remaining)
+        .unwrap_or(0)
+        .max(0)
 }

@@ -13,7 +13,9 @@ use mixer_adapter_api::log_gate::LogGate;
 use mixer_adapter_api::{
     AdapterError, ErrorKind, Exposition, Handler, QuotaArgs, QuotaCall, QuotaHandler,
 };
-use mixer_adapter_quota_common::{Decision, Metrics, Refusal, Selected, finish, render_one};
+use mixer_adapter_quota_common::{
+    Decision, Metrics, Refusal, Selected, finish_with_minimum, min_remaining, render_one,
+};
 use mixer_model::{Instance, QuotaResult};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
@@ -96,6 +98,27 @@ struct Counted<'a> {
     /// Index into the request's calls.
     at: usize,
     sel: Selected<'a>,
+    take: Take,
+    /// The instance's `min_remaining` (checks only).
+    min_remaining: i64,
+}
+
+/// A check's allocation or a report's charge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Take {
+    Check,
+    Charge,
+}
+
+impl Take {
+    /// The script's argument for how the amount is taken.
+    fn tag(self, args: &QuotaArgs) -> &'static str {
+        match self {
+            Take::Charge => "c",
+            Take::Check if args.best_effort => "1",
+            Take::Check => "0",
+        }
+    }
 }
 
 impl RedisQuotaHandler {
@@ -233,8 +256,9 @@ impl RedisQuotaHandler {
                 .arg(micros(c.sel.limit.valid_duration))
                 .arg(micros(c.sel.limit.bucket_duration).max(1))
                 .arg(args.amount)
-                .arg(if args.best_effort { 1 } else { 0 })
-                .arg(dedup_ms);
+                .arg(c.take.tag(args))
+                .arg(dedup_ms)
+                .arg(c.min_remaining);
         }
         let budget = self.config.call_timeout;
         if self.cluster.is_some() {
@@ -321,8 +345,9 @@ impl RedisQuotaHandler {
                     .arg(micros(c.sel.limit.valid_duration))
                     .arg(micros(c.sel.limit.bucket_duration).max(1))
                     .arg(args.amount)
-                    .arg(if args.best_effort { 1 } else { 0 })
-                    .arg(dedup_ms);
+                    .arg(c.take.tag(args))
+                    .arg(dedup_ms)
+                    .arg(c.min_remaining);
                 invocation
             })
             .collect();
@@ -414,9 +439,16 @@ impl RedisQuotaHandler {
         (state_key, dedup_key, dedup_ms)
     }
 
-    fn result(&self, sel: &Selected<'_>, args: &QuotaArgs, decision: Decision) -> QuotaResult {
+    fn result(
+        &self,
+        sel: &Selected<'_>,
+        args: &QuotaArgs,
+        min_remaining: i64,
+        decision: Decision,
+    ) -> QuotaResult {
         let refusal = Refusal::Exhausted(RESOURCE_EXHAUSTED);
-        let result = finish(refusal, sel, args, decision, &self.metrics);
+        let result =
+            finish_with_minimum(refusal, sel, args, min_remaining, decision, &self.metrics);
         if sel.limit.shadow && !result.status.message.is_empty() {
             tracing::debug!(handler = %self.name, key = %sel.key, "{}", result.status.message);
         }
@@ -455,23 +487,48 @@ impl QuotaHandler for RedisQuotaHandler {
         &self,
         calls: &[QuotaCall<'_>],
     ) -> Vec<Result<QuotaResult, AdapterError>> {
+        self.count(calls, Take::Check).await
+    }
+
+    /// Every charge of a batch goes into one script call, as allocations do.
+    async fn charge_many(&self, calls: &[QuotaCall<'_>]) -> Vec<Result<QuotaResult, AdapterError>> {
+        self.count(calls, Take::Charge).await
+    }
+}
+
+impl RedisQuotaHandler {
+    /// Checks or charges every call in one script call.
+    async fn count(
+        &self,
+        calls: &[QuotaCall<'_>],
+        take: Take,
+    ) -> Vec<Result<QuotaResult, AdapterError>> {
         let mut answers: Vec<Option<Result<QuotaResult, AdapterError>>> =
             Vec::with_capacity(calls.len());
         let mut counted = Vec::new();
         for (at, (instance, args)) in calls.iter().enumerate() {
+            let min_remaining = match take {
+                Take::Check => min_remaining(instance),
+                Take::Charge => 0,
+            };
             match self
                 .config
                 .quotas
                 .select_with(instance, args.limit_override)
             {
                 Err(e) => answers.push(Some(Err(e))),
-                Ok(sel) if args.amount <= 0 => {
+                Ok(sel) if args.amount <= 0 && min_remaining == 0 => {
                     let nothing = Decision::nothing(sel.limit.max_amount);
-                    answers.push(Some(Ok(self.result(&sel, args, nothing))));
+                    answers.push(Some(Ok(self.result(&sel, args, 0, nothing))));
                 }
                 Ok(sel) => {
                     answers.push(None);
-                    counted.push(Counted { at, sel });
+                    counted.push(Counted {
+                        at,
+                        sel,
+                        take,
+                        min_remaining,
+                    });
                 }
             }
         }
@@ -480,7 +537,8 @@ impl QuotaHandler for RedisQuotaHandler {
                 Ok(decisions) => {
                     for (c, decision) in counted.iter().zip(decisions) {
                         let (_, args) = calls[c.at];
-                        answers[c.at] = Some(Ok(self.result(&c.sel, args, decision)));
+                        answers[c.at] =
+                            Some(Ok(self.result(&c.sel, args, c.min_remaining, decision)));
                     }
                 }
                 Err(e) => {

@@ -7,9 +7,10 @@
 //! Redis 5+ replicates the scripts' effects, so a script may read `TIME` before writing.
 //!
 //! Allocation `i` (from 0) has `KEYS[2i+1]`, the counter, and `KEYS[2i+2]`, the deduplication
-//! record, and seven `ARGV` from `7i+1`: the algorithm (`fw`, `rw`, `tb`), maxAmount,
-//! validDuration (µs), bucketDuration (µs), amount, best effort (`1`/`0`), deduplication time
-//! (ms; 0: no deduplication id). The answer is five integers per allocation, in order:
+//! record, and eight `ARGV` from `8i+1`: the algorithm (`fw`, `rw`, `tb`), maxAmount,
+//! validDuration (µs), bucketDuration (µs), amount, how to take it (`0` a check, `1` a check
+//! with best effort, `c` a report's charge: counted whole even past the limit), deduplication
+//! time (ms; 0: no deduplication id), and the minimum remaining a check needs (0: none). The answer is five integers per allocation, in order:
 //! `granted, valid duration µs, deduplicated 1/0, remaining, reset µs` (remaining: units still
 //! grantable after this call; reset: until the counter is back to the full limit).
 
@@ -28,7 +29,9 @@ local valid = tonumber(ARGV[a + 3])
 local bucket = tonumber(ARGV[a + 4])
 local amount = tonumber(ARGV[a + 5])
 local best = ARGV[a + 6] == '1'
+local charge = ARGV[a + 6] == 'c'
 local dedup_ms = tonumber(ARGV[a + 7])
+local minimum = tonumber(ARGV[a + 8])
 if dedup_ms > 0 then
   local prev = redis.call('HMGET', kd, 'granted', 'expires', 'remaining', 'reset')
   if prev[1] and prev[2] then
@@ -40,6 +43,8 @@ if dedup_ms > 0 then
   end
 end
 local function grant(available)
+  if charge then return amount end
+  if available < minimum then return 0 end
   if amount <= available then return amount end
   if best and available > 0 then return available end
   return 0
@@ -119,11 +124,13 @@ if max > 0 then
   end
   granted = grant(math.floor(tokens + 1e-9))
   tokens = tokens - granted
-  if tokens < 0 then tokens = 0 end
+  -- A charge may leave the bucket in debt, paid back by refill before the next check.
+  if tokens < 0 and not charge then tokens = 0 end
+  local needed = math.max(amount, minimum)
   if granted > 0 then
     valid_for = math.ceil(granted / rate)
-  elseif amount <= max then
-    valid_for = math.ceil((amount - tokens) / rate)
+  elseif needed <= max then
+    valid_for = math.max(0, math.ceil((needed - tokens) / rate))
   end
   redis.call('HSET', kc, 'tokens', string.format('%.17g', tokens), 'at', string.format('%d', now))
   redis.call('PEXPIRE', kc, math.ceil((max - tokens) / rate / 1000) + 1)
@@ -166,7 +173,7 @@ const LOOP: &str = r#"
 local algorithms = {fw = alloc_fw, rw = alloc_rw, tb = alloc_tb}
 local out = {}
 for i = 0, #KEYS / 2 - 1 do
-  local a = 7 * i
+  local a = 8 * i
   local r = algorithms[ARGV[a + 1]](KEYS[2 * i + 1], KEYS[2 * i + 2], a)
   for j = 1, 5 do out[#out + 1] = r[j] end
 end

@@ -114,6 +114,26 @@ pub trait QuotaHandler: Send + Sync {
             }
         }
     }
+
+    /// Charges usage known only after the response (a report rule's quota instance with a
+    /// `charge`): each call's `amount` is added to its counter whether or not it fits, so a
+    /// counter may end at or over its limit and the next check is refused. A charge is never
+    /// refused and never refunds. A call with a `deduplication_id` seen before (a retried
+    /// report record) counts once. Answers are in the order of `calls`; an error that is
+    /// `retryable` (the backend is down) is tried again from the report queue.
+    ///
+    /// Handlers that cannot charge keep this default: a permanent error for every call.
+    async fn charge_many(&self, calls: &[QuotaCall<'_>]) -> Vec<Result<QuotaResult, AdapterError>> {
+        calls
+            .iter()
+            .map(|_| {
+                Err(AdapterError::permanent(
+                    crate::error::ErrorKind::InvalidInstance,
+                    "this quota handler cannot charge usage from reports",
+                ))
+            })
+            .collect()
+    }
 }
 
 /// Takes telemetry, a batch at a time.

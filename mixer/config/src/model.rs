@@ -288,6 +288,22 @@ pub struct InstanceConfig {
     pub decision_log: Option<Arc<DecisionLogParams>>,
 }
 
+impl InstanceConfig {
+    /// A quota instance with a `charge`: report rules charge it the usage a report carries
+    /// (besides checks looking at it, charging nothing).
+    pub fn charged_by_reports(&self) -> bool {
+        self.template == mixer_model::Template::Quota
+            && self.fields.iter().any(|f| f.name == "charge")
+    }
+
+    /// Whether evaluating rules for `variety` builds this instance: its template's variety,
+    /// and for reports also a charged quota instance.
+    pub fn serves(&self, variety: mixer_model::Variety) -> bool {
+        self.template.variety() == variety
+            || (variety == mixer_model::Variety::Report && self.charged_by_reports())
+    }
+}
+
 /// One entry of an instance's `attributeBindings`: a request attribute and the expression
 /// over the handler's outputs (`$out.<field>`) that computes it.
 #[derive(Clone, Debug)]

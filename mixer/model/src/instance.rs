@@ -315,6 +315,13 @@ pub struct QuotaInstance<'a> {
     pub name: &'a str,
     /// `dimensions`.
     pub dimensions: Entries<'a>,
+    /// `charge`: the units a report charges (any type; the runtime takes integers and
+    /// integer strings such as a header's value).
+    pub charge: Option<&'a Value>,
+    /// `min_remaining`: a check is refused while fewer units than this are left.
+    pub min_remaining: Option<i64>,
+    /// `deduplication_id`: a report record's id; a retried record is not charged twice.
+    pub deduplication_id: Option<&'a str>,
 }
 
 impl<'a> QuotaInstance<'a> {
@@ -325,6 +332,9 @@ impl<'a> QuotaInstance<'a> {
                 .field("dimensions")
                 .map(entries)
                 .unwrap_or_default(),
+            charge: instance.field("charge").and_then(value),
+            min_remaining: instance.field("min_remaining").and_then(int),
+            deduplication_id: instance.field("deduplication_id").and_then(text),
         }
     }
 }
@@ -566,7 +576,12 @@ mod tests {
             ],
             InstanceView::Jwt(j) => vec![t("token", j.token), t("cookie", j.cookie)],
             InstanceView::ApiKey(a) => vec![t("key", a.key)],
-            InstanceView::Quota(q) => vec![e("dimensions", q.dimensions)],
+            InstanceView::Quota(q) => vec![
+                e("dimensions", q.dimensions),
+                t("charge", q.charge),
+                t("min_remaining", q.min_remaining),
+                t("deduplication_id", q.deduplication_id),
+            ],
             InstanceView::Metric(m) => vec![
                 t("value", m.value),
                 e("dimensions", m.dimensions),

@@ -17,6 +17,7 @@
 //! ```
 
 mod bag;
+mod charge;
 mod instance;
 mod referenced;
 mod standard;
@@ -28,6 +29,7 @@ mod verdict;
 mod vocabulary;
 
 pub use bag::{AttributeBag, Bag, BagError};
+pub use charge::{InvalidCharge, MAX_CHARGE, charge_amount};
 pub use instance::{
     Action, ApiKeyInstance, AuthorizationInstance, CheckNothingInstance, Entries, FieldValue,
     Instance, InstanceView, JwtInstance, KubernetesInstance, ListEntryInstance, LogEntryInstance,

@@ -98,7 +98,16 @@ const AUTHORIZATION: &[FieldSpec] = &[
     map("action.properties"),
 ];
 const LISTENTRY: &[FieldSpec] = &[any("value")];
-const QUOTA: &[FieldSpec] = &[map("dimensions")];
+// Istio 1.4's quota template has `dimensions` only; the amount came from the Check request.
+// `charge`, `min_remaining` and `deduplication_id` are the mixer's: an instance with a
+// `charge` is also charged by report rules (usage known only after the response), and
+// `min_remaining` lets a check refuse while fewer units are left.
+const QUOTA: &[FieldSpec] = &[
+    map("dimensions"),
+    any("charge"),
+    value("min_remaining", T::Int64),
+    value("deduplication_id", T::String),
+];
 const METRIC: &[FieldSpec] = &[
     any("value"),
     map("dimensions"),

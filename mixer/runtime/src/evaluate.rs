@@ -269,12 +269,13 @@ fn evaluate_set(
                 let Some(ic) = snapshot.config.instances.get(i) else {
                     continue;
                 };
-                if ic.template.variety() != variety {
+                if !ic.serves(variety) {
                     continue;
                 }
                 match build_instance(
                     snapshot,
                     ic,
+                    variety,
                     i,
                     bag,
                     &mut eval.referenced,
@@ -329,7 +330,7 @@ fn dry_run_instances(
             if ic.template.variety() != variety {
                 continue;
             }
-            match build_instance(snapshot, ic, i, bag, &mut eval.referenced, None) {
+            match build_instance(snapshot, ic, variety, i, bag, &mut eval.referenced, None) {
                 Ok(instance) => run.dispatches.push(Dispatch {
                     handler: action.handler,
                     instance,
@@ -354,6 +355,7 @@ fn dry_run_instances(
 fn build_instance(
     snapshot: &Snapshot,
     ic: &InstanceConfig,
+    variety: Variety,
     index: usize,
     bag: &dyn Bag,
     refs: &mut ReferencedAttributes,
@@ -392,7 +394,14 @@ fn build_instance(
         error
     };
     let mut fields = Vec::with_capacity(ic.fields.len());
+    // A check looks at a charged quota without its usage: the response a `charge` reads
+    // does not exist yet, and must not fail the check's instance. (Checks keep no memo, so
+    // skipping a field's shared-expression slot is harmless.)
+    let looking = variety != Variety::Report && ic.charged_by_reports();
     for field in &ic.fields {
+        if looking && matches!(field.name, "charge" | "deduplication_id") {
+            continue;
+        }
         match &field.value {
             FieldExprValue::Value(expr) => match value(expr, refs) {
                 Ok(v) => fields.push((field.name, FieldValue::Value(v))),

@@ -61,7 +61,7 @@ pub use limits::{
 pub use metrics::{CheckCalls, CheckResults, RuntimeMetrics};
 pub use preprocess::{Prepared, evaluate_preprocessed};
 pub use quota::{QuotaAsk, QuotaOutcome, QuotaPlan, quota_name_matches};
-pub use report::{ReportOutcome, report};
+pub use report::{Charged, ReportOutcome, charge_now, report};
 pub use report_executor::{
     CHECKS_RECENT, CheckActivity, ExecutorStopped, REPORT_NICE, ReportExecutor,
 };

@@ -124,6 +124,8 @@ struct Planned {
     group: usize,
     /// Index of the call in its group.
     at: usize,
+    /// A quota charged by reports: the call asked for nothing.
+    looks_only: bool,
 }
 
 /// Allocates every quota of one request: evaluates the quota rules against each ask's bag and
@@ -255,7 +257,17 @@ pub async fn allocate(
     // Calls of dry-run rules, with the index of their rule in the plan's `dry_runs`.
     let mut dry_routes: Vec<Vec<(usize, Planned)>> = Vec::with_capacity(plans.len());
     let mut outcomes = Vec::with_capacity(plans.len());
-    for (plan, args) in &plans {
+    // A quota charged by reports is only looked at by checks: they charge nothing and are
+    // refused while fewer than its `min_remaining` units are left.
+    let looks: Vec<QuotaArgs> = plans
+        .iter()
+        .map(|(_, args)| QuotaArgs {
+            amount: 0,
+            best_effort: false,
+            ..(*args).clone()
+        })
+        .collect();
+    for ((plan, args), look) in plans.iter().zip(&looks) {
         let mut route = Vec::new();
         let mut outcome = QuotaOutcome {
             result: QuotaResult {
@@ -302,11 +314,17 @@ pub async fn allocate(
                 }
             };
             let calls = &mut groups[group].1;
+            let looks_only = snapshot
+                .config
+                .instances
+                .get(dispatch.instance_index)
+                .is_some_and(|ic| ic.charged_by_reports());
             route.push(Planned {
                 group,
                 at: calls.len(),
+                looks_only,
             });
-            calls.push((&dispatch.instance, *args));
+            calls.push((&dispatch.instance, if looks_only { look } else { *args }));
         }
         outcome.unlimited = saw_unlimited && outcome.instances.is_empty();
         let mut dry_route = Vec::new();
@@ -326,14 +344,20 @@ pub async fn allocate(
                     }
                 };
                 let calls = &mut groups[group].1;
+                let looks_only = snapshot
+                    .config
+                    .instances
+                    .get(dispatch.instance_index)
+                    .is_some_and(|ic| ic.charged_by_reports());
                 dry_route.push((
                     run,
                     Planned {
                         group,
                         at: calls.len(),
+                        looks_only,
                     },
                 ));
-                calls.push((&dispatch.instance, *args));
+                calls.push((&dispatch.instance, if looks_only { look } else { *args }));
             }
         }
         routes.push(route);
@@ -369,11 +393,26 @@ pub async fn allocate(
             if let Some(failure) = &plan.failed {
                 return Err(failure.clone());
             }
-            for Planned { group, at } in route {
+            for Planned {
+                group,
+                at,
+                looks_only,
+            } in route
+            {
                 let built = &snapshot.handlers[groups[group].0];
                 let Some(answer) = answers[group].get(at) else {
                     continue;
                 };
+                if looks_only {
+                    combine(
+                        snapshot,
+                        &mut outcome,
+                        built,
+                        &passed_look(answer, args),
+                        args,
+                    )?;
+                    continue;
+                }
                 combine(snapshot, &mut outcome, built, answer, args)?;
             }
             outcome.refused = refuses(&outcome.result, args);
@@ -409,12 +448,27 @@ fn dry_run_outcomes(
             }
         })
         .collect();
-    for (run, Planned { group, at }) in route {
+    for (
+        run,
+        Planned {
+            group,
+            at,
+            looks_only,
+        },
+    ) in route
+    {
         let (Some(outcome), Some(answer)) = (
             outcomes.get_mut(*run),
             answers.get(*group).and_then(|a| a.get(*at)),
         ) else {
             continue;
+        };
+        let looked;
+        let answer = if *looks_only {
+            looked = passed_look(answer, args);
+            &looked
+        } else {
+            answer
         };
         let built = &snapshot.handlers[groups[*group].0];
         let (would_be, status) = match answer {
@@ -509,6 +563,20 @@ fn combine(
             }
         }
     }
+}
+
+/// The answer to a look (a check on a quota charged by reports, asking for nothing) as an
+/// answer to what the request asked: a look that passes grants it all.
+fn passed_look(
+    answer: &Result<QuotaResult, AdapterError>,
+    args: &QuotaArgs,
+) -> Result<QuotaResult, AdapterError> {
+    answer.clone().map(|mut result| {
+        if result.status.is_ok() {
+            result.granted_amount = args.amount;
+        }
+        result
+    })
 }
 
 /// Whether an answer refuses what was asked: a status other than OK, or (as Istio's memquota

@@ -10,8 +10,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mixer_adapter_api::Handler;
-use mixer_model::{FieldValue, Instance, Value};
+use mixer_adapter_api::{Handler, QuotaArgs, QuotaCall, QuotaHandler};
+use mixer_model::{FieldValue, Instance, InvalidCharge, QuotaInstance, Template, Value};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -252,7 +252,17 @@ impl ReportQueue {
     }
 
     async fn run(self: Arc<Self>) {
-        while let Some(batch) = self.next_batch().await {
+        while let Some(mut batch) = self.next_batch().await {
+            if batch.iter().any(|(i, _)| i.template == Template::Quota) {
+                let (charges, rest) = batch
+                    .into_iter()
+                    .partition(|(i, _)| i.template == Template::Quota);
+                batch = rest;
+                match self.handler.as_quota() {
+                    Some(quota) => self.deliver_charges(quota, charges).await,
+                    None => self.drop_records("not_a_quota_handler", charges.len()),
+                }
+            }
             if batch.is_empty() {
                 continue;
             }
@@ -261,6 +271,97 @@ impl ReportQueue {
                 continue;
             };
             self.deliver(report, batch).await;
+        }
+    }
+
+    /// Counts a report's charge that is not a valid amount as dropped (`invalid_charge`).
+    pub(crate) fn drop_invalid_charge(&self, instance: &Instance, why: InvalidCharge) {
+        self.drop_records("invalid_charge", 1);
+        // A proxy sending a bad usage header does so on every response: a line per 10 s.
+        static INVALID: mixer_adapter_api::log_gate::LogGate =
+            mixer_adapter_api::log_gate::LogGate::new(Duration::from_secs(10));
+        if let Some(held_back) = INVALID.due() {
+            tracing::warn!(handler = %self.name, instance = %instance.name, held_back, "charge dropped: {why}; counted in mixer_report_dropped_total{{reason=\"invalid_charge\"}}");
+        }
+    }
+
+    /// Charges a batch of report quota instances ([`QuotaHandler::charge_many`]): charges
+    /// that fail with a retryable error (Redis down) are tried again with backoff until they
+    /// are `max_age` old, then dropped as `max_age`; each charge's deduplication id (when its
+    /// instance has one) keeps a retry from counting twice.
+    async fn deliver_charges(
+        &self,
+        quota: &dyn QuotaHandler,
+        mut batch: Vec<(Instance, tokio::time::Instant)>,
+    ) {
+        let mut backoff = self.options.retry_backoff;
+        loop {
+            self.in_flight
+                .store(batch.len(), std::sync::atomic::Ordering::SeqCst);
+            let args: Vec<QuotaArgs> = batch.iter().map(|(i, _)| charge_args(i)).collect();
+            let calls: Vec<QuotaCall<'_>> =
+                batch.iter().zip(&args).map(|((i, _), a)| (i, a)).collect();
+            let results =
+                tokio::time::timeout(self.options.call_timeout, quota.charge_many(&calls)).await;
+            drop(calls);
+            let mut retry = vec![false; batch.len()];
+            let (mut delivered, mut failed) = (0usize, 0usize);
+            let mut label = "ok";
+            match results {
+                Err(_) => {
+                    label = "timeout";
+                    retry.iter_mut().for_each(|r| *r = true);
+                }
+                Ok(results) => {
+                    for (at, result) in results.iter().enumerate().take(batch.len()) {
+                        match result {
+                            Ok(_) => delivered += 1,
+                            Err(e) => {
+                                label = e.kind.label();
+                                if e.retryable {
+                                    retry[at] = true;
+                                } else {
+                                    failed += 1;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            self.metrics.handler_call(&self.name, "charge", label);
+            if delivered > 0 {
+                self.metrics
+                    .report_delivered
+                    .with_label_values(&[self.name.as_ref()])
+                    .inc_by(delivered as u64);
+            }
+            if failed > 0 {
+                self.drop_records("handler_error", failed);
+            }
+            let mut keep = retry.into_iter();
+            batch.retain(|_| keep.next().unwrap_or(false));
+            if batch.is_empty() {
+                self.in_flight.store(0, std::sync::atomic::Ordering::SeqCst);
+                return;
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = backoff.saturating_mul(2).min(MAX_RETRY_BACKOFF);
+            let now = tokio::time::Instant::now();
+            let before = batch.len();
+            batch.retain(|(_, queued)| now.duration_since(*queued) < self.options.max_age);
+            let old = before - batch.len();
+            if old > 0 {
+                self.drop_records("max_age", old);
+                tracing::warn!(
+                    handler = %self.name,
+                    dropped = old,
+                    "charges dropped: the quota handler failed for longer than the report age limit"
+                );
+            }
+            if batch.is_empty() {
+                self.in_flight.store(0, std::sync::atomic::Ordering::SeqCst);
+                return;
+            }
         }
     }
 
@@ -360,6 +461,19 @@ impl ReportQueue {
                 "{lost} report records were not delivered before the shutdown deadline"
             );
         }
+    }
+}
+
+/// What a report's quota instance charges: its amount (checked when it was queued) and its
+/// deduplication id.
+fn charge_args(instance: &Instance) -> QuotaArgs {
+    QuotaArgs {
+        amount: crate::report::charge_of(instance).unwrap_or(0),
+        deduplication_id: QuotaInstance::of(instance)
+            .and_then(|q| q.deduplication_id)
+            .unwrap_or_default()
+            .to_string(),
+        ..QuotaArgs::default()
     }
 }
 

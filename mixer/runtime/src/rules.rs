@@ -75,9 +75,7 @@ impl ByVariety {
                                 .get(i)
                                 // A decision-log instance is sent once a decision is
                                 // made (`crate::decision_log`), never by evaluation.
-                                .is_some_and(|ic| {
-                                    ic.template.variety() == v && ic.decision_log.is_none()
-                                })
+                                .is_some_and(|ic| ic.serves(v) && ic.decision_log.is_none())
                         })
                     });
                     let has_headers = !rule.request_header_operations.is_empty()

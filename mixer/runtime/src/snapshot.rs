@@ -282,9 +282,17 @@ impl Snapshot {
                     errors.push(fail(message));
                 }
                 Ok((handler, _, deadline)) => handlers.push({
-                    let queue = handler.as_report().is_some().then(|| {
-                        ReportQueue::new(hc.name.clone(), handler.clone(), options.reports, metrics)
-                    });
+                    // A quota handler gets one too: report rules may charge it usage, and a
+                    // charge that fails is retried from the queue as a report would be.
+                    let queue = (handler.as_report().is_some() || handler.as_quota().is_some())
+                        .then(|| {
+                            ReportQueue::new(
+                                hc.name.clone(),
+                                handler.clone(),
+                                options.reports,
+                                metrics,
+                            )
+                        });
                     BuiltHandler {
                         name: hc.name.clone(),
                         adapter: hc.adapter.clone(),

@@ -35,7 +35,9 @@
 //! envoyproxy/ratelimit's `replaces` and `quota_mode`.
 //!
 //! `variety: report` evaluates the report rules instead and checks `matchedRules` and
-//! `instances`.
+//! `instances`; the usage of quota instances with a `charge` is charged at once (so the next
+//! case's quota sees it), and `charged` compares the units charged (0 for a charge dropped as
+//! not a valid amount).
 //!
 //! `variety: quota` evaluates the quota rules (`matchedRules`, `instances`) and then allocates
 //! through the handlers: `amount` units (default 1) of the quota named `quota` (default: every
@@ -147,6 +149,8 @@ struct Expect {
     response_headers: Option<BTreeMap<String, String>>,
     /// `variety: quota`: the granted amount of the last allocation.
     granted: Option<i64>,
+    /// `variety: report`: units the report charged to quota instances with a `charge`.
+    charged: Option<i64>,
     /// How long the verdict may be reused (`300s`).
     valid_duration: Option<String>,
     /// How many times the verdict may be reused.
@@ -408,6 +412,16 @@ async fn run_case(snapshot: &Snapshot, case: &TestCase) -> Vec<String> {
     }
     if variety == Variety::Quota {
         run_quota(snapshot, case, &bag, &mut problems).await;
+    }
+    if variety == Variety::Report {
+        // Charged at once, so that the next case's check sees it.
+        let charged = mixer_runtime::charge_now(snapshot, &eval.dispatches).await;
+        problems.extend(charged.errors.iter().map(|e| format!("charge failed: {e}")));
+        if let Some(want) = expect.charged
+            && want != charged.units
+        {
+            problems.push(format!("charged: expected {want}, got {}", charged.units));
+        }
     }
     problems
 }

@@ -282,3 +282,51 @@ pub async fn a_caller_limit_replaces_the_configured_one(b: &dyn Backend) {
         left(&r, 99);
     }
 }
+
+/// A report's charge is counted whole, past the limit, once per deduplication id; a check
+/// that asks for nothing with a minimum of 1 (as checks on a charged quota do) sees it.
+pub async fn charges_count_past_the_limit_and_checks_see_them(b: &dyn Backend) {
+    for algorithm in ["FIXED_WINDOW", "ROLLING_WINDOW", "TOKEN_BUCKET"] {
+        let h = b.build(json!({"minDeduplicationDuration": "10s",
+            "quotas": [quota("rq", 300, "10s", algorithm)]}));
+        let look = with_minimum(user("a"), 1);
+        granted(&alloc(&h, &look, 0).await, 0);
+        granted(&charge(&h, &user("a"), 150, "r-1").await, 150);
+        granted(&alloc(&h, &look, 0).await, 0);
+        granted(&charge(&h, &user("a"), 150, "r-2").await, 150);
+        // A retried record is answered as the first time, not counted again.
+        granted(&charge(&h, &user("a"), 150, "r-1").await, 150);
+        // Past the limit: a charge is never refused.
+        granted(&charge(&h, &user("a"), 100, "r-3").await, 100);
+        let refused = alloc(&h, &look, 0).await;
+        assert_eq!(
+            refused.status.code,
+            mixer_model::Code::ResourceExhausted,
+            "{algorithm}: {refused:?}"
+        );
+        assert!(
+            refused.status.message.contains("fewer than 1 units left"),
+            "{algorithm}: {refused:?}"
+        );
+        left(&refused, 0);
+        denied(b, &alloc(&h, &user("a"), 1).await);
+        // Another counter is untouched.
+        granted(&alloc(&h, &with_minimum(user("b"), 1), 0).await, 0);
+    }
+}
+
+/// A check with a minimum remaining is refused while fewer than that are left, before the
+/// counter runs out.
+pub async fn a_minimum_remaining_refuses_before_the_limit(b: &dyn Backend) {
+    for algorithm in ["FIXED_WINDOW", "ROLLING_WINDOW", "TOKEN_BUCKET"] {
+        let h = b.build(json!({"quotas": [quota("rq", 10, "10s", algorithm)]}));
+        let i = with_minimum(user("a"), 5);
+        for n in 0..6 {
+            let r = alloc(&h, &i, 1).await;
+            assert_eq!(r.granted_amount, 1, "{algorithm}: request {n}: {r:?}");
+        }
+        denied(b, &alloc(&h, &i, 1).await);
+        // Without the minimum the same counter still has 4 to give.
+        granted(&alloc(&h, &user("a"), 1).await, 1);
+    }
+}

@@ -54,6 +54,8 @@ behaviour_suite!(
     keys_and_quotas_are_independent,
     remaining_and_reset_are_reported,
     a_caller_limit_replaces_the_configured_one,
+    charges_count_past_the_limit_and_checks_see_them,
+    a_minimum_remaining_refuses_before_the_limit,
 );
 
 // ---------------------------------------------------------------------------------------------

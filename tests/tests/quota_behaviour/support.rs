@@ -92,3 +92,26 @@ pub fn left(r: &QuotaResult, remaining: i64) -> QuotaLimit {
     assert_eq!(limit.remaining, remaining, "{r:?}");
     limit
 }
+
+/// `i` with a `min_remaining`: checks are refused while fewer units are left.
+pub fn with_minimum(mut i: Instance, min: i64) -> Instance {
+    i.fields
+        .push(("min_remaining", FieldValue::Value(Value::Int64(min))));
+    i
+}
+
+/// Charges `amount` (a report's usage) with deduplication id `id`.
+pub async fn charge(h: &Arc<dyn Handler>, i: &Instance, amount: i64, id: &str) -> QuotaResult {
+    let args = QuotaArgs {
+        amount,
+        deduplication_id: id.into(),
+        ..QuotaArgs::default()
+    };
+    h.as_quota()
+        .expect("quota handler")
+        .charge_many(&[(i, &args)])
+        .await
+        .pop()
+        .expect("one answer")
+        .expect("charged")
+}

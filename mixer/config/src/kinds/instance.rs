@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use mixer_model::{FieldKind, FieldSpec, Template, Vocabulary, camel_to_snake};
+use mixer_model::{Bag, FieldKind, FieldSpec, Template, Vocabulary, camel_to_snake};
 use serde_json::{Map, Value};
 
 use super::{Doc, compile_leaf};
@@ -152,6 +152,9 @@ fn fields(
         out: &mut out,
     };
     walker.walk(&params, "", path);
+    if template == Template::Quota {
+        quota_usage(doc, &params, path, vocabulary, &mut out, diags);
+    }
     if diags.errors.len() > before {
         return None;
     }
@@ -170,6 +173,83 @@ fn fields(
         bindings: Vec::new(),
         decision_log: None,
     })
+}
+
+/// A bag with no attributes: what a constant expression is evaluated on.
+struct NoAttributes;
+
+impl Bag for NoAttributes {
+    fn get(&self, _: mixer_model::AttrId) -> Option<&mixer_model::Value> {
+        None
+    }
+}
+
+/// The value of an expression that reads no attribute, if it evaluates.
+fn constant(expr: &mixer_policy::Expression) -> Option<mixer_model::Value> {
+    if !expr.attributes().is_empty() {
+        return None;
+    }
+    let mut refs = mixer_model::ReferencedAttributes::ignoring();
+    expr.eval(&NoAttributes, &mut refs).ok()
+}
+
+/// A quota instance's usage fields: a constant `charge` must be a valid amount and a
+/// constant `minRemaining` not negative (errors at their params path, where a value known
+/// only per report is checked, and dropped, at run time); a charged instance's checks refuse
+/// once nothing is left unless `minRemaining` says otherwise, so it defaults to 1 there.
+fn quota_usage(
+    doc: &Doc<'_>,
+    params: &Map<String, Value>,
+    path: &str,
+    vocabulary: &Vocabulary,
+    out: &mut Vec<FieldExpr>,
+    diags: &mut Diagnostics,
+) {
+    let key_of = |field: &str| {
+        params
+            .keys()
+            .find(|k| camel_to_snake(k) == field)
+            .map(|k| join(path, k))
+            .unwrap_or_else(|| join(path, field))
+    };
+    let single = |name: &str| {
+        out.iter().find_map(|f| match &f.value {
+            FieldExprValue::Value(e) if f.name == name => Some(e.clone()),
+            _ => None,
+        })
+    };
+    let charge = single("charge");
+    if let Some(value) = charge.as_ref().and_then(constant)
+        && let Err(e) = mixer_model::charge_amount(&value)
+    {
+        diags.error(
+            &doc.raw.doc,
+            key_of("charge"),
+            format!("{e} (found {value})"),
+        );
+    }
+    match single("min_remaining") {
+        Some(min) => {
+            if let Some(mixer_model::Value::Int64(n)) = constant(&min)
+                && n < 0
+            {
+                diags.error(
+                    &doc.raw.doc,
+                    key_of("min_remaining"),
+                    format!("minRemaining must not be negative (found {n})"),
+                );
+            }
+        }
+        None if charge.is_some() => {
+            if let Ok(one) = mixer_policy::Expression::compile("1", doc.syntax, vocabulary) {
+                out.push(FieldExpr {
+                    name: "min_remaining",
+                    value: FieldExprValue::Value(one),
+                });
+            }
+        }
+        None => {}
+    }
 }
 
 struct Walker<'a, 'd> {
