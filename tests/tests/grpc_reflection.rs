@@ -27,11 +27,12 @@ async fn reflection_v1_and_v1alpha_list_every_service() {
     });
     assert!(ready.await.expect("join"), "not ready");
 
-    // Services added later (RLQS, say) are listed too: the list must hold these at least.
+    // Every service the listener routes, the streaming ones (access log, RLQS) included.
     let served = [
         "envoy.service.accesslog.v3.AccessLogService",
         "envoy.service.auth.v3.Authorization",
         "envoy.service.ratelimit.v3.RateLimitService",
+        "envoy.service.rate_limit_quota.v3.RateLimitQuotaService",
         "grpc.health.v1.Health",
         "grpc.reflection.v1.ServerReflection",
         "grpc.reflection.v1alpha.ServerReflection",

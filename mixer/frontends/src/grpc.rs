@@ -1,7 +1,8 @@
 //! What the mixer's gRPC port serves, each path once: the unary methods straight from their
 //! implementations ([`unary_methods`], served by [`mixer_grpc`] without tonic's layers), and
-//! tonic's [`routes`] for the one streaming method (Envoy's access log stream). The server adds
-//! health to the routes; any other path gets UNIMPLEMENTED naming the method.
+//! tonic's [`routes`] for the streaming methods (Envoy's access log and rate limit quota
+//! streams). The server adds health to the routes; any other path gets UNIMPLEMENTED naming
+//! the method.
 //!
 //! ```no_run
 //! # async fn run(runtime: std::sync::Arc<mixer_runtime::Runtime>) -> std::io::Result<()> {
@@ -42,6 +43,10 @@ pub const OTLP_METRICS: &str = "/opentelemetry.proto.collector.metrics.v1.Metric
 
 /// Envoy's access log stream, the one client-streaming method (served by [`routes`]).
 pub const ACCESS_LOG_STREAM: &str = "/envoy.service.accesslog.v3.AccessLogService/StreamAccessLogs";
+
+/// Envoy's rate limit quota service stream, bidirectional (served by [`routes`]).
+pub const RLQS_STREAM: &str =
+    "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas";
 
 /// The paths served directly.
 pub const PATHS: [&str; 7] = [
@@ -133,10 +138,11 @@ pub fn unary_methods(runtime: &Arc<Runtime>) -> Methods {
 }
 
 /// tonic's routes for what [`unary_methods`] does not serve: Envoy's access log stream
-/// ([`ACCESS_LOG_STREAM`]). The server adds its health service.
+/// ([`ACCESS_LOG_STREAM`]) and rate limit quota stream ([`RLQS_STREAM`]). The server adds its health service.
 pub fn routes(runtime: &Arc<Runtime>) -> tonic::service::RoutesBuilder {
     let mut routes = tonic::service::RoutesBuilder::default();
     routes.add_service(crate::access_log::service(runtime.clone()));
+    routes.add_service(crate::rlqs::service(runtime.clone()));
     routes
 }
 
@@ -150,6 +156,7 @@ mod tests {
     fn every_path_names_a_generated_service() {
         use envoy_types::pb::envoy::service::accesslog::v3::access_log_service_server as access_log;
         use envoy_types::pb::envoy::service::auth::v3::authorization_server as authorization;
+        use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server as rlqs;
         use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server as rate_limit;
         use mixer_proto::istio::mixer::v1::mixer_server as mixer;
         use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server as logs;
@@ -168,6 +175,10 @@ mod tests {
         assert_eq!(
             ACCESS_LOG_STREAM,
             format!("/{}/StreamAccessLogs", access_log::SERVICE_NAME)
+        );
+        assert_eq!(
+            RLQS_STREAM,
+            format!("/{}/StreamRateLimitQuotas", rlqs::SERVICE_NAME)
         );
     }
 }

@@ -23,3 +23,4 @@ pub mod otlp;
 mod protowire;
 pub mod ratelimit;
 mod request_scope;
+pub mod rlqs;

@@ -105,6 +105,13 @@ pub const STANDARD_ATTRIBUTES: &[(&str, ValueType)] = &[
     ("ratelimit.descriptor", StringMap),
     ("ratelimit.descriptor_keys", String),
     ("ratelimit.hits_addend", Int64),
+    // Envoy's rate limit quota service (`mixer_frontends::rlqs`): one bucket of a usage
+    // report — its domain, its id (key -> value), the id's keys sorted and joined by ".", and
+    // the reporting proxy.
+    ("rlqs.domain", String),
+    ("rlqs.bucket", StringMap),
+    ("rlqs.bucket_keys", String),
+    ("rlqs.proxy", String),
     // OTLP ingest: every attribute as it came, and the record's own fields.
     ("otel.attributes", StringMap),
     ("otel.resource", StringMap),

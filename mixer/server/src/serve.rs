@@ -201,9 +201,13 @@ async fn serve(settings: Settings) -> anyhow::Result<Stopped> {
     let mut routes = mixer_frontends::grpc::routes(&runtime);
     routes.add_service(health_service.clone());
     let methods = mixer_frontends::grpc::unary_methods(&runtime);
-    // Envoy keeps its access log stream open for as long as it has entries to send; a
-    // reflection client, its stream for as long as it has questions.
-    let streaming = [mixer_frontends::grpc::ACCESS_LOG_STREAM];
+    // Envoy keeps its access log stream open for as long as it has entries to send, its
+    // RLQS stream for as long as it has buckets to report; a reflection client, its stream
+    // for as long as it has questions.
+    let streaming = [
+        mixer_frontends::grpc::ACCESS_LOG_STREAM,
+        mixer_frontends::grpc::RLQS_STREAM,
+    ];
     let mut served = crate::reflection::services(methods.paths().chain(streaming));
     served.insert(crate::reflection::name_of(&health_service).to_owned());
     crate::reflection::add(&mut routes, &served).context("serving gRPC reflection")?;
