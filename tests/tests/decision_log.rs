@@ -191,7 +191,7 @@ fn forward_auth_decisions_carry_their_id_and_are_logged_as_json_lines() {
             .find(|l| l.contains(id.as_str()))
             .unwrap_or_else(|| panic!("no log line carries {id}:\n{text}"));
         let event: serde_json::Value = serde_json::from_str(line).expect("a JSON log line");
-        assert_eq!(event["span"]["decision_id"], id.as_str(), "{line}");
+        assert_eq!(event["decision_id"], id.as_str(), "{line}");
     }
     assert!(!text.contains(TOKEN), "the token was logged:\n{text}");
 }

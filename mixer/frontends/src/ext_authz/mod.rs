@@ -69,8 +69,7 @@ use envoy_types::pb::envoy::config::core::v3::{Address, SocketAddress};
 use envoy_types::pb::envoy::service::auth::v3::attribute_context::Peer;
 use envoy_types::pb::envoy::service::auth::v3::{CheckRequest, CheckResponse};
 use mixer_model::{AttributeBag, Timestamp};
-use mixer_runtime::{Checked, DecisionId, Runtime, Wants};
-use tracing::Instrument;
+use mixer_runtime::{Checked, Runtime, Wants, with_current_decision};
 
 use crate::request_scope::RequestScope;
 use respond::could_not_decide;
@@ -118,7 +117,7 @@ impl ExtAuthz {
             Ok(())
         })?;
         let id = scope.decision_id();
-        let checked = checked(scope).instrument(request_span(id)).await?;
+        let checked = with_current_decision(id, checked(scope)).await?;
         Ok(check_response_with_id(&checked, Some(id)))
     }
 
@@ -137,7 +136,7 @@ impl ExtAuthz {
         async move {
             let scope = filled?;
             let id = scope.decision_id();
-            let checked = checked(scope).instrument(request_span(id)).await?;
+            let checked = with_current_decision(id, checked(scope)).await?;
             Ok(framed_check_response_with_id(&checked, Some(id)))
         }
     }
@@ -153,11 +152,6 @@ impl ExtAuthz {
         fill(scope.bag_mut(), Timestamp::now())?;
         Ok(scope)
     }
-}
-
-/// The span of one request: every log line about it carries its decision id.
-fn request_span(id: DecisionId) -> tracing::Span {
-    tracing::info_span!("request", decision_id = %id, protocol = "ext_authz")
 }
 
 async fn checked(mut scope: RequestScope) -> Result<Checked, tonic::Status> {

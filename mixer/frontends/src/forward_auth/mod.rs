@@ -42,8 +42,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::response::Response;
-use mixer_runtime::{DECISION_ID_HEADER, DecisionId, Runtime, Wants};
-use tracing::Instrument;
+use mixer_runtime::{DECISION_ID_HEADER, DecisionId, Runtime, Wants, with_current_decision};
 
 use crate::request_scope::RequestScope;
 use respond::{check_response, could_not_decide};
@@ -95,11 +94,10 @@ async fn check(State(endpoint): State<Endpoint>, request: Request) -> Response {
         }
     };
     let id = scope.decision_id();
-    let span = tracing::info_span!("request", decision_id = %id, protocol = "forward-auth");
-    decide(endpoint, scope, request).instrument(span).await
+    with_current_decision(id, decide(endpoint, scope, request)).await
 }
 
-/// Decides the request of `scope`, in the request's span (so that every log line about it
+/// Decides the request of `scope`, as its current decision (so that every log line about it
 /// carries its decision id).
 async fn decide(endpoint: Endpoint, mut scope: RequestScope, request: Request) -> Response {
     let id = scope.decision_id();

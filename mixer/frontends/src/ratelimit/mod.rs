@@ -72,8 +72,8 @@ use mixer_adapter_api::{LimitOverride, QuotaArgs};
 use mixer_model::{AttributeBag, Code as ModelCode, Status, StringMap, Timestamp, Value, Verdict};
 use mixer_runtime::{
     CacheTier, DECISION_ID_HEADER, DecisionOutcome, QuotaPlan, RequestLimits, Runtime, Snapshot,
+    with_current_decision,
 };
-use tracing::Instrument;
 
 use crate::bag_pool::{keep_spare, spare_bag};
 use crate::protowire::{self, Reader, WireError};
@@ -133,16 +133,17 @@ impl RateLimit {
             self.runtime.limits(),
         )?;
         let id = scope.decision_id();
-        let span = tracing::info_span!("request", decision_id = %id, protocol = "ratelimit");
         let decide = async {
             let (snapshot, bag) = scope.parts_mut();
             let planned = plan_descriptors(snapshot, bag, request, Timestamp::now()).await?;
             counted(snapshot, &planned).await
         };
         // Envoy sends no headers with a rate limit request: each is a trace of its own.
-        let mut response = mixer_runtime::traces::request("ratelimit", None, decide)
-            .instrument(span)
-            .await?;
+        let mut response = with_current_decision(
+            id,
+            mixer_runtime::traces::request("ratelimit", None, decide),
+        )
+        .await?;
         log_decision(&mut scope, &response);
         // Envoy adds these to the client's response, allowed or limited: the id to quote.
         response.response_headers_to_add.push(HeaderValue {
