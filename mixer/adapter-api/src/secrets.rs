@@ -223,6 +223,12 @@ impl Redactor {
         }
     }
 
+    /// Whether any secret of these params is in `text` (also inside a word, where
+    /// [`Redactor::scrub`] leaves a short one): a no means scrubbing `text` changes no secret.
+    pub fn may_appear_in(&self, text: &str) -> bool {
+        self.secrets.iter().any(|s| text.contains(s.as_str()))
+    }
+
     /// `text` with every secret of these params replaced by [`REDACTED`], and the password of
     /// every URL in it hidden (an adapter may quote a URL it could not parse).
     pub fn scrub(&self, text: &str) -> String {

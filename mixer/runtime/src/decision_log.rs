@@ -10,6 +10,7 @@
 //! A snapshot without a decision-log rule holds no [`DecisionLog`]: logging a decision is then
 //! one test, and checks record no reads they would not have recorded anyway.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -100,12 +101,18 @@ impl DecisionLog {
     /// `text` without credentials: a bearer token or a JWT anywhere in it, the value of a
     /// secret-named query parameter, a URL's password, and the secrets of every handler's
     /// params (as `/config_dump` hides them).
-    fn scrub(&self, text: &str) -> String {
+    ///
+    /// Most of what a record holds (rule names, codes, header values) holds none of these:
+    /// such text is given back as it is, without the passes that would copy it unchanged.
+    fn scrub<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        if !may_hold_a_credential(text) && !self.secrets.iter().any(|r| r.may_appear_in(text)) {
+            return Cow::Borrowed(text);
+        }
         let mut out = redact_urls_in(&redact_query(&redact_tokens(text)));
         for secrets in &self.secrets {
             out = secrets.scrub(&out);
         }
-        out
+        Cow::Owned(out)
     }
 }
 
@@ -299,7 +306,11 @@ impl Record {
             } else if params.hash.iter().any(|s| s.selects(*attr, key)) {
                 hashed(&value.to_string())
             } else {
-                log.scrub(&value.to_string())
+                let text = value.to_string();
+                match log.scrub(&text) {
+                    Cow::Borrowed(_) => text,
+                    Cow::Owned(clean) => clean,
+                }
             };
             attributes.push((shown, text));
         }
@@ -313,9 +324,10 @@ impl Record {
         // Messages and errors may quote what a request carried.
         for (_, v) in &mut variables {
             if let Value::String(s) = v {
-                let clean = log.scrub(s);
-                if *clean != **s {
-                    *v = Value::string(clean);
+                if let Cow::Owned(clean) = log.scrub(s) {
+                    if *clean != **s {
+                        *v = Value::string(clean);
+                    }
                 }
             }
         }
@@ -406,6 +418,23 @@ fn read_values(
     out
 }
 
+/// Whether `text` holds what [`redact_tokens`], [`redact_query`] or [`redact_urls_in`] could
+/// change: a `bearer` word, a JWT's `eyJ`, a query's `?` or a URL's `://`. One pass over the
+/// bytes; a yes only means the passes run.
+fn may_hold_a_credential(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.iter().enumerate().any(|(i, &b)| {
+        let rest = &bytes[i..];
+        match b {
+            b'?' => true,
+            b':' => rest.starts_with(b"://"),
+            b'e' => rest.starts_with(b"eyJ"),
+            b'b' | b'B' => rest.len() >= 6 && rest[..6].eq_ignore_ascii_case(b"bearer"),
+            _ => false,
+        }
+    })
+}
+
 /// Every word after a `Bearer` scheme, and every word that reads as a JWT (three base64url
 /// parts, the first a JSON object: `eyJ`), replaced by [`REDACTED`].
 fn redact_tokens(text: &str) -> String {
@@ -457,6 +486,44 @@ fn hashed(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_that_could_hold_a_credential_is_told_apart() {
+        for plain in [
+            "",
+            "allow",
+            "deny-on-header.rule.istio-system",
+            "PERMISSION_DENIED",
+            "a:b",
+        ] {
+            assert!(!may_hold_a_credential(plain), "{plain}");
+        }
+        for suspect in [
+            "Bearer abc",
+            "x BEARER",
+            "eyJhbGciOi.e30.sig",
+            "/path?token=1",
+            "see http://u:p@host",
+        ] {
+            assert!(may_hold_a_credential(suspect), "{suspect}");
+        }
+    }
+
+    #[test]
+    fn plain_text_is_kept_as_is_and_a_handler_secret_is_still_hidden() {
+        let params = serde_json::json!({"password": "hunter2-secret"});
+        let log = DecisionLog {
+            routes: Vec::new(),
+            secrets: vec![Arc::new(Redactor::new(&params, &[]))],
+        };
+        assert!(matches!(
+            log.scrub("tag-user.rule"),
+            Cow::Borrowed("tag-user.rule")
+        ));
+        let scrubbed = log.scrub("failed with hunter2-secret");
+        assert!(!scrubbed.contains("hunter2"), "{scrubbed}");
+        assert_eq!(log.scrub("Bearer abc"), "Bearer ***");
+    }
 
     #[test]
     fn tokens_and_secret_query_values_are_never_logged() {
