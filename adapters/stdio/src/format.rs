@@ -47,47 +47,82 @@ fn push_padded(out: &mut String, n: i64, width: usize) {
     out.push_str(digits);
 }
 
-fn fraction(v: u64, digits: u32) -> String {
-    if digits == 0 {
-        return v.to_string();
-    }
+/// Appends `v / 10^digits` as a decimal: the fraction's trailing zeros (and a point with
+/// nothing after it) left out, as Go writes durations.
+fn push_fraction(out: &mut String, v: u64, digits: u32) {
     let p = 10u64.pow(digits);
     let (int, frac) = (v / p, v % p);
+    out.push_str(itoa::Buffer::new().format(int));
     if frac == 0 {
-        return int.to_string();
+        return;
     }
-    let frac = format!("{frac:0width$}", width = digits as usize);
-    format!("{int}.{}", frac.trim_end_matches('0'))
+    out.push('.');
+    let mut buffer = itoa::Buffer::new();
+    let text = buffer.format(frac);
+    for _ in text.len()..digits as usize {
+        out.push('0');
+    }
+    out.push_str(text.trim_end_matches('0'));
 }
 
 /// Go's `time.Duration.String()`: `19ms`, `1.5s`, `1m30s`, `1h0m0s`, `250µs`, `0s`.
 pub fn go_duration(d: Duration) -> String {
+    let mut out = String::with_capacity(16);
+    push_go_duration(&mut out, d);
+    out
+}
+
+/// Appends [`go_duration`]'s text. A decision-log record has a latency: pushed directly
+/// rather than through `format!` and the strings it makes.
+fn push_go_duration(out: &mut String, d: Duration) {
     let n = d.0;
     if n == 0 {
-        return "0s".into();
+        out.push_str("0s");
+        return;
     }
     let u = n.unsigned_abs();
-    let sign = if n < 0 { "-" } else { "" };
-    let body = if u < 1_000 {
-        format!("{u}ns")
+    if n < 0 {
+        out.push('-');
+    }
+    if u < 1_000 {
+        out.push_str(itoa::Buffer::new().format(u));
+        out.push_str("ns");
     } else if u < 1_000_000 {
-        format!("{}\u{b5}s", fraction(u, 3))
+        push_fraction(out, u, 3);
+        out.push_str("\u{b5}s");
     } else if u < 1_000_000_000 {
-        format!("{}ms", fraction(u, 6))
+        push_fraction(out, u, 6);
+        out.push_str("ms");
     } else {
         let secs = u / 1_000_000_000;
         let (h, m) = (secs / 3600, (secs / 60) % 60);
-        let s = fraction((secs % 60) * 1_000_000_000 + u % 1_000_000_000, 9);
         if h > 0 {
-            format!("{h}h{m}m{s}s")
-        } else if m > 0 {
-            format!("{m}m{s}s")
-        } else {
-            format!("{s}s")
+            out.push_str(itoa::Buffer::new().format(h));
+            out.push('h');
         }
-    };
-    format!("{sign}{body}")
+        if h > 0 || m > 0 {
+            out.push_str(itoa::Buffer::new().format(m));
+            out.push('m');
+        }
+        push_fraction(out, (secs % 60) * 1_000_000_000 + u % 1_000_000_000, 9);
+        out.push('s');
+    }
 }
+
+/// The bytes that may start a JSON escape: controls, `"`, `\`, and 0xE2 (the first byte of
+/// U+2028 and U+2029, which JavaScript readers take for line ends).
+const MAY_ESCAPE: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = true;
+        b += 1;
+    }
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
+    table[0xE2] = true;
+    table
+};
 
 /// Appends `s` as a JSON string.
 pub fn json_string(out: &mut String, s: &str) {
@@ -99,7 +134,9 @@ pub fn json_string(out: &mut String, s: &str) {
     let bytes = s.as_bytes();
     let mut plain = 0;
     let mut i = 0;
-    while i < bytes.len() {
+    // One table look-up a byte to find the next byte that may need an escape.
+    while let Some(found) = bytes[i..].iter().position(|&b| MAY_ESCAPE[usize::from(b)]) {
+        i += found;
         let b = bytes[i];
         let (escape, len) = match b {
             b'"' => ("\\\"", 1),
@@ -185,7 +222,12 @@ pub fn json_value(out: &mut String, v: &Value) {
             write_time(out, *t);
             out.push('"');
         }
-        Value::Duration(d) => json_string(out, &go_duration(*d)),
+        Value::Duration(d) => {
+            // A duration has no character JSON escapes.
+            out.push('"');
+            push_go_duration(out, *d);
+            out.push('"');
+        }
         Value::Bytes(b) => json_string(out, &base64(b)),
         Value::IpAddress(ip) => json_string(out, &ip.to_string()),
         Value::StringMap(m) => {
@@ -297,6 +339,12 @@ mod tests {
         assert_eq!(d(3_600_000_000_000), "1h0m0s");
         assert_eq!(d(3_723_005_000_000), "1h2m3.005s");
         assert_eq!(d(-2_000_000), "-2ms");
+        // Zeros inside the fraction stay; a duration in a JSON line is quoted as it reads.
+        assert_eq!(d(1_000_001), "1.000001ms");
+        assert_eq!(d(1_050), "1.05\u{b5}s");
+        let mut json = String::new();
+        json_value(&mut json, &Value::Duration(Duration(61_000_000_000)));
+        assert_eq!(json, "\"1m1s\"");
     }
 
     #[test]

@@ -70,7 +70,9 @@ impl StdioHandler {
 
     /// The lines a batch produces, without writing them.
     pub fn format_batch(&self, instances: &[Instance]) -> String {
-        let mut out = String::new();
+        // About a decision-log record's length a line: the batch is written without growing
+        // (and copying) its buffer again and again.
+        let mut out = String::with_capacity(instances.len() * 512);
         let mut now = None;
         for instance in instances {
             let (level, time, mut fields, value): (
