@@ -9,8 +9,10 @@
 use std::cell::Cell;
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 
 /// Header the HTTP and rate limit front ends answer a decision's id in.
 pub const DECISION_ID_HEADER: &str = "x-mixer-decision-id";
@@ -108,13 +110,29 @@ impl Drop for Entered {
 /// allocated in the subscriber's registry and has its fields formatted even when nothing is
 /// logged, which cost about a tenth of an uncached check; this costs nothing until a line is
 /// actually written.
-pub async fn with_current<F: Future>(id: DecisionId, future: F) -> F::Output {
-    let mut future = std::pin::pin!(future);
-    std::future::poll_fn(|cx| {
-        let _entered = Entered::enter(id);
-        future.as_mut().poll(cx)
-    })
-    .await
+pub fn with_current<F: Future>(id: DecisionId, future: F) -> WithCurrent<F> {
+    WithCurrent { id, future }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of [`with_current`]. It holds the request's future in place (pinned
+    /// projection), as a check's future is large and an `async` wrapper would move it.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct WithCurrent<F> {
+        id: DecisionId,
+        #[pin]
+        future: F,
+    }
+}
+
+impl<F: Future> Future for WithCurrent<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let _entered = Entered::enter(*this.id);
+        this.future.poll(cx)
+    }
 }
 
 #[cfg(test)]
