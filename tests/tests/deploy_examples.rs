@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 use mixer_proto::istio::mixer::v1 as pb;
 use mixer_proto::istio::mixer::v1::mixer_client::MixerClient;
 use mixer_tests::{Mixer, free_addr, header, http_request, upstream};
+#[path = "support/deploy.rs"]
+mod deploy;
+use deploy::deploy_python;
 use serde_json::Value;
 
 fn examples() -> PathBuf {
@@ -182,33 +185,9 @@ fn caddy_forward_auth_example_runs_in_front_of_a_real_mixer() {
     check_proxy_behaviour(listen, "caddy");
 }
 
-fn deploy_python() -> Option<PathBuf> {
-    let python = PathBuf::from(
-        std::env::var("MIXER_DEPLOY_PYTHON")
-            .unwrap_or_else(|_| "/tmp/mixer-deploy-venv/bin/python".into()),
-    );
-    let ok = Command::new(&python)
-        .args(["-c", "import envoy.config.bootstrap.v3.bootstrap_pb2, yaml"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok {
-        return Some(python);
-    }
-    let why = format!(
-        "{} with xds-protos not found: python3 -m venv /tmp/mixer-deploy-venv && \
-         /tmp/mixer-deploy-venv/bin/pip install -r deploy/requirements.txt \
-         (or set MIXER_DEPLOY_PYTHON)",
-        python.display()
-    );
-    assert!(std::env::var_os("CI").is_none(), "{why}");
-    eprintln!("skipped: {why}");
-    None
-}
-
 #[test]
 fn envoy_example_parses_into_envoys_own_protos() {
-    let Some(python) = deploy_python() else {
+    let Some(python) = deploy_python("envoy.config.bootstrap.v3.bootstrap_pb2, yaml") else {
         return;
     };
     let script = examples().join("envoy/check_bootstrap.py");
