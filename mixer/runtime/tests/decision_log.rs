@@ -9,12 +9,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use common::bag;
+use common::{bag, snapshot_in_with};
 use mixer_adapter_api::host::Params;
 use mixer_adapter_api::{
     Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError, ReportHandler, Stability,
 };
-use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile};
+use mixer_config::AdapterRegistry;
 use mixer_model::{FieldValue, Instance, StringMap, Template, Value};
 use mixer_runtime::{
     CacheOptions, Decision, DecisionId, DecisionOutcome, RuntimeMetrics, RuntimeOptions, Snapshot,
@@ -96,9 +96,6 @@ fn snapshot(kept: &Arc<Mutex<Vec<Instance>>>) -> Snapshot {
     let mut registry = AdapterRegistry::new();
     registry.register(Arc::new(Keeper(kept.clone())));
     registry.register(Arc::new(mixer_adapter_denier::Denier));
-    let sources = vec![SourceFile::new("d.yaml", CONFIG)];
-    let validated =
-        mixer_config::validate(&sources, &registry, &ConfigOptions::default()).expect("valid");
     // The cache off: nothing would record the reads but the decision log.
     let options = RuntimeOptions {
         cache: CacheOptions {
@@ -107,10 +104,7 @@ fn snapshot(kept: &Arc<Mutex<Vec<Instance>>>) -> Snapshot {
         },
         ..RuntimeOptions::default()
     };
-    let metrics = RuntimeMetrics::unregistered();
-    Snapshot::build(1, validated.config, &registry, None, &options, &metrics)
-        .expect("built")
-        .snapshot
+    snapshot_in_with(&registry, CONFIG, &options, &RuntimeMetrics::unregistered())
 }
 
 fn variables(instance: &Instance) -> &[(Arc<str>, Value)] {
