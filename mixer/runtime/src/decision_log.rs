@@ -323,12 +323,11 @@ impl Record {
         }
         // Messages and errors may quote what a request carried.
         for (_, v) in &mut variables {
-            if let Value::String(s) = v {
-                if let Cow::Owned(clean) = log.scrub(s) {
-                    if *clean != **s {
-                        *v = Value::string(clean);
-                    }
-                }
+            if let Value::String(s) = v
+                && let Cow::Owned(clean) = log.scrub(s)
+                && *clean != **s
+            {
+                *v = Value::string(clean);
             }
         }
         Instance {

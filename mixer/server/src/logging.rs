@@ -110,11 +110,9 @@ where
 /// `line` (one formatted event, ending in a newline) with `id` put in.
 fn with_decision_id(line: &str, id: DecisionId, json: bool) -> String {
     let body = line.strip_suffix('\n').unwrap_or(line);
-    if json {
-        if let Some(fields) = body.strip_suffix('}') {
-            let comma = if fields.ends_with('{') { "" } else { "," };
-            return format!("{fields}{comma}\"decision_id\":\"{id}\"}}\n");
-        }
+    if json && let Some(fields) = body.strip_suffix('}') {
+        let comma = if fields.ends_with('{') { "" } else { "," };
+        return format!("{fields}{comma}\"decision_id\":\"{id}\"}}\n");
     }
     format!("{body} decision_id={id}\n")
 }
