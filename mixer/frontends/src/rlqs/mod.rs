@@ -484,7 +484,10 @@ impl ReportStream {
     ) -> Lookup {
         bag.clear();
         fill_bag(bag, domain, id, &self.proxy, Timestamp::now());
-        let plan = mixer_runtime::quota::plan_preprocessed(snapshot, &*bag, None).await;
+        // A lookup decides nothing: matching dry-run rules are not counted.
+        let plan = mixer_runtime::quota::plan_preprocessed(snapshot, &*bag, None)
+            .await
+            .without_dry_runs();
         let args = QuotaArgs {
             amount: 0,
             best_effort: true,
