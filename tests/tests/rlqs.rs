@@ -227,3 +227,40 @@ async fn a_silent_stream_is_closed_and_a_reporting_one_stays_open() {
     drop(reporting);
     mixer.terminate();
 }
+
+/// `mixer test` runs `variety: rlqs` cases (policies/rlqs has some), and says what a wrong
+/// expectation got instead.
+#[test]
+fn mixer_test_checks_rlqs_assignments() {
+    let binary = Path::new(env!("CARGO_BIN_EXE_mixer-under-test"));
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = std::process::Command::new(binary)
+        .arg("test")
+        .arg(repo.join("policies/rlqs"))
+        .output()
+        .expect("run mixer test");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("hold 100 each"), "{stdout}");
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        dir.path().join("wrong_test.yaml"),
+        format!(
+            "config: {}\ntests:\n- name: expects an unknown bucket to be denied\n  variety: rlqs\n  domain: rlqs\n  reports:\n  - {{proxy: a, usages: [{{bucket: {{name: other}}, allowed: 5}}, {{bucket: {{name: shared}}, allowed: 5}}]}}\n  expect:\n    assignments:\n    - {{bucket: {{name: other}}, blanketRule: DENY_ALL}}\n",
+            repo.join("policies/rlqs/config").display()
+        ),
+    )
+    .expect("write test file");
+    let out = std::process::Command::new(binary)
+        .arg("test")
+        .arg(dir.path())
+        .output()
+        .expect("run mixer test");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(r#"assignments: expected [({"name": "other"}, "DENY_ALL")], got [({"name": "shared"}, "300/SECOND")]"#),
+        "{stdout}"
+    );
+}
