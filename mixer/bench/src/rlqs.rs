@@ -95,12 +95,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         );
         let (usages, elapsed, cpu) = rlqs_run(&mixer, &args, pid).await?;
         let per_usage = cpu / usages.max(1) as f64;
+        let offered = (args.proxies.max(1) * args.buckets.max(1)) as f64 / REPORT_GAP.as_secs_f64();
         println!(
-            "round {round}: RLQS {} streams x {} buckets: {:.0} bucket usages answered/s, cpu {cpu:.2}s = {:.0} per cpu-second",
+            "round {round}: RLQS {} streams x {} buckets: {:.0} bucket usages answered/s of {offered:.0} offered, cpu {cpu:.2}s = {:.0} per cpu-second; shared state errors so far {}",
             args.proxies,
             args.buckets,
             usages as f64 / elapsed.as_secs_f64(),
-            1.0 / per_usage
+            1.0 / per_usage,
+            crate::observe::scrape(mixer.admin, "mixer_rlqs_shared_state_errors_total")
         );
         rls_costs.push(per_call);
         rlqs_costs.push(per_usage);
@@ -110,7 +112,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let usages_per_1000 = 1000.0 / (args.proxy_rps * args.interval.as_secs_f64()).max(1e-9);
     let (rls_1000, rlqs_1000) = (rls * 1000.0, rlqs * usages_per_1000);
     println!(
-        "median of {} rounds: RLQS {:.0} bucket usages per cpu-second (goal >= 100000; {:.0}/s offered and answered), RLS {:.0} calls per cpu-second",
+        "median of {} rounds: RLQS {:.0} bucket usages per cpu-second (goal >= 100000; {:.0}/s answered), RLS {:.0} calls per cpu-second",
         args.rounds.max(1),
         1.0 / rlqs,
         median(&mut rlqs_rates),
