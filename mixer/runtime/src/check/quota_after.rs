@@ -21,6 +21,7 @@ use mixer_model::{Bag, Code, QuotaLimit, Status, Value, Variety, Verdict};
 
 use super::{Checked, Wants, check_prepared};
 use crate::decision::Undecided;
+use crate::decision_log::CacheTier;
 use crate::preprocess::Prepared;
 use crate::quota::{QuotaAsk, QuotaOutcome, ask_prepared};
 use crate::snapshot::Snapshot;
@@ -60,6 +61,8 @@ pub struct QuotaRefusal {
     pub verdict: Verdict,
     /// Whether the check it follows came from the cache.
     pub cache_hit: bool,
+    /// Which cache tier answered the check it follows.
+    pub tier: CacheTier,
     /// Whole seconds (rounded up) until units come back: the limit's `retry_after`, or for a
     /// handler that names no limit, the refusal's valid duration.
     pub retry_after_secs: u64,
@@ -141,6 +144,7 @@ fn with_dry_runs(checked: Checked, outcome: &QuotaOutcome) -> Checked {
     Checked {
         verdict: std::sync::Arc::new(verdict),
         cache_hit: checked.cache_hit,
+        tier: checked.tier,
     }
 }
 
@@ -178,6 +182,7 @@ fn refusal(allowed: &Checked, outcome: &QuotaOutcome) -> QuotaRefusal {
             ..Verdict::default()
         },
         cache_hit: allowed.cache_hit,
+        tier: allowed.tier,
         retry_after_secs: retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0),
         limit: outcome.result.limit.as_ref().map(|l| l.max_amount.max(0)),
     }
@@ -221,6 +226,7 @@ mod tests {
                 ..Verdict::default()
             }),
             cache_hit: true,
+            tier: CacheTier::InProcess,
         }
     }
 
