@@ -33,6 +33,8 @@ struct Route {
     /// The `decisionlog` instance's full name.
     instance: Arc<str>,
     params: Arc<DecisionLogParams>,
+    /// `mixer_decision_log_sampled_out_total` of the rule.
+    sampled_out: prometheus::IntCounter,
 }
 
 /// The decision-log rules of a snapshot, and what hides the secrets of its handlers' params.
@@ -44,8 +46,13 @@ pub(crate) struct DecisionLog {
 
 impl DecisionLog {
     /// The decision-log rules of `config`; `None` when it has none. `secrets`: the redactors
-    /// of the handlers whose params hold a secret, which no record may quote.
-    pub(crate) fn build(config: &Config, secrets: Vec<Arc<Redactor>>) -> Option<DecisionLog> {
+    /// of the handlers whose params hold a secret, which no record may quote; `sampled_out`:
+    /// where each rule's sampled-out decisions are counted.
+    pub(crate) fn build(
+        config: &Config,
+        secrets: Vec<Arc<Redactor>>,
+        sampled_out: &prometheus::IntCounterVec,
+    ) -> Option<DecisionLog> {
         let mut routes = Vec::new();
         for (r, rule) in config.rules.iter().enumerate() {
             for action in &rule.actions {
@@ -59,6 +66,7 @@ impl DecisionLog {
                             handler: action.handler,
                             instance: ic.name.clone(),
                             params: params.clone(),
+                            sampled_out: sampled_out.with_label_values(&[rule.name.as_ref()]),
                         });
                     }
                 }
@@ -83,8 +91,12 @@ impl DecisionLog {
         let sample = decision.id.sample() * 100.0;
         for route in &self.routes {
             let params = &route.params;
+            if !rule_applies(config, route.rule, bag) {
+                continue;
+            }
             let sampled = sample < params.percent_sampled || (denial && params.always_log_denials);
-            if !sampled || !rule_applies(config, route.rule, bag) {
+            if !sampled {
+                route.sampled_out.inc();
                 continue;
             }
             let record =
@@ -132,6 +144,19 @@ pub enum DecisionOutcome<'a> {
     },
     /// The mixer could not decide.
     Undecided(&'a Undecided),
+}
+
+impl<'a> DecisionOutcome<'a> {
+    /// The outcome of a check as [`crate::check`] decided it.
+    pub fn of_check(checked: &'a Result<crate::Checked, Undecided>) -> DecisionOutcome<'a> {
+        match checked {
+            Ok(c) => DecisionOutcome::Verdict {
+                verdict: &c.verdict,
+                cache: c.tier,
+            },
+            Err(e) => DecisionOutcome::Undecided(e),
+        }
+    }
 }
 
 /// Which cache tier answered a check.
@@ -244,6 +269,14 @@ impl Record {
                 if let Some(handler) = handler {
                     put("handler", Value::String(handler));
                 }
+                if !verdict.failed_open.is_empty() {
+                    let errors = verdict
+                        .failed_open
+                        .iter()
+                        .map(|f| (&*f.handler, f.error.as_str()));
+                    put("handler_errors", Value::from(StringMap::from_pairs(errors)));
+                    put("fail_policy", Value::string("open"));
+                }
                 reads = read_values(bag, &verdict.referenced);
             }
             DecisionOutcome::Undecided(undecided) => {
@@ -255,7 +288,10 @@ impl Record {
                         if let Some(rule) = rule_routing_to(config, handler) {
                             put("rule", Value::String(rule));
                         }
-                        put("error", Value::string(error.to_string()));
+                        let error = error.to_string();
+                        let errors = [(&**handler, error.as_str())];
+                        put("handler_errors", Value::from(StringMap::from_pairs(errors)));
+                        put("error", Value::string(error));
                         put("fail_policy", Value::string("close"));
                     }
                     Undecided::Instance(e) => {

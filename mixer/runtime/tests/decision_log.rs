@@ -12,10 +12,11 @@ use async_trait::async_trait;
 use common::bag;
 use mixer_adapter_api::host::Params;
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError, ReportHandler, Stability,
+    Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, ErrorKind, Handler, ParamError,
+    ReportHandler, Stability,
 };
 use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile};
-use mixer_model::{FieldValue, Instance, StringMap, Template, Value};
+use mixer_model::{CheckResult, FieldValue, Instance, StringMap, Template, Value};
 use mixer_runtime::{
     CacheOptions, Decision, DecisionId, DecisionOutcome, RuntimeMetrics, RuntimeOptions, Snapshot,
     Wants,
@@ -189,4 +190,201 @@ async fn a_decision_reaches_the_log_handler_with_what_it_read_and_no_credential(
     // The denial's message quoted a bearer token: not written either.
     let text = format!("{record:?}");
     assert!(!text.contains("abc"), "{text}");
+}
+
+/// A check adapter whose backend is down: every call fails.
+struct Broken;
+
+static BROKEN: AdapterInfo = AdapterInfo {
+    name: "broken",
+    description: "fails every check",
+    templates: &[Template::CheckNothing],
+    cacheable: true,
+    stability: Stability::Alpha,
+};
+
+impl Adapter for Broken {
+    type Config = Params;
+    type Compiled = Params;
+
+    fn info(&self) -> &AdapterInfo {
+        &BROKEN
+    }
+    fn compile(&self, params: Params) -> Result<Params, Vec<ParamError>> {
+        Ok(params)
+    }
+    fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
+        Ok(Arc::new(BrokenHandler))
+    }
+}
+
+struct BrokenHandler;
+
+impl Handler for BrokenHandler {
+    fn as_check(&self) -> Option<&dyn CheckHandler> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl CheckHandler for BrokenHandler {
+    async fn check(&self, _: &Instance) -> Result<CheckResult, AdapterError> {
+        Err(AdapterError::transient(
+            ErrorKind::Unavailable,
+            "backend is down",
+        ))
+    }
+}
+
+/// `broken` fails open on `/open`, closed on `/closed`; every decision is logged, except
+/// that `percentSampled: 0` keeps the allowances of `/quiet` out.
+const FAILING: &str = r#"
+kind: handler
+metadata: {name: open, namespace: istio-system}
+spec: {compiledAdapter: broken, failPolicy: OPEN}
+---
+kind: handler
+metadata: {name: closed, namespace: istio-system}
+spec: {compiledAdapter: broken, failPolicy: CLOSED}
+---
+kind: instance
+metadata: {name: nothing, namespace: istio-system}
+spec: {compiledTemplate: checknothing}
+---
+kind: rule
+metadata: {name: open, namespace: istio-system}
+spec:
+  match: request.path == "/open"
+  actions: [{handler: open, instances: [nothing]}]
+---
+kind: rule
+metadata: {name: closed, namespace: istio-system}
+spec:
+  match: request.path == "/closed"
+  actions: [{handler: closed, instances: [nothing]}]
+---
+kind: handler
+metadata: {name: keep, namespace: istio-system}
+spec: {compiledAdapter: keeper}
+---
+kind: instance
+metadata: {name: decisions, namespace: istio-system}
+spec: {compiledTemplate: decisionlog}
+---
+kind: rule
+metadata: {name: log, namespace: istio-system}
+spec:
+  match: request.path != "/quiet"
+  actions: [{handler: keep, instances: [decisions]}]
+---
+kind: instance
+metadata: {name: sampled, namespace: istio-system}
+spec: {compiledTemplate: decisionlog, params: {percentSampled: 0, alwaysLogDenials: false}}
+---
+kind: rule
+metadata: {name: quiet, namespace: istio-system}
+spec:
+  match: request.path == "/quiet"
+  actions: [{handler: keep, instances: [sampled]}]
+"#;
+
+fn failing_snapshot(kept: &Arc<Mutex<Vec<Instance>>>, metrics: &RuntimeMetrics) -> Snapshot {
+    let mut registry = AdapterRegistry::new();
+    registry.register(Arc::new(Keeper(kept.clone())));
+    registry.register(Arc::new(Broken));
+    let sources = vec![SourceFile::new("f.yaml", FAILING)];
+    let validated =
+        mixer_config::validate(&sources, &registry, &ConfigOptions::default()).expect("valid");
+    Snapshot::build(
+        1,
+        validated.config,
+        &registry,
+        None,
+        &RuntimeOptions::default(),
+        metrics,
+    )
+    .expect("built")
+    .snapshot
+}
+
+/// Checks `path` and returns the record its decision gives.
+async fn record_of(snap: &Snapshot, path: &str) -> Instance {
+    let b = bag(snap, &[("request.path", Value::from(path))]);
+    let checked = mixer_runtime::check(snap, &b, Wants::Verdict).await;
+    let decision = Decision {
+        id: DecisionId::next(),
+        front_end: "test",
+        started: Instant::now(),
+        outcome: DecisionOutcome::of_check(&checked),
+    };
+    let mut records = snap.decision_records(&b, &decision);
+    assert_eq!(records.len(), 1, "{records:?}");
+    records.remove(0)
+}
+
+#[tokio::test]
+async fn a_failed_handler_and_the_fail_policy_applied_are_in_the_record() {
+    let kept = Arc::new(Mutex::new(Vec::new()));
+    let metrics = RuntimeMetrics::unregistered();
+    let snap = failing_snapshot(&kept, &metrics);
+
+    // Failing open: allowed, never reused, and the record names the handler and its error.
+    let open = record_of(&snap, "/open").await;
+    assert_eq!(variable(&open, "verdict"), Some(&Value::from("allow")));
+    assert_eq!(variable(&open, "fail_policy"), Some(&Value::from("open")));
+    let Some(Value::StringMap(errors)) = variable(&open, "handler_errors") else {
+        panic!("no handler errors: {open:?}");
+    };
+    let error = errors
+        .get("open.handler.istio-system")
+        .expect("the handler");
+    assert!(error.contains("backend is down"), "{error}");
+    assert_eq!(variable(&open, "cache"), Some(&Value::from("none")));
+
+    // Failing closed: undecided, the same fields with the other policy.
+    let closed = record_of(&snap, "/closed").await;
+    assert_eq!(
+        variable(&closed, "verdict"),
+        Some(&Value::from("undecided"))
+    );
+    assert_eq!(
+        variable(&closed, "fail_policy"),
+        Some(&Value::from("close"))
+    );
+    let Some(Value::StringMap(errors)) = variable(&closed, "handler_errors") else {
+        panic!("no handler errors: {closed:?}");
+    };
+    let error = errors
+        .get("closed.handler.istio-system")
+        .expect("the handler");
+    assert!(error.contains("backend is down"), "{error}");
+}
+
+#[tokio::test]
+async fn decisions_sampled_out_are_counted_by_rule() {
+    let kept = Arc::new(Mutex::new(Vec::new()));
+    let metrics = RuntimeMetrics::unregistered();
+    let snap = failing_snapshot(&kept, &metrics);
+    let sampled_out = |rule: &str| {
+        metrics
+            .decision_log_sampled_out
+            .with_label_values(&[rule])
+            .get()
+    };
+    let b = bag(&snap, &[("request.path", Value::from("/quiet"))]);
+    for _ in 0..3 {
+        let checked = mixer_runtime::check(&snap, &b, Wants::Verdict).await;
+        let decision = Decision {
+            id: DecisionId::next(),
+            front_end: "test",
+            started: Instant::now(),
+            outcome: DecisionOutcome::of_check(&checked),
+        };
+        assert_eq!(snap.log_decision(&b, &decision), 0);
+    }
+    assert_eq!(sampled_out("quiet.rule.istio-system"), 3);
+    // A rule whose match does not hold samples nothing out.
+    assert_eq!(sampled_out("log.rule.istio-system"), 0);
+    record_of(&snap, "/open").await;
+    assert_eq!(sampled_out("log.rule.istio-system"), 0);
 }
