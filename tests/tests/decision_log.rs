@@ -353,3 +353,105 @@ fn records_say_which_cache_tier_answered_and_which_handler_failed_open() {
     );
     assert_eq!(open["cache"], "none", "{open}");
 }
+
+/// One rate limit call on `grpc` with a descriptor per entry of `descriptors`: the decision
+/// id Envoy would add to the client's response, and whether it is over the limit.
+fn rate_limit(grpc: std::net::SocketAddr, descriptors: &[(&str, &str)]) -> (String, bool) {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
+    let request = RateLimitRequest {
+        domain: "edge".into(),
+        descriptors: descriptors
+            .iter()
+            .map(|(k, v)| RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: (*k).into(),
+                    value: (*v).into(),
+                }],
+                ..Default::default()
+            })
+            .collect(),
+        hits_addend: 1,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let response = runtime.block_on(async {
+        let mut client = RateLimitServiceClient::connect(format!("http://{grpc}"))
+            .await
+            .expect("connect");
+        client
+            .should_rate_limit(request)
+            .await
+            .expect("answered")
+            .into_inner()
+    });
+    let id = response
+        .response_headers_to_add
+        .iter()
+        .find(|h| h.key == "x-mixer-decision-id")
+        .expect("the decision id")
+        .value
+        .clone();
+    (id, response.overall_code == Code::OverLimit as i32)
+}
+
+#[test]
+fn a_rate_limit_record_has_every_descriptors_verdict_and_the_limit_that_decided() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/ratelimit/config/edge.yaml"),
+        dir.path().join("edge.yaml"),
+    )
+    .expect("copy the rate limits");
+    std::fs::copy(
+        bundle_file("decision-log", "decision-log.yaml"),
+        dir.path().join("decision-log.yaml"),
+    )
+    .expect("copy the bundle");
+    let binary = Path::new(env!("CARGO_BIN_EXE_mixer-under-test"));
+    let config = dir.path().to_str().expect("utf-8");
+    let (mixer, stdout) = mixer_tests::Mixer::start_capturing_stdout(binary, &["--config", config]);
+    mixer.wait_ready(Duration::from_secs(20));
+
+    // policies/ratelimit: 50.0.0.5 may send nothing; a path under /api/ 100 a second.
+    let (limited, over) = rate_limit(
+        mixer.grpc,
+        &[("path", "/api/pets"), ("remote_address", "50.0.0.5")],
+    );
+    assert!(over);
+    let (allowed, over) = rate_limit(mixer.grpc, &[("path", "/api/pets")]);
+    assert!(!over);
+
+    let records = records_of(&[&stdout], &[&limited, &allowed]);
+    let record = &records[&limited];
+    assert_eq!(record["front_end"], "ratelimit", "{record}");
+    assert_eq!(record["verdict"], "deny", "{record}");
+    assert_eq!(record["code"], "RESOURCE_EXHAUSTED", "{record}");
+    assert_eq!(
+        record["descriptors"],
+        serde_json::json!({"path=/api/pets": "OK", "remote_address=50.0.0.5": "OVER_LIMIT"}),
+        "{record}"
+    );
+    assert_eq!(record["descriptor"], "remote_address=50.0.0.5", "{record}");
+    assert!(
+        record["limit"]
+            .as_str()
+            .is_some_and(|l| l.ends_with(" 0/SECOND")),
+        "{record}"
+    );
+    let record = &records[&allowed];
+    assert_eq!(record["verdict"], "allow", "{record}");
+    assert_eq!(record["descriptor"], "path=/api/pets", "{record}");
+    assert!(
+        record["limit"]
+            .as_str()
+            .is_some_and(|l| l.ends_with(" 100/SECOND")),
+        "{record}"
+    );
+}

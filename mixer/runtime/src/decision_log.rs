@@ -144,6 +144,34 @@ pub enum DecisionOutcome<'a> {
     },
     /// The mixer could not decide.
     Undecided(&'a Undecided),
+    /// A rate limit service answer: OK or RESOURCE_EXHAUSTED, and each descriptor's.
+    RateLimit {
+        /// The request's verdict: over the limit when a descriptor is.
+        verdict: &'a Verdict,
+        /// Each descriptor's verdict, in request order.
+        descriptors: &'a [DescriptorDecision],
+    },
+}
+
+/// What one rate limit descriptor came to, for the decision log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DescriptorDecision {
+    /// Its entries as `key=value`, joined by `,`.
+    pub entries: String,
+    /// Its code as the response says it: `OK` or `OVER_LIMIT`.
+    pub code: &'static str,
+    /// The limit that applied to it (`name: N/UNIT`, or `N/UNIT` for a limit without a
+    /// name); `None` when no limit did.
+    pub limit: Option<String>,
+    /// Requests left under that limit.
+    pub remaining: u32,
+}
+
+impl DescriptorDecision {
+    /// Whether this descriptor is over its limit.
+    pub fn is_over(&self) -> bool {
+        self.code == "OVER_LIMIT"
+    }
 }
 
 impl<'a> DecisionOutcome<'a> {
@@ -196,7 +224,8 @@ pub struct Decision<'a> {
 impl Decision<'_> {
     fn is_denial(&self) -> bool {
         match self.outcome {
-            DecisionOutcome::Verdict { verdict, .. } => !verdict.is_allowed(),
+            DecisionOutcome::Verdict { verdict, .. }
+            | DecisionOutcome::RateLimit { verdict, .. } => !verdict.is_allowed(),
             DecisionOutcome::Undecided(_) => true,
         }
     }
@@ -229,6 +258,12 @@ impl Record {
         if let Some(hash) = config_hash {
             put("config_hash", Value::String(hash.clone()));
         }
+        // What a Mixer v1 client, whose protocol has no place for the decision id, can quote
+        // instead: the proxy's `x-request-id`.
+        let request_id = config.vocabulary.lookup("request.id");
+        if let Some(Value::String(id)) = request_id.and_then(|a| bag.get(a)) {
+            put("request_id", Value::String(id.clone()));
+        }
         let latency = decision.started.elapsed();
         put(
             "latency",
@@ -239,12 +274,7 @@ impl Record {
         let mut reads = Vec::new();
         match decision.outcome {
             DecisionOutcome::Verdict { verdict, cache } => {
-                let outcome = if verdict.is_allowed() {
-                    "allow"
-                } else {
-                    "deny"
-                };
-                put("verdict", Value::string(outcome));
+                put("verdict", Value::string(verdict_word(verdict)));
                 put("code", Value::string(verdict.status.code.name()));
                 if !verdict.status.message.is_empty() {
                     put("message", Value::string(verdict.istio_message()));
@@ -278,6 +308,15 @@ impl Record {
                     put("fail_policy", Value::string("open"));
                 }
                 reads = read_values(bag, &verdict.referenced);
+            }
+            DecisionOutcome::RateLimit {
+                verdict,
+                descriptors,
+            } => {
+                put("verdict", Value::string(verdict_word(verdict)));
+                put("code", Value::string(verdict.status.code.name()));
+                put("cache", Value::string(CacheTier::None.label()));
+                put_descriptors(&mut put, descriptors);
             }
             DecisionOutcome::Undecided(undecided) => {
                 put("verdict", Value::string("undecided"));
@@ -364,6 +403,44 @@ impl Record {
                 ("severity", FieldValue::Value(Value::string("Info"))),
             ],
         }
+    }
+}
+
+fn verdict_word(verdict: &Verdict) -> &'static str {
+    if verdict.is_allowed() {
+        "allow"
+    } else {
+        "deny"
+    }
+}
+
+/// A rate limit decision's descriptors (`descriptors`: each one's entries to its code) and
+/// the one that decided, with its limit: the first over its limit, else the one with the
+/// fewest requests left (as the `X-RateLimit-*` headers pick it).
+fn put_descriptors(put: &mut impl FnMut(&str, Value), descriptors: &[DescriptorDecision]) {
+    let mut seen: Vec<&str> = Vec::with_capacity(descriptors.len());
+    let mut codes: Vec<(String, &str)> = Vec::with_capacity(descriptors.len());
+    for (i, d) in descriptors.iter().enumerate() {
+        // The same entries twice (two of Envoy's actions alike) stay two keys.
+        let key = if seen.contains(&d.entries.as_str()) {
+            format!("{} #{i}", d.entries)
+        } else {
+            d.entries.clone()
+        };
+        seen.push(&d.entries);
+        codes.push((key, d.code));
+    }
+    put("descriptors", Value::from(StringMap::from_pairs(codes)));
+    let deciding = descriptors
+        .iter()
+        .filter(|d| d.limit.is_some())
+        .min_by_key(|d| (!d.is_over(), d.remaining));
+    if let Some(d) = deciding {
+        put("descriptor", Value::string(d.entries.as_str()));
+        if let Some(limit) = &d.limit {
+            put("limit", Value::string(limit.as_str()));
+        }
+        put("limit_remaining", Value::Int64(i64::from(d.remaining)));
     }
 }
 
