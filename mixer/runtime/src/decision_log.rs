@@ -199,7 +199,8 @@ pub enum CacheTier {
 }
 
 impl CacheTier {
-    fn label(self) -> &'static str {
+    /// The tier's name in decision records and ext_authz metadata.
+    pub fn label(self) -> &'static str {
         match self {
             CacheTier::InProcess => "in_process",
             CacheTier::Shared => "shared",

@@ -155,3 +155,29 @@ fn an_allowed_and_a_denied_answer_keep_their_parts() {
         ))
     );
 }
+
+#[test]
+fn an_answer_from_the_shared_cache_says_so() {
+    use envoy_types::pb::google::protobuf::value::Kind;
+    let tier = |tier: CacheTier| {
+        let checked = Checked {
+            verdict: Arc::new(Verdict::default()),
+            cache_hit: tier != CacheTier::None,
+            tier,
+        };
+        let response = decoded(&ext_authz::framed_check_response(&checked));
+        assert_eq!(response, ext_authz::check_response(&checked));
+        let metadata = response.dynamic_metadata.expect("decision metadata");
+        metadata
+            .fields
+            .get("cache_tier")
+            .and_then(|v| v.kind.clone())
+    };
+    assert_eq!(
+        tier(CacheTier::Shared),
+        Some(Kind::StringValue("shared".into()))
+    );
+    // This replica's cache or none: `cache_hit` alone says which.
+    assert_eq!(tier(CacheTier::InProcess), None);
+    assert_eq!(tier(CacheTier::None), None);
+}
