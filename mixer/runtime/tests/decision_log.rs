@@ -9,14 +9,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use common::bag;
+use common::{Broken, bag, snapshot_in_with};
 use mixer_adapter_api::host::Params;
 use mixer_adapter_api::{
-    Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, ErrorKind, Handler, ParamError,
-    ReportHandler, Stability,
+    Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError, ReportHandler, Stability,
 };
-use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile};
-use mixer_model::{CheckResult, FieldValue, Instance, StringMap, Template, Value};
+use mixer_config::AdapterRegistry;
+use mixer_model::{FieldValue, Instance, StringMap, Template, Value};
 use mixer_runtime::{
     CacheOptions, Decision, DecisionId, DecisionOutcome, RuntimeMetrics, RuntimeOptions, Snapshot,
     Wants,
@@ -97,9 +96,6 @@ fn snapshot(kept: &Arc<Mutex<Vec<Instance>>>) -> Snapshot {
     let mut registry = AdapterRegistry::new();
     registry.register(Arc::new(Keeper(kept.clone())));
     registry.register(Arc::new(mixer_adapter_denier::Denier));
-    let sources = vec![SourceFile::new("d.yaml", CONFIG)];
-    let validated =
-        mixer_config::validate(&sources, &registry, &ConfigOptions::default()).expect("valid");
     // The cache off: nothing would record the reads but the decision log.
     let options = RuntimeOptions {
         cache: CacheOptions {
@@ -108,10 +104,7 @@ fn snapshot(kept: &Arc<Mutex<Vec<Instance>>>) -> Snapshot {
         },
         ..RuntimeOptions::default()
     };
-    let metrics = RuntimeMetrics::unregistered();
-    Snapshot::build(1, validated.config, &registry, None, &options, &metrics)
-        .expect("built")
-        .snapshot
+    snapshot_in_with(&registry, CONFIG, &options, &RuntimeMetrics::unregistered())
 }
 
 fn variables(instance: &Instance) -> &[(Arc<str>, Value)] {
@@ -192,50 +185,6 @@ async fn a_decision_reaches_the_log_handler_with_what_it_read_and_no_credential(
     assert!(!text.contains("abc"), "{text}");
 }
 
-/// A check adapter whose backend is down: every call fails.
-struct Broken;
-
-static BROKEN: AdapterInfo = AdapterInfo {
-    name: "broken",
-    description: "fails every check",
-    templates: &[Template::CheckNothing],
-    cacheable: true,
-    stability: Stability::Alpha,
-};
-
-impl Adapter for Broken {
-    type Config = Params;
-    type Compiled = Params;
-
-    fn info(&self) -> &AdapterInfo {
-        &BROKEN
-    }
-    fn compile(&self, params: Params) -> Result<Params, Vec<ParamError>> {
-        Ok(params)
-    }
-    fn build(&self, _: &Params, _: &BuildContext) -> Result<Arc<dyn Handler>, AdapterError> {
-        Ok(Arc::new(BrokenHandler))
-    }
-}
-
-struct BrokenHandler;
-
-impl Handler for BrokenHandler {
-    fn as_check(&self) -> Option<&dyn CheckHandler> {
-        Some(self)
-    }
-}
-
-#[async_trait]
-impl CheckHandler for BrokenHandler {
-    async fn check(&self, _: &Instance) -> Result<CheckResult, AdapterError> {
-        Err(AdapterError::transient(
-            ErrorKind::Unavailable,
-            "backend is down",
-        ))
-    }
-}
-
 /// `broken` fails open on `/open`, closed on `/closed`; every decision is logged, except
 /// that `percentSampled: 0` keeps the allowances of `/quiet` out.
 const FAILING: &str = r#"
@@ -292,19 +241,7 @@ fn failing_snapshot(kept: &Arc<Mutex<Vec<Instance>>>, metrics: &RuntimeMetrics) 
     let mut registry = AdapterRegistry::new();
     registry.register(Arc::new(Keeper(kept.clone())));
     registry.register(Arc::new(Broken));
-    let sources = vec![SourceFile::new("f.yaml", FAILING)];
-    let validated =
-        mixer_config::validate(&sources, &registry, &ConfigOptions::default()).expect("valid");
-    Snapshot::build(
-        1,
-        validated.config,
-        &registry,
-        None,
-        &RuntimeOptions::default(),
-        metrics,
-    )
-    .expect("built")
-    .snapshot
+    snapshot_in_with(&registry, FAILING, &RuntimeOptions::default(), metrics)
 }
 
 /// Checks `path` and returns the record its decision gives.
@@ -338,7 +275,7 @@ async fn a_failed_handler_and_the_fail_policy_applied_are_in_the_record() {
     let error = errors
         .get("open.handler.istio-system")
         .expect("the handler");
-    assert!(error.contains("backend is down"), "{error}");
+    assert!(error.contains("backend down"), "{error}");
     assert_eq!(variable(&open, "cache"), Some(&Value::from("none")));
 
     // Failing closed: undecided, the same fields with the other policy.
@@ -357,7 +294,7 @@ async fn a_failed_handler_and_the_fail_policy_applied_are_in_the_record() {
     let error = errors
         .get("closed.handler.istio-system")
         .expect("the handler");
-    assert!(error.contains("backend is down"), "{error}");
+    assert!(error.contains("backend down"), "{error}");
 }
 
 #[tokio::test]
