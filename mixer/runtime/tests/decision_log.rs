@@ -325,3 +325,79 @@ async fn decisions_sampled_out_are_counted_by_rule() {
     record_of(&snap, "/open").await;
     assert_eq!(sampled_out("log.rule.istio-system"), 0);
 }
+
+/// A quota charged after each check, by a handler that never answers and fails open.
+const QUOTA_FAILING: &str = r#"
+kind: handler
+metadata: {name: stuck-open, namespace: istio-system}
+spec: {compiledAdapter: stalled, failPolicy: OPEN}
+---
+kind: instance
+metadata: {name: requestcount, namespace: istio-system}
+spec: {compiledTemplate: quota}
+---
+kind: rule
+metadata: {name: count, namespace: istio-system}
+spec:
+  actions: [{handler: stuck-open, instances: [requestcount]}]
+---
+kind: handler
+metadata: {name: keep, namespace: istio-system}
+spec: {compiledAdapter: keeper}
+---
+kind: instance
+metadata: {name: decisions, namespace: istio-system}
+spec: {compiledTemplate: decisionlog}
+---
+kind: rule
+metadata: {name: log, namespace: istio-system}
+spec:
+  actions: [{handler: keep, instances: [decisions]}]
+"#;
+
+// The paused clock jumps to the handler's deadline: no real waiting.
+#[tokio::test(start_paused = true)]
+async fn a_quota_handler_that_failed_open_is_in_the_record() {
+    let kept = Arc::new(Mutex::new(Vec::new()));
+    let mut registry = AdapterRegistry::new();
+    registry.register(Arc::new(Keeper(kept.clone())));
+    registry.register(Arc::new(common::Stalled));
+    let options = RuntimeOptions {
+        handler_timeout: Duration::from_millis(50),
+        ..RuntimeOptions::default()
+    };
+    let snap = snapshot_in_with(
+        &registry,
+        QUOTA_FAILING,
+        &options,
+        &RuntimeMetrics::unregistered(),
+    );
+    let b = bag(&snap, &[("request.path", Value::from("/"))]);
+    let charged = mixer_runtime::check_with_quota(&snap, &b, Wants::Verdict)
+        .await
+        .expect("failed open");
+    let mixer_runtime::QuotaAfterCheck::Checked(checked) = charged else {
+        panic!("granted without a limit, got {charged:?}");
+    };
+    assert!(checked.verdict.is_allowed());
+    let decision = Decision {
+        id: DecisionId::next(),
+        front_end: "test",
+        started: Instant::now(),
+        outcome: DecisionOutcome::Verdict {
+            verdict: &checked.verdict,
+            cache: checked.tier,
+        },
+    };
+    let records = snap.decision_records(&b, &decision);
+    assert_eq!(records.len(), 1, "{records:?}");
+    let record = &records[0];
+    assert_eq!(variable(record, "fail_policy"), Some(&Value::from("open")));
+    let Some(Value::StringMap(errors)) = variable(record, "handler_errors") else {
+        panic!("no handler errors: {record:?}");
+    };
+    let error = errors
+        .get("stuck-open.handler.istio-system")
+        .expect("the quota handler");
+    assert!(error.contains("50ms"), "{error}");
+}

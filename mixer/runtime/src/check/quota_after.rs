@@ -134,13 +134,16 @@ async fn charge(
 }
 
 /// `checked` with the would-be answers of the dry-run quota rules its request was charged
-/// (already counted where they were allocated).
+/// (already counted where they were allocated) and the quota handlers that failed open.
 fn with_dry_runs(checked: Checked, outcome: &QuotaOutcome) -> Checked {
-    if outcome.dry_run.is_empty() {
+    if outcome.dry_run.is_empty() && outcome.failed_open.is_empty() {
         return checked;
     }
     let mut verdict = Verdict::clone(&checked.verdict);
     verdict.dry_run.extend(outcome.dry_run.iter().cloned());
+    verdict
+        .failed_open
+        .extend(outcome.failed_open.iter().cloned());
     Checked {
         verdict: std::sync::Arc::new(verdict),
         cache_hit: checked.cache_hit,
@@ -177,6 +180,13 @@ fn refusal(allowed: &Checked, outcome: &QuotaOutcome) -> QuotaRefusal {
                 .dry_run
                 .iter()
                 .chain(&outcome.dry_run)
+                .cloned()
+                .collect(),
+            failed_open: allowed
+                .verdict
+                .failed_open
+                .iter()
+                .chain(&outcome.failed_open)
                 .cloned()
                 .collect(),
             ..Verdict::default()
@@ -216,6 +226,7 @@ mod tests {
             unlimited: false,
             quota_mode: false,
             dry_run: Vec::new(),
+            failed_open: Vec::new(),
         }
     }
 
