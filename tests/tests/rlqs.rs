@@ -119,8 +119,9 @@ async fn uneven_load_and_a_demand_that_drops() {
     mixer.terminate();
 }
 
-/// Bad input on one stream (absurd counts, thousands of buckets per report, reports as fast
-/// as it can send them) is answered and bounded, and another stream is unaffected.
+/// Bad input on one stream (absurd counts, thousands of buckets per report, buckets no config
+/// names, reports as fast as it can send them) is answered and bounded, another stream is
+/// unaffected, and streams that come and go with such reports leave the mixer's memory flat.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_reports_do_not_disturb_other_streams() {
     let mixer = start_mixer();
@@ -174,8 +175,67 @@ async fn bad_reports_do_not_disturb_other_streams() {
     let share = abuser.rate("shared").expect("the abuser is answered too");
     assert!(share <= 300, "{share}");
     assert!(good[0].received.lock().expect("lock").ended.is_none());
-    drop((good, abuser));
+    drop(abuser);
+
+    // Memory stays flat: streams that come and go, each reporting thousands of buckets no
+    // config names, leave nothing behind. One round first, so that the allocator's pools
+    // exist before the measure.
+    churn(mixer.grpc, 0..5).await;
+    let before = rss_kib(mixer.pid());
+    churn(mixer.grpc, 5..35).await;
+    let after = rss_kib(mixer.pid());
+    assert!(
+        after < before + 4 * 1024,
+        "the mixer's RSS went from {before} KiB to {after} KiB"
+    );
+    run_intervals(&mut good, 1).await;
+    assert!(good[0].rate("shared").is_some_and(|r| r >= 15));
+    assert!(good[0].received.lock().expect("lock").ended.is_none());
+    drop(good);
     mixer.terminate();
+}
+
+/// Streams `ids`, one after the other: each reports `shared` and 4,999 buckets no config
+/// names, waits for its answer and goes away.
+async fn churn(addr: std::net::SocketAddr, ids: std::ops::Range<u32>) {
+    let usages: Vec<BucketQuotaUsage> = std::iter::once("shared".to_string())
+        .chain((1..5000).map(|i| format!("unknown-{i}")))
+        .map(|name| BucketQuotaUsage {
+            bucket_id: Some(bucket(&name)),
+            time_elapsed: Some(ProtoDuration {
+                seconds: 1,
+                nanos: 0,
+            }),
+            num_requests_allowed: u64::MAX,
+            num_requests_denied: 0,
+        })
+        .collect();
+    for i in ids {
+        let proxy = Proxy::connect(addr, &format!("churn-{i}"), &[]).await;
+        let report = RateLimitQuotaUsageReports {
+            domain: "rlqs".into(),
+            bucket_quota_usages: usages.clone(),
+        };
+        proxy.reports.send(report).await.expect("stream open");
+        let start = Instant::now();
+        while proxy.received.lock().expect("lock").answers < 2 {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "a churning stream was not answered"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// The resident memory of process `pid`, in KiB (`VmRSS`).
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
 }
 
 /// A stream that never reports is closed by the body timeout (`--body-read-timeout`), while
