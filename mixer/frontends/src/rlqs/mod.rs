@@ -6,7 +6,9 @@
 //! on one long-lived stream (every `reporting_interval`), and applies the assignments this
 //! service sends back for as long as their time to live. The service splits each global
 //! limit across the proxies that report its bucket by what each asked for
-//! ([`fair_share`]).
+//! ([`fair_share`]). The demands are this process's ([`Rlqs::new`]), or every replica's in
+//! Redis ([`Rlqs::shared`], [`shared_state`]: `serve --shared-cache`), where a Redis that
+//! fails leaves the limited buckets of a report without a new assignment.
 //!
 //! ## From a bucket to a limit
 //!
