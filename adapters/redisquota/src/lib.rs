@@ -41,6 +41,8 @@
 
 mod config;
 mod handler;
+mod link;
+mod over_limit;
 mod scripts;
 
 use std::sync::Arc;
@@ -56,6 +58,8 @@ pub use config::{
     DEFAULT_POOL_SIZE, RedisQuotaConfig, RedisQuotaParams, redis_url,
 };
 pub use handler::{KEY_PREFIX, METRIC_PREFIX, RESOURCE_EXHAUSTED, RedisQuotaHandler};
+pub use link::MAX_BATCH;
+pub use over_limit::DEFAULT_LOCAL_CACHE_SIZE;
 pub use scripts::source as script_source;
 
 static INFO: AdapterInfo = AdapterInfo {
