@@ -67,9 +67,10 @@ pub struct RedisQuotaParams {
     /// `500ms`); the probe's success closes it.
     #[serde(default)]
     pub breaker_cool_down: Option<DurationParam>,
-    /// Keys held by the local over-limit cache (default 100000; 0 turns it off): a fixed or
-    /// rolling window counter Redis said is exhausted is refused locally until its window
-    /// (or oldest bucket) ends, without a Redis call. Exact.
+    /// Keys held by the local over-limit cache (default 0: off): a fixed or rolling window
+    /// counter Redis said is exhausted is refused locally until its window (or oldest
+    /// bucket) ends, without a Redis call. Exact while Redis keeps its counters; during an
+    /// outage cached keys stay refused instead of getting the fail policy.
     #[serde(default)]
     pub local_cache_size: Option<i64>,
 }
@@ -359,6 +360,22 @@ mod tests {
         assert_eq!(shown["password"], "***");
         assert_eq!(shown["quotas"], params["quotas"]);
         assert_eq!(redactor.scrub("url-pw and pw-2"), "*** and ***");
+    }
+
+    #[test]
+    fn the_local_cache_is_off_unless_sized() {
+        let q = json!([{"name": "rq", "maxAmount": 1, "validDuration": "1s"}]);
+        let c = compile(json!({"redisServerUrl": "h:1", "quotas": q})).expect("valid");
+        assert_eq!(c.local_cache_size, 0);
+        let c = compile(json!({"redisServerUrl": "h:1", "quotas": q, "localCacheSize": 500}))
+            .expect("valid");
+        assert_eq!(c.local_cache_size, 500);
+        for bad in [json!(-1), json!(10_000_001)] {
+            let errs =
+                compile(json!({"redisServerUrl": "h:1", "quotas": q, "localCacheSize": bad}))
+                    .expect_err("invalid");
+            assert_eq!(errs[0].path, "localCacheSize", "{errs:?}");
+        }
     }
 
     #[test]

@@ -7,6 +7,9 @@
 //!   with its algorithm (`FIXED_WINDOW`, the default as in Istio; `ROLLING_WINDOW`;
 //!   `TOKEN_BUCKET`), loaded once per Redis; on `NOSCRIPT` (Redis restarted or flushed) it is
 //!   loaded again and the call retried once.
+//! - Concurrent requests' allocations are batched into one script call while calls are in
+//!   flight (exact: counted in arrival order, atomically); with `localCacheSize`, a window
+//!   Redis said is exhausted is refused locally until it ends (see `link.rs`, `over_limit.rs`).
 //! - Time is Redis's (`TIME` inside the script), so replicas with skewed clocks agree.
 //! - Deduplication ids are kept in Redis (a hash per id, expiring after
 //!   `minDeduplicationDuration`), so a retry that lands on another replica is not charged again.

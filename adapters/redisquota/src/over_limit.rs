@@ -9,7 +9,9 @@
 //! Not cached: token buckets (they refill continuously), checks with a deduplication id (a
 //! retry must get its first answer back from Redis) and charges (always counted in Redis).
 //! What the cache cannot know is a counter removed behind the mixer's back (`FLUSHALL`, a
-//! Redis restarted without persistence): such keys stay refused until their window ends.
+//! Redis restarted without persistence): such keys stay refused until their window ends. And
+//! while Redis is down, a cached key is refused rather than given the fail policy. So, as in
+//! envoyproxy/ratelimit, it is off unless `localCacheSize` asks for it.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -18,8 +20,9 @@ use std::time::{Duration, Instant};
 
 use mixer_adapter_quota_common::{Algorithm, Limit};
 
-/// Keys the cache holds when `localCacheSize` is absent.
-pub const DEFAULT_LOCAL_CACHE_SIZE: usize = 100_000;
+/// Keys the cache holds when `localCacheSize` is absent: none (off), so that a Redis
+/// outage gets the fail policy for every key and a flushed Redis is believed at once.
+pub const DEFAULT_LOCAL_CACHE_SIZE: usize = 0;
 
 struct Entry {
     /// The limit the refusal was for: a request with another limit (an Envoy descriptor's
