@@ -32,6 +32,9 @@ pub struct Args {
     /// Worker threads of each mixer.
     #[arg(long, default_value_t = 1)]
     pub server_threads: u16,
+    /// memquota/redisquota pairs per case, alternating; the ratios are of the medians.
+    #[arg(long, default_value_t = 2)]
+    pub rounds: usize,
     /// The limit shared by three replicas in the over-admission run (per minute).
     #[arg(long, default_value_t = 20_000)]
     pub shared_limit: u64,
@@ -68,21 +71,32 @@ impl Redis {
         Ok(Redis { process, addr })
     }
 
-    /// Commands Redis has run (every `cmdstat_*` of `INFO commandstats`, the INFO calls
-    /// themselves left out).
-    async fn commands(&self) -> anyhow::Result<u64> {
+    /// Commands Redis has run: every `cmdstat_*` of `INFO commandstats` (the INFO calls
+    /// themselves left out; a script's own commands, `HMGET`, `HSET`, `PEXPIRE`, included),
+    /// and of them the script calls (`EVALSHA`, `EVAL`).
+    async fn commands(&self) -> anyhow::Result<(u64, u64)> {
         let client = redis::Client::open(format!("redis://{}", self.addr))?;
         let mut conn = client.get_multiplexed_async_connection().await?;
         let text: String = redis::cmd("INFO")
             .arg("commandstats")
             .query_async(&mut conn)
             .await?;
-        Ok(text
-            .lines()
-            .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:"))
-            .filter_map(|l| l.split("calls=").nth(1))
-            .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
-            .sum())
+        let calls = |l: &str| {
+            l.split("calls=")
+                .nth(1)
+                .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let lines = || text.lines().filter(|l| l.starts_with("cmdstat_"));
+        let all = lines()
+            .filter(|l| !l.starts_with("cmdstat_info:"))
+            .map(calls)
+            .sum();
+        let scripts = lines()
+            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+            .map(calls)
+            .sum();
+        Ok((all, scripts))
     }
 
     async fn flush(&self) -> anyhow::Result<()> {
@@ -163,19 +177,21 @@ struct Measured {
     mixer_cpu: f64,
     redis_cpu: f64,
     commands: u64,
+    scripts: u64,
 }
 
 impl Measured {
     fn line(&self, label: &str) -> String {
         let k = self.report.calls.max(1) as f64 / 1000.0;
         format!(
-            "{label:<34} {:>8.0} req/s  p50 {:>7.1}us  p99 {:>7.1}us  cpu/1000: mixer {:.4}s redis {:.4}s  redis cmds/decision {:.3}  (denied {}, errors {})",
+            "{label:<34} {:>8.0} req/s  p50 {:>7.1}us  p99 {:>7.1}us  cpu/1000: mixer {:.4}s redis {:.4}s  per decision: redis cmds {:.3}, script calls {:.3}  (denied {}, errors {})",
             self.report.throughput(),
             self.report.micros(50.0),
             self.report.micros(99.0),
             self.mixer_cpu / k,
             self.redis_cpu / k,
             self.commands as f64 / self.report.calls.max(1) as f64,
+            self.scripts as f64 / self.report.calls.max(1) as f64,
             self.report.denied,
             self.report.errors,
         )
@@ -217,7 +233,8 @@ async fn measure(
         mixer_cpu: m1 - m0,
         redis_cpu: r1 - r0,
         // The two INFO reads are left out by `commands`.
-        commands: c1.saturating_sub(c0),
+        commands: c1.0.saturating_sub(c0.0),
+        scripts: c1.1.saturating_sub(c0.1),
     })
 }
 
@@ -280,6 +297,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mut half_rate = None;
     for (limits, keys) in [(1, 1), (1, 10_000), (50, 50), (50, 10_000)] {
         let prepared = requests(limits, keys);
+        // Both run for the whole case and are driven in turn, round after round, so that
+        // what the shared machine does meanwhile lands on both.
         let mem = start_mixer(
             &args.mixer_bin,
             &dir.0,
@@ -287,8 +306,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             &config(limits, roomy, None),
             args.server_threads,
         )?;
-        let on_mem = measure(&mem, &redis, &args.load, &prepared, None).await?;
-        drop(mem);
         let red = start_mixer(
             &args.mixer_bin,
             &dir.0,
@@ -296,18 +313,36 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             &config(limits, roomy, Some((&redis.addr, &args.redis_params))),
             args.server_threads,
         )?;
-        let on_redis = measure(&red, &redis, &args.load, &prepared, None).await?;
+        let (mut on_mem, mut on_redis) = (Vec::new(), Vec::new());
+        for _ in 0..args.rounds.max(1) {
+            on_mem.push(measure(&mem, &redis, &args.load, &prepared, None).await?);
+            on_redis.push(measure(&red, &redis, &args.load, &prepared, None).await?);
+        }
+        drop(mem);
         println!("{limits} limit(s), {keys} key(s):");
-        println!("  {}", on_mem.line("memquota"));
-        println!("  {}", on_redis.line("redisquota"));
+        for (m, r) in on_mem.iter().zip(&on_redis) {
+            println!("  {}", m.line("memquota"));
+            println!("  {}", r.line("redisquota"));
+        }
+        let mut ratios: Vec<f64> = on_mem
+            .iter()
+            .zip(&on_redis)
+            .map(|(m, r)| r.report.throughput() / m.report.throughput().max(1e-9))
+            .collect();
+        let mut vcpu: Vec<f64> = on_redis
+            .iter()
+            .map(|r| (r.mixer_cpu + r.redis_cpu) / (r.report.calls.max(1) as f64 / 1000.0))
+            .collect();
         println!(
-            "  redisquota / memquota throughput = {:.2}; mixer + redis vCPU per 1000 decisions/s = {:.4}",
-            on_redis.report.throughput() / on_mem.report.throughput().max(1e-9),
-            (on_redis.mixer_cpu + on_redis.redis_cpu)
-                / (on_redis.report.calls.max(1) as f64 / 1000.0)
+            "  median of {} rounds: redisquota / memquota throughput = {:.2}; mixer + redis vCPU per 1000 decisions/s = {:.4}",
+            ratios.len(),
+            crate::report::median(&mut ratios),
+            crate::report::median(&mut vcpu)
         );
+        let mut saturated: Vec<f64> = on_redis.iter().map(|r| r.report.throughput()).collect();
+        let on_redis_rate = crate::report::median(&mut saturated);
         if limits == 1 && keys == 1 {
-            let rate = on_redis.report.throughput() / 2.0;
+            let rate = on_redis_rate / 2.0;
             let at_half = measure(&red, &redis, &args.load, &prepared, Some(rate)).await?;
             half_rate = Some((rate, at_half));
         }
