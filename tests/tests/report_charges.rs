@@ -1,7 +1,9 @@
 //! Quota charged from reports (#35), end to end with the real mixer: a Mixer v1 Report retried
 //! with the same deduplication id is charged once and the next Mixer v1 and forward-auth
 //! checks see the charge; a check on a charged quota while Redis is down follows the handler's
-//! fail policy (never an allow when it says CLOSED) and counts again once Redis is back.
+//! fail policy (never an allow when it says CLOSED) and counts again once Redis is back; a
+//! sampled or dry-run rule holding a charged quota instance is refused, by `mixer validate`
+//! and by `mixer serve`.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -312,4 +314,87 @@ async fn a_check_on_a_charged_quota_follows_the_fail_policy_while_redis_is_down(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(mixer.terminate().success());
+}
+
+/// A charged quota on a sampled rule and on a dry-run rule, beside a valid deny rule.
+const REFUSED: &str = r#"
+kind: handler
+metadata: {name: tokens, namespace: istio-system}
+spec:
+  compiledAdapter: memquota
+  params:
+    quotas: [{name: tokens.instance.istio-system, maxAmount: 300, validDuration: 1m}]
+---
+kind: instance
+metadata: {name: tokens, namespace: istio-system}
+spec:
+  compiledTemplate: quota
+  params:
+    dimensions:
+      user: request.headers["x-user"]
+    charge: response.headers["x-usage-tokens"] | "0"
+---
+kind: rule
+metadata: {name: sampled, namespace: istio-system}
+spec:
+  actions: [{handler: tokens, instances: [tokens]}]
+  sampling: {random: {percentSampled: 10}}
+---
+kind: rule
+metadata:
+  name: trial
+  namespace: istio-system
+  annotations: {istio.io/dry-run: "true"}
+spec:
+  actions: [{handler: tokens, instances: [tokens]}]
+"#;
+
+#[test]
+fn a_sampled_or_dry_run_rule_holding_a_charged_quota_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tokens.yaml");
+    std::fs::write(&path, REFUSED).expect("write");
+    let out = std::process::Command::new(binary())
+        .arg("validate")
+        .arg(&path)
+        .output()
+        .expect("run mixer validate");
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    for expected in [
+        "tokens.yaml: rule sampled: spec.sampling: quota instance tokens.instance.istio-system is \
+         charged from reports (its `charge`): sampling would charge only the sampled reports' \
+         usage and under-count it",
+        "tokens.yaml: rule trial: metadata.annotations[\"istio.io/dry-run\"]: quota instance \
+         tokens.instance.istio-system is charged from reports (its `charge`): a dry-run rule \
+         would spend real quota",
+    ] {
+        assert!(said.contains(expected), "missing {expected:?} in:\n{said}");
+    }
+
+    // `mixer serve` refuses the config rather than serve it under-counted: up, not ready,
+    // saying why.
+    let mixer = Mixer::start(
+        binary(),
+        &["--config", path.to_str().expect("utf-8"), "--no-watch"],
+    );
+    let start = Instant::now();
+    let (status, body) = loop {
+        if let Ok((status, _, body)) = http_request(mixer.admin, "GET", "/readyz", &[])
+            && body.contains("spec.sampling")
+        {
+            break (status, body);
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "/readyz never named the refused rule"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("quota instance tokens.instance.istio-system is charged from reports"),
+        "{body}"
+    );
 }
