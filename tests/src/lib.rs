@@ -2,6 +2,7 @@
 //! binary on free loopback ports, talk HTTP to it, stop it with SIGTERM.
 
 pub mod adapters;
+pub mod caddy;
 pub mod nginx;
 pub mod readme;
 pub mod redis;

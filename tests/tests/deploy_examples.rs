@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use mixer_proto::istio::mixer::v1 as pb;
 use mixer_proto::istio::mixer::v1::mixer_client::MixerClient;
+use mixer_tests::caddy::{self, Caddy};
 use mixer_tests::{Mixer, free_addr, header, http_request, upstream};
 #[path = "support/deploy.rs"]
 mod deploy;
@@ -53,17 +54,6 @@ impl Drop for Process {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
-    }
-}
-
-fn wait_listening(addr: SocketAddr, what: &str) {
-    let start = Instant::now();
-    while TcpStream::connect(addr).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "{what} did not start listening on {addr}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -152,10 +142,7 @@ fn nginx_auth_request_example_runs_in_front_of_a_real_mixer() {
 
 #[test]
 fn caddy_forward_auth_example_runs_in_front_of_a_real_mixer() {
-    let Some(caddy) = tool(
-        &["/usr/bin/caddy", "/usr/local/bin/caddy"],
-        "apt-get install -y caddy",
-    ) else {
+    let Some(caddy) = caddy::binary() else {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
@@ -163,25 +150,8 @@ fn caddy_forward_auth_example_runs_in_front_of_a_real_mixer() {
     let (listen, app) = (free_addr(), upstream::echo_head());
     // The example's site, with Caddy's admin endpoint and automatic HTTPS off for the test.
     let site = localize(&example("caddy/Caddyfile"), listen, mixer.http, app);
-    let path = dir.path().join("Caddyfile");
-    std::fs::write(
-        &path,
-        format!("{{\n\tadmin off\n\tauto_https off\n}}\n{site}"),
-    )
-    .expect("write Caddyfile");
-    let _caddy = Process(
-        Command::new(&caddy)
-            .args(["run", "--adapter", "caddyfile", "--config"])
-            .arg(&path)
-            .env("HOME", dir.path())
-            .env("XDG_DATA_HOME", dir.path())
-            .env("XDG_CONFIG_HOME", dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start caddy"),
-    );
-    wait_listening(listen, "caddy");
+    let caddyfile = format!("{{\n\tadmin off\n\tauto_https off\n}}\n{site}");
+    let _caddy = Caddy::start(&caddy, dir.path(), &caddyfile, listen);
     check_proxy_behaviour(listen, "caddy");
 }
 
