@@ -122,7 +122,25 @@ async fn report(c: &mut MixerClient<Channel>, policy: &str, user: &str, id: &str
     .expect("report");
 }
 
-/// A Mixer v1 Check of `user` asking the quota `quota` for one unit: its quota result.
+/// A Mixer v1 Check of `user` (under the policy `quota`) asking the quota `quota` for one
+/// unit.
+fn quota_check(quota: &str, user: &str, id: &str) -> pb::CheckRequest {
+    pb::CheckRequest {
+        attributes: Some(attributes(quota, user, id, None)),
+        global_word_count: GLOBAL_WORD_COUNT as u32,
+        deduplication_id: id.into(),
+        quotas: [(
+            quota.to_string(),
+            pb::check_request::QuotaParams {
+                amount: 1,
+                best_effort: false,
+            },
+        )]
+        .into(),
+    }
+}
+
+/// The quota result of [`quota_check`].
 async fn check_quota(
     c: &mut MixerClient<Channel>,
     quota: &str,
@@ -130,19 +148,7 @@ async fn check_quota(
     id: &str,
 ) -> pb::check_response::QuotaResult {
     let response = c
-        .check(pb::CheckRequest {
-            attributes: Some(attributes(quota, user, id, None)),
-            global_word_count: GLOBAL_WORD_COUNT as u32,
-            deduplication_id: id.into(),
-            quotas: [(
-                quota.to_string(),
-                pb::check_request::QuotaParams {
-                    amount: 1,
-                    best_effort: false,
-                },
-            )]
-            .into(),
-        })
+        .check(quota_check(quota, user, id))
         .await
         .expect("check")
         .into_inner();
@@ -159,6 +165,22 @@ fn forward_auth(mixer: &Mixer, policy: &str, user: &str) -> u16 {
     )
     .expect("forward-auth answers")
     .0
+}
+
+/// Waits (at most `limit`) until forward-auth answers `status` for `user` under `policy`.
+async fn until_forward_auth(mixer: &Mixer, policy: &str, user: &str, status: u16, limit: Duration) {
+    let start = Instant::now();
+    loop {
+        let got = forward_auth(mixer, policy, user);
+        if got == status {
+            return;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "forward-auth still answers {got} for {user} under {policy}, not {status}, after {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The tokens left to `user` on the quota `name`, from the admin listener's `/quota`.
@@ -269,21 +291,7 @@ async fn a_check_on_a_charged_quota_follows_the_fail_policy_while_redis_is_down(
         assert_eq!(forward_auth(&mixer, "open", "carol"), 200, "check {i}");
     }
     let mut c = connect(&mixer).await;
-    let undecided = c
-        .check(pb::CheckRequest {
-            attributes: Some(attributes("closed", "carol", "chk-down", None)),
-            global_word_count: GLOBAL_WORD_COUNT as u32,
-            deduplication_id: "chk-down".into(),
-            quotas: [(
-                "closed".to_string(),
-                pb::check_request::QuotaParams {
-                    amount: 1,
-                    best_effort: false,
-                },
-            )]
-            .into(),
-        })
-        .await;
+    let undecided = c.check(quota_check("closed", "carol", "chk-down")).await;
     let granted = undecided
         .as_ref()
         .ok()
@@ -296,23 +304,9 @@ async fn a_check_on_a_charged_quota_follows_the_fail_policy_while_redis_is_down(
 
     // Redis back (empty): checks are decided by it again, and a charge counts.
     redis.restart();
-    let start = Instant::now();
-    while forward_auth(&mixer, "closed", "carol") != 200 {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "the CLOSED quota still fails 5 s after Redis came back"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_forward_auth(&mixer, "closed", "carol", 200, Duration::from_secs(5)).await;
     report(&mut c, "closed", "carol", "req-up", "300").await;
-    let start = Instant::now();
-    while forward_auth(&mixer, "closed", "carol") != 429 {
-        assert!(
-            start.elapsed() < Duration::from_secs(3),
-            "a charge of the whole limit was not seen within 3 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_forward_auth(&mixer, "closed", "carol", 429, Duration::from_secs(3)).await;
     assert!(mixer.terminate().success());
 }
 
