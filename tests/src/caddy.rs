@@ -8,16 +8,10 @@ use std::time::{Duration, Instant};
 /// The caddy binary, or `None` (the test skips) when it is not installed outside CI; under
 /// CI (`CI` set) a missing caddy fails the test.
 pub fn binary() -> Option<PathBuf> {
-    let found = ["/usr/bin/caddy", "/usr/local/bin/caddy"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists());
-    if found.is_none() {
-        let why = "caddy is not installed: `apt-get install -y caddy` (.ci/run does)";
-        assert!(std::env::var_os("CI").is_none(), "{why}");
-        eprintln!("skipped: {why}");
-    }
-    found
+    crate::installed_tool(
+        &["/usr/bin/caddy", "/usr/local/bin/caddy"],
+        "`apt-get install -y caddy`",
+    )
 }
 
 /// A running Caddy; dropping it stops it.

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use mixer_proto::istio::mixer::v1 as pb;
 use mixer_proto::istio::mixer::v1::mixer_client::MixerClient;
 use mixer_tests::caddy::{self, Caddy};
-use mixer_tests::{Mixer, free_addr, header, http_request, upstream};
+use mixer_tests::{Mixer, free_addr, header, http_request, installed_tool, upstream};
 #[path = "support/deploy.rs"]
 mod deploy;
 use deploy::deploy_python;
@@ -31,20 +31,6 @@ fn example(path: &str) -> String {
 
 fn mixer_binary() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_mixer-under-test"))
-}
-
-/// The first of `candidates` that exists; under CI a failure when none does, else `None`.
-fn tool(candidates: &[&str], install: &str) -> Option<PathBuf> {
-    if let Some(found) = candidates.iter().map(PathBuf::from).find(|p| p.exists()) {
-        return Some(found);
-    }
-    let why = format!(
-        "{} is not installed: {install} (.ci/run does)",
-        candidates[0]
-    );
-    assert!(std::env::var_os("CI").is_none(), "{why}");
-    eprintln!("skipped: {why}");
-    None
 }
 
 /// A child process killed when the test ends.
@@ -472,13 +458,13 @@ fn promql(prometheus: SocketAddr, q: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_example_passes_promtool_scrapes_a_mixer_and_runs_the_dashboard() {
-    let Some(promtool) = tool(
+    let Some(promtool) = installed_tool(
         &["/usr/bin/promtool", "/usr/local/bin/promtool"],
         "apt-get install -y prometheus",
     ) else {
         return;
     };
-    let Some(prometheus_bin) = tool(
+    let Some(prometheus_bin) = installed_tool(
         &["/usr/bin/prometheus", "/usr/local/bin/prometheus"],
         "apt-get install -y prometheus",
     ) else {
