@@ -36,6 +36,14 @@ pub struct QuotaPlan {
 }
 
 impl QuotaPlan {
+    /// This plan without its dry-run rules, for a lookup that decides nothing (RLQS asks
+    /// the handlers for amount 0 to learn a limit): what those rules would have done is
+    /// counted for decisions served, not for lookups.
+    pub fn without_dry_runs(mut self) -> QuotaPlan {
+        self.dry_runs.clear();
+        self
+    }
+
     /// The envoyproxy/ratelimit behaviour of each selected instance that has one.
     pub fn rate_limits<'s>(
         &'s self,
