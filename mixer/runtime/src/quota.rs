@@ -311,26 +311,7 @@ pub async fn allocate(
                 continue;
             }
             outcome.instances.push(dispatch.instance.name.to_string());
-            let group = match groups.iter().position(|(h, _)| *h == dispatch.handler) {
-                Some(g) => g,
-                None => {
-                    groups.push((dispatch.handler, Vec::new()));
-                    groups.len() - 1
-                }
-            };
-            let calls = &mut groups[group].1;
-            let looks_only = snapshot
-                .config
-                .instances
-                .get(dispatch.instance_index)
-                .is_some_and(|ic| ic.charged_by_reports());
-            route.push(Planned {
-                group,
-                at: calls.len(),
-                looks_only,
-                instance: dispatch.instance_index,
-            });
-            calls.push((&dispatch.instance, if looks_only { look } else { *args }));
+            route.push(place(snapshot, &mut groups, dispatch, args, look));
         }
         outcome.unlimited = saw_unlimited && outcome.instances.is_empty();
         let mut dry_route = Vec::new();
@@ -342,29 +323,7 @@ pub async fn allocate(
                 if built.handler.as_quota().is_none() {
                     continue;
                 }
-                let group = match groups.iter().position(|(h, _)| *h == dispatch.handler) {
-                    Some(g) => g,
-                    None => {
-                        groups.push((dispatch.handler, Vec::new()));
-                        groups.len() - 1
-                    }
-                };
-                let calls = &mut groups[group].1;
-                let looks_only = snapshot
-                    .config
-                    .instances
-                    .get(dispatch.instance_index)
-                    .is_some_and(|ic| ic.charged_by_reports());
-                dry_route.push((
-                    run,
-                    Planned {
-                        group,
-                        at: calls.len(),
-                        looks_only,
-                        instance: dispatch.instance_index,
-                    },
-                ));
-                calls.push((&dispatch.instance, if looks_only { look } else { *args }));
+                dry_route.push((run, place(snapshot, &mut groups, dispatch, args, look)));
             }
         }
         routes.push(route);
@@ -444,6 +403,39 @@ pub async fn allocate(
             Ok(outcome)
         })
         .collect()
+}
+
+/// Places `dispatch`'s call in the group of its handler (a new group for a handler not seen
+/// yet), asking for `look` instead of `args` when its quota is charged by reports, and says
+/// where it went. Enforced and dry-run dispatches are placed alike, so that each handler is
+/// called once for both.
+fn place<'a>(
+    snapshot: &Snapshot,
+    groups: &mut Vec<(usize, Vec<QuotaCall<'a>>)>,
+    dispatch: &'a Dispatch,
+    args: &'a QuotaArgs,
+    look: &'a QuotaArgs,
+) -> Planned {
+    let group = match groups.iter().position(|(h, _)| *h == dispatch.handler) {
+        Some(g) => g,
+        None => {
+            groups.push((dispatch.handler, Vec::new()));
+            groups.len() - 1
+        }
+    };
+    let calls = &mut groups[group].1;
+    let looks_only = snapshot
+        .config
+        .instances
+        .get(dispatch.instance_index)
+        .is_some_and(|ic| ic.charged_by_reports());
+    calls.push((&dispatch.instance, if looks_only { look } else { args }));
+    Planned {
+        group,
+        at: calls.len() - 1,
+        looks_only,
+        instance: dispatch.instance_index,
+    }
 }
 
 /// The would-be answers of `plan`'s dry-run rules: each allowed unless one of its allocations
