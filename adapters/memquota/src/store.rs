@@ -127,7 +127,13 @@ fn grant(available: i64, amount: i64, take: Take) -> i64 {
 impl Store {
     /// A store for at most `max_keys` counters and `max_keys` deduplication ids.
     pub fn new(max_keys: u64, dedup_ttl: Duration) -> Store {
-        let shards = MAX_SHARDS.min(max_keys.max(1));
+        Store::with_shards(max_keys, MAX_SHARDS, dedup_ttl)
+    }
+
+    /// [`Store::new`] with at most `max_shards` shards (tests use one, to know every
+    /// counter's shard).
+    fn with_shards(max_keys: u64, max_shards: u64, dedup_ttl: Duration) -> Store {
+        let shards = max_shards.clamp(1, max_keys.max(1));
         let per_shard_cap = usize::try_from(max_keys.max(1) / shards).unwrap_or(usize::MAX);
         Store {
             shards: (0..shards).map(|_| Mutex::new(Shard::default())).collect(),
@@ -238,28 +244,37 @@ impl Store {
             };
         }
 
-        shard.seq += 1;
-        let seq = shard.seq;
-        let (k, mut entry) = match shard.entries.remove_entry(key) {
-            Some((k, e)) => {
-                shard.lru.remove(&e.seq);
-                (k, e)
+        let d = match shard.entries.get_mut(key) {
+            Some(entry) => {
+                // Only a counter that is not already the most recently used moves in the LRU
+                // order: a hot counter costs one lookup and no reordering.
+                if entry.seq != shard.seq {
+                    shard.seq += 1;
+                    if let Some(k) = shard.lru.remove(&entry.seq) {
+                        shard.lru.insert(shard.seq, k);
+                    }
+                    entry.seq = shard.seq;
+                }
+                let d = decide(&mut entry.state, limit, now, amount, take);
+                entry.idle_at = d.idle_at;
+                d
             }
-            None => (
-                Arc::from(key),
-                Entry {
+            None => {
+                shard.seq += 1;
+                let mut entry = Entry {
                     state: fresh(limit, now),
-                    seq,
+                    seq: shard.seq,
                     idle_at: now,
-                },
-            ),
+                };
+                let d = decide(&mut entry.state, limit, now, amount, take);
+                entry.idle_at = d.idle_at;
+                let k: Arc<str> = Arc::from(key);
+                shard.lru.insert(shard.seq, k.clone());
+                shard.entries.insert(k, entry);
+                d
+            }
         };
-        entry.seq = seq;
-        let d = decide(&mut entry.state, limit, now, amount, take);
         let (granted, valid) = (d.granted, d.valid);
-        entry.idle_at = d.idle_at;
-        shard.lru.insert(seq, k.clone());
-        shard.entries.insert(k, entry);
         while shard.entries.len() > self.per_shard_cap {
             let Some((_, oldest)) = shard.lru.pop_first() else {
                 break;
@@ -454,6 +469,60 @@ fn decide(state: &mut State, limit: &Limit, now: u64, amount: i64, take: Take) -
         _ => {
             *state = fresh(limit, now);
             decide(state, limit, now, amount, take)
+        }
+    }
+}
+
+#[cfg(test)]
+mod lru_order {
+    use std::collections::VecDeque;
+    use std::time::Duration;
+
+    use mixer_adapter_quota_common::{Algorithm, Limit};
+    use proptest::prelude::*;
+
+    use super::{Store, Take};
+
+    const CHECK: Take = Take::Check {
+        best_effort: false,
+        min_remaining: 0,
+    };
+
+    proptest! {
+        /// Against a plain LRU list of (key, units used): with a window longer than the
+        /// test, a counter leaves only by the key cap, the least recently used first, and
+        /// comes back fresh; every grant is what the list says. A counter used again while
+        /// it is already the most recent one keeps its place without being moved.
+        #[test]
+        fn key_cap_evicts_the_least_recently_used(
+            cap in 1u64..5,
+            calls in proptest::collection::vec((0u8..7, 1i64..4), 1..60),
+        ) {
+            let limit = Limit {
+                max_amount: 5,
+                valid_duration: Duration::from_secs(3600),
+                bucket_duration: Duration::from_secs(60),
+                algorithm: Algorithm::FixedWindow,
+                shadow: false,
+            };
+            let store = Store::with_shards(cap, 1, Duration::from_secs(1));
+            let mut model: VecDeque<(String, i64)> = VecDeque::new();
+            for (key, amount) in calls {
+                let key = format!("k{key}");
+                let used = match model.iter().position(|(k, _)| *k == key) {
+                    Some(i) => model.remove(i).map_or(0, |(_, u)| u),
+                    None => 0,
+                };
+                let granted = if used + amount <= limit.max_amount { amount } else { 0 };
+                model.push_back((key.clone(), used + granted));
+                if model.len() as u64 > cap {
+                    model.pop_front();
+                }
+                let d = store.allocate(&key, &limit, amount, CHECK, "");
+                prop_assert_eq!(d.granted, granted, "key {}", key);
+                prop_assert_eq!(d.remaining, limit.max_amount - used - granted);
+                prop_assert_eq!(store.len(), model.len());
+            }
         }
     }
 }
