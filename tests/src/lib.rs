@@ -3,8 +3,10 @@
 
 pub mod adapters;
 pub mod nginx;
+pub mod readme;
 pub mod redis;
 pub mod redis_cluster;
+pub mod upstream;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

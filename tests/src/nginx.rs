@@ -39,6 +39,25 @@ pub fn conf(prefix: &Path, http: &str) -> String {
     )
 }
 
+/// The `auth_request` location (`/_mixer_check`) that asks `mixer`'s forward-auth endpoint
+/// with the original method, URI and host; `extra` adds directives (forwarding headers, a
+/// cache).
+pub fn check_location(mixer: SocketAddr, extra: &str) -> String {
+    format!(
+        r#"
+        location = /_mixer_check {{
+            internal;
+            proxy_pass http://{mixer}/check;
+            proxy_pass_request_body off;
+            proxy_set_header Content-Length "";
+            proxy_set_header X-Original-URI $request_uri;
+            proxy_set_header X-Original-Method $request_method;
+            proxy_set_header X-Forwarded-Host $host;
+            {extra}
+        }}"#
+    )
+}
+
 /// A running nginx; dropping it stops every process it started.
 pub struct Nginx {
     child: Child,

@@ -195,3 +195,263 @@ fn forward_auth_decisions_carry_their_id_and_are_logged_as_json_lines() {
     }
     assert!(!text.contains(TOKEN), "the token was logged:\n{text}");
 }
+
+/// Beside the bundles: a rule whose handler is an out-of-process adapter nobody listens on,
+/// failing open, for the requests that ask for it.
+fn unreachable_rule(adapter: std::net::SocketAddr) -> String {
+    format!(
+        r#"apiVersion: config.istio.io/v1alpha2
+kind: handler
+metadata: {{name: gone, namespace: istio-system}}
+spec:
+  adapter: gone
+  failPolicy: OPEN
+  connection: {{address: '{adapter}', timeout: 300ms}}
+---
+apiVersion: config.istio.io/v1alpha2
+kind: instance
+metadata: {{name: gone-nothing, namespace: istio-system}}
+spec: {{compiledTemplate: checknothing}}
+---
+apiVersion: config.istio.io/v1alpha2
+kind: rule
+metadata: {{name: ask-gone, namespace: istio-system}}
+spec:
+  match: (request.headers["x-policy"] | "") == "gone"
+  actions:
+  - handler: gone
+    instances: [gone-nothing]
+"#
+    )
+}
+
+/// The forward-auth answer's status and decision id for `headers` on `mixer`.
+fn decide(mixer: &mixer_tests::Mixer, headers: &[(&str, &str)]) -> (u16, String) {
+    let (status, answer, _) =
+        http_request(mixer.http, "GET", "/check", headers).expect("forward-auth answers");
+    let id = header(&answer, "x-mixer-decision-id").expect("a decision id");
+    (status, id.to_string())
+}
+
+/// The records of `ids`, read from the replicas' stdout within 10 s.
+fn records_of(
+    stdouts: &[&Receiver<String>],
+    ids: &[&str],
+) -> std::collections::HashMap<String, serde_json::Value> {
+    let mut records = std::collections::HashMap::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while records.len() < ids.len() {
+        assert!(
+            Instant::now() < deadline,
+            "no records for all of {ids:?}: {records:#?}"
+        );
+        let mut idle = true;
+        for stdout in stdouts {
+            while let Ok(line) = stdout.try_recv() {
+                idle = false;
+                let Ok(record) = serde_json::from_str::<serde_json::Value>(&line) else {
+                    continue;
+                };
+                let id = record["decision_id"].as_str().unwrap_or_default();
+                if ids.contains(&id) {
+                    records.insert(id.to_string(), record);
+                }
+            }
+        }
+        if idle {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    records
+}
+
+#[test]
+fn records_say_which_cache_tier_answered_and_which_handler_failed_open() {
+    if !mixer_tests::redis::redis_installed() {
+        return;
+    }
+    let redis = mixer_tests::redis::Redis::start();
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (bundle, file) in [
+        ("default", "default.yaml"),
+        ("decision-log", "decision-log.yaml"),
+    ] {
+        std::fs::copy(bundle_file(bundle, file), dir.path().join(file)).expect("copy the bundle");
+    }
+    std::fs::write(dir.path().join("gone.yaml"), unreachable_rule(free_addr()))
+        .expect("write the rule");
+    let config = dir.path().to_str().expect("utf-8");
+    let args = [
+        "--config",
+        config,
+        "--worker-threads",
+        "1",
+        "--shared-cache",
+        &url,
+        "--shared-cache-timeout",
+        "1s",
+    ];
+    let binary = Path::new(env!("CARGO_BIN_EXE_mixer-under-test"));
+    let (first, first_out) = mixer_tests::Mixer::start_capturing_stdout(binary, &args);
+    let (second, second_out) = mixer_tests::Mixer::start_capturing_stdout(binary, &args);
+    // Each replica asks the shared tier once it is connected (in the background) and learns
+    // the requests' shape from a decision of its own.
+    for (i, replica) in [&first, &second].into_iter().enumerate() {
+        replica.wait_ready(Duration::from_secs(20));
+        let start = Instant::now();
+        let asked = || {
+            replica
+                .metric("mixer_check_cache_shared_misses_total")
+                .unwrap_or(0.0)
+                + replica
+                    .metric("mixer_check_cache_shared_hits_total")
+                    .unwrap_or(0.0)
+        };
+        for n in 0.. {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "replica {i} never reached Redis"
+            );
+            decide(replica, &[("x-user", &format!("warm-up-{i}-{n}"))]);
+            if asked() >= 1.0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    let alice = [("x-user", "alice")];
+    let (status, computed) = decide(&first, &alice);
+    assert_eq!(status, 200);
+    let (status, shared) = decide(&second, &alice);
+    assert_eq!(status, 200);
+    let (status, in_process) = decide(&second, &alice);
+    assert_eq!(status, 200);
+    // The adapter is down and its handler fails open: allowed, and said so in the record.
+    let (status, failed_open) = decide(&first, &[("x-policy", "gone")]);
+    assert_eq!(status, 200);
+
+    let ids = [&*computed, &*shared, &*in_process, &*failed_open];
+    let records = records_of(&[&first_out, &second_out], &ids);
+    for (id, tier) in [
+        (&computed, "none"),
+        (&shared, "shared"),
+        (&in_process, "in_process"),
+    ] {
+        assert_eq!(records[id]["cache"], tier, "{}", records[id]);
+        assert_eq!(records[id]["verdict"], "allow", "{}", records[id]);
+    }
+    let open = &records[&failed_open];
+    assert_eq!(open["verdict"], "allow", "{open}");
+    assert_eq!(open["fail_policy"], "open", "{open}");
+    assert!(
+        open["handler_errors"]["gone.handler.istio-system"]
+            .as_str()
+            .is_some_and(|e| !e.is_empty()),
+        "{open}"
+    );
+    assert_eq!(open["cache"], "none", "{open}");
+}
+
+/// One rate limit call on `grpc` with a descriptor per entry of `descriptors`: the decision
+/// id Envoy would add to the client's response, and whether it is over the limit.
+fn rate_limit(grpc: std::net::SocketAddr, descriptors: &[(&str, &str)]) -> (String, bool) {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
+    let request = RateLimitRequest {
+        domain: "edge".into(),
+        descriptors: descriptors
+            .iter()
+            .map(|(k, v)| RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: (*k).into(),
+                    value: (*v).into(),
+                }],
+                ..Default::default()
+            })
+            .collect(),
+        hits_addend: 1,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let response = runtime.block_on(async {
+        let mut client = RateLimitServiceClient::connect(format!("http://{grpc}"))
+            .await
+            .expect("connect");
+        client
+            .should_rate_limit(request)
+            .await
+            .expect("answered")
+            .into_inner()
+    });
+    let id = response
+        .response_headers_to_add
+        .iter()
+        .find(|h| h.key == "x-mixer-decision-id")
+        .expect("the decision id")
+        .value
+        .clone();
+    (id, response.overall_code == Code::OverLimit as i32)
+}
+
+#[test]
+fn a_rate_limit_record_has_every_descriptors_verdict_and_the_limit_that_decided() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/ratelimit/config/edge.yaml"),
+        dir.path().join("edge.yaml"),
+    )
+    .expect("copy the rate limits");
+    std::fs::copy(
+        bundle_file("decision-log", "decision-log.yaml"),
+        dir.path().join("decision-log.yaml"),
+    )
+    .expect("copy the bundle");
+    let binary = Path::new(env!("CARGO_BIN_EXE_mixer-under-test"));
+    let config = dir.path().to_str().expect("utf-8");
+    let (mixer, stdout) = mixer_tests::Mixer::start_capturing_stdout(binary, &["--config", config]);
+    mixer.wait_ready(Duration::from_secs(20));
+
+    // policies/ratelimit: 50.0.0.5 may send nothing; a path under /api/ 100 a second.
+    let (limited, over) = rate_limit(
+        mixer.grpc,
+        &[("path", "/api/pets"), ("remote_address", "50.0.0.5")],
+    );
+    assert!(over);
+    let (allowed, over) = rate_limit(mixer.grpc, &[("path", "/api/pets")]);
+    assert!(!over);
+
+    let records = records_of(&[&stdout], &[&limited, &allowed]);
+    let record = &records[&limited];
+    assert_eq!(record["front_end"], "ratelimit", "{record}");
+    assert_eq!(record["verdict"], "deny", "{record}");
+    assert_eq!(record["code"], "RESOURCE_EXHAUSTED", "{record}");
+    assert_eq!(
+        record["descriptors"],
+        serde_json::json!({"path=/api/pets": "OK", "remote_address=50.0.0.5": "OVER_LIMIT"}),
+        "{record}"
+    );
+    assert_eq!(record["descriptor"], "remote_address=50.0.0.5", "{record}");
+    assert!(
+        record["limit"]
+            .as_str()
+            .is_some_and(|l| l.ends_with(" 0/SECOND")),
+        "{record}"
+    );
+    let record = &records[&allowed];
+    assert_eq!(record["verdict"], "allow", "{record}");
+    assert_eq!(record["descriptor"], "path=/api/pets", "{record}");
+    assert!(
+        record["limit"]
+            .as_str()
+            .is_some_and(|l| l.ends_with(" 100/SECOND")),
+        "{record}"
+    );
+}

@@ -7,15 +7,17 @@
 //! A missing program skips a test, except under `CI=1` where it fails.
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use mixer_proto::istio::mixer::v1 as pb;
 use mixer_proto::istio::mixer::v1::mixer_client::MixerClient;
-use mixer_tests::{Mixer, free_addr, header, http_request};
+use mixer_tests::{Mixer, free_addr, header, http_request, upstream};
+#[path = "support/deploy.rs"]
+mod deploy;
+use deploy::deploy_python;
 use serde_json::Value;
 
 fn examples() -> PathBuf {
@@ -63,35 +65,6 @@ fn wait_listening(addr: SocketAddr, what: &str) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// An app that answers 200 with the request head it received (lower-cased) as its body.
-fn app() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind app");
-    let addr = listener.local_addr().expect("addr");
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(stream.try_clone().expect("clone"));
-                let mut head = String::new();
-                loop {
-                    let mut line = String::new();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                        break;
-                    }
-                    head.push_str(&line);
-                }
-                let body = head.to_ascii_lowercase();
-                let _ = write!(
-                    stream,
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            });
-        }
-    });
-    addr
 }
 
 /// A limit of 3 requests a minute for host quota.example.com, charged by forward-auth.
@@ -170,7 +143,7 @@ fn nginx_auth_request_example_runs_in_front_of_a_real_mixer() {
     };
     let dir = tempfile::tempdir().expect("tempdir");
     let mixer = start_mixer(dir.path(), &[], &[]);
-    let (listen, app) = (free_addr(), app());
+    let (listen, app) = (free_addr(), upstream::echo_head());
     let site = localize(&example("nginx/mixer-auth.conf"), listen, mixer.http, app);
     // `Nginx::start` runs `nginx -t` on the example first.
     let _nginx = mixer_tests::nginx::Nginx::start(&nginx, dir.path(), &site, &[listen]);
@@ -187,7 +160,7 @@ fn caddy_forward_auth_example_runs_in_front_of_a_real_mixer() {
     };
     let dir = tempfile::tempdir().expect("tempdir");
     let mixer = start_mixer(dir.path(), &[], &[]);
-    let (listen, app) = (free_addr(), app());
+    let (listen, app) = (free_addr(), upstream::echo_head());
     // The example's site, with Caddy's admin endpoint and automatic HTTPS off for the test.
     let site = localize(&example("caddy/Caddyfile"), listen, mixer.http, app);
     let path = dir.path().join("Caddyfile");
@@ -212,33 +185,9 @@ fn caddy_forward_auth_example_runs_in_front_of_a_real_mixer() {
     check_proxy_behaviour(listen, "caddy");
 }
 
-fn deploy_python() -> Option<PathBuf> {
-    let python = PathBuf::from(
-        std::env::var("MIXER_DEPLOY_PYTHON")
-            .unwrap_or_else(|_| "/tmp/mixer-deploy-venv/bin/python".into()),
-    );
-    let ok = Command::new(&python)
-        .args(["-c", "import envoy.config.bootstrap.v3.bootstrap_pb2, yaml"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok {
-        return Some(python);
-    }
-    let why = format!(
-        "{} with xds-protos not found: python3 -m venv /tmp/mixer-deploy-venv && \
-         /tmp/mixer-deploy-venv/bin/pip install -r deploy/requirements.txt \
-         (or set MIXER_DEPLOY_PYTHON)",
-        python.display()
-    );
-    assert!(std::env::var_os("CI").is_none(), "{why}");
-    eprintln!("skipped: {why}");
-    None
-}
-
 #[test]
 fn envoy_example_parses_into_envoys_own_protos() {
-    let Some(python) = deploy_python() else {
+    let Some(python) = deploy_python("envoy.config.bootstrap.v3.bootstrap_pb2, yaml") else {
         return;
     };
     let script = examples().join("envoy/check_bootstrap.py");

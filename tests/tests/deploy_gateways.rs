@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use envoy_types::ext_authz::v3::pb::CheckRequest;
@@ -33,89 +33,29 @@ use envoy_types::pb::envoy::service::auth::v3::authorization_client::Authorizati
 use envoy_types::pb::envoy::service::auth::v3::{AttributeContext, check_response};
 use envoy_types::pb::google::protobuf::{Duration as PbDuration, UInt32Value};
 use mixer_tests::Mixer;
+#[path = "support/deploy.rs"]
+mod deploy;
+use deploy::{check_golden, deploy_dir, deploy_python, kubectl, objects, render};
 use serde_json::Value;
 
 /// The examples, by the name of their folder and golden file.
 const EXAMPLES: &[&str] = &["istio", "envoy-gateway"];
 
 fn examples() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples")
+    deploy_dir("examples")
+}
+
+/// What the examples' checks import from the deploy venv: the schema validators, and Envoy's
+/// protos for the Istio providers' Envoy config.
+const PYTHON_IMPORTS: &str =
+    "jsonschema, kubernetes_validate, yaml, envoy.config.bootstrap.v3.bootstrap_pb2";
+
+fn render_example(kubectl: &Path, name: &str) -> String {
+    render(kubectl, &examples().join(name))
 }
 
 fn read(path: &str) -> String {
     std::fs::read_to_string(examples().join(path)).expect("read the example")
-}
-
-/// Fails under CI, else says why and returns `None` (the caller skips).
-fn missing<T>(why: &str) -> Option<T> {
-    assert!(std::env::var_os("CI").is_none(), "{why}");
-    eprintln!("skipped: {why}");
-    None
-}
-
-fn kubectl() -> Option<()> {
-    let ok = Command::new("kubectl")
-        .args(["version", "--client"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok {
-        Some(())
-    } else {
-        missing(
-            "kubectl (1.32, with kustomize 5.5) is not on PATH: install it from \
-             https://dl.k8s.io/release/v1.32.4/bin/linux/amd64/kubectl",
-        )
-    }
-}
-
-/// The Python of the venv `.ci/run` makes from deploy/requirements.txt.
-fn deploy_python() -> Option<PathBuf> {
-    let python = PathBuf::from(
-        std::env::var("MIXER_DEPLOY_PYTHON")
-            .unwrap_or_else(|_| "/tmp/mixer-deploy-venv/bin/python".into()),
-    );
-    let ok = Command::new(&python)
-        .args([
-            "-c",
-            "import jsonschema, kubernetes_validate, yaml, envoy.config.bootstrap.v3.bootstrap_pb2",
-        ])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok {
-        Some(python)
-    } else {
-        missing(&format!(
-            "{} with deploy/requirements.txt not found: python3 -m venv /tmp/mixer-deploy-venv \
-             && /tmp/mixer-deploy-venv/bin/pip install -r deploy/requirements.txt (or set \
-             MIXER_DEPLOY_PYTHON)",
-            python.display()
-        ))
-    }
-}
-
-fn render(example: &str) -> String {
-    let out = Command::new("kubectl")
-        .arg("kustomize")
-        .arg(examples().join(example))
-        .output()
-        .expect("run kubectl kustomize");
-    assert!(
-        out.status.success(),
-        "kubectl kustomize {example} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 output")
-}
-
-fn objects(yaml: &str) -> Vec<Value> {
-    serde_saphyr::from_multiple::<Value>(yaml)
-        .expect("YAML parses")
-        .into_iter()
-        .filter(|v| !v.is_null())
-        .collect()
 }
 
 fn one<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
@@ -134,43 +74,18 @@ fn golden_path(name: &str) -> PathBuf {
 
 #[test]
 fn gateway_examples_render_as_their_golden_files() {
-    let Some(()) = kubectl() else { return };
-    let update = std::env::var_os("MIXER_UPDATE_GOLDEN").is_some();
-    let mut stale = Vec::new();
-    for name in EXAMPLES {
-        let text = render(name);
-        let path = golden_path(name);
-        if update {
-            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir rendered");
-            std::fs::write(&path, &text).expect("write golden");
-            continue;
-        }
-        let want = std::fs::read_to_string(&path).unwrap_or_default();
-        if want != text {
-            let line = want
-                .lines()
-                .zip(text.lines())
-                .position(|(a, b)| a != b)
-                .map_or(want.lines().count().min(text.lines().count()), |n| n)
-                + 1;
-            stale.push(format!(
-                "{}: first difference at line {line}",
-                path.display()
-            ));
-        }
-    }
-    assert!(
-        stale.is_empty(),
-        "rendered examples differ from their golden files (review, then regenerate with \
-         MIXER_UPDATE_GOLDEN=1 cargo test -p mixer-tests --test deploy_gateways):\n{}",
-        stale.join("\n")
-    );
+    let Some(kubectl) = kubectl() else { return };
+    let golden: Vec<(PathBuf, String)> = EXAMPLES
+        .iter()
+        .map(|name| (golden_path(name), render_example(&kubectl, name)))
+        .collect();
+    check_golden("deploy_gateways", &golden);
 }
 
 #[test]
 fn gateway_examples_validate_against_the_crd_schemas_kept_in_the_repository() {
-    let Some(()) = kubectl() else { return };
-    let Some(python) = deploy_python() else {
+    let Some(kubectl) = kubectl() else { return };
+    let Some(python) = deploy_python(PYTHON_IMPORTS) else {
         return;
     };
     let script = examples().join("check_examples.py");
@@ -196,8 +111,8 @@ fn gateway_examples_validate_against_the_crd_schemas_kept_in_the_repository() {
     // Each schema must refuse a mistake, or passing proves nothing: a misspelt field in each
     // kind, a value outside an enum, and a kind no schema here knows.
     let dir = tempfile::tempdir().expect("tempdir");
-    let istio = render("istio");
-    let gateway = render("envoy-gateway");
+    let istio = render_example(&kubectl, "istio");
+    let gateway = render_example(&kubectl, "envoy-gateway");
     let mesh = read("istio/mesh-config.yaml");
     let cases: [(&str, &String, &str, &str, &str); 7] = [
         (
@@ -299,8 +214,8 @@ fn providers() -> HashMap<String, Value> {
 
 #[test]
 fn gateway_examples_send_checks_and_access_logs_to_the_mixers_grpc_port() {
-    let Some(()) = kubectl() else { return };
-    let istio = objects(&render("istio"));
+    let Some(kubectl) = kubectl() else { return };
+    let istio = objects(&render_example(&kubectl, "istio"));
     let (port, app_protocol) = grpc_service_port(&istio);
     // HTTP/2 without TLS: Istio reads the port's appProtocol to pick it.
     assert_eq!(app_protocol, "kubernetes.io/h2c");
@@ -356,7 +271,7 @@ fn gateway_examples_send_checks_and_access_logs_to_the_mixers_grpc_port() {
         "the rendered ConfigMap holds mixer/config/orders.yaml"
     );
 
-    let gateway = objects(&render("envoy-gateway"));
+    let gateway = objects(&render_example(&kubectl, "envoy-gateway"));
     let to_the_mixer = |backend: &Value, what: &str| {
         assert_eq!(backend["kind"], "Service", "{what}");
         assert_eq!(backend["name"], "mixer", "{what}");
@@ -389,7 +304,7 @@ fn gateway_examples_send_checks_and_access_logs_to_the_mixers_grpc_port() {
 
 #[test]
 fn istio_providers_envoy_config_parses_into_envoys_protos_and_calls_what_the_mixer_serves() {
-    let Some(python) = deploy_python() else {
+    let Some(python) = deploy_python(PYTHON_IMPORTS) else {
         return;
     };
     let script = examples().join("envoy/check_bootstrap.py");

@@ -15,6 +15,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use mixer_tests::free_addr;
+#[path = "support/deploy.rs"]
+mod deploy;
+use deploy::{check_golden, deploy_dir, kubectl, missing, objects, render};
 use serde_json::Value;
 
 /// Every overlay (and the base), by the name of its golden file.
@@ -32,31 +35,7 @@ const OVERLAYS: &[(&str, &str)] = &[
 const KUBERNETES_VERSION: &str = "1.32";
 
 fn kubernetes_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes")
-}
-
-/// Fails under CI, else says why and returns `None` (the caller skips).
-fn missing(why: &str) -> Option<PathBuf> {
-    assert!(std::env::var_os("CI").is_none(), "{why}");
-    eprintln!("skipped: {why}");
-    None
-}
-
-fn kubectl() -> Option<PathBuf> {
-    let ok = Command::new("kubectl")
-        .args(["version", "--client"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok {
-        Some(PathBuf::from("kubectl"))
-    } else {
-        missing(
-            "kubectl (1.32, with kustomize 5.5) is not on PATH: install it from \
-             https://dl.k8s.io/release/v1.32.4/bin/linux/amd64/kubectl",
-        )
-    }
+    deploy_dir("kubernetes")
 }
 
 /// `kubernetes-validate` from the venv `.ci/run` makes (`MIXER_KUBERNETES_VALIDATE`).
@@ -83,28 +62,6 @@ fn validator() -> Option<PathBuf> {
     }
 }
 
-fn render(kubectl: &Path, overlay: &str) -> String {
-    let out = Command::new(kubectl)
-        .arg("kustomize")
-        .arg(kubernetes_dir().join(overlay))
-        .output()
-        .expect("run kubectl kustomize");
-    assert!(
-        out.status.success(),
-        "kubectl kustomize {overlay} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 output")
-}
-
-fn objects(yaml: &str) -> Vec<Value> {
-    serde_saphyr::from_multiple::<Value>(yaml)
-        .expect("rendered YAML parses")
-        .into_iter()
-        .filter(|v| !v.is_null())
-        .collect()
-}
-
 fn golden_path(name: &str) -> PathBuf {
     kubernetes_dir()
         .join("rendered")
@@ -117,50 +74,19 @@ fn rendered() -> Option<Vec<(&'static str, String)>> {
     Some(
         OVERLAYS
             .iter()
-            .map(|(name, dir)| (*name, render(&kubectl, dir)))
+            .map(|(name, dir)| (*name, render(&kubectl, &kubernetes_dir().join(dir))))
             .collect(),
     )
-}
-
-fn first_difference(want: &str, got: &str) -> String {
-    let (mut w, mut g) = (want.lines(), got.lines());
-    for n in 1.. {
-        match (w.next(), g.next()) {
-            (None, None) => break,
-            (a, b) if a == b => continue,
-            (a, b) => return format!("line {n}: golden {a:?}, rendered {b:?}"),
-        }
-    }
-    "no difference".into()
 }
 
 #[test]
 fn every_overlay_renders_as_its_golden_file() {
     let Some(rendered) = rendered() else { return };
-    let update = std::env::var_os("MIXER_UPDATE_GOLDEN").is_some();
-    let mut stale = Vec::new();
-    for (name, text) in &rendered {
-        let path = golden_path(name);
-        if update {
-            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir rendered");
-            std::fs::write(&path, text).expect("write golden");
-            continue;
-        }
-        let want = std::fs::read_to_string(&path).unwrap_or_default();
-        if &want != text {
-            stale.push(format!(
-                "{}: {}",
-                path.display(),
-                first_difference(&want, text)
-            ));
-        }
-    }
-    assert!(
-        stale.is_empty(),
-        "rendered overlays differ from their golden files (review, then regenerate with \
-         MIXER_UPDATE_GOLDEN=1 cargo test -p mixer-tests --test deploy_kubernetes):\n{}",
-        stale.join("\n")
-    );
+    let golden: Vec<(PathBuf, String)> = rendered
+        .into_iter()
+        .map(|(name, text)| (golden_path(name), text))
+        .collect();
+    check_golden("deploy_kubernetes", &golden);
 }
 
 #[test]

@@ -4,14 +4,14 @@
 //! nginx passes 401 and 403 from the auth endpoint on to the client and turns any other
 //! status into 500, so denials here use PERMISSION_DENIED and UNAUTHENTICATED.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use mixer_tests::nginx::{self, Nginx};
+use mixer_tests::upstream;
 use mixer_tests::{Mixer, free_addr, http_request, http_request_from};
 
 const CONFIG: &str = r#"
@@ -51,55 +51,9 @@ spec:
     values: ['request.headers["x-user"] | "anonymous"']
 "#;
 
-/// An upstream that answers 200 with the request line and headers it received as its body.
-fn upstream(hits: Arc<AtomicUsize>) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind upstream");
-    let addr = listener.local_addr().expect("addr");
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            hits.fetch_add(1, Ordering::SeqCst);
-            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
-            let mut head = String::new();
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                head.push_str(&line);
-            }
-            let body = head.to_ascii_lowercase();
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    addr
-}
-
-/// The nginx `auth_request` location every server block here uses, calling `mixer`'s
-/// forward-auth endpoint; `extra` adds directives (forwarding headers).
-fn check_location(mixer: SocketAddr, extra: &str) -> String {
-    format!(
-        r#"
-        location = /_mixer_check {{
-            internal;
-            proxy_pass http://{mixer}/check;
-            proxy_pass_request_body off;
-            proxy_set_header Content-Length "";
-            proxy_set_header X-Original-URI $request_uri;
-            proxy_set_header X-Original-Method $request_method;
-            proxy_set_header X-Forwarded-Host $host;
-            {extra}
-        }}"#
-    )
-}
-
 /// A server block on `listen` whose every request asks `mixer` first, then goes to `upstream`.
 fn server(listen: SocketAddr, mixer: SocketAddr, upstream: SocketAddr, extra: &str) -> String {
-    let check = check_location(mixer, extra);
+    let check = nginx::check_location(mixer, extra);
     format!(
         r#"
     server {{
@@ -137,7 +91,7 @@ fn nginx_auth_request_lets_the_mixer_decide() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mixer = start_mixer(dir.path(), "mixer.yaml", CONFIG, &[]);
     let hits = Arc::new(AtomicUsize::new(0));
-    let upstream = upstream(hits.clone());
+    let upstream = upstream::echo_head_counted(hits.clone());
     let listen = free_addr();
     let _nginx = start_nginx(
         dir.path(),
@@ -217,7 +171,7 @@ fn a_spoofed_forwarding_header_does_not_pass_an_ip_allow_list() {
         &["--trusted-proxies", "127.0.0.1/32"],
     );
     let hits = Arc::new(AtomicUsize::new(0));
-    let upstream = upstream(hits.clone());
+    let upstream = upstream::echo_head_counted(hits.clone());
     let (a, b, c) = (free_addr(), free_addr(), free_addr());
     let set_real_ip = "proxy_set_header X-Real-IP $remote_addr;";
     let append_xff = "proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;";
@@ -268,9 +222,9 @@ fn nginx_forward_auth_stops_the_fourth_request_with_429() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mixer = start_mixer(dir.path(), "quota.yaml", QUOTA, &[]);
     let hits = Arc::new(AtomicUsize::new(0));
-    let upstream = upstream(hits.clone());
+    let upstream = upstream::echo_head_counted(hits.clone());
     let listen = free_addr();
-    let check = check_location(mixer.http, "");
+    let check = nginx::check_location(mixer.http, "");
     let block = format!(
         r#"
     server {{
@@ -326,18 +280,6 @@ fn nginx_forward_auth_stops_the_fourth_request_with_429() {
     assert!(mixer.terminate().success());
 }
 
-/// The README's nginx block for forward-auth behind nginx, as written there.
-fn readme_nginx_block() -> String {
-    let readme = include_str!("../../README.md");
-    let marker = "# mixer forward-auth: the client's address as nginx saw it";
-    let start = readme.find(marker).expect("the README's nginx block");
-    let block = &readme[start..];
-    let end = block
-        .find("```")
-        .expect("the end of the README's nginx block");
-    block[..end].to_string()
-}
-
 /// The README's nginx block is safe by construction: whichever header the mixer is told to
 /// read (`--real-ip-header`), nginx wrote it, so a client that writes `X-Forwarded-For` and
 /// `X-Real-IP` itself does not pass an allow-list. The mismatch the block prevents, nginx
@@ -357,9 +299,10 @@ fn the_readme_nginx_block_is_safe_with_either_real_ip_header() {
     let forwarded = trusting("forwarded.yaml", "x-forwarded-for");
     let real_ip = trusting("real-ip.yaml", "x-real-ip");
     let hits = Arc::new(AtomicUsize::new(0));
-    let upstream = upstream(hits.clone());
+    let upstream = upstream::echo_head_counted(hits.clone());
     let (a, b, c) = (free_addr(), free_addr(), free_addr());
-    let block = readme_nginx_block();
+    let block =
+        mixer_tests::readme::block("# mixer forward-auth: the client's address as nginx saw it");
     let only_real_ip = "proxy_set_header X-Real-IP $remote_addr;";
     let _nginx = start_nginx(
         dir.path(),

@@ -10,18 +10,6 @@ use std::time::Duration;
 use mixer_tests::nginx::{self, Nginx};
 use mixer_tests::{Mixer, free_addr, header, http_request};
 
-/// The README's nginx cache block, as written there.
-fn readme_cache_block() -> String {
-    let readme = include_str!("../../README.md");
-    let marker = "# mixer forward-auth answers cached as the mixer's hints say";
-    let start = readme.find(marker).expect("the README's nginx cache block");
-    let block = &readme[start..];
-    let end = block
-        .find("```")
-        .expect("the end of the README's cache block");
-    block[..end].to_string()
-}
-
 /// Checks the mixer decided (cache hits included): each one is a call that reached it.
 fn checks(mixer: &Mixer) -> f64 {
     ["allowed", "denied"]
@@ -60,7 +48,10 @@ fn nginx_proxy_cache_reuses_allows_for_the_same_user_only() {
 
     let (listen, app): (SocketAddr, SocketAddr) = (free_addr(), free_addr());
     let prefix = dir.path().display();
-    let cache_block = readme_cache_block();
+    let check = nginx::check_location(
+        mixer.http,
+        &mixer_tests::readme::block("# mixer forward-auth answers cached as the mixer's hints say"),
+    );
     let http = format!(
         r#"
     proxy_cache_path {prefix}/mixer-auth keys_zone=mixer_auth:1m;
@@ -74,17 +65,8 @@ fn nginx_proxy_cache_reuses_allows_for_the_same_user_only() {
             auth_request /_mixer_check;
             proxy_pass http://{app};
         }}
-        location = /_mixer_check {{
-            internal;
-            proxy_pass http://{mixer}/check;
-            proxy_pass_request_body off;
-            proxy_set_header Content-Length "";
-            proxy_set_header X-Original-URI $request_uri;
-            proxy_set_header X-Original-Method $request_method;
-            {cache_block}
-        }}
-    }}"#,
-        mixer = mixer.http,
+        {check}
+    }}"#
     );
     let _nginx = Nginx::start(&binary, dir.path(), &http, &[listen, app]);
 

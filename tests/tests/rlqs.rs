@@ -1,37 +1,22 @@
 //! The rate limit quota service (RLQS) through the real mixer process serving
 //! `policies/rlqs` (300 requests a second for the bucket `{name: shared}` of domain `rlqs`).
 //!
-//! No Envoy binary is installed here: each proxy is [`Proxy`], a client on Envoy's own
-//! `rate_limit_quota` protos (from `envoy-types`) that behaves as Envoy's
-//! `envoy.filters.http.rate_limit_quota` filter documents it: per-bucket counters of allowed
-//! and denied requests, a usage report every reporting interval on one long-lived stream,
-//! assignments applied until their time to live runs out, and allow-all when it has no
-//! assignment (its `no_assignment_behavior`) or when one expired (its
-//! `expired_assignment_behavior`). Requests are counted, not sent: a proxy that wants `rps`
-//! requests a second admits `min(rps, assigned)` of them and denies the rest.
-//!
-//! The reporting interval is 300 ms rather than a second, to keep the test short; the
-//! service's shares do not depend on the interval, only on the rates reported.
+//! No Envoy binary is installed here: each proxy is `rlqs_proxy::Proxy`, a client on Envoy's
+//! own `rate_limit_quota` protos that behaves as the filter documents (see
+//! `support/rlqs_proxy.rs`).
 
-use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
-use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::RateLimitQuotaUsageReports;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
-    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
-};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
-use futures_util::StreamExt;
 use mixer_tests::Mixer;
-use tokio::sync::mpsc;
 
-const INTERVAL: Duration = Duration::from_millis(300);
+#[path = "support/rlqs_proxy.rs"]
+mod rlqs_proxy;
+use rlqs_proxy::{Proxy, bucket, run_intervals};
 
 fn start_mixer() -> Mixer {
     let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/rlqs/config");
@@ -39,208 +24,6 @@ fn start_mixer() -> Mixer {
     let mixer = Mixer::start(binary, &["--config", config.to_str().expect("utf-8")]);
     mixer.wait_ready(Duration::from_secs(20));
     mixer
-}
-
-fn bucket(name: &str) -> BucketId {
-    BucketId {
-        bucket: [("name".to_string(), name.to_string())].into(),
-    }
-}
-
-/// What the proxy holds for one bucket: an assignment until it expires.
-#[derive(Clone, Debug)]
-struct Assignment {
-    /// `None`: allow all; `Some(0)` would be a zero rate.
-    per_second: Option<u64>,
-    deny_all: bool,
-    expires: Instant,
-}
-
-/// Everything the service sent to one stream, as the filter keeps it.
-#[derive(Debug, Default)]
-struct Received {
-    assignments: HashMap<String, Assignment>,
-    answers: usize,
-    first_answer: Option<Instant>,
-    deny_all_seen: bool,
-    zero_rate_seen: bool,
-    ended: Option<String>,
-}
-
-fn apply(received: &Mutex<Received>, answer: RateLimitQuotaResponse) {
-    let now = Instant::now();
-    let mut r = received.lock().expect("lock");
-    r.answers += 1;
-    r.first_answer.get_or_insert(now);
-    for action in answer.bucket_action {
-        let name = action
-            .bucket_id
-            .and_then(|b| b.bucket.get("name").cloned())
-            .unwrap_or_default();
-        match action.bucket_action {
-            Some(Action::QuotaAssignmentAction(q)) => {
-                let ttl = q.assignment_time_to_live.expect("an assignment has a TTL");
-                let ttl = Duration::new(ttl.seconds as u64, ttl.nanos as u32);
-                let strategy = q.rate_limit_strategy.and_then(|s| s.strategy);
-                let (per_second, deny_all) = match strategy {
-                    Some(Strategy::RequestsPerTimeUnit(rate)) => {
-                        assert_eq!(rate.time_unit, RateLimitUnit::Second as i32);
-                        r.zero_rate_seen |= rate.requests_per_time_unit == 0;
-                        (Some(rate.requests_per_time_unit), false)
-                    }
-                    Some(Strategy::BlanketRule(b)) => (None, b == BlanketRule::DenyAll as i32),
-                    other => panic!("unexpected strategy {other:?}"),
-                };
-                r.deny_all_seen |= deny_all;
-                r.assignments.insert(
-                    name,
-                    Assignment {
-                        per_second,
-                        deny_all,
-                        expires: now + ttl,
-                    },
-                );
-            }
-            Some(Action::AbandonAction(_)) => {
-                r.assignments.remove(&name);
-            }
-            None => {}
-        }
-    }
-}
-
-/// One simulated proxy: its stream to the mixer and what it received.
-struct Proxy {
-    reports: mpsc::Sender<RateLimitQuotaUsageReports>,
-    received: Arc<Mutex<Received>>,
-    /// Requests a second it is asked for, per bucket.
-    wants: Vec<(String, u64)>,
-    last_report: Instant,
-}
-
-impl Proxy {
-    async fn connect(addr: std::net::SocketAddr, id: &str, wants: &[(&str, u64)]) -> Proxy {
-        let mut client = RateLimitQuotaServiceClient::connect(format!("http://{addr}"))
-            .await
-            .expect("connect");
-        let (tx, rx) = mpsc::channel::<RateLimitQuotaUsageReports>(16);
-        let outbound =
-            futures_util::stream::unfold(
-                rx,
-                |mut rx| async move { rx.recv().await.map(|m| (m, rx)) },
-            );
-        let mut request = tonic::Request::new(outbound);
-        request
-            .metadata_mut()
-            .insert("x-rlqs-proxy-id", id.parse().expect("ascii id"));
-        let received = Arc::new(Mutex::new(Received::default()));
-        let proxy = Proxy {
-            reports: tx,
-            received: received.clone(),
-            wants: wants.iter().map(|(b, n)| (b.to_string(), *n)).collect(),
-            last_report: Instant::now(),
-        };
-        // The filter's first report: one request of each bucket, sent as it arrived.
-        proxy.send(1, Duration::ZERO).await;
-        let mut answers = client
-            .stream_rate_limit_quotas(request)
-            .await
-            .expect("stream opens")
-            .into_inner();
-        tokio::spawn(async move {
-            loop {
-                match answers.next().await {
-                    Some(Ok(answer)) => apply(&received, answer),
-                    Some(Err(status)) => {
-                        received.lock().expect("lock").ended = Some(status.to_string());
-                        return;
-                    }
-                    None => {
-                        received.lock().expect("lock").ended = Some("closed".into());
-                        return;
-                    }
-                }
-            }
-        });
-        proxy
-    }
-
-    /// Sends a report of `requests` per bucket over `elapsed`, split by the assignments held.
-    async fn send(&self, scale: u64, elapsed: Duration) {
-        let now = Instant::now();
-        let usages = self
-            .wants
-            .iter()
-            .map(|(name, rps)| {
-                let asked = if elapsed.is_zero() {
-                    scale
-                } else {
-                    (*rps as f64 * elapsed.as_secs_f64()).round() as u64
-                };
-                let held = self
-                    .received
-                    .lock()
-                    .expect("lock")
-                    .assignments
-                    .get(name)
-                    .filter(|a| a.expires > now)
-                    .cloned();
-                let admitted = match held {
-                    Some(a) if a.deny_all => 0,
-                    Some(Assignment {
-                        per_second: Some(rate),
-                        ..
-                    }) => asked.min((rate as f64 * elapsed.as_secs_f64()).round() as u64),
-                    // No assignment, or an expired one: allow all.
-                    _ => asked,
-                };
-                BucketQuotaUsage {
-                    bucket_id: Some(bucket(name)),
-                    time_elapsed: Some(ProtoDuration {
-                        seconds: elapsed.as_secs() as i64,
-                        nanos: elapsed.subsec_nanos() as i32,
-                    }),
-                    num_requests_allowed: admitted,
-                    num_requests_denied: asked - admitted,
-                }
-            })
-            .collect();
-        self.reports
-            .send(RateLimitQuotaUsageReports {
-                domain: "rlqs".into(),
-                bucket_quota_usages: usages,
-            })
-            .await
-            .expect("stream open");
-    }
-
-    /// The report due every interval.
-    async fn report(&mut self) {
-        let now = Instant::now();
-        let elapsed = now - self.last_report;
-        self.last_report = now;
-        self.send(0, elapsed).await;
-    }
-
-    fn rate(&self, name: &str) -> Option<u64> {
-        let r = self.received.lock().expect("lock");
-        r.assignments
-            .get(name)
-            .filter(|a| a.expires > Instant::now())
-            .and_then(|a| a.per_second)
-    }
-}
-
-/// Sends one report from every proxy, `intervals` times, an interval apart.
-async fn run_intervals(proxies: &mut [Proxy], intervals: u32) {
-    for _ in 0..intervals {
-        tokio::time::sleep(INTERVAL).await;
-        for p in proxies.iter_mut() {
-            p.report().await;
-        }
-    }
-    // Let the answers to the last reports arrive.
-    tokio::time::sleep(Duration::from_millis(100)).await;
 }
 
 /// The contract of issue #37: the first answer within 5 s; three proxies each wanting 200 a
@@ -336,8 +119,9 @@ async fn uneven_load_and_a_demand_that_drops() {
     mixer.terminate();
 }
 
-/// Bad input on one stream (absurd counts, thousands of buckets per report, reports as fast
-/// as it can send them) is answered and bounded, and another stream is unaffected.
+/// Bad input on one stream (absurd counts, thousands of buckets per report, buckets no config
+/// names, reports as fast as it can send them) is answered and bounded, another stream is
+/// unaffected, and streams that come and go with such reports leave the mixer's memory flat.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_reports_do_not_disturb_other_streams() {
     let mixer = start_mixer();
@@ -391,8 +175,67 @@ async fn bad_reports_do_not_disturb_other_streams() {
     let share = abuser.rate("shared").expect("the abuser is answered too");
     assert!(share <= 300, "{share}");
     assert!(good[0].received.lock().expect("lock").ended.is_none());
-    drop((good, abuser));
+    drop(abuser);
+
+    // Memory stays flat: streams that come and go, each reporting thousands of buckets no
+    // config names, leave nothing behind. One round first, so that the allocator's pools
+    // exist before the measure.
+    churn(mixer.grpc, 0..5).await;
+    let before = rss_kib(mixer.pid());
+    churn(mixer.grpc, 5..35).await;
+    let after = rss_kib(mixer.pid());
+    assert!(
+        after < before + 4 * 1024,
+        "the mixer's RSS went from {before} KiB to {after} KiB"
+    );
+    run_intervals(&mut good, 1).await;
+    assert!(good[0].rate("shared").is_some_and(|r| r >= 15));
+    assert!(good[0].received.lock().expect("lock").ended.is_none());
+    drop(good);
     mixer.terminate();
+}
+
+/// Streams `ids`, one after the other: each reports `shared` and 4,999 buckets no config
+/// names, waits for its answer and goes away.
+async fn churn(addr: std::net::SocketAddr, ids: std::ops::Range<u32>) {
+    let usages: Vec<BucketQuotaUsage> = std::iter::once("shared".to_string())
+        .chain((1..5000).map(|i| format!("unknown-{i}")))
+        .map(|name| BucketQuotaUsage {
+            bucket_id: Some(bucket(&name)),
+            time_elapsed: Some(ProtoDuration {
+                seconds: 1,
+                nanos: 0,
+            }),
+            num_requests_allowed: u64::MAX,
+            num_requests_denied: 0,
+        })
+        .collect();
+    for i in ids {
+        let proxy = Proxy::connect(addr, &format!("churn-{i}"), &[]).await;
+        let report = RateLimitQuotaUsageReports {
+            domain: "rlqs".into(),
+            bucket_quota_usages: usages.clone(),
+        };
+        proxy.reports.send(report).await.expect("stream open");
+        let start = Instant::now();
+        while proxy.received.lock().expect("lock").answers < 2 {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "a churning stream was not answered"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// The resident memory of process `pid`, in KiB (`VmRSS`).
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
 }
 
 /// A stream that never reports is closed by the body timeout (`--body-read-timeout`), while
@@ -443,4 +286,41 @@ async fn a_silent_stream_is_closed_and_a_reporting_one_stays_open() {
     drop(r);
     drop(reporting);
     mixer.terminate();
+}
+
+/// `mixer test` runs `variety: rlqs` cases (policies/rlqs has some), and says what a wrong
+/// expectation got instead.
+#[test]
+fn mixer_test_checks_rlqs_assignments() {
+    let binary = Path::new(env!("CARGO_BIN_EXE_mixer-under-test"));
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = std::process::Command::new(binary)
+        .arg("test")
+        .arg(repo.join("policies/rlqs"))
+        .output()
+        .expect("run mixer test");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("hold 100 each"), "{stdout}");
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        dir.path().join("wrong_test.yaml"),
+        format!(
+            "config: {}\ntests:\n- name: expects an unknown bucket to be denied\n  variety: rlqs\n  domain: rlqs\n  reports:\n  - {{proxy: a, usages: [{{bucket: {{name: other}}, allowed: 5}}, {{bucket: {{name: shared}}, allowed: 5}}]}}\n  expect:\n    assignments:\n    - {{bucket: {{name: other}}, blanketRule: DENY_ALL}}\n",
+            repo.join("policies/rlqs/config").display()
+        ),
+    )
+    .expect("write test file");
+    let out = std::process::Command::new(binary)
+        .arg("test")
+        .arg(dir.path())
+        .output()
+        .expect("run mixer test");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(r#"assignments: expected [({"name": "other"}, "DENY_ALL")], got [({"name": "shared"}, "300/SECOND")]"#),
+        "{stdout}"
+    );
 }

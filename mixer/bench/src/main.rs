@@ -9,6 +9,7 @@
 //! mixer-bench report --mixer-bin target/release/mixer --config policies/telemetry/config
 //! mixer-bench overload --mixer-bin target/release/mixer
 //! mixer-bench shared --mixer-bin target/release/mixer
+//! mixer-bench rlqs --mixer-bin target/release/mixer
 //! ```
 //!
 //! `shared` measures the check cache shared by the replicas (`--shared-cache`): adapter calls
@@ -43,6 +44,7 @@ mod pin;
 mod platform;
 mod process;
 mod report;
+mod rlqs;
 mod shared;
 mod slow;
 mod targets;
@@ -193,6 +195,9 @@ enum Cmd {
     /// adapter calls and hit ratio on a Zipf workload with per-replica caches and with the
     /// shared tier, the latency a shared hit adds, and the hot path with it on and off.
     Shared(shared::Args),
+    /// RLQS: bucket usage reports answered per second of the mixer's CPU, beside RLS calls
+    /// on the same mixer, and the CPU per 1000 proxy requests admitted under each.
+    Rlqs(rlqs::Args),
     /// Serve the out-of-process adapter of `shared` (listentry).
     #[command(hide = true)]
     SharedAdapter {
@@ -306,6 +311,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Oop(args) => rt.block_on(oop::run(args)),
         Cmd::OopAdapter { addr } => rt.block_on(oop::serve_adapter(addr)),
         Cmd::Shared(args) => rt.block_on(shared::run(args)),
+        Cmd::Rlqs(args) => rt.block_on(rlqs::run(args)),
         Cmd::SharedAdapter { addr } => rt.block_on(shared::serve_adapter(addr)),
         Cmd::EchoServer { addr } => platform::echo_server(addr),
         Cmd::Platform { duration } => {

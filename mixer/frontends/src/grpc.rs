@@ -140,9 +140,17 @@ pub fn unary_methods(runtime: &Arc<Runtime>) -> Methods {
 /// tonic's routes for what [`unary_methods`] does not serve: Envoy's access log stream
 /// ([`ACCESS_LOG_STREAM`]) and rate limit quota stream ([`RLQS_STREAM`]). The server adds its health service.
 pub fn routes(runtime: &Arc<Runtime>) -> tonic::service::RoutesBuilder {
+    routes_with(runtime, crate::rlqs::Rlqs::new(runtime.clone()))
+}
+
+/// [`routes`] with this RLQS service (its demands in Redis, say).
+pub fn routes_with(
+    runtime: &Arc<Runtime>,
+    rlqs: crate::rlqs::Rlqs,
+) -> tonic::service::RoutesBuilder {
     let mut routes = tonic::service::RoutesBuilder::default();
     routes.add_service(crate::access_log::service(runtime.clone()));
-    routes.add_service(crate::rlqs::service(runtime.clone()));
+    routes.add_service(rlqs.into_service());
     routes
 }
 

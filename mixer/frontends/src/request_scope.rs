@@ -14,8 +14,8 @@ use std::time::Duration;
 use mixer_adapter_api::log_gate::LogGate;
 use mixer_model::AttributeBag;
 use mixer_runtime::{
-    CacheTier, Checked, Decision, DecisionId, DecisionOutcome, NotReady, Prepared, QuotaAfterCheck,
-    Runtime, Snapshot, Undecided, Wants,
+    Checked, Decision, DecisionId, DecisionOutcome, NotReady, Prepared, QuotaAfterCheck, Runtime,
+    Snapshot, Undecided, Wants,
 };
 
 use crate::bag_pool::{keep_spare, spare_bag};
@@ -147,12 +147,12 @@ impl RequestScope {
                 Ok(QuotaAfterCheck::Checked(c) | QuotaAfterCheck::Granted { checked: c, .. }) => {
                     DecisionOutcome::Verdict {
                         verdict: &c.verdict,
-                        cache: tier(c.cache_hit),
+                        cache: c.tier,
                     }
                 }
                 Ok(QuotaAfterCheck::Refused(r)) => DecisionOutcome::Verdict {
                     verdict: &r.verdict,
-                    cache: tier(r.cache_hit),
+                    cache: r.tier,
                 },
                 Err(e) => DecisionOutcome::Undecided(e),
             };
@@ -167,17 +167,9 @@ pub(crate) fn checked_outcome(checked: &Result<Checked, Undecided>) -> DecisionO
     match checked {
         Ok(c) => DecisionOutcome::Verdict {
             verdict: &c.verdict,
-            cache: tier(c.cache_hit),
+            cache: c.tier,
         },
         Err(e) => DecisionOutcome::Undecided(e),
-    }
-}
-
-fn tier(cache_hit: bool) -> CacheTier {
-    if cache_hit {
-        CacheTier::InProcess
-    } else {
-        CacheTier::None
     }
 }
 

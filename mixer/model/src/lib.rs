@@ -42,7 +42,7 @@ pub use string_map::StringMap;
 pub use template::{FieldKind, FieldSpec, Template, Variety, camel_to_snake};
 pub use value::{Duration, Timestamp, Value, ValueType};
 pub use verdict::{
-    CheckResult, DryRunOutcome, HeaderOp, HeaderOperation, QuotaLimit, QuotaResult, Verdict,
-    WouldBe,
+    CheckResult, DryRunOutcome, HandlerFailure, HeaderOp, HeaderOperation, QuotaLimit, QuotaResult,
+    Verdict, WouldBe,
 };
 pub use vocabulary::{AttrId, AttributeInfo, Vocabulary, VocabularyError, edit_distance};

@@ -113,6 +113,19 @@ pub struct Verdict {
     /// What each matched dry-run (not enforced) rule would have decided, in evaluation
     /// order; none of it changed `status`. Empty unless a dry-run rule matched.
     pub dry_run: Vec<DryRunOutcome>,
+    /// The handlers that failed and whose fail policy (open) let the check go on without
+    /// their answer, in the order asked. A verdict holding one is never reused (its valid
+    /// duration and use count are zero), so it is never cached or shared.
+    pub failed_open: Vec<HandlerFailure>,
+}
+
+/// A handler that failed while a check was decided.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HandlerFailure {
+    /// The handler's full name.
+    pub handler: Arc<str>,
+    /// Its error, as the adapter or the deadline worded it (secrets already hidden).
+    pub error: String,
 }
 
 /// What a dry-run rule would have decided had it been enforced.

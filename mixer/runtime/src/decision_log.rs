@@ -33,6 +33,8 @@ struct Route {
     /// The `decisionlog` instance's full name.
     instance: Arc<str>,
     params: Arc<DecisionLogParams>,
+    /// `mixer_decision_log_sampled_out_total` of the rule.
+    sampled_out: prometheus::IntCounter,
 }
 
 /// The decision-log rules of a snapshot, and what hides the secrets of its handlers' params.
@@ -44,8 +46,13 @@ pub(crate) struct DecisionLog {
 
 impl DecisionLog {
     /// The decision-log rules of `config`; `None` when it has none. `secrets`: the redactors
-    /// of the handlers whose params hold a secret, which no record may quote.
-    pub(crate) fn build(config: &Config, secrets: Vec<Arc<Redactor>>) -> Option<DecisionLog> {
+    /// of the handlers whose params hold a secret, which no record may quote; `sampled_out`:
+    /// where each rule's sampled-out decisions are counted.
+    pub(crate) fn build(
+        config: &Config,
+        secrets: Vec<Arc<Redactor>>,
+        sampled_out: &prometheus::IntCounterVec,
+    ) -> Option<DecisionLog> {
         let mut routes = Vec::new();
         for (r, rule) in config.rules.iter().enumerate() {
             for action in &rule.actions {
@@ -59,6 +66,7 @@ impl DecisionLog {
                             handler: action.handler,
                             instance: ic.name.clone(),
                             params: params.clone(),
+                            sampled_out: sampled_out.with_label_values(&[rule.name.as_ref()]),
                         });
                     }
                 }
@@ -83,8 +91,12 @@ impl DecisionLog {
         let sample = decision.id.sample() * 100.0;
         for route in &self.routes {
             let params = &route.params;
+            if !rule_applies(config, route.rule, bag) {
+                continue;
+            }
             let sampled = sample < params.percent_sampled || (denial && params.always_log_denials);
-            if !sampled || !rule_applies(config, route.rule, bag) {
+            if !sampled {
+                route.sampled_out.inc();
                 continue;
             }
             let record =
@@ -132,6 +144,47 @@ pub enum DecisionOutcome<'a> {
     },
     /// The mixer could not decide.
     Undecided(&'a Undecided),
+    /// A rate limit service answer: OK or RESOURCE_EXHAUSTED, and each descriptor's.
+    RateLimit {
+        /// The request's verdict: over the limit when a descriptor is.
+        verdict: &'a Verdict,
+        /// Each descriptor's verdict, in request order.
+        descriptors: &'a [DescriptorDecision],
+    },
+}
+
+/// What one rate limit descriptor came to, for the decision log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DescriptorDecision {
+    /// Its entries as `key=value`, joined by `,`.
+    pub entries: String,
+    /// Its code as the response says it: `OK` or `OVER_LIMIT`.
+    pub code: &'static str,
+    /// The limit that applied to it (`name: N/UNIT`, or `N/UNIT` for a limit without a
+    /// name); `None` when no limit did.
+    pub limit: Option<String>,
+    /// Requests left under that limit.
+    pub remaining: u32,
+}
+
+impl DescriptorDecision {
+    /// Whether this descriptor is over its limit.
+    pub fn is_over(&self) -> bool {
+        self.code == "OVER_LIMIT"
+    }
+}
+
+impl<'a> DecisionOutcome<'a> {
+    /// The outcome of a check as [`crate::check`] decided it.
+    pub fn of_check(checked: &'a Result<crate::Checked, Undecided>) -> DecisionOutcome<'a> {
+        match checked {
+            Ok(c) => DecisionOutcome::Verdict {
+                verdict: &c.verdict,
+                cache: c.tier,
+            },
+            Err(e) => DecisionOutcome::Undecided(e),
+        }
+    }
 }
 
 /// Which cache tier answered a check.
@@ -146,7 +199,8 @@ pub enum CacheTier {
 }
 
 impl CacheTier {
-    fn label(self) -> &'static str {
+    /// The tier's name in decision records and ext_authz metadata.
+    pub fn label(self) -> &'static str {
         match self {
             CacheTier::InProcess => "in_process",
             CacheTier::Shared => "shared",
@@ -171,7 +225,8 @@ pub struct Decision<'a> {
 impl Decision<'_> {
     fn is_denial(&self) -> bool {
         match self.outcome {
-            DecisionOutcome::Verdict { verdict, .. } => !verdict.is_allowed(),
+            DecisionOutcome::Verdict { verdict, .. }
+            | DecisionOutcome::RateLimit { verdict, .. } => !verdict.is_allowed(),
             DecisionOutcome::Undecided(_) => true,
         }
     }
@@ -204,6 +259,12 @@ impl Record {
         if let Some(hash) = config_hash {
             put("config_hash", Value::String(hash.clone()));
         }
+        // What a Mixer v1 client, whose protocol has no place for the decision id, can quote
+        // instead: the proxy's `x-request-id`.
+        let request_id = config.vocabulary.lookup("request.id");
+        if let Some(Value::String(id)) = request_id.and_then(|a| bag.get(a)) {
+            put("request_id", Value::String(id.clone()));
+        }
         let latency = decision.started.elapsed();
         put(
             "latency",
@@ -214,12 +275,7 @@ impl Record {
         let mut reads = Vec::new();
         match decision.outcome {
             DecisionOutcome::Verdict { verdict, cache } => {
-                let outcome = if verdict.is_allowed() {
-                    "allow"
-                } else {
-                    "deny"
-                };
-                put("verdict", Value::string(outcome));
+                put("verdict", Value::string(verdict_word(verdict)));
                 put("code", Value::string(verdict.status.code.name()));
                 if !verdict.status.message.is_empty() {
                     put("message", Value::string(verdict.istio_message()));
@@ -244,7 +300,24 @@ impl Record {
                 if let Some(handler) = handler {
                     put("handler", Value::String(handler));
                 }
+                if !verdict.failed_open.is_empty() {
+                    let errors = verdict
+                        .failed_open
+                        .iter()
+                        .map(|f| (&*f.handler, f.error.as_str()));
+                    put("handler_errors", Value::from(StringMap::from_pairs(errors)));
+                    put("fail_policy", Value::string("open"));
+                }
                 reads = read_values(bag, &verdict.referenced);
+            }
+            DecisionOutcome::RateLimit {
+                verdict,
+                descriptors,
+            } => {
+                put("verdict", Value::string(verdict_word(verdict)));
+                put("code", Value::string(verdict.status.code.name()));
+                put("cache", Value::string(CacheTier::None.label()));
+                put_descriptors(&mut put, descriptors);
             }
             DecisionOutcome::Undecided(undecided) => {
                 put("verdict", Value::string("undecided"));
@@ -255,7 +328,10 @@ impl Record {
                         if let Some(rule) = rule_routing_to(config, handler) {
                             put("rule", Value::String(rule));
                         }
-                        put("error", Value::string(error.to_string()));
+                        let error = error.to_string();
+                        let errors = [(&**handler, error.as_str())];
+                        put("handler_errors", Value::from(StringMap::from_pairs(errors)));
+                        put("error", Value::string(error));
                         put("fail_policy", Value::string("close"));
                     }
                     Undecided::Instance(e) => {
@@ -328,6 +404,44 @@ impl Record {
                 ("severity", FieldValue::Value(Value::string("Info"))),
             ],
         }
+    }
+}
+
+fn verdict_word(verdict: &Verdict) -> &'static str {
+    if verdict.is_allowed() {
+        "allow"
+    } else {
+        "deny"
+    }
+}
+
+/// A rate limit decision's descriptors (`descriptors`: each one's entries to its code) and
+/// the one that decided, with its limit: the first over its limit, else the one with the
+/// fewest requests left (as the `X-RateLimit-*` headers pick it).
+fn put_descriptors(put: &mut impl FnMut(&str, Value), descriptors: &[DescriptorDecision]) {
+    let mut seen: Vec<&str> = Vec::with_capacity(descriptors.len());
+    let mut codes: Vec<(String, &str)> = Vec::with_capacity(descriptors.len());
+    for (i, d) in descriptors.iter().enumerate() {
+        // The same entries twice (two of Envoy's actions alike) stay two keys.
+        let key = if seen.contains(&d.entries.as_str()) {
+            format!("{} #{i}", d.entries)
+        } else {
+            d.entries.clone()
+        };
+        seen.push(&d.entries);
+        codes.push((key, d.code));
+    }
+    put("descriptors", Value::from(StringMap::from_pairs(codes)));
+    let deciding = descriptors
+        .iter()
+        .filter(|d| d.limit.is_some())
+        .min_by_key(|d| (!d.is_over(), d.remaining));
+    if let Some(d) = deciding {
+        put("descriptor", Value::string(d.entries.as_str()));
+        if let Some(limit) = &d.limit {
+            put("limit", Value::string(limit.as_str()));
+        }
+        put("limit_remaining", Value::Int64(i64::from(d.remaining)));
     }
 }
 

@@ -52,7 +52,7 @@ pub use content::{CheckOutcome, ConfigContent, DiskState, FileHash, Settle};
 pub use deadline::DEFAULT_HANDLER_TIMEOUT;
 pub use decision::{DEFAULT_VALID_DURATION, DEFAULT_VALID_USE_COUNT, InstanceError, Undecided};
 pub use decision_id::{DECISION_ID_HEADER, DecisionId};
-pub use decision_log::{CacheTier, Decision, DecisionOutcome};
+pub use decision_log::{CacheTier, Decision, DecisionOutcome, DescriptorDecision};
 pub use evaluate::{Dispatch, DryRunEval, Evaluation, MatchFailure, evaluate};
 pub use index::RuleIndex;
 pub use limits::{

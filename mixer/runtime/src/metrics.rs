@@ -44,6 +44,9 @@ pub struct RuntimeMetrics {
     /// `mixer_report_sampled_out_total{rule}`: report records a rule's `sampling` kept from
     /// its actions.
     pub report_sampled_out: IntCounterVec,
+    /// `mixer_decision_log_sampled_out_total{rule}`: decisions a decision-log rule's match
+    /// held for and its `percentSampled` kept from the log.
+    pub decision_log_sampled_out: IntCounterVec,
     /// `mixer_instance_errors_total{instance}`: instances that could not be built (a field
     /// read an absent attribute or failed), so were not sent.
     pub instance_errors: IntCounterVec,
@@ -194,6 +197,11 @@ impl RuntimeMetrics {
             report_sampled_out: counter_vec(
                 "mixer_report_sampled_out_total",
                 "Report records a rule's sampling kept from its actions",
+                &["rule"],
+            )?,
+            decision_log_sampled_out: counter_vec(
+                "mixer_decision_log_sampled_out_total",
+                "Decisions a decision-log rule's percentSampled kept from the log",
                 &["rule"],
             )?,
             instance_errors: counter_vec(

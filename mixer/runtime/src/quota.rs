@@ -12,8 +12,8 @@ use mixer_adapter_api::host::FailPolicy;
 use mixer_adapter_api::{AdapterError, QuotaArgs, QuotaCall};
 use mixer_config::RateLimitBehaviour;
 use mixer_model::{
-    Bag, Code, DryRunOutcome, Instance, QuotaLimit, QuotaResult, ReferencedAttributes, Status,
-    Template, Variety, WouldBe,
+    Bag, Code, DryRunOutcome, HandlerFailure, Instance, QuotaLimit, QuotaResult,
+    ReferencedAttributes, Status, Template, Variety, WouldBe,
 };
 
 use crate::deadline;
@@ -36,6 +36,14 @@ pub struct QuotaPlan {
 }
 
 impl QuotaPlan {
+    /// This plan without its dry-run rules, for a lookup that decides nothing (RLQS asks
+    /// the handlers for amount 0 to learn a limit): what those rules would have done is
+    /// counted for decisions served, not for lookups.
+    pub fn without_dry_runs(mut self) -> QuotaPlan {
+        self.dry_runs.clear();
+        self
+    }
+
     /// The envoyproxy/ratelimit behaviour of each selected instance that has one.
     pub fn rate_limits<'s>(
         &'s self,
@@ -69,6 +77,9 @@ pub struct QuotaOutcome {
     /// What each matched dry-run quota rule would have answered (its allocation was made,
     /// and counted against its own counters; the request is never refused for it).
     pub dry_run: Vec<DryRunOutcome>,
+    /// The quota handlers that failed and whose fail policy (open) granted the request
+    /// without them, for the decision log.
+    pub failed_open: Vec<HandlerFailure>,
 }
 
 /// Whether `result`'s limit says more about the request than the one `combined` holds: a
@@ -327,6 +338,7 @@ pub async fn allocate(
             unlimited: false,
             quota_mode: false,
             dry_run: Vec::new(),
+            failed_open: Vec::new(),
         };
         let mut saw_unlimited = false;
         for dispatch in &plan.dispatches {
@@ -619,6 +631,14 @@ fn combine(
                 // Failing open grants the request, for no longer than this call.
                 FailPolicy::Open => {
                     outcome.result.valid_duration = Duration::ZERO;
+                    let error = AdapterError {
+                        message: built.scrub(&error.message),
+                        ..error.clone()
+                    };
+                    outcome.failed_open.push(HandlerFailure {
+                        handler: built.name.clone(),
+                        error: error.to_string(),
+                    });
                     Ok(())
                 }
                 FailPolicy::Closed => Err(Undecided::Handler {

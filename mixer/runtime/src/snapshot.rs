@@ -380,6 +380,7 @@ impl Snapshot {
                 decision_log: crate::decision_log::DecisionLog::build(
                     &config,
                     handlers.iter().filter_map(|h| h.secrets.clone()).collect(),
+                    &metrics.decision_log_sampled_out,
                 ),
                 config_hash: None,
                 rule_matches,

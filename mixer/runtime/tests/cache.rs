@@ -13,7 +13,7 @@ use mixer_adapter_api::host::Params;
 use mixer_adapter_api::{
     Adapter, AdapterError, AdapterInfo, BuildContext, CheckHandler, Handler, ParamError, Stability,
 };
-use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile};
+use mixer_config::AdapterRegistry;
 use mixer_model::{CheckResult, Instance, Template, Value};
 use mixer_runtime::{CacheOptions, RuntimeMetrics, RuntimeOptions, Snapshot};
 
@@ -327,24 +327,7 @@ spec:
   match: request.method == "GET"
   actions: [{handler: slow, instances: [nothing]}]
 "#;
-    let sources = vec![SourceFile {
-        name: "t.yaml".into(),
-        text: text.into(),
-    }];
-    let validated =
-        mixer_config::validate(&sources, &registry, &ConfigOptions::default()).expect("valid");
-    let snap = Arc::new(
-        Snapshot::build(
-            1,
-            validated.config,
-            &registry,
-            None,
-            &RuntimeOptions::default(),
-            &RuntimeMetrics::unregistered(),
-        )
-        .expect("built")
-        .snapshot,
-    );
+    let snap = Arc::new(snapshot_in(&registry, text));
     let mut tasks = Vec::new();
     for _ in 0..10 {
         let snap = snap.clone();

@@ -459,23 +459,12 @@ metadata: {name: all, namespace: istio-system}
 spec:
   actions: [{handler: hollow, instances: [nothing]}]
 "#;
-    let sources = vec![mixer_config::SourceFile {
-        name: "test.yaml".into(),
-        text: yaml.into(),
-    }];
-    let validated = mixer_config::validate(
-        &sources,
+    let errors = match try_build_in(
         &registry(),
-        &mixer_config::ConfigOptions::default(),
-    )
-    .expect("the config itself is valid");
-    let errors = match mixer_runtime::Snapshot::build(
-        1,
-        validated.config,
-        &registry(),
-        None,
+        yaml,
         &RuntimeOptions::default(),
-        &mixer_runtime::RuntimeMetrics::unregistered(),
+        None,
+        &RuntimeMetrics::unregistered(),
     ) {
         Ok(_) => panic!("a handler that answers no checks was built"),
         Err(errors) => errors,

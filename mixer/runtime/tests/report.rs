@@ -8,11 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::bag;
+use common::{bag, snapshot_in_with};
 use mixer_adapter_api::{
     Adapter, AdapterError, AdapterInfo, BuildContext, Handler, ParamError, ReportHandler, Stability,
 };
-use mixer_config::{AdapterRegistry, ConfigOptions, SourceFile};
+use mixer_config::AdapterRegistry;
 use mixer_model::{Instance, Template, Value};
 use mixer_runtime::{Overflow, QueueOptions, RuntimeMetrics, RuntimeOptions, Snapshot};
 
@@ -138,20 +138,12 @@ fn build_config(config: &str, queues: QueueOptions) -> (Snapshot, Arc<Sink>, Run
     let sink = Arc::new(Sink::default());
     let mut registry = AdapterRegistry::new();
     registry.register(Arc::new(Recorder(sink.clone())));
-    let sources = vec![SourceFile {
-        name: "r.yaml".into(),
-        text: config.into(),
-    }];
-    let validated =
-        mixer_config::validate(&sources, &registry, &ConfigOptions::default()).expect("valid");
     let metrics = RuntimeMetrics::unregistered();
     let options = RuntimeOptions {
         reports: queues,
         ..RuntimeOptions::default()
     };
-    let snap = Snapshot::build(1, validated.config, &registry, None, &options, &metrics)
-        .expect("built")
-        .snapshot;
+    let snap = snapshot_in_with(&registry, config, &options, &metrics);
     (snap, sink, metrics)
 }
 

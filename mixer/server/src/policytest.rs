@@ -48,6 +48,26 @@
 //! proxy's words) and `granted` with its granted amount. Counters live as long as the test
 //! file: cases run in order on one snapshot.
 //!
+//! `variety: rlqs` sends usage reports of Envoy's rate limit quota filter (RLQS) through the
+//! RLQS front end, in order, each on its proxy's stream (`proxy`: its `x-rlqs-proxy-id`),
+//! with `domain`; a proxy's clock moves on by each of its reports' `elapsed` (default 1s).
+//! `assignments` lists exactly the buckets the case's last report is answered with, each
+//! with its `requestsPerTimeUnit` and `timeUnit` (default `SECOND`), its `blanketRule`
+//! (`ALLOW_ALL`, `DENY_ALL`) or `abandon: true`; `[]` when it is answered with nothing (the
+//! proxy's own behaviours decide). Every case starts with no demands known.
+//!
+//! ```yaml
+//! - name: three proxies wanting 200 a second each share 300
+//!   variety: rlqs
+//!   domain: rlqs
+//!   reports:
+//!   - {proxy: a, usages: [{bucket: {name: shared}, allowed: 200}]}
+//!   - {proxy: b, usages: [{bucket: {name: shared}, allowed: 150, denied: 50}]}
+//!   expect:
+//!     assignments:
+//!     - {bucket: {name: shared}, requestsPerTimeUnit: 150}
+//! ```
+//!
 //! ```yaml
 //! - name: the fourth request in a minute is refused
 //!   variety: quota
@@ -125,7 +145,44 @@ struct TestCase {
     /// `variety: ratelimit`: the request's descriptors, each a list of entries.
     #[serde(default)]
     descriptors: Vec<Vec<DescriptorEntry>>,
+    /// `variety: rlqs`: usage reports, in order.
+    #[serde(default)]
+    reports: Vec<RlqsReport>,
     expect: Expect,
+}
+
+/// `variety: rlqs`: one usage report of one proxy.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RlqsReport {
+    proxy: String,
+    usages: Vec<RlqsUsage>,
+}
+
+/// One bucket's usage in a report.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RlqsUsage {
+    bucket: BTreeMap<String, String>,
+    #[serde(default)]
+    allowed: u64,
+    #[serde(default)]
+    denied: u64,
+    /// The reported `time_elapsed` (default 1s).
+    #[serde(default)]
+    elapsed: Option<String>,
+}
+
+/// `variety: rlqs`: what one bucket is answered.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ExpectAssignment {
+    bucket: BTreeMap<String, String>,
+    requests_per_time_unit: Option<u64>,
+    time_unit: Option<String>,
+    blanket_rule: Option<String>,
+    #[serde(default)]
+    abandon: bool,
 }
 
 /// One entry of a rate limit descriptor.
@@ -167,6 +224,8 @@ struct Expect {
     /// Checks and quotas: the would-be verdict (`allow`, `deny`, `error`) of each dry-run
     /// rule that matched, by rule name; exactly these rules.
     dry_run: Option<BTreeMap<String, String>>,
+    /// `variety: rlqs`: the answer to the last report, bucket by bucket; exactly these.
+    assignments: Option<Vec<ExpectAssignment>>,
 }
 
 #[derive(Deserialize)]
@@ -318,12 +377,171 @@ async fn run_file(file: &Path, args: &ConfigArgs) -> Result<Vec<(String, Vec<Str
         },
     )?;
     let snapshot = built.snapshot;
+    // RLQS streams answer from a runtime of their own over the same files, made for the
+    // first rlqs case.
+    let mut rlqs_runtime = None;
     let mut results = Vec::new();
     for case in spec.tests {
-        let problems = run_case(&snapshot, &case).await;
+        let problems = if case.variety.as_deref() == Some("rlqs") {
+            let runtime = match &rlqs_runtime {
+                Some(r) => Ok(std::sync::Arc::clone(r)),
+                None => rlqs_runtime_of(&sources, &config_path, args, options.clone()),
+            };
+            match runtime {
+                Ok(runtime) => {
+                    let problems = run_rlqs(&runtime, &case).await;
+                    rlqs_runtime = Some(runtime);
+                    problems
+                }
+                Err(e) => vec![e],
+            }
+        } else {
+            run_case(&snapshot, &case).await
+        };
         results.push((case.name, problems));
     }
     Ok(results)
+}
+
+/// A runtime serving `sources`, for the RLQS front end.
+fn rlqs_runtime_of(
+    sources: &[mixer_config::SourceFile],
+    config_path: &Path,
+    args: &ConfigArgs,
+    options: mixer_runtime::RuntimeOptions,
+) -> Result<std::sync::Arc<mixer_runtime::Runtime>, String> {
+    let runtime = mixer_runtime::Runtime::new(
+        mixer_runtime::ConfigOrigin::Embedded(sources.to_vec()),
+        crate::adapters::builtin(),
+        mixer_config::ConfigOptions {
+            config_root: crate::validate::config_root(config_path),
+            ..crate::validate::config_options(args)
+        },
+        options,
+        RuntimeMetrics::unregistered(),
+    );
+    runtime
+        .reload()
+        .map_err(|e| format!("config for rlqs cases: {e}"))?;
+    Ok(std::sync::Arc::new(runtime))
+}
+
+/// A `variety: rlqs` case: its reports through the RLQS front end, each on its proxy's
+/// stream, and the last answer compared with `assignments`.
+async fn run_rlqs(
+    runtime: &std::sync::Arc<mixer_runtime::Runtime>,
+    case: &TestCase,
+) -> Vec<String> {
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::RateLimitQuotaUsageReports;
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+
+    let Some(domain) = &case.domain else {
+        return vec!["variety rlqs needs a domain".to_string()];
+    };
+    if case.reports.is_empty() || !case.attributes.is_empty() {
+        return vec!["variety rlqs takes reports, not attributes".to_string()];
+    }
+    let Some(want) = &case.expect.assignments else {
+        return vec!["variety rlqs expects assignments".to_string()];
+    };
+    let rlqs = mixer_frontends::rlqs::Rlqs::new(runtime.clone());
+    let start = std::time::Instant::now();
+    let mut streams: BTreeMap<&str, (mixer_frontends::rlqs::ReportStream, std::time::Duration)> =
+        BTreeMap::new();
+    let mut last = None;
+    for report in &case.reports {
+        let mut usages = Vec::new();
+        let mut step = std::time::Duration::ZERO;
+        for u in &report.usages {
+            let elapsed = match u.elapsed.as_deref().map(mixer_model::Duration::parse) {
+                None => std::time::Duration::from_secs(1),
+                Some(Some(d)) if d.0 > 0 => d.to_std(),
+                Some(_) => return vec![format!("elapsed: {:?} is not a duration", u.elapsed)],
+            };
+            step = step.max(elapsed);
+            usages.push(BucketQuotaUsage {
+                bucket_id: Some(BucketId {
+                    bucket: u.bucket.clone().into_iter().collect(),
+                }),
+                time_elapsed: Some(envoy_types::pb::google::protobuf::Duration {
+                    seconds: i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX),
+                    nanos: i32::try_from(elapsed.subsec_nanos()).unwrap_or(0),
+                }),
+                num_requests_allowed: u.allowed,
+                num_requests_denied: u.denied,
+            });
+        }
+        let (stream, clock) = streams
+            .entry(report.proxy.as_str())
+            .or_insert_with(|| (rlqs.open(Some(&report.proxy)), std::time::Duration::ZERO));
+        *clock += step;
+        let message = RateLimitQuotaUsageReports {
+            domain: domain.clone(),
+            bucket_quota_usages: usages,
+        };
+        last = Some(stream.answer(&message, start + *clock).await);
+    }
+    let got: Vec<(BTreeMap<String, String>, String)> = last
+        .flatten()
+        .map(|answer| answer.bucket_action.iter().map(describe_action).collect())
+        .unwrap_or_default();
+    let want: Vec<(BTreeMap<String, String>, String)> = want
+        .iter()
+        .map(|w| {
+            let shape = if w.abandon {
+                "abandon".to_string()
+            } else if let Some(rule) = &w.blanket_rule {
+                rule.clone()
+            } else {
+                format!(
+                    "{}/{}",
+                    w.requests_per_time_unit
+                        .map_or("?".to_string(), |n| n.to_string()),
+                    w.time_unit.as_deref().unwrap_or("SECOND")
+                )
+            };
+            (w.bucket.clone(), shape)
+        })
+        .collect();
+    if got == want {
+        Vec::new()
+    } else {
+        vec![format!("assignments: expected {want:?}, got {got:?}")]
+    }
+}
+
+/// One bucket's action as `(bucket, shape)`: `N/UNIT`, a blanket rule's name, `abandon`.
+fn describe_action(
+    action: &envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction,
+) -> (BTreeMap<String, String>, String) {
+    use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
+    use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
+
+    let bucket = action
+        .bucket_id
+        .as_ref()
+        .map(|b| b.bucket.clone().into_iter().collect())
+        .unwrap_or_default();
+    let shape = match &action.bucket_action {
+        Some(Action::AbandonAction(_)) => "abandon".to_string(),
+        Some(Action::QuotaAssignmentAction(q)) => {
+            match q.rate_limit_strategy.as_ref().and_then(|s| s.strategy) {
+                Some(Strategy::RequestsPerTimeUnit(r)) => format!(
+                    "{}/{}",
+                    r.requests_per_time_unit,
+                    RateLimitUnit::try_from(r.time_unit).map_or("UNKNOWN", |u| u.as_str_name())
+                ),
+                Some(Strategy::BlanketRule(b)) => BlanketRule::try_from(b)
+                    .map_or("UNKNOWN", |b| b.as_str_name())
+                    .to_string(),
+                other => format!("{other:?}"),
+            }
+        }
+        None => "none".to_string(),
+    };
+    (bucket, shape)
 }
 
 async fn run_case(snapshot: &Snapshot, case: &TestCase) -> Vec<String> {
@@ -351,7 +569,7 @@ async fn run_case(snapshot: &Snapshot, case: &TestCase) -> Vec<String> {
         Some("quota") => Variety::Quota,
         Some(other) => {
             return vec![format!(
-                "variety: {other:?} is not check, report, quota or ratelimit"
+                "variety: {other:?} is not check, report, quota, ratelimit or rlqs"
             )];
         }
     };

@@ -198,7 +198,8 @@ async fn serve(settings: Settings) -> anyhow::Result<Stopped> {
     let health_task = crate::lifecycle::report_health(health, runtime.clone(), draining_rx.clone());
     // Unary methods are served straight from the front ends; the streaming access log
     // service, health and unknown paths by tonic's routes (see `mixer_frontends::grpc`).
-    let mut routes = mixer_frontends::grpc::routes(&runtime);
+    let rlqs = crate::shared_cache::rlqs(&settings.shared_cache, runtime.clone(), &registry)?;
+    let mut routes = mixer_frontends::grpc::routes_with(&runtime, rlqs);
     routes.add_service(health_service.clone());
     let methods = mixer_frontends::grpc::unary_methods(&runtime);
     // Envoy keeps its access log stream open for as long as it has entries to send, its

@@ -111,3 +111,40 @@ pub fn tier(
     .context("--shared-cache")?;
     Ok(Some(mixer_runtime::SharedTierRef(cache as Arc<_>)))
 }
+
+/// The RLQS service: its demand table in the `--shared-cache` Redis when there is one, so
+/// that the replicas' shares agree and any replica can take over a proxy's stream; else in
+/// this process (one replica's view). A Redis Cluster target keeps the table in this
+/// process too, said at start.
+pub fn rlqs(
+    args: &SharedCacheArgs,
+    runtime: Arc<mixer_runtime::Runtime>,
+    registry: &prometheus::Registry,
+) -> anyhow::Result<mixer_frontends::rlqs::Rlqs> {
+    match &args.shared_cache {
+        Some(mixer_shared_cache::Target::Single(url)) => {
+            let ca_pem = match &args.shared_cache_ca {
+                Some(path) => Some(
+                    std::fs::read(path)
+                        .with_context(|| format!("--shared-cache-ca {}", path.display()))?,
+                ),
+                None => None,
+            };
+            let shared = mixer_frontends::rlqs::shared_state::SharedDemands::new(
+                url,
+                ca_pem.as_deref(),
+                registry,
+            )
+            .map_err(anyhow::Error::msg)
+            .context("--shared-cache")?;
+            Ok(mixer_frontends::rlqs::Rlqs::shared(runtime, shared))
+        }
+        Some(mixer_shared_cache::Target::Cluster(_)) => {
+            tracing::warn!(
+                "--shared-cache names a Redis Cluster: RLQS demands stay in each replica (README: Rate limit quota service)"
+            );
+            Ok(mixer_frontends::rlqs::Rlqs::new(runtime))
+        }
+        None => Ok(mixer_frontends::rlqs::Rlqs::new(runtime)),
+    }
+}

@@ -36,6 +36,7 @@ fn verdict(vocabulary: &Vocabulary) -> Verdict {
         request_header_ops: Vec::new(),
         response_header_ops: Vec::new(),
         dry_run: Vec::new(),
+        failed_open: Vec::new(),
     }
 }
 

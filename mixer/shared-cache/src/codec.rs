@@ -256,6 +256,8 @@ pub fn decode_verdict(bytes: &[u8], vocabulary: &Vocabulary) -> Option<Verdict> 
         request_header_ops,
         response_header_ops,
         dry_run,
+        // A verdict with a failure is never stored (see `Verdict::failed_open`).
+        failed_open: Vec::new(),
     })
 }
 

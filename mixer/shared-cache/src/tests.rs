@@ -112,6 +112,7 @@ fn verdicts_round_trip() {
             would_be: mixer_model::WouldBe::Deny,
             status: Status::new(Code::PermissionDenied, "deny.handler.istio-system:no"),
         }],
+        failed_open: Vec::new(),
     };
     let bytes = codec::encode_verdict(&verdict, &v);
     let without = Verdict {

@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use envoy_types::pb::envoy::config::core::v3::header_value_option::HeaderAppendAction;
 use mixer_model::{HeaderOp, HeaderOperation, Verdict};
-use mixer_runtime::{Checked, DecisionId};
+use mixer_runtime::{CacheTier, Checked, DecisionId};
 
 use super::respond::{http_status, metadata_keys, usable};
 use crate::protowire::{VARINT, int, message, string, string_always, write_key};
@@ -41,9 +41,7 @@ pub fn framed_check_response_with_id(checked: &Checked, decision_id: Option<Deci
         });
     }
     // CheckResponse.dynamic_metadata: google.protobuf.Struct.
-    message(&mut out, 4, |m| {
-        decision_metadata(m, verdict, checked.cache_hit, decision_id)
-    });
+    message(&mut out, 4, |m| decision_metadata(m, checked, decision_id));
     let len = u32::try_from(out.len() - 5).unwrap_or(u32::MAX);
     out[1..5].copy_from_slice(&len.to_be_bytes());
     Bytes::from(out)
@@ -92,14 +90,10 @@ fn header_option(m: &mut Vec<u8>, field: u32, op: &HeaderOperation) {
     });
 }
 
-/// The Struct of `matched_rules` (a list), `cache_hit`, `status`, `denied_by`, `dry_run`
-/// (a Struct) and `decision_id`.
-fn decision_metadata(
-    m: &mut Vec<u8>,
-    verdict: &Verdict,
-    cache_hit: bool,
-    decision_id: Option<DecisionId>,
-) {
+/// The Struct of `matched_rules` (a list), `cache_hit`, `cache_tier` (only `shared`),
+/// `status`, `denied_by`, `dry_run` (a Struct) and `decision_id`.
+fn decision_metadata(m: &mut Vec<u8>, checked: &Checked, decision_id: Option<DecisionId>) {
+    let (verdict, cache_hit) = (&*checked.verdict, checked.cache_hit);
     // Each field is a map entry: key (1) and google.protobuf.Value (2).
     message(m, 1, |e| {
         string(e, 1, metadata_keys::MATCHED_RULES);
@@ -120,6 +114,12 @@ fn decision_metadata(
             v.push(u8::from(cache_hit));
         });
     });
+    if checked.tier == CacheTier::Shared {
+        message(m, 1, |e| {
+            string(e, 1, metadata_keys::CACHE_TIER);
+            message(e, 2, |v| string_always(v, 3, CacheTier::Shared.label()));
+        });
+    }
     message(m, 1, |e| {
         string(e, 1, metadata_keys::STATUS);
         message(e, 2, |v| string_always(v, 3, verdict.status.code.name()));

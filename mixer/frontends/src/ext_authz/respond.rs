@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::r#type::v3::{HttpStatus, StatusCode as HttpStatusCod
 use envoy_types::pb::google::protobuf::{ListValue, Struct, Value as PbValue, value::Kind};
 use envoy_types::pb::google::rpc;
 use mixer_model::{Code, HeaderOp, HeaderOperation, Verdict};
-use mixer_runtime::{Checked, DecisionId};
+use mixer_runtime::{CacheTier, Checked, DecisionId};
 
 use crate::request_scope::{NoDecision, grpc_status};
 
@@ -22,6 +22,10 @@ pub mod metadata_keys {
     pub const MATCHED_RULES: &str = "matched_rules";
     /// Whether the verdict came from the check cache (a bool).
     pub const CACHE_HIT: &str = "cache_hit";
+    /// `shared` when the cache shared by the replicas (`--shared-cache`) answered; absent
+    /// otherwise (`cache_hit` then tells this replica's cache from none), so that the
+    /// answers of the one cache most checks use carry no more bytes.
+    pub const CACHE_TIER: &str = "cache_tier";
     /// The verdict's status code name (`OK`, `PERMISSION_DENIED`...).
     pub const STATUS: &str = "status";
     /// The full name of the handler that denied (`deny.handler.istio-system`); only on a
@@ -53,7 +57,7 @@ pub fn check_response_with_id(checked: &Checked, decision_id: Option<DecisionId>
             message: verdict.status.message.clone(),
             details: Vec::new(),
         }),
-        dynamic_metadata: Some(decision_metadata(verdict, checked.cache_hit, decision_id)),
+        dynamic_metadata: Some(decision_metadata(checked, decision_id)),
         http_response: Some(http_response),
     }
 }
@@ -160,11 +164,8 @@ fn header_option(op: &HeaderOperation) -> HeaderValueOption {
     }
 }
 
-fn decision_metadata(
-    verdict: &Verdict,
-    cache_hit: bool,
-    decision_id: Option<DecisionId>,
-) -> Struct {
+fn decision_metadata(checked: &Checked, decision_id: Option<DecisionId>) -> Struct {
+    let (verdict, cache_hit) = (&*checked.verdict, checked.cache_hit);
     let rules = verdict
         .matched_rules
         .iter()
@@ -185,6 +186,14 @@ fn decision_metadata(
             kind: Some(Kind::BoolValue(cache_hit)),
         },
     );
+    if checked.tier == CacheTier::Shared {
+        s.fields.insert(
+            metadata_keys::CACHE_TIER.to_string(),
+            PbValue {
+                kind: Some(Kind::StringValue(CacheTier::Shared.label().to_string())),
+            },
+        );
+    }
     s.fields.insert(
         metadata_keys::STATUS.to_string(),
         PbValue {

@@ -60,6 +60,7 @@
 //! is left out when the window is not a whole second, minute, hour, day or week, since the
 //! protocol cannot say it.
 
+mod decision_record;
 pub mod respond;
 
 use std::sync::Arc;
@@ -69,10 +70,8 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use mixer_adapter_api::{LimitOverride, QuotaArgs};
-use mixer_model::{AttributeBag, Code as ModelCode, Status, StringMap, Timestamp, Value, Verdict};
-use mixer_runtime::{
-    CacheTier, DECISION_ID_HEADER, DecisionOutcome, QuotaPlan, RequestLimits, Runtime, Snapshot,
-};
+use mixer_model::{AttributeBag, StringMap, Timestamp, Value};
+use mixer_runtime::{DECISION_ID_HEADER, QuotaPlan, RequestLimits, Runtime, Snapshot};
 use tracing::Instrument;
 
 use crate::bag_pool::{keep_spare, spare_bag};
@@ -143,7 +142,7 @@ impl RateLimit {
         let mut response = mixer_runtime::traces::request("ratelimit", None, decide)
             .instrument(span)
             .await?;
-        log_decision(&mut scope, &response);
+        decision_record::log_decision(&mut scope, request, &response);
         // Envoy adds these to the client's response, allowed or limited: the id to quote.
         response.response_headers_to_add.push(HeaderValue {
             key: DECISION_ID_HEADER.to_string(),
@@ -152,32 +151,6 @@ impl RateLimit {
         });
         Ok(response)
     }
-}
-
-/// Logs a rate limit decision (when a rule logs decisions): OK, or RESOURCE_EXHAUSTED when a
-/// descriptor is over its limit.
-fn log_decision(scope: &mut RequestScope, response: &RateLimitResponse) {
-    if !scope.logs_decisions() {
-        return;
-    }
-    let over = response.overall_code
-        == envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code::OverLimit
-            as i32;
-    let verdict = Verdict {
-        status: if over {
-            Status::new(ModelCode::ResourceExhausted, "over the rate limit")
-        } else {
-            Status::OK
-        },
-        ..Verdict::default()
-    };
-    scope.log_decision(
-        "ratelimit",
-        DecisionOutcome::Verdict {
-            verdict: &verdict,
-            cache: CacheTier::None,
-        },
-    );
 }
 
 /// Decides `request` on `snapshot` (no readiness or argument checks: see

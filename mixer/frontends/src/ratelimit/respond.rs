@@ -255,6 +255,7 @@ fn refused(refusal: QuotaRefusal) -> Checked {
     let QuotaRefusal {
         mut verdict,
         cache_hit,
+        tier,
         retry_after_secs,
         limit,
     } = refusal;
@@ -274,6 +275,7 @@ fn refused(refusal: QuotaRefusal) -> Checked {
     Checked {
         verdict: Arc::new(verdict),
         cache_hit,
+        tier,
     }
 }
 
@@ -314,6 +316,7 @@ mod tests {
                 ..Verdict::default()
             },
             cache_hit: true,
+            tier: mixer_runtime::CacheTier::InProcess,
             retry_after_secs: 42,
             limit,
         })
@@ -383,6 +386,7 @@ mod tests {
             checked: Checked {
                 verdict: verdict.clone(),
                 cache_hit: false,
+                tier: mixer_runtime::CacheTier::None,
             },
             limit,
         });
@@ -398,6 +402,7 @@ mod tests {
         let (_, draft) = with_draft_rate_limit_headers(QuotaAfterCheck::Checked(Checked {
             verdict,
             cache_hit: false,
+            tier: mixer_runtime::CacheTier::None,
         }));
         assert!(draft.is_empty());
     }
@@ -408,6 +413,7 @@ mod tests {
         let checked = with_rate_limit_headers(QuotaAfterCheck::Checked(Checked {
             verdict: verdict.clone(),
             cache_hit: false,
+            tier: mixer_runtime::CacheTier::None,
         }));
         assert!(Arc::ptr_eq(&checked.verdict, &verdict));
     }

@@ -56,7 +56,7 @@ pub fn water_fill(limit: f64, demands: &[f64]) -> Vec<f64> {
 }
 
 /// A demand as reported, made finite and non-negative.
-fn sane(demand: f64) -> f64 {
+pub fn sane(demand: f64) -> f64 {
     if demand.is_nan() {
         0.0
     } else {

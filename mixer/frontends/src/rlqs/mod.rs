@@ -6,7 +6,9 @@
 //! on one long-lived stream (every `reporting_interval`), and applies the assignments this
 //! service sends back for as long as their time to live. The service splits each global
 //! limit across the proxies that report its bucket by what each asked for
-//! ([`fair_share`]).
+//! ([`fair_share`]). The demands are this process's ([`Rlqs::new`]), or every replica's in
+//! Redis ([`Rlqs::shared`], [`shared_state`]: `serve --shared-cache`), where a Redis that
+//! fails leaves the limited buckets of a report without a new assignment.
 //!
 //! ## From a bucket to a limit
 //!
@@ -63,6 +65,7 @@
 //!   (INVALID_ARGUMENT) before anything is read.
 
 pub mod fair_share;
+pub mod shared_state;
 
 use std::collections::{HashMap, HashSet};
 use std::pin::Pin;
@@ -93,6 +96,7 @@ use mixer_runtime::{Runtime, Snapshot};
 use tonic::{Code, Request, Response, Status, Streaming};
 
 use fair_share::{Demands, Reported};
+use shared_state::{Asked, SharedDemands};
 
 /// `rlqs.domain`: the report's domain.
 pub const DOMAIN: &str = "rlqs.domain";
@@ -125,11 +129,13 @@ pub fn service(runtime: Arc<Runtime>) -> RateLimitQuotaServiceServer<Rlqs> {
     RateLimitQuotaServiceServer::new(Rlqs::new(runtime))
 }
 
-/// The `RateLimitQuotaService` implementation: the demands of every stream of this process.
+/// The `RateLimitQuotaService` implementation: the demands of every stream of this process,
+/// or of every replica's when they live in Redis.
 #[derive(Clone)]
 pub struct Rlqs {
     runtime: Arc<Runtime>,
     demands: Arc<Demands>,
+    shared: Option<Arc<SharedDemands>>,
     streams: Arc<AtomicU64>,
 }
 
@@ -145,8 +151,24 @@ impl Rlqs {
         Rlqs {
             runtime,
             demands: Arc::new(Demands::new()),
+            shared: None,
             streams: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// A service whose demands live in Redis ([`shared_state`]): shares agree across the
+    /// replicas that use the same table, and a proxy keeps its share when it reconnects to
+    /// another replica.
+    pub fn shared(runtime: Arc<Runtime>, shared: SharedDemands) -> Rlqs {
+        Rlqs {
+            shared: Some(Arc::new(shared)),
+            ..Rlqs::new(runtime)
+        }
+    }
+
+    /// This service, ready to add to a tonic server.
+    pub fn into_service(self) -> RateLimitQuotaServiceServer<Rlqs> {
+        RateLimitQuotaServiceServer::new(self)
     }
 
     /// Opens a stream for `proxy` (or a name of its own when `None`): what it answers to each
@@ -160,6 +182,10 @@ impl Rlqs {
         ReportStream {
             runtime: self.runtime.clone(),
             demands: self.demands.clone(),
+            shared: self
+                .shared
+                .as_ref()
+                .map(|s| (s.clone(), s.stream_tag(serial).into())),
             serial,
             proxy,
             buckets: HashMap::new(),
@@ -181,6 +207,8 @@ struct BucketState {
 pub struct ReportStream {
     runtime: Arc<Runtime>,
     demands: Arc<Demands>,
+    /// The table in Redis, and this stream's tag in it, when the demands live there.
+    shared: Option<(Arc<SharedDemands>, Arc<str>)>,
     serial: u64,
     proxy: Arc<str>,
     buckets: HashMap<String, BucketState>,
@@ -204,7 +232,7 @@ impl Drop for ReportStream {
             .values()
             .filter_map(|b| b.assigned_under.clone())
             .collect();
-        self.demands.forget(&self.proxy, self.serial, &keys);
+        self.forget(&keys);
     }
 }
 
@@ -219,6 +247,18 @@ fn bucket_key(id: &BucketId) -> String {
         key.push_str(&format!("{}:{k}={}:{v};", k.len(), v.len()));
     }
     key
+}
+
+/// What a report's bucket will be answered.
+enum Planned {
+    /// This action.
+    Action(bucket_action::BucketAction),
+    /// An assignment of its share of a limit (in the limit's unit).
+    Share {
+        bucket: String,
+        window: Duration,
+        asked: Asked,
+    },
 }
 
 /// What one bucket's lookup came to.
@@ -285,7 +325,10 @@ impl ReportStream {
         let ttl = (self.interval * TTL_INTERVALS).clamp(TTL_BOUNDS.0, TTL_BOUNDS.1);
         let mut bag = AttributeBag::new(snapshot.vocabulary().clone());
         let mut seen = HashSet::new();
-        let mut actions = Vec::new();
+        // Each bucket's action, or the share it needs: the shares are decided together
+        // below (one round trip when the demands live in Redis).
+        let mut planned: Vec<(&BucketId, Planned)> = Vec::new();
+        let mut abandoned = Vec::new();
         for usage in usages {
             let Some(id) = usage.bucket_id.as_ref().filter(|id| !id.bucket.is_empty()) else {
                 continue;
@@ -300,12 +343,12 @@ impl ReportStream {
             let lookup = self
                 .look_up(&snapshot, &mut bag, &report.domain, id, &key)
                 .await;
-            let state = self.buckets.entry(key).or_default();
-            let action = match lookup {
+            let state = self.buckets.entry(key.clone()).or_default();
+            let plan = match lookup {
                 Lookup::Limited {
                     per_second,
                     window,
-                    key,
+                    key: limit_key,
                 } => {
                     let elapsed = usage
                         .time_elapsed
@@ -317,31 +360,26 @@ impl ReportStream {
                     let asked = usage
                         .num_requests_allowed
                         .saturating_add(usage.num_requests_denied);
-                    let demand = asked as f64 / elapsed.as_secs_f64();
-                    let share = self.demands.share(
-                        Reported {
-                            limit_key: &key,
+                    Planned::Share {
+                        bucket: key,
+                        window,
+                        asked: Asked {
+                            limit_key,
                             limit: per_second,
-                            proxy: &self.proxy,
-                            stream: self.serial,
-                            demand,
-                            ttl,
+                            demand: fair_share::sane(asked as f64 / elapsed.as_secs_f64()),
                         },
-                        now,
-                    );
-                    state.assigned_under = Some(key);
-                    Some(assignment(per_unit(share, window), ttl))
+                    }
                 }
                 Lookup::Blocked => {
                     state.assigned_under = None;
-                    Some(assignment(
+                    Planned::Action(assignment(
                         Strategy::BlanketRule(BlanketRule::DenyAll as i32),
                         ttl,
                     ))
                 }
                 Lookup::Unlimited => {
                     state.assigned_under = None;
-                    Some(assignment(
+                    Planned::Action(assignment(
                         Strategy::BlanketRule(BlanketRule::AllowAll as i32),
                         ttl,
                     ))
@@ -350,23 +388,91 @@ impl ReportStream {
                     // The limit it had is gone (a reload removed it): the proxy drops the
                     // assignment and goes back to its own no-assignment behaviour.
                     Some(old) => {
-                        self.demands.forget(&self.proxy, self.serial, &[old]);
-                        Some(bucket_action::BucketAction::AbandonAction(AbandonAction {}))
+                        abandoned.push(old);
+                        Planned::Action(bucket_action::BucketAction::AbandonAction(
+                            AbandonAction {},
+                        ))
                     }
-                    None => None,
+                    None => continue,
                 },
-                Lookup::Undecided => None,
+                Lookup::Undecided => continue,
             };
-            if let Some(action) = action {
-                actions.push(BucketAction {
-                    bucket_id: Some(id.clone()),
-                    bucket_action: Some(action),
-                });
-            }
+            planned.push((id, plan));
+        }
+        self.forget(&abandoned);
+        let asked: Vec<Asked> = planned
+            .iter()
+            .filter_map(|(_, p)| match p {
+                Planned::Share { asked, .. } => Some(asked.clone()),
+                Planned::Action(_) => None,
+            })
+            .collect();
+        // Without grants (Redis failed), the limited buckets get nothing new: the proxy's
+        // assignment runs out into its own expired-assignment behaviour, never DENY_ALL.
+        let mut grants = self.grants(&asked, ttl, now).await.map(Vec::into_iter);
+        let mut actions = Vec::new();
+        for (id, plan) in planned {
+            let action = match plan {
+                Planned::Action(action) => action,
+                Planned::Share {
+                    bucket,
+                    window,
+                    asked,
+                } => {
+                    let Some(share) = grants.as_mut().and_then(Iterator::next) else {
+                        continue;
+                    };
+                    if let Some(state) = self.buckets.get_mut(&bucket) {
+                        state.assigned_under = Some(asked.limit_key);
+                    }
+                    assignment(per_unit(share, window), ttl)
+                }
+            };
+            actions.push(BucketAction {
+                bucket_id: Some(id.clone()),
+                bucket_action: Some(action),
+            });
         }
         (!actions.is_empty()).then_some(RateLimitQuotaResponse {
             bucket_action: actions,
         })
+    }
+
+    /// This proxy's grants, one per `asked`, from the table in Redis or this process's;
+    /// `None` when Redis failed.
+    async fn grants(&self, asked: &[Asked], ttl: Duration, now: Instant) -> Option<Vec<f64>> {
+        match &self.shared {
+            Some((shared, tag)) => shared.shares(&self.proxy, tag, ttl, asked).await.ok(),
+            None => Some(
+                asked
+                    .iter()
+                    .map(|a| {
+                        self.demands.share(
+                            Reported {
+                                limit_key: &a.limit_key,
+                                limit: a.limit,
+                                proxy: &self.proxy,
+                                stream: self.serial,
+                                demand: a.demand,
+                                ttl,
+                            },
+                            now,
+                        )
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    /// Gives back this stream's shares of `limit_keys`.
+    fn forget(&self, limit_keys: &[Arc<str>]) {
+        if limit_keys.is_empty() {
+            return;
+        }
+        match &self.shared {
+            Some((shared, tag)) => shared.forget(&self.proxy, tag, limit_keys),
+            None => self.demands.forget(&self.proxy, self.serial, limit_keys),
+        }
     }
 
     /// The limit of one bucket (see the module documentation).
@@ -380,7 +486,10 @@ impl ReportStream {
     ) -> Lookup {
         bag.clear();
         fill_bag(bag, domain, id, &self.proxy, Timestamp::now());
-        let plan = mixer_runtime::quota::plan_preprocessed(snapshot, &*bag, None).await;
+        // A lookup decides nothing: matching dry-run rules are not counted.
+        let plan = mixer_runtime::quota::plan_preprocessed(snapshot, &*bag, None)
+            .await
+            .without_dry_runs();
         let args = QuotaArgs {
             amount: 0,
             best_effort: true,

@@ -319,6 +319,77 @@ async fn a_limit_removed_by_a_reload_is_abandoned() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A dry-run quota rule matching every bucket, beside `policies/rlqs`'s limit.
+const DRY_RUN_LIMIT: &str = r#"
+kind: handler
+metadata: {name: per-bucket, namespace: istio-system}
+spec:
+  compiledAdapter: memquota
+  params:
+    quotas:
+    - {name: per-bucket.instance.istio-system, maxAmount: 1, validDuration: 1s}
+---
+kind: instance
+metadata: {name: per-bucket, namespace: istio-system}
+spec:
+  compiledTemplate: quota
+  params:
+    dimensions:
+      bucket: rlqs.bucket_keys | "none"
+---
+kind: rule
+metadata:
+  name: try-per-bucket
+  namespace: istio-system
+  annotations: {istio.io/dry-run: "true"}
+spec:
+  actions:
+  - handler: per-bucket
+    instances: [per-bucket]
+"#;
+
+#[tokio::test]
+async fn lookups_do_not_count_dry_run_rules() {
+    let metrics = RuntimeMetrics::unregistered();
+    let mut registry = AdapterRegistry::new();
+    registry.register(Arc::new(mixer_adapter_memquota::MemQuota));
+    let runtime = Runtime::new(
+        ConfigOrigin::Embedded(vec![
+            SourceFile::new("rlqs.yaml", LIMITS),
+            SourceFile::new("dry-run.yaml", DRY_RUN_LIMIT),
+        ]),
+        registry,
+        ConfigOptions::default(),
+        RuntimeOptions::default(),
+        metrics.clone(),
+    );
+    runtime.reload().expect("test config loads");
+    let rlqs = Rlqs::new(Arc::new(runtime));
+    let mut proxy = rlqs.open(Some("a"));
+    let t0 = Instant::now();
+    for i in 0..3 {
+        let at = t0 + Duration::from_secs(i);
+        let answer = proxy
+            .answer(
+                &report(vec![usage("shared", 50, 0, Duration::from_secs(1))]),
+                at,
+            )
+            .await
+            .expect("answered");
+        assert!(per_second(&answer) >= 1);
+    }
+    let counted: u64 = ["allow", "deny", "error"]
+        .iter()
+        .map(|verdict| {
+            metrics
+                .rule_dry_run
+                .with_label_values(&["try-per-bucket.rule.istio-system", verdict])
+                .get()
+        })
+        .sum();
+    assert_eq!(counted, 0, "RLQS lookups counted as dry-run decisions");
+}
+
 #[test]
 fn shares_are_said_in_the_limits_unit_and_never_zero() {
     let rate = |s: Strategy| match s {

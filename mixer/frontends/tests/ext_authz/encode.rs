@@ -3,7 +3,7 @@
 //! `check_response` builds, whatever the verdict.
 
 use mixer_model::{Code, DryRunOutcome, HeaderOp, HeaderOperation, Status, Verdict, WouldBe};
-use mixer_runtime::Checked;
+use mixer_runtime::{CacheTier, Checked};
 use proptest::prelude::*;
 use prost::Message;
 
@@ -66,6 +66,11 @@ fn checked() -> BoxedStrategy<Checked> {
                     ..Default::default()
                 }),
                 cache_hit,
+                tier: if cache_hit {
+                    CacheTier::InProcess
+                } else {
+                    CacheTier::None
+                },
             },
         )
         .boxed()
@@ -104,6 +109,7 @@ fn an_allowed_and_a_denied_answer_keep_their_parts() {
             ..Default::default()
         }),
         cache_hit: true,
+        tier: CacheTier::InProcess,
     };
     let denied = Checked {
         verdict: Arc::new(Verdict {
@@ -111,6 +117,7 @@ fn an_allowed_and_a_denied_answer_keep_their_parts() {
             ..Default::default()
         }),
         cache_hit: false,
+        tier: CacheTier::None,
     };
     for checked in [allowed, denied] {
         let frame = ext_authz::framed_check_response(&checked);
@@ -130,6 +137,7 @@ fn an_allowed_and_a_denied_answer_keep_their_parts() {
             ..Default::default()
         }),
         cache_hit: false,
+        tier: CacheTier::None,
     };
     let response = decoded(&ext_authz::framed_check_response(&audited));
     assert_eq!(response, ext_authz::check_response(&audited));
@@ -146,4 +154,30 @@ fn an_allowed_and_a_denied_answer_keep_their_parts() {
             "deny".into()
         ))
     );
+}
+
+#[test]
+fn an_answer_from_the_shared_cache_says_so() {
+    use envoy_types::pb::google::protobuf::value::Kind;
+    let tier = |tier: CacheTier| {
+        let checked = Checked {
+            verdict: Arc::new(Verdict::default()),
+            cache_hit: tier != CacheTier::None,
+            tier,
+        };
+        let response = decoded(&ext_authz::framed_check_response(&checked));
+        assert_eq!(response, ext_authz::check_response(&checked));
+        let metadata = response.dynamic_metadata.expect("decision metadata");
+        metadata
+            .fields
+            .get("cache_tier")
+            .and_then(|v| v.kind.clone())
+    };
+    assert_eq!(
+        tier(CacheTier::Shared),
+        Some(Kind::StringValue("shared".into()))
+    );
+    // This replica's cache or none: `cache_hit` alone says which.
+    assert_eq!(tier(CacheTier::InProcess), None);
+    assert_eq!(tier(CacheTier::None), None);
 }

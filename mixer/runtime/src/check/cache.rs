@@ -13,6 +13,7 @@ use mixer_model::{Bag, Verdict, Vocabulary};
 
 use super::{Checked, Decided};
 use crate::decision::Undecided;
+use crate::decision_log::CacheTier;
 use crate::metrics::RuntimeMetrics;
 use crate::shared_tier::use_limited;
 use crate::verdicts::{Filled, VerdictCache, encode_bag};
@@ -50,7 +51,7 @@ impl Tiers<'_> {
             crate::traces::child_sync(crate::traces::CACHE_LOOKUP, || self.verdicts.lookup(bag));
         if let Some(verdict) = found {
             self.metrics.cache_hits.inc();
-            return Ok(hit(verdict));
+            return Ok(hit(verdict, CacheTier::InProcess));
         }
         self.metrics.cache_misses.inc();
         let mut whole = Vec::with_capacity(512);
@@ -81,18 +82,20 @@ impl Tiers<'_> {
                 match self.verdicts.lookup(bag) {
                     Some(verdict) => {
                         self.metrics.cache_hits.inc();
-                        Ok(hit(verdict))
+                        Ok(hit(verdict, CacheTier::InProcess))
                     }
                     None => Ok(Checked {
                         verdict: Arc::new(pipeline.decide(record_reads).await?.verdict),
                         cache_hit: false,
+                        tier: CacheTier::None,
                     }),
                 }
             }
-            (verdict, Filled::Shared) => Ok(hit(verdict)),
+            (verdict, Filled::Shared) => Ok(hit(verdict, CacheTier::Shared)),
             (verdict, Filled::Evaluated) => Ok(Checked {
                 verdict,
                 cache_hit: false,
+                tier: CacheTier::None,
             }),
         }
     }
@@ -136,10 +139,11 @@ impl Tiers<'_> {
     }
 }
 
-/// A verdict served without consulting a handler.
-fn hit(verdict: Arc<Verdict>) -> Checked {
+/// A verdict `tier` served without consulting a handler.
+fn hit(verdict: Arc<Verdict>, tier: CacheTier) -> Checked {
     Checked {
         verdict,
         cache_hit: true,
+        tier,
     }
 }

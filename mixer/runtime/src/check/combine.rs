@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use mixer_adapter_api::AdapterError;
 use mixer_adapter_api::host::FailPolicy;
-use mixer_model::{CheckResult, Variety, Verdict};
+use mixer_model::{CheckResult, HandlerFailure, Variety, Verdict};
 
 use super::Decided;
 use crate::decision::Undecided;
@@ -80,6 +80,11 @@ impl Combined {
                         verdict.valid_duration = Duration::ZERO;
                         verdict.valid_use_count = 0;
                         self.answered = true;
+                        // The decision log says which handler failed and why.
+                        verdict.failed_open.push(HandlerFailure {
+                            handler: built.name.clone(),
+                            error: error.to_string(),
+                        });
                         Ok(Next::Continue)
                     }
                     FailPolicy::Closed => Err(Undecided::Handler {

@@ -46,6 +46,7 @@ pub(super) fn plan(
         request_header_ops: eval.request_header_ops,
         response_header_ops: eval.response_header_ops,
         dry_run: Vec::new(),
+        failed_open: Vec::new(),
     };
     if let Some(failure) = eval
         .match_failures

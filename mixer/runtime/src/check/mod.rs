@@ -34,6 +34,7 @@ use mixer_model::{Bag, Verdict};
 pub use quota_after::{QuotaAfterCheck, QuotaRefusal, check_with_quota};
 
 use crate::decision::Undecided;
+use crate::decision_log::CacheTier;
 use crate::preprocess::{Prepared, Preprocessed, Refusal, preprocess};
 use crate::snapshot::Snapshot;
 
@@ -44,6 +45,9 @@ pub struct Checked {
     pub verdict: Arc<Verdict>,
     /// True when no handler was consulted because a cached verdict applied.
     pub cache_hit: bool,
+    /// Which tier answered: [`CacheTier::None`] exactly when `cache_hit` is false. The
+    /// decision log says it, so that a shared verdict can be told from one of this replica.
+    pub tier: CacheTier,
 }
 
 /// What the caller answers with, besides the verdict.
@@ -94,6 +98,7 @@ pub async fn check_prepared(
             .map(|decided| Checked {
                 verdict: Arc::new(decided.verdict),
                 cache_hit: false,
+                tier: CacheTier::None,
             }),
     };
     if let Ok(c) = &checked {
@@ -205,6 +210,7 @@ fn refused(refusal: &Refusal) -> Verdict {
         request_header_ops: Vec::new(),
         response_header_ops: refusal.denial.response_headers.clone(),
         dry_run: Vec::new(),
+        failed_open: Vec::new(),
     }
 }
 

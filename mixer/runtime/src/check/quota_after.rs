@@ -21,6 +21,7 @@ use mixer_model::{Bag, Code, QuotaLimit, Status, Value, Variety, Verdict};
 
 use super::{Checked, Wants, check_prepared};
 use crate::decision::Undecided;
+use crate::decision_log::CacheTier;
 use crate::preprocess::Prepared;
 use crate::quota::{QuotaAsk, QuotaOutcome, ask_prepared};
 use crate::snapshot::Snapshot;
@@ -60,6 +61,8 @@ pub struct QuotaRefusal {
     pub verdict: Verdict,
     /// Whether the check it follows came from the cache.
     pub cache_hit: bool,
+    /// Which cache tier answered the check it follows.
+    pub tier: CacheTier,
     /// Whole seconds (rounded up) until units come back: the limit's `retry_after`, or for a
     /// handler that names no limit, the refusal's valid duration.
     pub retry_after_secs: u64,
@@ -131,16 +134,20 @@ async fn charge(
 }
 
 /// `checked` with the would-be answers of the dry-run quota rules its request was charged
-/// (already counted where they were allocated).
+/// (already counted where they were allocated) and the quota handlers that failed open.
 fn with_dry_runs(checked: Checked, outcome: &QuotaOutcome) -> Checked {
-    if outcome.dry_run.is_empty() {
+    if outcome.dry_run.is_empty() && outcome.failed_open.is_empty() {
         return checked;
     }
     let mut verdict = Verdict::clone(&checked.verdict);
     verdict.dry_run.extend(outcome.dry_run.iter().cloned());
+    verdict
+        .failed_open
+        .extend(outcome.failed_open.iter().cloned());
     Checked {
         verdict: std::sync::Arc::new(verdict),
         cache_hit: checked.cache_hit,
+        tier: checked.tier,
     }
 }
 
@@ -175,9 +182,17 @@ fn refusal(allowed: &Checked, outcome: &QuotaOutcome) -> QuotaRefusal {
                 .chain(&outcome.dry_run)
                 .cloned()
                 .collect(),
+            failed_open: allowed
+                .verdict
+                .failed_open
+                .iter()
+                .chain(&outcome.failed_open)
+                .cloned()
+                .collect(),
             ..Verdict::default()
         },
         cache_hit: allowed.cache_hit,
+        tier: allowed.tier,
         retry_after_secs: retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0),
         limit: outcome.result.limit.as_ref().map(|l| l.max_amount.max(0)),
     }
@@ -211,6 +226,7 @@ mod tests {
             unlimited: false,
             quota_mode: false,
             dry_run: Vec::new(),
+            failed_open: Vec::new(),
         }
     }
 
@@ -221,6 +237,7 @@ mod tests {
                 ..Verdict::default()
             }),
             cache_hit: true,
+            tier: CacheTier::InProcess,
         }
     }
 

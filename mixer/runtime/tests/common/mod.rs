@@ -205,21 +205,54 @@ pub fn build(
     previous: Option<&Snapshot>,
     metrics: &RuntimeMetrics,
 ) -> mixer_runtime::Built {
-    let sources = vec![SourceFile {
-        name: "test.yaml".into(),
-        text: yaml.into(),
-    }];
-    let validated = mixer_config::validate(&sources, &registry(), &ConfigOptions::default())
+    try_build_in(&registry(), yaml, options, previous, metrics)
+        .unwrap_or_else(|e| panic!("build failed: {e:?}"))
+}
+
+/// Builds a snapshot from YAML text with the adapters of `registry` (a test's own adapters
+/// beside or instead of [`registry`]'s), with default options.
+pub fn snapshot_in(registry: &AdapterRegistry, yaml: &str) -> Snapshot {
+    snapshot_in_with(
+        registry,
+        yaml,
+        &RuntimeOptions::default(),
+        &RuntimeMetrics::unregistered(),
+    )
+}
+
+/// [`snapshot_in`] with `options`, counting into `metrics`.
+pub fn snapshot_in_with(
+    registry: &AdapterRegistry,
+    yaml: &str,
+    options: &RuntimeOptions,
+    metrics: &RuntimeMetrics,
+) -> Snapshot {
+    try_build_in(registry, yaml, options, None, metrics)
+        .unwrap_or_else(|e| panic!("build failed: {e:?}"))
+        .snapshot
+}
+
+/// Validates YAML text against `registry` (an invalid test config panics: the tests here
+/// are about building and deciding, not validation) and builds a snapshot from it; the
+/// handler build errors when the build fails.
+pub fn try_build_in(
+    registry: &AdapterRegistry,
+    yaml: &str,
+    options: &RuntimeOptions,
+    previous: Option<&Snapshot>,
+    metrics: &RuntimeMetrics,
+) -> Result<mixer_runtime::Built, Vec<mixer_runtime::BuildError>> {
+    let sources = [SourceFile::new("test.yaml", yaml)];
+    let validated = mixer_config::validate(&sources, registry, &ConfigOptions::default())
         .unwrap_or_else(|e| panic!("invalid test config: {e:?}"));
     Snapshot::build(
         previous.map_or(1, |p| p.id + 1),
         validated.config,
-        &registry(),
+        registry,
         previous,
         options,
         metrics,
     )
-    .unwrap_or_else(|e| panic!("build failed: {e:?}"))
 }
 
 /// A bag from (name, value) pairs; maps given as `StringMap`.
