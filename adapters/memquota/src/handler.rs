@@ -78,13 +78,10 @@ impl Handler for MemQuotaHandler {
     }
 }
 
-#[async_trait]
-impl QuotaHandler for MemQuotaHandler {
-    async fn allocate(
-        &self,
-        instance: &Instance,
-        args: &QuotaArgs,
-    ) -> Result<QuotaResult, AdapterError> {
+impl MemQuotaHandler {
+    /// One check's allocation. Memory never waits, so a request's allocations are made one
+    /// after the other on the caller's task, without a future per allocation.
+    fn check(&self, instance: &Instance, args: &QuotaArgs) -> Result<QuotaResult, AdapterError> {
         let sel = self
             .config
             .quotas
@@ -118,6 +115,27 @@ impl QuotaHandler for MemQuotaHandler {
         }
         tracing::trace!(handler = %self.name, key = %sel.key, granted = result.granted_amount, "memquota allocation");
         Ok(result)
+    }
+}
+
+#[async_trait]
+impl QuotaHandler for MemQuotaHandler {
+    async fn allocate(
+        &self,
+        instance: &Instance,
+        args: &QuotaArgs,
+    ) -> Result<QuotaResult, AdapterError> {
+        self.check(instance, args)
+    }
+
+    async fn allocate_many(
+        &self,
+        calls: &[QuotaCall<'_>],
+    ) -> Vec<Result<QuotaResult, AdapterError>> {
+        calls
+            .iter()
+            .map(|(instance, args)| self.check(instance, args))
+            .collect()
     }
 
     /// Counts each charge whole on its counter; memory never fails, so only an instance

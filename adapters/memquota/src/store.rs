@@ -6,6 +6,8 @@
 
 use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use hashbrown::HashTable;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -34,6 +36,9 @@ enum State {
 
 #[derive(Debug)]
 struct Entry {
+    key: Arc<str>,
+    /// The key's hash, computed once per call: it picks the shard and the table slot.
+    hash: u64,
     state: State,
     /// Position in the shard's LRU order.
     seq: u64,
@@ -53,8 +58,9 @@ struct Remembered {
 
 #[derive(Debug, Default)]
 struct Shard {
-    entries: HashMap<Arc<str>, Entry>,
-    lru: BTreeMap<u64, Arc<str>>,
+    entries: HashTable<Entry>,
+    /// Sequence number of last use -> (hash, key).
+    lru: BTreeMap<u64, (u64, Arc<str>)>,
     seq: u64,
     dedup: HashMap<String, Remembered>,
     dedup_order: VecDeque<(u64, String)>,
@@ -127,7 +133,13 @@ fn grant(available: i64, amount: i64, take: Take) -> i64 {
 impl Store {
     /// A store for at most `max_keys` counters and `max_keys` deduplication ids.
     pub fn new(max_keys: u64, dedup_ttl: Duration) -> Store {
-        let shards = MAX_SHARDS.min(max_keys.max(1));
+        Store::with_shards(max_keys, MAX_SHARDS, dedup_ttl)
+    }
+
+    /// [`Store::new`] with at most `max_shards` shards (tests use one, to know every
+    /// counter's shard).
+    fn with_shards(max_keys: u64, max_shards: u64, dedup_ttl: Duration) -> Store {
+        let shards = max_shards.clamp(1, max_keys.max(1));
         let per_shard_cap = usize::try_from(max_keys.max(1) / shards).unwrap_or(usize::MAX);
         Store {
             shards: (0..shards).map(|_| Mutex::new(Shard::default())).collect(),
@@ -143,9 +155,15 @@ impl Store {
         nanos(Instant::now().saturating_duration_since(self.epoch))
     }
 
-    fn shard(&self, key: &str) -> MutexGuard<'_, Shard> {
-        let i = (self.hasher.hash_one(key) % self.shards.len() as u64) as usize;
-        self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
+    /// The shard of `key`, locked, and the key's hash (SipHash with this store's random
+    /// keys, so that request values cannot be chosen to collide).
+    fn shard(&self, key: &str) -> (MutexGuard<'_, Shard>, u64) {
+        let hash = self.hasher.hash_one(key);
+        let i = (hash % self.shards.len() as u64) as usize;
+        (
+            self.shards[i].lock().unwrap_or_else(|e| e.into_inner()),
+            hash,
+        )
     }
 
     /// Counters tracked now (at most `maxKeys`).
@@ -169,17 +187,16 @@ impl Store {
         let now = self.now();
         for s in &self.shards {
             let mut shard = s.lock().unwrap_or_else(|e| e.into_inner());
-            let idle: Vec<(u64, Arc<str>)> = shard
-                .entries
-                .iter()
-                .filter(|(_, e)| e.idle_at <= now)
-                .map(|(k, e)| (e.seq, k.clone()))
-                .collect();
-            for (seq, k) in idle {
-                shard.entries.remove(&k);
-                shard.lru.remove(&seq);
+            let shard = &mut *shard;
+            let lru = &mut shard.lru;
+            shard.entries.retain(|e| {
+                if e.idle_at > now {
+                    return true;
+                }
+                lru.remove(&e.seq);
                 self.evictions.idle.fetch_add(1, Ordering::Relaxed);
-            }
+                false
+            });
             shard.forget_dedup(now, usize::MAX);
         }
     }
@@ -189,8 +206,8 @@ impl Store {
     pub fn peek(&self, key: &str, limit: &Limit) -> (i64, Duration) {
         let now = self.now();
         let state = {
-            let shard = self.shard(key);
-            shard.entries.get(key).map(|e| e.state.clone())
+            let (shard, hash) = self.shard(key);
+            shard.get(hash, key).map(|e| e.state.clone())
         };
         // Deciding nothing on a copy brings a window or a bucket up to now, and says what is
         // left; the copy is dropped.
@@ -220,7 +237,7 @@ impl Store {
         dedup_id: &str,
     ) -> Decision {
         let now = self.now();
-        let mut guard = self.shard(key);
+        let (mut guard, hash) = self.shard(key);
         let shard = &mut *guard;
         shard.sweep_front(now, SWEEP_PER_CALL, &self.evictions);
         shard.forget_dedup(now, SWEEP_PER_CALL);
@@ -238,33 +255,44 @@ impl Store {
             };
         }
 
-        shard.seq += 1;
-        let seq = shard.seq;
-        let (k, mut entry) = match shard.entries.remove_entry(key) {
-            Some((k, e)) => {
-                shard.lru.remove(&e.seq);
-                (k, e)
+        let d = match shard.entries.find_mut(hash, |e| *e.key == *key) {
+            Some(entry) => {
+                // Only a counter that is not already the most recently used moves in the LRU
+                // order: a hot counter costs one lookup and no reordering.
+                if entry.seq != shard.seq {
+                    shard.seq += 1;
+                    if let Some(k) = shard.lru.remove(&entry.seq) {
+                        shard.lru.insert(shard.seq, k);
+                    }
+                    entry.seq = shard.seq;
+                }
+                let d = decide(&mut entry.state, limit, now, amount, take);
+                entry.idle_at = d.idle_at;
+                d
             }
-            None => (
-                Arc::from(key),
-                Entry {
+            None => {
+                shard.seq += 1;
+                let k: Arc<str> = Arc::from(key);
+                let mut entry = Entry {
+                    key: k.clone(),
+                    hash,
                     state: fresh(limit, now),
-                    seq,
+                    seq: shard.seq,
                     idle_at: now,
-                },
-            ),
+                };
+                let d = decide(&mut entry.state, limit, now, amount, take);
+                entry.idle_at = d.idle_at;
+                shard.lru.insert(shard.seq, (hash, k));
+                shard.entries.insert_unique(hash, entry, |e| e.hash);
+                d
+            }
         };
-        entry.seq = seq;
-        let d = decide(&mut entry.state, limit, now, amount, take);
         let (granted, valid) = (d.granted, d.valid);
-        entry.idle_at = d.idle_at;
-        shard.lru.insert(seq, k.clone());
-        shard.entries.insert(k, entry);
         while shard.entries.len() > self.per_shard_cap {
-            let Some((_, oldest)) = shard.lru.pop_first() else {
+            let Some((_, (h, oldest))) = shard.lru.pop_first() else {
                 break;
             };
-            shard.entries.remove(&oldest);
+            shard.remove(h, &oldest);
             self.evictions.cap.fetch_add(1, Ordering::Relaxed);
         }
 
@@ -299,18 +327,28 @@ impl Store {
 }
 
 impl Shard {
+    fn get(&self, hash: u64, key: &str) -> Option<&Entry> {
+        self.entries.find(hash, |e| *e.key == *key)
+    }
+
+    fn remove(&mut self, hash: u64, key: &str) {
+        if let Ok(found) = self.entries.find_entry(hash, |e| *e.key == *key) {
+            found.remove();
+        }
+    }
+
     /// Drops least recently used counters that are idle, up to `budget`.
     fn sweep_front(&mut self, now: u64, budget: usize, ev: &Evictions) {
         for _ in 0..budget {
-            let Some((&seq, key)) = self.lru.first_key_value() else {
+            let Some((&seq, (hash, key))) = self.lru.first_key_value() else {
                 return;
             };
-            match self.entries.get(key) {
+            match self.get(*hash, key) {
                 Some(e) if e.idle_at > now => return,
                 _ => {
-                    let key = key.clone();
+                    let (hash, key) = (*hash, key.clone());
                     self.lru.remove(&seq);
-                    self.entries.remove(&key);
+                    self.remove(hash, &key);
                     ev.idle.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -454,6 +492,60 @@ fn decide(state: &mut State, limit: &Limit, now: u64, amount: i64, take: Take) -
         _ => {
             *state = fresh(limit, now);
             decide(state, limit, now, amount, take)
+        }
+    }
+}
+
+#[cfg(test)]
+mod lru_order {
+    use std::collections::VecDeque;
+    use std::time::Duration;
+
+    use mixer_adapter_quota_common::{Algorithm, Limit};
+    use proptest::prelude::*;
+
+    use super::{Store, Take};
+
+    const CHECK: Take = Take::Check {
+        best_effort: false,
+        min_remaining: 0,
+    };
+
+    proptest! {
+        /// Against a plain LRU list of (key, units used): with a window longer than the
+        /// test, a counter leaves only by the key cap, the least recently used first, and
+        /// comes back fresh; every grant is what the list says. A counter used again while
+        /// it is already the most recent one keeps its place without being moved.
+        #[test]
+        fn key_cap_evicts_the_least_recently_used(
+            cap in 1u64..5,
+            calls in proptest::collection::vec((0u8..7, 1i64..4), 1..60),
+        ) {
+            let limit = Limit {
+                max_amount: 5,
+                valid_duration: Duration::from_secs(3600),
+                bucket_duration: Duration::from_secs(60),
+                algorithm: Algorithm::FixedWindow,
+                shadow: false,
+            };
+            let store = Store::with_shards(cap, 1, Duration::from_secs(1));
+            let mut model: VecDeque<(String, i64)> = VecDeque::new();
+            for (key, amount) in calls {
+                let key = format!("k{key}");
+                let used = match model.iter().position(|(k, _)| *k == key) {
+                    Some(i) => model.remove(i).map_or(0, |(_, u)| u),
+                    None => 0,
+                };
+                let granted = if used + amount <= limit.max_amount { amount } else { 0 };
+                model.push_back((key.clone(), used + granted));
+                if model.len() as u64 > cap {
+                    model.pop_front();
+                }
+                let d = store.allocate(&key, &limit, amount, CHECK, "");
+                prop_assert_eq!(d.granted, granted, "key {}", key);
+                prop_assert_eq!(d.remaining, limit.max_amount - used - granted);
+                prop_assert_eq!(store.len(), model.len());
+            }
         }
     }
 }

@@ -141,11 +141,20 @@ pub fn matches(o: &Override, dims: &[(Arc<str>, Value)]) -> bool {
 /// its type (`s` string-like, `i` integer, ... so `"5"` and `5` are different keys):
 /// `requestcount|11:destination=s7:ratings|4:user=s3:bob`.
 pub fn counter_key(quota: &str, dims: &[(Arc<str>, Value)]) -> String {
-    let mut sorted: Vec<&(Arc<str>, Value)> = dims.iter().collect();
-    sorted.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut key = String::with_capacity(quota.len() + 16 * sorted.len());
+    // Instances usually carry their dimensions sorted already: no copy to sort then.
+    let mut sorted: Vec<&(Arc<str>, Value)> = Vec::new();
+    let in_order: &mut dyn Iterator<Item = &(Arc<str>, Value)> =
+        if dims.is_sorted_by(|a, b| a.0 <= b.0) {
+            &mut dims.iter()
+        } else {
+            sorted.extend(dims);
+            sorted.sort_by(|a, b| a.0.cmp(&b.0));
+            &mut sorted.iter().copied()
+        };
+    let mut key = String::with_capacity(quota.len() + 24 * dims.len());
     key.push_str(quota);
-    for (k, v) in sorted {
+    let mut digits = itoa::Buffer::new();
+    for (k, v) in in_order {
         let text = match v.as_str() {
             Some(s) => std::borrow::Cow::Borrowed(s),
             None => std::borrow::Cow::Owned(v.to_string()),
@@ -164,7 +173,17 @@ pub fn counter_key(quota: &str, dims: &[(Arc<str>, Value)]) -> String {
             Value::DnsName(_) => 'n',
             Value::StringMap(_) => 'm',
         };
-        let _ = write!(key, "|{}:{k}={tag}{}:{text}", k.len(), text.len());
+        // `|<len>:<name>=<tag><len>:<text>`, pushed piece by piece: this runs on every
+        // allocation, and the formatting machinery costs more than the key itself.
+        key.push('|');
+        key.push_str(digits.format(k.len()));
+        key.push(':');
+        key.push_str(k);
+        key.push('=');
+        key.push(tag);
+        key.push_str(digits.format(text.len()));
+        key.push(':');
+        key.push_str(&text);
     }
     key
 }

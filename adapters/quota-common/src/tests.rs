@@ -172,3 +172,42 @@ fn names_overrides_and_keys() {
         counter_key("q", &[("a".into(), "x".into()), ("b".into(), "y".into())])
     );
 }
+
+/// The counter key as it was first written, with `format!`: keys are stored (in Redis too),
+/// so the key built piece by piece must be the same text for any dimensions.
+fn counter_key_by_format(quota: &str, dims: &[(Arc<str>, Value)]) -> String {
+    let mut sorted: Vec<&(Arc<str>, Value)> = dims.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut key = quota.to_string();
+    for (k, v) in sorted {
+        let text = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+        let tag = match v {
+            Value::Int64(_) => 'i',
+            Value::Bool(_) => 'b',
+            _ => 's',
+        };
+        key.push_str(&format!("|{}:{k}={tag}{}:{text}", k.len(), text.len()));
+    }
+    key
+}
+
+use proptest::strategy::Strategy as _;
+
+proptest::proptest! {
+    #[test]
+    fn counter_key_is_the_formatted_key(
+        quota in "[a-z.]{0,12}",
+        dims in proptest::collection::vec(
+            ("[a-zé|:=]{0,6}", proptest::prop_oneof![
+                "[a-z0-9|:=é]{0,12}".prop_map(Value::from),
+                proptest::num::i64::ANY.prop_map(Value::Int64),
+                proptest::bool::ANY.prop_map(Value::Bool),
+            ]),
+            0..6,
+        ),
+    ) {
+        let dims: Vec<(Arc<str>, Value)> =
+            dims.into_iter().map(|(k, v)| (Arc::from(k.as_str()), v)).collect();
+        proptest::prop_assert_eq!(counter_key(&quota, &dims), counter_key_by_format(&quota, &dims));
+    }
+}

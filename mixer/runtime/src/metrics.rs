@@ -280,6 +280,19 @@ impl RuntimeMetrics {
         }
     }
 
+    /// [`RuntimeMetrics::check_calls`] for a quota handler: its allocations that granted
+    /// (`ok`) and refused (`denied`).
+    pub fn quota_calls(&self, handler: &str) -> CheckCalls {
+        CheckCalls {
+            ok: self
+                .handler_calls
+                .with_label_values(&[handler, "quota", "ok"]),
+            denied: self
+                .handler_calls
+                .with_label_values(&[handler, "quota", "denied"]),
+        }
+    }
+
     /// Counts one handler call; labels are borrowed, so the hot path does not allocate them.
     pub fn handler_call(&self, handler: &str, variety: &str, result: &str) {
         self.handler_calls

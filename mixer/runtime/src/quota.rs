@@ -18,7 +18,7 @@ use mixer_model::{
 
 use crate::deadline;
 use crate::decision::{DEFAULT_VALID_DURATION, Undecided};
-use crate::evaluate::{Dispatch, DryRunEval, evaluate};
+use crate::evaluate::{Dispatch, DryRunEval, evaluate_for};
 use crate::preprocess::preprocess;
 use crate::snapshot::{BuiltHandler, Snapshot};
 
@@ -175,9 +175,23 @@ pub async fn ask_prepared(
     };
     let plans: Vec<(QuotaPlan, &QuotaArgs)> = asks
         .iter()
-        .map(|a| (plan_on(snapshot, pre, a.bag, a.quota), a.args))
+        .map(|a| {
+            (
+                plan_on(snapshot, pre, a.bag, a.quota, Reads::Record),
+                a.args,
+            )
+        })
         .collect();
     allocate(snapshot, plans, &[]).await
+}
+
+/// Whether a plan records what its rules read.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reads {
+    /// For a protocol that answers with them or a cache that keeps by them.
+    Record,
+    /// For one that has no use for them (Envoy's rate limit service).
+    Skip,
 }
 
 /// [`plan`] on `bag` with `pre`'s attributes laid over it, with the request's reads.
@@ -186,8 +200,9 @@ fn plan_on(
     pre: &crate::preprocess::Preprocessed,
     bag: &dyn Bag,
     quota: Option<&str>,
+    reads: Reads,
 ) -> QuotaPlan {
-    let mut planned = plan(snapshot, &pre.over(bag), quota);
+    let mut planned = plan_with(snapshot, &pre.over(bag), quota, reads);
     pre.to_request_reads(&mut planned.referenced);
     if let Some(failure) = &pre.failure {
         planned.dispatches.clear();
@@ -205,13 +220,33 @@ pub async fn plan_preprocessed(
     bag: &dyn Bag,
     quota: Option<&str>,
 ) -> QuotaPlan {
+    plan_preprocessed_with(snapshot, bag, quota, Reads::Record).await
+}
+
+/// [`plan_preprocessed`] for a protocol whose answer does not carry the request's reads and
+/// that no cache keeps (Envoy's rate limit service): the plan records none, so that counting
+/// a descriptor does not pay for them.
+pub async fn plan_preprocessed_without_reads(
+    snapshot: &Snapshot,
+    bag: &dyn Bag,
+    quota: Option<&str>,
+) -> QuotaPlan {
+    plan_preprocessed_with(snapshot, bag, quota, Reads::Skip).await
+}
+
+async fn plan_preprocessed_with(
+    snapshot: &Snapshot,
+    bag: &dyn Bag,
+    quota: Option<&str>,
+    reads: Reads,
+) -> QuotaPlan {
     if !snapshot.generates {
-        return plan(snapshot, bag, quota);
+        return plan_with(snapshot, bag, quota, reads);
     }
     Box::pin(async {
         match preprocess(snapshot, bag, true).await {
-            Some(pre) => plan_on(snapshot, &pre, bag, quota),
-            None => plan(snapshot, bag, quota),
+            Some(pre) => plan_on(snapshot, &pre, bag, quota, reads),
+            None => plan_with(snapshot, bag, quota, reads),
         }
     })
     .await
@@ -220,11 +255,16 @@ pub async fn plan_preprocessed(
 /// The first step of a quota request: the quota instances `bag` selects (those
 /// answering `quota`, when given), without asking any handler.
 pub fn plan(snapshot: &Snapshot, bag: &dyn Bag, quota: Option<&str>) -> QuotaPlan {
+    plan_with(snapshot, bag, quota, Reads::Record)
+}
+
+fn plan_with(snapshot: &Snapshot, bag: &dyn Bag, quota: Option<&str>, reads: Reads) -> QuotaPlan {
     snapshot
         .metrics
         .check_activity
         .mark(std::time::Instant::now());
-    let mut eval = evaluate(snapshot, bag, Variety::Quota);
+    // A quota plan keeps no rule names: they are a shared reference count to bump each.
+    let mut eval = evaluate_for(snapshot, bag, Variety::Quota, false, reads == Reads::Record);
     if let Some(q) = quota {
         let answers = |d: &Dispatch| quota_name_matches(q, &d.instance.name, d.instance.template);
         eval.dispatches.retain(answers);
@@ -323,26 +363,7 @@ pub async fn allocate(
                 continue;
             }
             outcome.instances.push(dispatch.instance.name.to_string());
-            let group = match groups.iter().position(|(h, _)| *h == dispatch.handler) {
-                Some(g) => g,
-                None => {
-                    groups.push((dispatch.handler, Vec::new()));
-                    groups.len() - 1
-                }
-            };
-            let calls = &mut groups[group].1;
-            let looks_only = snapshot
-                .config
-                .instances
-                .get(dispatch.instance_index)
-                .is_some_and(|ic| ic.charged_by_reports());
-            route.push(Planned {
-                group,
-                at: calls.len(),
-                looks_only,
-                instance: dispatch.instance_index,
-            });
-            calls.push((&dispatch.instance, if looks_only { look } else { *args }));
+            route.push(place(snapshot, &mut groups, dispatch, args, look));
         }
         outcome.unlimited = saw_unlimited && outcome.instances.is_empty();
         let mut dry_route = Vec::new();
@@ -354,58 +375,25 @@ pub async fn allocate(
                 if built.handler.as_quota().is_none() {
                     continue;
                 }
-                let group = match groups.iter().position(|(h, _)| *h == dispatch.handler) {
-                    Some(g) => g,
-                    None => {
-                        groups.push((dispatch.handler, Vec::new()));
-                        groups.len() - 1
-                    }
-                };
-                let calls = &mut groups[group].1;
-                let looks_only = snapshot
-                    .config
-                    .instances
-                    .get(dispatch.instance_index)
-                    .is_some_and(|ic| ic.charged_by_reports());
-                dry_route.push((
-                    run,
-                    Planned {
-                        group,
-                        at: calls.len(),
-                        looks_only,
-                        instance: dispatch.instance_index,
-                    },
-                ));
-                calls.push((&dispatch.instance, if looks_only { look } else { *args }));
+                dry_route.push((run, place(snapshot, &mut groups, dispatch, args, look)));
             }
         }
         routes.push(route);
         dry_routes.push(dry_route);
         outcomes.push(outcome);
     }
-    let answers: Vec<Vec<Result<QuotaResult, AdapterError>>> =
-        futures_util::future::join_all(groups.iter().map(|(handler, calls)| async move {
-            let built = &snapshot.handlers[*handler];
-            let call = async move {
-                match built.handler.as_quota() {
-                    // Past the deadline every allocation of the call has failed.
-                    Some(quota) => match built.deadline {
-                        Some(after) => tokio::time::timeout(after, quota.allocate_many(calls))
-                            .await
-                            .unwrap_or_else(|_| {
-                                calls
-                                    .iter()
-                                    .map(|_| Err(deadline::timed_out(after)))
-                                    .collect()
-                            }),
-                        None => quota.allocate_many(calls).await,
-                    },
-                    None => Vec::new(),
-                }
-            };
-            crate::traces::child(crate::traces::ADAPTER_CALL, Some(&built.name), call).await
-        }))
-        .await;
+    // Most requests go to one handler: awaited alone, without joining.
+    let answers: Vec<Vec<Result<QuotaResult, AdapterError>>> = match groups.as_slice() {
+        [] => Vec::new(),
+        [(handler, calls)] => vec![ask_handler(snapshot, *handler, calls).await],
+        all => {
+            futures_util::future::join_all(
+                all.iter()
+                    .map(|(handler, calls)| ask_handler(snapshot, *handler, calls)),
+            )
+            .await
+        }
+    };
     plans
         .iter()
         .zip(routes)
@@ -458,6 +446,67 @@ pub async fn allocate(
         .collect()
 }
 
+/// Places `dispatch`'s call in the group of its handler (a new group for a handler not seen
+/// yet), asking for `look` instead of `args` when its quota is charged by reports, and says
+/// where it went. Enforced and dry-run dispatches are placed alike, so that each handler is
+/// called once for both.
+fn place<'a>(
+    snapshot: &Snapshot,
+    groups: &mut Vec<(usize, Vec<QuotaCall<'a>>)>,
+    dispatch: &'a Dispatch,
+    args: &'a QuotaArgs,
+    look: &'a QuotaArgs,
+) -> Planned {
+    let group = match groups.iter().position(|(h, _)| *h == dispatch.handler) {
+        Some(g) => g,
+        None => {
+            groups.push((dispatch.handler, Vec::new()));
+            groups.len() - 1
+        }
+    };
+    let calls = &mut groups[group].1;
+    let looks_only = snapshot
+        .config
+        .instances
+        .get(dispatch.instance_index)
+        .is_some_and(|ic| ic.charged_by_reports());
+    calls.push((&dispatch.instance, if looks_only { look } else { args }));
+    Planned {
+        group,
+        at: calls.len() - 1,
+        looks_only,
+        instance: dispatch.instance_index,
+    }
+}
+
+/// Asks the handler at `handler` for every call of a request that goes to it, within its
+/// deadline, as a child span of the request's trace.
+async fn ask_handler(
+    snapshot: &Snapshot,
+    handler: usize,
+    calls: &[QuotaCall<'_>],
+) -> Vec<Result<QuotaResult, AdapterError>> {
+    let built = &snapshot.handlers[handler];
+    let call = async move {
+        match built.handler.as_quota() {
+            // Past the deadline every allocation of the call has failed.
+            Some(quota) => match built.deadline {
+                Some(after) => tokio::time::timeout(after, quota.allocate_many(calls))
+                    .await
+                    .unwrap_or_else(|_| {
+                        calls
+                            .iter()
+                            .map(|_| Err(deadline::timed_out(after)))
+                            .collect()
+                    }),
+                None => quota.allocate_many(calls).await,
+            },
+            None => Vec::new(),
+        }
+    };
+    crate::traces::child(crate::traces::ADAPTER_CALL, Some(&built.name), call).await
+}
+
 /// The would-be answers of `plan`'s dry-run rules: each allowed unless one of its allocations
 /// was refused (deny) or failed (error), the first such answer deciding it.
 fn dry_run_outcomes(
@@ -507,8 +556,7 @@ fn dry_run_outcomes(
         let (would_be, status) = match answer {
             Ok(result) => {
                 let refused = refuses(result, args);
-                let label = if refused { "denied" } else { "ok" };
-                snapshot.metrics.handler_call(&built.name, "quota", label);
+                count_call(snapshot, built, refused);
                 if !refused {
                     continue;
                 }
@@ -555,8 +603,7 @@ fn combine(
     match answer {
         Ok(result) => {
             let refused = refuses(result, args);
-            let label = if refused { "denied" } else { "ok" };
-            snapshot.metrics.handler_call(&built.name, "quota", label);
+            count_call(snapshot, built, refused);
             let combined = &mut outcome.result;
             // Before the grant is combined: whether the request was refused so far.
             if more_constraining(result, combined, args) {
@@ -602,6 +649,19 @@ fn combine(
                     },
                 }),
             }
+        }
+    }
+}
+
+/// Counts a quota call that answered, on the handler's counters looked up when its snapshot
+/// was built (by label only for a handler built without them).
+fn count_call(snapshot: &Snapshot, built: &BuiltHandler, refused: bool) {
+    match &built.quota_calls {
+        Some(calls) if refused => calls.denied.inc(),
+        Some(calls) => calls.ok.inc(),
+        None => {
+            let label = if refused { "denied" } else { "ok" };
+            snapshot.metrics.handler_call(&built.name, "quota", label);
         }
     }
 }

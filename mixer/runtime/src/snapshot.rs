@@ -76,6 +76,8 @@ pub struct BuiltHandler {
     pub(crate) queue: Option<Arc<ReportQueue>>,
     /// Its check call counters, for a check handler.
     pub(crate) check_calls: Option<CheckCalls>,
+    /// Its quota call counters, for a quota handler.
+    pub(crate) quota_calls: Option<CheckCalls>,
     /// The dispatcher's bound on its check and quota calls ([`crate::deadline`]); `None` for
     /// a handler that bounds its own ([`mixer_adapter_api::host::AnyAdapter::own_call_timeout`]).
     pub(crate) deadline: Option<std::time::Duration>,
@@ -303,6 +305,7 @@ impl Snapshot {
                         name: hc.name.clone(),
                         adapter: hc.adapter.clone(),
                         check_calls: handler.as_check().map(|_| metrics.check_calls(&hc.name)),
+                        quota_calls: handler.as_quota().map(|_| metrics.quota_calls(&hc.name)),
                         lease: Lease::new(&handler, queue.as_ref()),
                         queue,
                         handler,

@@ -136,7 +136,7 @@ impl RateLimit {
         let decide = async {
             let (snapshot, bag) = scope.parts_mut();
             let planned = plan_descriptors(snapshot, bag, request, Timestamp::now()).await?;
-            counted(snapshot, &planned).await
+            counted(snapshot, planned).await
         };
         // Envoy sends no headers with a rate limit request: each is a trace of its own.
         let mut response = with_current_decision(
@@ -171,7 +171,7 @@ pub async fn decide_on(
     let mut bag = spare_bag(snapshot.vocabulary());
     let planned = plan_descriptors(snapshot, &mut bag, request, now).await;
     keep_spare(bag);
-    counted(snapshot, &planned?).await
+    counted(snapshot, planned?).await
 }
 
 /// Every descriptor's quota plan and arguments, in request order (`None` for one that asks for
@@ -193,7 +193,7 @@ async fn plan_descriptors(
 /// replaced, with each quota handler called once.
 async fn counted(
     snapshot: &Snapshot,
-    planned: &[Option<(QuotaPlan, QuotaArgs)>],
+    planned: Vec<Option<(QuotaPlan, QuotaArgs)>>,
 ) -> Result<RateLimitResponse, tonic::Status> {
     let replaced: Vec<String> = planned
         .iter()
@@ -203,12 +203,22 @@ async fn counted(
         .collect();
     // Every descriptor at once: each quota handler is called once for the request
     // (redisquota: one script call, one round trip).
-    let (asked, plans): (Vec<usize>, Vec<(QuotaPlan, &QuotaArgs)>) = planned
-        .iter()
+    let descriptors = planned.len();
+    // The plans move to the allocation; their arguments stay here, borrowed by it.
+    let mut asked = Vec::with_capacity(descriptors);
+    let mut owned = Vec::with_capacity(descriptors);
+    let mut args = Vec::with_capacity(descriptors);
+    for (i, (plan, a)) in planned
+        .into_iter()
         .enumerate()
-        .filter_map(|(i, p)| p.as_ref().map(|(plan, args)| (i, (plan.clone(), args))))
-        .unzip();
-    let mut outcomes = vec![None; planned.len()];
+        .filter_map(|(i, p)| Some((i, p?)))
+    {
+        asked.push(i);
+        owned.push(plan);
+        args.push(a);
+    }
+    let plans: Vec<(QuotaPlan, &QuotaArgs)> = owned.into_iter().zip(&args).collect();
+    let mut outcomes = vec![None; descriptors];
     for (i, outcome) in asked
         .into_iter()
         .zip(mixer_runtime::quota::allocate(snapshot, plans, &replaced).await)
@@ -257,7 +267,8 @@ async fn plan_descriptor(
     bag.clear();
     fill_bag(bag, &request.domain, descriptor, hits, now);
     Ok(Some((
-        mixer_runtime::quota::plan_preprocessed(snapshot, &*bag, None).await,
+        // Nothing in a rate limit answer carries the reads, and no cache keeps it.
+        mixer_runtime::quota::plan_preprocessed_without_reads(snapshot, &*bag, None).await,
         args,
     )))
 }
@@ -326,10 +337,13 @@ pub fn check_limits(
         .check(descriptors, "rate limit descriptors in the request")
         .map_err(invalid)?;
     for (i, n) in entries.into_iter().enumerate() {
-        limits
-            .descriptor_entries
-            .check(n, &format!("entries in descriptors[{i}]"))
-            .map_err(invalid)?;
+        // The message names the descriptor: written only for one that is over.
+        if n > limits.descriptor_entries.max {
+            limits
+                .descriptor_entries
+                .check(n, &format!("entries in descriptors[{i}]"))
+                .map_err(invalid)?;
+        }
     }
     Ok(())
 }
