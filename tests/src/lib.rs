@@ -2,6 +2,7 @@
 //! binary on free loopback ports, talk HTTP to it, stop it with SIGTERM.
 
 pub mod adapters;
+pub mod caddy;
 pub mod nginx;
 pub mod readme;
 pub mod redis;
@@ -345,4 +346,23 @@ pub fn wasm_guest(name: &str) -> Option<std::path::PathBuf> {
     );
     eprintln!("skipped: {} is missing ({how})", path.display());
     None
+}
+
+/// The first of `candidates` (a tool's usual paths) that exists. When none does: under CI
+/// (`CI` set) the test fails, saying how to `install` it; otherwise `None` after saying so
+/// (the test skips).
+pub fn installed_tool(candidates: &[&str], install: &str) -> Option<std::path::PathBuf> {
+    let found = candidates
+        .iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.exists());
+    if found.is_none() {
+        let why = format!(
+            "{} is not installed: {install} (.ci/run does)",
+            candidates.first().copied().unwrap_or("a tool")
+        );
+        assert!(std::env::var_os("CI").is_none(), "{why}");
+        eprintln!("skipped: {why}");
+    }
+    found
 }

@@ -15,16 +15,10 @@ use std::time::{Duration, Instant};
 /// The nginx binary, or `None` (the test skips) when it is not installed outside CI; under
 /// CI (`CI` set) a missing nginx fails the test.
 pub fn binary() -> Option<PathBuf> {
-    let found = ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists());
-    if found.is_none() {
-        let why = "nginx is not installed: `apt-get install -y nginx` (.ci/run does)";
-        assert!(std::env::var_os("CI").is_none(), "{why}");
-        eprintln!("skipped: {why}");
-    }
-    found
+    crate::installed_tool(
+        &["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"],
+        "`apt-get install -y nginx`",
+    )
 }
 
 /// The whole `nginx.conf` for `http` (the `server` and `upstream` blocks of a test) with its

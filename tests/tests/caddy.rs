@@ -4,31 +4,13 @@
 //! that writes its own `X-Forwarded-For` gets nowhere.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use mixer_tests::caddy::{self, Caddy};
 use mixer_tests::{Mixer, free_addr, http_request_from};
 
 /// Only 127.0.0.5 (a loopback address standing for an allowed client) and 10.57.0.0/16 pass.
 const IP_ALLOW_LIST: &str = include_str!("../configs/ip_allow_list.yaml");
-
-struct Caddy(Child);
-
-impl Drop for Caddy {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn caddy_binary() -> &'static str {
-    for candidate in ["/usr/bin/caddy", "/usr/local/bin/caddy"] {
-        if Path::new(candidate).exists() {
-            return candidate;
-        }
-    }
-    panic!("caddy is not installed: `apt-get install -y caddy` (.ci/run does)");
-}
 
 #[test]
 fn caddy_forward_auth_checks_the_client_caddy_saw() {
@@ -50,27 +32,8 @@ fn caddy_forward_auth_checks_the_client_caddy_saw() {
         "{{\n\tadmin off\n\tauto_https off\n}}\nhttp://{listen} {{\n\tforward_auth {mixer} {{\n\t\turi /check\n\t}}\n\trespond \"reached the app\"\n}}\n",
         mixer = mixer.http
     );
-    let path = dir.path().join("Caddyfile");
-    std::fs::write(&path, caddyfile).expect("write Caddyfile");
-    let child = Command::new(caddy_binary())
-        .args(["run", "--adapter", "caddyfile", "--config"])
-        .arg(&path)
-        .env("HOME", dir.path())
-        .env("XDG_DATA_HOME", dir.path())
-        .env("XDG_CONFIG_HOME", dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start caddy");
-    let _caddy = Caddy(child);
-    let start = Instant::now();
-    while std::net::TcpStream::connect(listen).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "caddy did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let binary = caddy::binary().expect("caddy is installed (.ci/run installs it)");
+    let _caddy = Caddy::start(&binary, dir.path(), &caddyfile, listen);
 
     let allowed = std::net::Ipv4Addr::new(127, 0, 0, 5);
     let outsider = std::net::Ipv4Addr::new(127, 0, 0, 9);

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use mixer_proto::istio::mixer::v1 as pb;
 use mixer_proto::istio::mixer::v1::mixer_client::MixerClient;
-use mixer_tests::{Mixer, free_addr, header, http_request, upstream};
+use mixer_tests::caddy::{self, Caddy};
+use mixer_tests::{Mixer, free_addr, header, http_request, installed_tool, upstream};
 #[path = "support/deploy.rs"]
 mod deploy;
 use deploy::deploy_python;
@@ -32,20 +33,6 @@ fn mixer_binary() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_mixer-under-test"))
 }
 
-/// The first of `candidates` that exists; under CI a failure when none does, else `None`.
-fn tool(candidates: &[&str], install: &str) -> Option<PathBuf> {
-    if let Some(found) = candidates.iter().map(PathBuf::from).find(|p| p.exists()) {
-        return Some(found);
-    }
-    let why = format!(
-        "{} is not installed: {install} (.ci/run does)",
-        candidates[0]
-    );
-    assert!(std::env::var_os("CI").is_none(), "{why}");
-    eprintln!("skipped: {why}");
-    None
-}
-
 /// A child process killed when the test ends.
 struct Process(Child);
 
@@ -53,17 +40,6 @@ impl Drop for Process {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
-    }
-}
-
-fn wait_listening(addr: SocketAddr, what: &str) {
-    let start = Instant::now();
-    while TcpStream::connect(addr).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "{what} did not start listening on {addr}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -152,10 +128,7 @@ fn nginx_auth_request_example_runs_in_front_of_a_real_mixer() {
 
 #[test]
 fn caddy_forward_auth_example_runs_in_front_of_a_real_mixer() {
-    let Some(caddy) = tool(
-        &["/usr/bin/caddy", "/usr/local/bin/caddy"],
-        "apt-get install -y caddy",
-    ) else {
+    let Some(caddy) = caddy::binary() else {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
@@ -163,25 +136,8 @@ fn caddy_forward_auth_example_runs_in_front_of_a_real_mixer() {
     let (listen, app) = (free_addr(), upstream::echo_head());
     // The example's site, with Caddy's admin endpoint and automatic HTTPS off for the test.
     let site = localize(&example("caddy/Caddyfile"), listen, mixer.http, app);
-    let path = dir.path().join("Caddyfile");
-    std::fs::write(
-        &path,
-        format!("{{\n\tadmin off\n\tauto_https off\n}}\n{site}"),
-    )
-    .expect("write Caddyfile");
-    let _caddy = Process(
-        Command::new(&caddy)
-            .args(["run", "--adapter", "caddyfile", "--config"])
-            .arg(&path)
-            .env("HOME", dir.path())
-            .env("XDG_DATA_HOME", dir.path())
-            .env("XDG_CONFIG_HOME", dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start caddy"),
-    );
-    wait_listening(listen, "caddy");
+    let caddyfile = format!("{{\n\tadmin off\n\tauto_https off\n}}\n{site}");
+    let _caddy = Caddy::start(&caddy, dir.path(), &caddyfile, listen);
     check_proxy_behaviour(listen, "caddy");
 }
 
@@ -502,13 +458,13 @@ fn promql(prometheus: SocketAddr, q: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_example_passes_promtool_scrapes_a_mixer_and_runs_the_dashboard() {
-    let Some(promtool) = tool(
+    let Some(promtool) = installed_tool(
         &["/usr/bin/promtool", "/usr/local/bin/promtool"],
         "apt-get install -y prometheus",
     ) else {
         return;
     };
-    let Some(prometheus_bin) = tool(
+    let Some(prometheus_bin) = installed_tool(
         &["/usr/bin/prometheus", "/usr/local/bin/prometheus"],
         "apt-get install -y prometheus",
     ) else {

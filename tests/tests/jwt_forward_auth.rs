@@ -9,7 +9,6 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,6 +16,7 @@ use envoy_types::pb::envoy::service::auth::v3::authorization_client::Authorizati
 use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
 use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use mixer_tests::caddy::{self, Caddy};
 use mixer_tests::nginx::{self, Nginx};
 use mixer_tests::{HttpAnswer, Mixer, free_addr, header, http_request};
 
@@ -133,35 +133,6 @@ fn upstream() -> SocketAddr {
     addr
 }
 
-struct Caddy(Child);
-
-impl Drop for Caddy {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn caddy_binary() -> &'static str {
-    for candidate in ["/usr/bin/caddy", "/usr/local/bin/caddy"] {
-        if Path::new(candidate).exists() {
-            return candidate;
-        }
-    }
-    panic!("caddy is not installed: `apt-get install -y caddy` (.ci/run does)");
-}
-
-fn wait_listening(addr: SocketAddr, what: &str) {
-    let start = Instant::now();
-    while std::net::TcpStream::connect(addr).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{what} did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -225,21 +196,8 @@ fn policies_jwt_through_forward_auth_nginx_and_caddy() {
         "{{\n\tadmin off\n\tauto_https off\n}}\nhttp://{caddy_listen} {{\n\tforward_auth {mixer} {{\n\t\turi /check\n\t\tcopy_headers X-Mixer-Sub\n\t}}\n\treverse_proxy {app}\n}}\n",
         mixer = mixer.http
     );
-    let caddyfile_path = dir.path().join("Caddyfile");
-    std::fs::write(&caddyfile_path, caddyfile).expect("write Caddyfile");
-    let _caddy = Caddy(
-        Command::new(caddy_binary())
-            .args(["run", "--adapter", "caddyfile", "--config"])
-            .arg(&caddyfile_path)
-            .env("HOME", dir.path())
-            .env("XDG_DATA_HOME", dir.path())
-            .env("XDG_CONFIG_HOME", dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start caddy"),
-    );
-    wait_listening(caddy_listen, "caddy");
+    let caddy = caddy::binary().expect("caddy is installed (.ci/run installs it)");
+    let _caddy = Caddy::start(&caddy, dir.path(), &caddyfile, caddy_listen);
 
     // Each front: the address and path a client asks.
     let fronts = [

@@ -23,6 +23,7 @@ use envoy_types::pb::envoy::service::accesslog::v3::access_log_service_client::A
 use envoy_types::pb::envoy::service::accesslog::v3::stream_access_logs_message::{
     HttpAccessLogEntries, Identifier, LogEntries,
 };
+use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
@@ -33,6 +34,10 @@ use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+
+#[path = "support/authz.rs"]
+mod authz;
+use authz::authz_request;
 
 fn bundle() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/llm-tokens/config")
@@ -234,6 +239,28 @@ async fn the_bundle_charges_access_log_usage_and_forward_auth_refuses_once_exhau
     report_otlp(mixer.grpc, "gina", "g-1", "150").await;
     report_otlp(mixer.grpc, "gina", "g-2", "150").await;
     tokio::task::block_in_place(|| until_status(m, "gina", 429, Duration::from_secs(3)));
+
+    // ext_authz reads the same counters: RESOURCE_EXHAUSTED for an exhausted user, OK for
+    // one with tokens left.
+    assert_eq!(
+        ext_authz_code(mixer.grpc, "gina").await,
+        8,
+        "RESOURCE_EXHAUSTED"
+    );
+    assert_eq!(ext_authz_code(mixer.grpc, "bob").await, 0, "OK");
+}
+
+/// The gRPC status code of an ext_authz check for `user` (the `x-user` header).
+async fn ext_authz_code(grpc: SocketAddr, user: &str) -> i32 {
+    let mut client = AuthorizationClient::connect(format!("http://{grpc}"))
+        .await
+        .expect("connect");
+    let answer = client
+        .check(authz_request(&[("x-user", user)]))
+        .await
+        .expect("ext_authz answer")
+        .into_inner();
+    answer.status.map_or(0, |s| s.code)
 }
 
 /// The same limit in Redis, with a 2 s window so that the test sees it reset, and a rule for

@@ -10,6 +10,9 @@
 //! `tests/python/otlp-requirements.txt` installed (`.ci/run` does). Under `CI=1` a missing
 //! Python or package fails the test.
 
+#[path = "support/python.rs"]
+mod python;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -33,29 +36,11 @@ fn workspace() -> PathBuf {
 
 /// The Python with the OpenTelemetry SDK and exporter; `None` (after saying why) outside CI.
 fn python_or_skip() -> Option<PathBuf> {
-    let python = PathBuf::from(
-        std::env::var("MIXER_PYTHON").unwrap_or_else(|_| "/tmp/mixer-venv/bin/python".into()),
-    );
-    let ok = Command::new(&python)
-        .args([
-            "-c",
-            "import opentelemetry.sdk.metrics, \
+    python::python_importing(
+        "opentelemetry.sdk.metrics, \
              opentelemetry.exporter.otlp.proto.grpc.metric_exporter",
-        ])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok {
-        return Some(python);
-    }
-    let why = format!(
-        "{} with the OpenTelemetry SDK and OTLP gRPC exporter not found: \
-         {0} -m pip install -r tests/python/otlp-requirements.txt (or set MIXER_PYTHON)",
-        python.display()
-    );
-    assert!(std::env::var_os("CI").is_none(), "{why}");
-    eprintln!("skipped: {why}");
-    None
+        "tests/python/otlp-requirements.txt",
+    )
 }
 
 /// `VmRSS` of process `pid`, in kB.

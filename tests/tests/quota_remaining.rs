@@ -158,3 +158,58 @@ fn quota_is_refused_on_an_admin_address_other_hosts_reach() {
     assert_eq!(status, 403, "{body}");
     assert!(body.contains("--admin-quota-remote"), "{body}");
 }
+
+#[test]
+fn quota_reads_a_redisquota_counter_without_charging_it() {
+    if !mixer_tests::redis::redis_installed() {
+        return;
+    }
+    let redis = mixer_tests::redis::Redis::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The same limit (3 a minute) kept in Redis; a call timeout far above the default 5 ms,
+    // so that a busy CI machine's first call (connecting, loading the scripts) is not a 503.
+    let config = QUOTA.replace(
+        "compiledAdapter: memquota\n  params:\n",
+        &format!(
+            "compiledAdapter: redisquota\n  params:\n    redisServerUrl: \"127.0.0.1:{}\"\n    callTimeout: 2s\n",
+            redis.port
+        ),
+    );
+    assert!(config.contains("redisquota"), "{config}");
+    std::fs::write(dir.path().join("quota.yaml"), config).expect("write");
+    let mixer = Mixer::start(binary(), &["--config", dir.path().to_str().expect("utf-8")]);
+    mixer.wait_ready(Duration::from_secs(10));
+    let admin = mixer.admin;
+
+    let (status, body) = get(admin, HOST_COUNTER);
+    assert_eq!(status, 200, "{body}");
+    let counter = &json(&body)["counters"][0];
+    assert_eq!(
+        (&counter["limit"], &counter["remaining"]),
+        (&3.into(), &3.into()),
+        "{body}"
+    );
+    let (status, _, _) = http_request(
+        mixer.http,
+        "GET",
+        "/check",
+        &[("X-Forwarded-Host", "quota.example.com")],
+    )
+    .expect("check");
+    assert_eq!(status, 200);
+    for _ in 0..3 {
+        let (status, body) = get(admin, HOST_COUNTER);
+        assert_eq!(status, 200, "{body}");
+        let counter = &json(&body)["counters"][0];
+        assert_eq!(counter["remaining"], 2, "{body}");
+        let reset = counter["reset_after_seconds"].as_f64().expect("reset");
+        assert!(reset > 0.0 && reset <= 60.0, "{body}");
+    }
+    // A counter the config does not have is still a 404, with Redis behind it.
+    let (status, body) = get(
+        admin,
+        "/quota?handler=quotahandler&quota=requestcountquota&dimension=user%3Dx",
+    );
+    assert_eq!(status, 404, "{body}");
+    mixer.terminate();
+}

@@ -3,9 +3,13 @@
 //! going away applies the fail policy (quota fails open), and limiting comes back by itself
 //! when Redis does.
 
+#[path = "support/tenant_limits.rs"]
+mod tenant_limits;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
+use tenant_limits::{tenant_limits, tenant_request};
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
@@ -17,45 +21,11 @@ use mixer_tests::redis::Redis;
 use mixer_tests::{Mixer, http_request};
 use tonic::transport::Channel;
 
-/// The call budget is far above its 5 ms default: these tests count what is limited, on a
-/// machine busy with other tests, where a slow moment would fail a call open.
-fn config(redis_port: u16, per_day: u32) -> String {
-    format!(
-        r#"
-apiVersion: config.istio.io/v1alpha2
-kind: ratelimitconfig
-metadata: {{name: shared, namespace: istio-system}}
-spec:
-  domain: shared
-  backend:
-    adapter: redisquota
-    params: {{redisServerUrl: "127.0.0.1:{redis_port}", connectionPoolSize: 4, callTimeout: 2s}}
-  descriptors:
-  - key: tenant
-    rate_limit: {{unit: day, requests_per_unit: {per_day}}}
-"#
-    )
-}
-
 fn wait_ready(admin: SocketAddr) {
     let start = Instant::now();
     while !matches!(http_request(admin, "GET", "/readyz", &[]), Ok((200, _, _))) {
         assert!(start.elapsed() < Duration::from_secs(10), "mixer not ready");
         std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn request(tenant: &str) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "shared".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: "tenant".into(),
-                value: tenant.into(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 1,
     }
 }
 
@@ -67,7 +37,12 @@ async fn client(addr: SocketAddr) -> RateLimitServiceClient<Channel> {
 
 fn start_mixers(dir: &Path, redis_port: u16, per_day: u32, n: usize) -> Vec<Mixer> {
     let path = dir.join("limits.yaml");
-    std::fs::write(&path, config(redis_port, per_day)).expect("write");
+    // The call budget is far above its 5 ms default: these tests count what is limited, on a
+    // machine busy with other tests, where a slow moment would fail a call open.
+    let params = format!(
+        r#"redisServerUrl: "127.0.0.1:{redis_port}", connectionPoolSize: 4, callTimeout: 2s"#
+    );
+    std::fs::write(&path, tenant_limits("shared", &params, "day", per_day)).expect("write");
     let binary = Path::new(env!("CARGO_BIN_EXE_mixer-under-test"));
     let mixers: Vec<Mixer> = (0..n)
         .map(|_| Mixer::start(binary, &["--config", path.to_str().expect("utf-8")]))
@@ -102,7 +77,7 @@ async fn two_mixers_sharing_one_redis_enforce_one_limit() {
                 let mut ok = 0usize;
                 for _ in 0..SENT / 6 {
                     let answer = c
-                        .should_rate_limit(request(&tenant))
+                        .should_rate_limit(tenant_request("shared", &[&tenant]))
                         .await
                         .expect("answer")
                         .into_inner();
@@ -137,7 +112,7 @@ async fn two_mixers_sharing_one_redis_enforce_one_limit() {
     let mut clients = [client(mixers[0].grpc).await, client(mixers[1].grpc).await];
     for n in 1..=4u32 {
         let answer = clients[n as usize % 2]
-            .should_rate_limit(request(&fresh))
+            .should_rate_limit(tenant_request("shared", &[&fresh]))
             .await
             .expect("answer")
             .into_inner();
@@ -182,7 +157,7 @@ async fn redis_outage_fails_open_and_limiting_returns_with_redis() {
             for _ in 0..n {
                 let started = Instant::now();
                 let answer = c
-                    .should_rate_limit(request(&tenant))
+                    .should_rate_limit(tenant_request("shared", &[&tenant]))
                     .await
                     .expect("an answer, not an error")
                     .into_inner();

@@ -186,3 +186,87 @@ async fn envoyproxy_ratelimit_statistics_are_on_metrics() {
     assert!(!body.contains(r#"key1="foo_a""#), "{body}");
     mixer.terminate();
 }
+
+/// A limit counted with `detailed_metric` and one without, for `--near-limit-ratio` and
+/// `detailed_metric` as envoyproxy/ratelimit applies them (its settings' `NEAR_LIMIT_RATIO`,
+/// its config_impl.go's detailed stats key `domain.key_value`).
+const TUNED: &str = r#"
+domain: tuned
+descriptors:
+  - {key: plain, rate_limit: {unit: hour, requests_per_unit: 10}}
+  - {key: detailed, detailed_metric: true, rate_limit: {unit: hour, requests_per_unit: 10}}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn near_limit_ratio_and_detailed_metric_as_configured() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("tuned.yaml"), TUNED).expect("write");
+    let binary = Path::new(env!("CARGO_BIN_EXE_mixer-under-test"));
+    let config = dir.path().to_str().expect("utf-8");
+    let mixer = Mixer::start(binary, &["--config", config, "--near-limit-ratio", "0.5"]);
+    let admin = mixer.admin;
+    tokio::task::spawn_blocking(move || wait_ready(admin))
+        .await
+        .expect("join");
+    let mut client: RateLimitServiceClient<Channel> =
+        RateLimitServiceClient::connect(format!("http://{}", mixer.grpc))
+            .await
+            .expect("connect");
+    let series = |statistic: &str, key1: &str| {
+        format!(r#"ratelimit_service_rate_limit_{statistic}{{domain="tuned",key1="{key1}"}}"#)
+    };
+
+    // 6 hits of 10 at ratio 0.5: the one past 5 is near the limit (at 0.8, none would be).
+    client
+        .should_rate_limit(request("tuned", &[("plain", "v")], 6))
+        .await
+        .expect("answer");
+    let body = metrics(admin);
+    assert_eq!(
+        value(&body, &series("near_limit", "plain")),
+        Some(1),
+        "{body}"
+    );
+    assert_eq!(
+        value(&body, &series("within_limit", "plain")),
+        Some(6),
+        "{body}"
+    );
+
+    // detailed_metric: a series per request value, up to the bound; further values are
+    // counted under the limit's own key, so a client cannot grow /metrics without bound.
+    // The bound the README documents (100 values per limit).
+    let bound = 100;
+    for i in 0..bound {
+        let hits = if i == 0 { 2 } else { 1 };
+        client
+            .should_rate_limit(request("tuned", &[("detailed", &format!("v{i}"))], hits))
+            .await
+            .expect("answer");
+    }
+    client
+        .should_rate_limit(request("tuned", &[("detailed", "one-too-many")], 1))
+        .await
+        .expect("answer");
+    let body = metrics(admin);
+    assert_eq!(
+        value(&body, &series("total_hits", "detailed_v0")),
+        Some(2),
+        "{body}"
+    );
+    let last = format!("detailed_v{}", bound - 1);
+    assert_eq!(
+        value(&body, &series("total_hits", &last)),
+        Some(1),
+        "{body}"
+    );
+    assert_eq!(
+        value(&body, &series("total_hits", "detailed")),
+        Some(1),
+        "{body}"
+    );
+    assert!(!body.contains("one-too-many"), "{body}");
+    // The limit without detailed_metric never names a value.
+    assert!(!body.contains(r#"key1="plain_v""#), "{body}");
+    mixer.terminate();
+}

@@ -1,29 +1,16 @@
 //! redisquota on a real three-node Redis Cluster: three mixer replicas count one rate limit
 //! exactly across them, for tenants whose counters land on different nodes.
 
+#[path = "support/tenant_limits.rs"]
+mod tenant_limits;
+
 use std::time::Duration;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use mixer_tests::Mixer;
 use mixer_tests::redis::redis_installed;
-
-fn request(tenant: &str) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "fleet".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: "tenant".into(),
-                value: tenant.into(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 1,
-    }
-}
+use tenant_limits::{tenant_limits, tenant_request};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_limit_is_counted_exactly_across_replicas_on_a_cluster() {
@@ -36,21 +23,11 @@ async fn a_rate_limit_is_counted_exactly_across_replicas_on_a_cluster() {
     // The call budget is far above its default: a busy machine must not fail a call open.
     std::fs::write(
         &config,
-        format!(
-            r#"
-apiVersion: config.istio.io/v1alpha2
-kind: ratelimitconfig
-metadata: {{name: fleet, namespace: istio-system}}
-spec:
-  domain: fleet
-  backend:
-    adapter: redisquota
-    params: {{redisServerUrl: "{}", callTimeout: 2s}}
-  descriptors:
-  - key: tenant
-    rate_limit: {{unit: day, requests_per_unit: 5}}
-"#,
-            cluster.url()
+        tenant_limits(
+            "fleet",
+            &format!(r#"redisServerUrl: "{}", callTimeout: 2s"#, cluster.url()),
+            "day",
+            5,
         ),
     )
     .expect("write config");
@@ -77,7 +54,7 @@ spec:
         let mut ok = 0;
         for i in 0..8 {
             let answer = clients[i % 3]
-                .should_rate_limit(request(tenant))
+                .should_rate_limit(tenant_request("fleet", &[tenant]))
                 .await
                 .expect("answered")
                 .into_inner();

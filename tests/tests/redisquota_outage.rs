@@ -7,6 +7,9 @@
 //! circuit closes and limiting returns.
 //! And a request with several descriptors costs one script call.
 
+#[path = "support/tenant_limits.rs"]
+mod tenant_limits;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -18,6 +21,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use mixer_tests::redis::Redis;
 use mixer_tests::{Mixer, http_request};
+use tenant_limits::{tenant_limits, tenant_request};
 use tonic::transport::Channel;
 
 /// redisquota with its default call budget (5 ms) and breaker (5 failures, 500 ms), 5
@@ -28,38 +32,16 @@ fn config(redis_port: u16) -> String {
 
 /// [`config`] with more `params` (`, key: value` each).
 fn config_with(redis_port: u16, params: &str) -> String {
-    format!(
-        r#"
-apiVersion: config.istio.io/v1alpha2
-kind: ratelimitconfig
-metadata: {{name: outage, namespace: istio-system}}
-spec:
-  domain: outage
-  backend:
-    adapter: redisquota
-    params: {{redisServerUrl: "127.0.0.1:{redis_port}"{params}}}
-  descriptors:
-  - key: tenant
-    rate_limit: {{unit: minute, requests_per_unit: 5}}
-"#
+    tenant_limits(
+        "outage",
+        &format!(r#"redisServerUrl: "127.0.0.1:{redis_port}"{params}"#),
+        "minute",
+        5,
     )
 }
 
 fn request(tenants: &[&str]) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "outage".into(),
-        descriptors: tenants
-            .iter()
-            .map(|t| RateLimitDescriptor {
-                entries: vec![Entry {
-                    key: "tenant".into(),
-                    value: t.to_string(),
-                }],
-                ..Default::default()
-            })
-            .collect(),
-        hits_addend: 1,
-    }
+    tenant_request("outage", tenants)
 }
 
 fn start(dir: &Path, redis_port: u16) -> Mixer {

@@ -11,6 +11,9 @@
 #[path = "support/authz.rs"]
 mod authz;
 
+#[path = "support/tenant_limits.rs"]
+mod tenant_limits;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -18,10 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use mixer_tests::nginx::{self, Nginx};
@@ -31,27 +31,17 @@ use tonic::transport::Channel;
 
 use authz::authz_request;
 use mixer_tests::redis::Redis;
+use tenant_limits::{tenant_limits, tenant_request};
 
 /// Rate limits of domain `fleet` counted in the shared Redis, and the default config's
 /// ext_authz rules (deny on `x-mixer-deny: true`, `x-mixer-user` for the upstream). The
 /// Redis call budget is far above its 5 ms default: a slow moment on a busy machine would
 /// otherwise fail a call open and spoil the exact count.
 fn config(redis_port: u16, per_day: u32) -> String {
-    format!(
-        r#"
-apiVersion: config.istio.io/v1alpha2
-kind: ratelimitconfig
-metadata: {{name: fleet, namespace: istio-system}}
-spec:
-  domain: fleet
-  backend:
-    adapter: redisquota
-    params: {{redisServerUrl: "127.0.0.1:{redis_port}", connectionPoolSize: 4, callTimeout: 2s}}
-  descriptors:
-  - key: tenant
-    rate_limit: {{unit: day, requests_per_unit: {per_day}}}
-"#
-    )
+    let params = format!(
+        r#"redisServerUrl: "127.0.0.1:{redis_port}", connectionPoolSize: 4, callTimeout: 2s"#
+    );
+    tenant_limits("fleet", &params, "day", per_day)
 }
 
 /// One replica: `mixer serve` on fixed addresses, so that it can be killed and restarted
@@ -165,20 +155,6 @@ fn start_nginx(nginx: &Path, dir: &Path, listen: SocketAddr, replicas: &[SocketA
     Nginx::start(nginx, dir, &http, &[listen])
 }
 
-fn ratelimit_request(tenant: &str) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "fleet".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: "tenant".into(),
-                value: tenant.into(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 1,
-    }
-}
-
 /// The test's fleet: Redis, two replicas, nginx in front, one HTTP/2 channel to nginx.
 struct Fleet {
     _dir: tempfile::TempDir,
@@ -250,7 +226,7 @@ async fn a_rate_limit_is_counted_exactly_across_two_replicas_behind_nginx() {
         tasks.push(tokio::spawn(async move {
             for _ in (worker..SENT).step_by(CONCURRENCY) {
                 let answer = client
-                    .should_rate_limit(ratelimit_request("acme"))
+                    .should_rate_limit(tenant_request("fleet", &["acme"]))
                     .await
                     .expect("a rate limit answer through nginx")
                     .into_inner();
@@ -339,7 +315,7 @@ async fn a_killed_replica_costs_only_its_calls_in_flight_and_rejoins_when_restar
                         .map(|r| r.into_inner().status.map(|s| s.code) == Some(0))
                 } else {
                     ratelimit
-                        .should_rate_limit(ratelimit_request("steady"))
+                        .should_rate_limit(tenant_request("fleet", &["steady"]))
                         .await
                         .map(|r| r.into_inner().overall_code == Code::Ok as i32)
                 };

@@ -11,6 +11,8 @@ use mixer_adapter_api::secrets::{SecretParam, redact_url};
 use mixer_adapter_api::{DurationParam, ParamError};
 use mixer_adapter_quota_common::{Algorithm, QuotaParams, Quotas, dedup_duration};
 use redis::IntoConnectionInfo;
+
+use crate::over_limit::DEFAULT_LOCAL_CACHE_SIZE;
 use serde::Deserialize;
 
 /// Connections (each multiplexed) when `connectionPoolSize` is absent or 0.
@@ -27,6 +29,9 @@ pub const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_BREAKER_FAILURE_THRESHOLD: u32 = 5;
 /// How long the circuit stays open when `breakerCoolDown` is absent.
 pub const DEFAULT_BREAKER_COOL_DOWN: Duration = Duration::from_millis(500);
+
+/// Most keys the local over-limit cache may be given (an entry is about 100 bytes).
+pub const MAX_LOCAL_CACHE_SIZE: usize = 10_000_000;
 
 /// `params` of a redisquota handler.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -62,6 +67,12 @@ pub struct RedisQuotaParams {
     /// `500ms`); the probe's success closes it.
     #[serde(default)]
     pub breaker_cool_down: Option<DurationParam>,
+    /// Keys held by the local over-limit cache (default 0: off): a fixed or rolling window
+    /// counter Redis said is exhausted is refused locally until its window (or oldest
+    /// bucket) ends, without a Redis call. Exact while Redis keeps its counters; during an
+    /// outage cached keys stay refused instead of getting the fail policy.
+    #[serde(default)]
+    pub local_cache_size: Option<i64>,
 }
 
 /// Validated params.
@@ -86,6 +97,8 @@ pub struct RedisQuotaConfig {
     pub call_timeout: Duration,
     /// The circuit breaker.
     pub breaker: BreakerOptions,
+    /// Keys of the local over-limit cache (0: off).
+    pub local_cache_size: usize,
 }
 
 /// The params holding secrets: the URL's password and `password` (also as `passwordFile`).
@@ -206,8 +219,24 @@ impl RedisQuotaParams {
             .as_ref()
             .and_then(|d| ParamError::collect(d.positive("breakerCoolDown"), &mut errors))
             .unwrap_or(DEFAULT_BREAKER_COOL_DOWN);
+        let local_cache_size = match self.local_cache_size {
+            None => DEFAULT_LOCAL_CACHE_SIZE,
+            Some(n) => match usize::try_from(n) {
+                Ok(n) if n <= MAX_LOCAL_CACHE_SIZE => n,
+                _ => {
+                    errors.push(ParamError::new(
+                        "localCacheSize",
+                        format!(
+                            "localCacheSize of {n} is invalid, must be 0 (off) to {MAX_LOCAL_CACHE_SIZE}"
+                        ),
+                    ));
+                    DEFAULT_LOCAL_CACHE_SIZE
+                }
+            },
+        };
         match quotas {
             Some(quotas) if errors.is_empty() => Ok(RedisQuotaConfig {
+                local_cache_size,
                 quotas,
                 url,
                 connection: connection.ok_or_else(Vec::new)?,
@@ -331,6 +360,22 @@ mod tests {
         assert_eq!(shown["password"], "***");
         assert_eq!(shown["quotas"], params["quotas"]);
         assert_eq!(redactor.scrub("url-pw and pw-2"), "*** and ***");
+    }
+
+    #[test]
+    fn the_local_cache_is_off_unless_sized() {
+        let q = json!([{"name": "rq", "maxAmount": 1, "validDuration": "1s"}]);
+        let c = compile(json!({"redisServerUrl": "h:1", "quotas": q})).expect("valid");
+        assert_eq!(c.local_cache_size, 0);
+        let c = compile(json!({"redisServerUrl": "h:1", "quotas": q, "localCacheSize": 500}))
+            .expect("valid");
+        assert_eq!(c.local_cache_size, 500);
+        for bad in [json!(-1), json!(10_000_001)] {
+            let errs =
+                compile(json!({"redisServerUrl": "h:1", "quotas": q, "localCacheSize": bad}))
+                    .expect_err("invalid");
+            assert_eq!(errs[0].path, "localCacheSize", "{errs:?}");
+        }
     }
 
     #[test]

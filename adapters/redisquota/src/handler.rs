@@ -4,12 +4,11 @@
 //! outage answers with the fail policy within that budget.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use mixer_adapter_api::breaker::CircuitBreaker;
-use mixer_adapter_api::log_gate::LogGate;
 use mixer_adapter_api::{
     AdapterError, ErrorKind, Exposition, Handler, QuotaArgs, QuotaCall, QuotaHandler,
 };
@@ -17,12 +16,13 @@ use mixer_adapter_quota_common::{
     Decision, Metrics, Refusal, Selected, finish_with_minimum, min_remaining, render_one,
 };
 use mixer_model::{Instance, QuotaLimit, QuotaResult};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Client, Script};
 
 use crate::config::RedisQuotaConfig;
+use crate::link::{Allocation, Link};
+use crate::over_limit::OverLimitCache;
 use crate::scripts;
 
 /// Metric names start with this.
@@ -39,28 +39,20 @@ const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 /// Allocates quota from counters in Redis, shared by every mixer replica using that Redis.
 pub struct RedisQuotaHandler {
     config: RedisQuotaConfig,
-    client: Client,
-    /// Made on first use (inside the runtime), and made again after a connection error: a
-    /// manager whose connection broke keeps answering its failed reconnection until a call
-    /// makes it try again, so after an outage each slot would fail one more call (the
-    /// breaker's probe, a cool-down each) before Redis was used again.
-    pool: Vec<std::sync::Mutex<Option<ConnectionManager>>>,
-    next: AtomicUsize,
+    /// One Redis: its connections, breaker and batcher (for a cluster: the breaker only).
+    link: Arc<Link>,
     /// For a Redis Cluster: its client, and the connection once made (in the background; it
     /// follows slot moves and node failures itself).
     cluster: Option<ClusterClient>,
     cluster_conn: Arc<std::sync::Mutex<Option<ClusterConnection>>>,
     connecting: Arc<std::sync::atomic::AtomicBool>,
+    /// The allocation script, for a cluster's one-allocation calls.
     script: Script,
     /// [`scripts::PEEK`], for `/quota`.
     peek_script: Script,
-    breaker: CircuitBreaker,
     metrics: Metrics,
-    errors: AtomicU64,
-    /// Calls answered at once because the circuit was open.
-    short_circuited: AtomicU64,
-    /// Redis down fails every call: the warning goes out once per interval.
-    warning: LogGate,
+    /// Keys known to have nothing left until a time: their checks are answered here.
+    over_limit: OverLimitCache,
     name: Arc<str>,
 }
 
@@ -154,23 +146,24 @@ impl RedisQuotaHandler {
                     })?,
             ),
         };
+        let script = Script::new(&scripts::source());
         Ok(RedisQuotaHandler {
             cluster,
             cluster_conn: Arc::default(),
             connecting: Arc::default(),
-            pool: (0..config.pool_size.max(1))
-                .map(|_| std::sync::Mutex::new(None))
-                .collect(),
-            next: AtomicUsize::new(0),
-            script: Script::new(&scripts::source()),
+            link: Arc::new(Link::new(
+                client,
+                config.pool_size,
+                script.clone(),
+                CircuitBreaker::new(config.breaker),
+                config.call_timeout,
+                name.clone(),
+            )),
+            script,
             peek_script: Script::new(scripts::PEEK),
-            breaker: CircuitBreaker::new(config.breaker),
-            client,
+            over_limit: OverLimitCache::new(config.local_cache_size),
             config,
             metrics,
-            errors: AtomicU64::new(0),
-            short_circuited: AtomicU64::new(0),
-            warning: LogGate::new(Duration::from_secs(10)),
             name,
         })
     }
@@ -182,131 +175,69 @@ impl RedisQuotaHandler {
 
     /// Redis calls that failed (unreachable, timed out, an error answer).
     pub fn errors(&self) -> u64 {
-        self.errors.load(Ordering::Relaxed)
+        self.link.errors()
     }
 
     /// The circuit breaker in front of Redis.
     pub fn breaker(&self) -> &CircuitBreaker {
-        &self.breaker
+        &self.link.breaker
     }
 
-    /// A connection of the pool.
-    fn connection(&self) -> Result<ConnectionManager, AdapterError> {
-        let at = self.next.fetch_add(1, Ordering::Relaxed) % self.pool.len();
-        let mut slot = self.pool[at].lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = &*slot {
-            return Ok(c.clone());
-        }
-        // No retries with backoff inside a connection attempt: a refused connection fails the
-        // call at once (the breaker then spaces out further attempts), rather than making
-        // every call wait out the backoff.
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(Some(self.config.call_timeout.max(Duration::from_secs(1))))
-            .set_number_of_retries(0);
-        let manager = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
-            .map_err(|e| self.error(ErrorKind::Unavailable, format!("redis connection: {e}")))?;
-        *slot = Some(manager.clone());
-        Ok(manager)
+    /// Script calls sent to one Redis, and the allocations and charges they carried: their
+    /// ratio is the batching (not counted for a cluster).
+    pub fn script_calls(&self) -> (u64, u64) {
+        (self.link.script_calls(), self.link.batched())
     }
 
-    /// Drops every connection of the pool after `e`, if `e` says a connection is broken
-    /// (Redis went away: the others are broken too, even those no call has tried since):
-    /// each slot's next call connects afresh, so the first call after Redis is back (the
-    /// breaker's probe) reaches it, whichever slot it takes, and so do the calls after it.
-    fn forget_connections(&self, e: &redis::RedisError) {
-        if e.is_io_error()
-            || e.is_connection_dropped()
-            || e.is_connection_refusal()
-            || e.is_unrecoverable_error()
-        {
-            for slot in &self.pool {
-                *slot.lock().unwrap_or_else(|p| p.into_inner()) = None;
-            }
-        }
+    /// Checks answered from the local over-limit cache, without Redis.
+    pub fn local_cache_hits(&self) -> u64 {
+        self.over_limit.hits()
     }
 
     fn error(&self, kind: ErrorKind, message: String) -> AdapterError {
-        self.errors.fetch_add(1, Ordering::Relaxed);
-        if let Some(held_back) = self.warning.due() {
-            tracing::warn!(handler = %self.name, held_back, "{message}");
-        }
-        AdapterError::transient(kind, message)
+        self.link.error(kind, message)
     }
 
-    /// Runs every counted allocation in one script call, within the call budget and through
-    /// the breaker.
+    /// Runs every counted allocation in one script call (batched with those of concurrent
+    /// requests), within the call budget and through the breaker.
     async fn run(
         &self,
         counted: &[Counted<'_>],
         calls: &[QuotaCall<'_>],
     ) -> Result<Vec<Decision>, AdapterError> {
-        let Some(admission) = self.breaker.admit() else {
-            self.short_circuited.fetch_add(1, Ordering::Relaxed);
-            return Err(AdapterError::transient(
-                ErrorKind::CircuitOpen,
-                "redis circuit open: recent calls failed; retrying Redis shortly",
-            ));
-        };
-        let mut invocation = self.script.prepare_invoke();
-        for c in counted {
-            let (_, args) = calls[c.at];
-            let (state_key, dedup_key, dedup_ms) = self.keys(&c.sel, args);
-            invocation.key(state_key).key(dedup_key);
-            invocation
-                .arg(c.sel.limit.algorithm.tag())
-                .arg(c.sel.limit.max_amount)
-                .arg(micros(c.sel.limit.valid_duration))
-                .arg(micros(c.sel.limit.bucket_duration).max(1))
-                .arg(args.amount)
-                .arg(c.take.tag(args))
-                .arg(dedup_ms)
-                .arg(c.min_remaining);
-        }
-        let budget = self.config.call_timeout;
         if self.cluster.is_some() {
+            let Some(admission) = self.link.breaker.admit() else {
+                self.link.count_short_circuit();
+                return Err(AdapterError::transient(
+                    ErrorKind::CircuitOpen,
+                    "redis circuit open: recent calls failed; retrying Redis shortly",
+                ));
+            };
             return self.run_on_cluster(admission, counted, calls).await;
         }
-        let answer: Vec<i64> = match self.connection() {
-            Err(e) => {
-                admission.failure();
-                return Err(e);
-            }
-            Ok(mut conn) => {
-                match tokio::time::timeout(budget, invocation.invoke_async(&mut conn)).await {
-                    Ok(Ok(v)) => v,
-                    Ok(Err(e)) => {
-                        admission.failure();
-                        self.forget_connections(&e);
-                        return Err(self.error(ErrorKind::Unavailable, format!("redis: {e}")));
-                    }
-                    Err(_) => {
-                        admission.failure();
-                        return Err(self.error(
-                            ErrorKind::Timeout,
-                            format!(
-                                "redis did not answer within callTimeout {}",
-                                mixer_model::Duration::from_std(budget)
-                            ),
-                        ));
-                    }
-                }
-            }
-        };
-        if answer.len() != 5 * counted.len() {
-            admission.failure();
-            self.errors.fetch_add(1, Ordering::Relaxed);
-            return Err(AdapterError::transient(
-                ErrorKind::InvalidResponse,
-                format!(
-                    "redis script answered {} integers, expected 5 for each of {} allocations",
-                    answer.len(),
-                    counted.len()
-                ),
-            ));
-        }
-        admission.success();
+        let allocations = counted
+            .iter()
+            .map(|c| self.allocation(c, calls[c.at].1))
+            .collect();
+        let answer = self.link.run(allocations).await?;
         Ok(decisions(&answer))
+    }
+
+    /// The script's keys and arguments for one allocation.
+    fn allocation(&self, c: &Counted<'_>, args: &QuotaArgs) -> Allocation {
+        let (state_key, dedup_key, dedup_ms) = self.keys(&c.sel, args);
+        Allocation {
+            state_key,
+            dedup_key,
+            algorithm: c.sel.limit.algorithm.tag(),
+            max_amount: c.sel.limit.max_amount,
+            valid_us: micros(c.sel.limit.valid_duration),
+            bucket_us: micros(c.sel.limit.bucket_duration).max(1),
+            amount: args.amount,
+            take: c.take.tag(args),
+            dedup_ms,
+            min_remaining: c.min_remaining,
+        }
     }
 
     /// [`Self::run`] on a Redis Cluster: a script call may only touch keys of one slot, so
@@ -377,7 +308,7 @@ impl RedisQuotaHandler {
                 Ok(a) if a.len() == 5 => answer.extend(a),
                 Ok(a) => {
                     admission.failure();
-                    self.errors.fetch_add(1, Ordering::Relaxed);
+                    self.link.count_error();
                     return Err(AdapterError::transient(
                         ErrorKind::InvalidResponse,
                         format!("redis script answered {} integers, expected 5", a.len()),
@@ -542,6 +473,21 @@ impl RedisQuotaHandler {
                     answers.push(Some(Ok(self.result(&sel, args, 0, nothing))));
                 }
                 Ok(sel) => {
+                    if take == Take::Check && args.deduplication_id.is_empty() {
+                        let key = self.keys(&sel, args).0;
+                        if let Some(left) = self.over_limit.lookup(&key, &sel.limit, Instant::now())
+                        {
+                            let refused = Decision {
+                                granted: 0,
+                                valid_duration: left,
+                                deduplicated: false,
+                                remaining: 0,
+                                reset_after: left,
+                            };
+                            answers.push(Some(Ok(self.result(&sel, args, min_remaining, refused))));
+                            continue;
+                        }
+                    }
                     answers.push(None);
                     counted.push(Counted {
                         at,
@@ -553,10 +499,18 @@ impl RedisQuotaHandler {
             }
         }
         if !counted.is_empty() {
+            // Before the call: Redis's window ends no earlier than this plus what it answers.
+            let sent = Instant::now();
             match self.run(&counted, calls).await {
                 Ok(decisions) => {
                     for (c, decision) in counted.iter().zip(decisions) {
                         let (_, args) = calls[c.at];
+                        if decision.remaining <= 0 && !decision.deduplicated {
+                            let key = self.keys(&c.sel, args).0;
+                            let until = sent + decision.reset_after;
+                            self.over_limit
+                                .insert(&key, &c.sel.limit, until, Instant::now());
+                        }
                         answers[c.at] =
                             Some(Ok(self.result(&c.sel, args, c.min_remaining, decision)));
                     }
@@ -606,7 +560,7 @@ impl RedisQuotaHandler {
             };
             tokio::time::timeout_at(deadline, invocation.invoke_async::<Vec<i64>>(&mut conn)).await
         } else {
-            let mut conn = self.connection()?;
+            let mut conn = self.link.connection()?;
             tokio::time::timeout(budget, invocation.invoke_async::<Vec<i64>>(&mut conn)).await
         };
         match answer {
@@ -654,9 +608,34 @@ impl Exposition for RedisQuotaHandler {
             "counter",
             "Script calls answered at once, without Redis, because the circuit breaker was open.",
             &handler,
-            self.short_circuited.load(Ordering::Relaxed),
+            self.link.short_circuited(),
         );
-        let state = self.breaker.state().gauge();
+        render_one(
+            out,
+            "mixer_redisquota_over_limit_with_local_cache_total",
+            "counter",
+            "Checks refused from the local over-limit cache, without Redis (envoyproxy/ratelimit's over_limit_with_local_cache).",
+            &handler,
+            self.over_limit.hits(),
+        );
+        let (calls, carried) = self.script_calls();
+        render_one(
+            out,
+            "mixer_redisquota_script_calls_total",
+            "counter",
+            "Script calls sent to Redis; concurrent allocations are batched into one.",
+            &handler,
+            calls,
+        );
+        render_one(
+            out,
+            "mixer_redisquota_script_allocations_total",
+            "counter",
+            "Allocations and charges carried by those script calls.",
+            &handler,
+            carried,
+        );
+        let state = self.link.breaker.state().gauge();
         render_one(
             out,
             "mixer_redisquota_circuit_state",

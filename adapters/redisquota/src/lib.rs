@@ -7,6 +7,9 @@
 //!   with its algorithm (`FIXED_WINDOW`, the default as in Istio; `ROLLING_WINDOW`;
 //!   `TOKEN_BUCKET`), loaded once per Redis; on `NOSCRIPT` (Redis restarted or flushed) it is
 //!   loaded again and the call retried once.
+//! - Concurrent requests' allocations are batched into one script call while calls are in
+//!   flight (exact: counted in arrival order, atomically); with `localCacheSize`, a window
+//!   Redis said is exhausted is refused locally until it ends (see `link.rs`, `over_limit.rs`).
 //! - Time is Redis's (`TIME` inside the script), so replicas with skewed clocks agree.
 //! - Deduplication ids are kept in Redis (a hash per id, expiring after
 //!   `minDeduplicationDuration`), so a retry that lands on another replica is not charged again.
@@ -41,6 +44,8 @@
 
 mod config;
 mod handler;
+mod link;
+mod over_limit;
 mod scripts;
 
 use std::sync::Arc;
@@ -56,6 +61,8 @@ pub use config::{
     DEFAULT_POOL_SIZE, RedisQuotaConfig, RedisQuotaParams, redis_url,
 };
 pub use handler::{KEY_PREFIX, METRIC_PREFIX, RESOURCE_EXHAUSTED, RedisQuotaHandler};
+pub use link::MAX_BATCH;
+pub use over_limit::DEFAULT_LOCAL_CACHE_SIZE;
 pub use scripts::source as script_source;
 
 static INFO: AdapterInfo = AdapterInfo {

@@ -43,6 +43,7 @@ mod pacer;
 mod pin;
 mod platform;
 mod process;
+mod redis_quota;
 mod report;
 mod rlqs;
 mod shared;
@@ -210,6 +211,10 @@ enum Cmd {
         #[arg(long)]
         addr: SocketAddr,
     },
+    /// Rate limits on Redis beside the same in memory: RLS throughput, p50/p99, CPU and Redis
+    /// commands per decision for 1 and 50 limits, 1 and 10,000 keys; p99 at half of
+    /// saturation; over-admission of one limit shared by three replicas.
+    RedisQuota(redis_quota::Args),
     /// Print a `ratelimitconfig` with `--limits` descriptors, for `compare --target rate-limit`.
     RatelimitConfig {
         /// Number of limits.
@@ -311,6 +316,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Oop(args) => rt.block_on(oop::run(args)),
         Cmd::OopAdapter { addr } => rt.block_on(oop::serve_adapter(addr)),
         Cmd::Shared(args) => rt.block_on(shared::run(args)),
+        Cmd::RedisQuota(args) => rt.block_on(redis_quota::run(args)),
         Cmd::Rlqs(args) => rt.block_on(rlqs::run(args)),
         Cmd::SharedAdapter { addr } => rt.block_on(shared::serve_adapter(addr)),
         Cmd::EchoServer { addr } => platform::echo_server(addr),

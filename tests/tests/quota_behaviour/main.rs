@@ -7,6 +7,7 @@
 
 mod backends;
 mod behaviours;
+mod redis_costs;
 mod support;
 
 use std::sync::Arc;

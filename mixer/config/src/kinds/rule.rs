@@ -168,6 +168,9 @@ pub(crate) fn rule(
         .map(|i| i.template.variety())
         .collect();
     let enforcing = |v: &Variety| matches!(v, Variety::Check | Variety::Quota);
+    if refuses_report_charges(doc, scope, &actions, sampling.is_some(), dry_run, diags) {
+        return None;
+    }
     // Istio 1.4 read `sampling` and never applied it; sampling a check or a quota would let
     // requests through unchecked, so only report actions are sampled.
     if sampling.is_some() && varieties.iter().any(enforcing) {
@@ -195,6 +198,55 @@ pub(crate) fn rule(
         dry_run,
         sampling,
     })
+}
+
+/// Refuses (true, with an error each) a sampled or dry-run rule that holds a quota instance
+/// charged from reports. Sampling those reports charges only the sampled ones' usage, so the
+/// limit lets through more than it says; a dry-run rule would spend real quota that the
+/// enforcing rules count. Serving either would open what the config closes, so neither is.
+fn refuses_report_charges(
+    doc: &Doc<'_>,
+    scope: &Scope<'_>,
+    actions: &[ActionConfig],
+    sampled: bool,
+    dry_run: bool,
+    diags: &mut Diagnostics,
+) -> bool {
+    if !sampled && !dry_run {
+        return false;
+    }
+    let charged: Vec<&str> = actions
+        .iter()
+        .flat_map(|a| &a.instances)
+        .filter_map(|&i| scope.instances.get(i))
+        .filter(|i| i.charged_by_reports())
+        .map(|i| i.name.as_ref())
+        .collect();
+    for name in &charged {
+        if sampled {
+            diags.error(
+                &doc.raw.doc,
+                "spec.sampling",
+                format!(
+                    "quota instance {name} is charged from reports (its `charge`): sampling \
+                     would charge only the sampled reports' usage and under-count it; put the \
+                     charged instance on a rule without sampling"
+                ),
+            );
+        }
+        if dry_run {
+            diags.error(
+                &doc.raw.doc,
+                format!("metadata.annotations[{DRY_RUN_ANNOTATION:?}]"),
+                format!(
+                    "quota instance {name} is charged from reports (its `charge`): a dry-run \
+                     rule would spend real quota; take the charged instance off this rule or \
+                     the annotation off it"
+                ),
+            );
+        }
+    }
+    !charged.is_empty()
 }
 
 /// The annotation that marks a rule as not enforced (dry-run), `"true"` or `"false"`: the
@@ -738,6 +790,35 @@ mod tests {
                 "c.yaml: rule r: spec.sampling: sampling applies to report actions only: check and quota actions see every request"
             ]
         );
+    }
+
+    /// A quota instance charged from reports on a rule that is sampled or dry-run is refused:
+    /// either would count less than was used. The same rule with a quota instance that is
+    /// not charged is served, with the warnings it had.
+    #[test]
+    fn a_charged_quota_instance_refuses_sampling_and_dry_run() {
+        let quota = |charge: &str, rule: &str| {
+            with_base(&format!(
+                "kind: instance\nmetadata: {{name: tokens}}\nspec: {{compiledTemplate: quota, params: {{dimensions: {{user: request.path}}{charge}}}}}\n---\n{rule}"
+            ))
+        };
+        let sampled = "kind: rule\nmetadata: {name: r}\nspec:\n  actions: [{handler: nothing-h.team, instances: [tokens]}]\n  sampling: {random: {percentSampled: 10}}\n";
+        let dry_run = "kind: rule\nmetadata: {name: r, annotations: {istio.io/dry-run: 'true'}}\nspec:\n  actions: [{handler: nothing-h.team, instances: [tokens]}]\n";
+        let charged = ", charge: response.size";
+        assert_eq!(
+            errors(&quota(charged, sampled)),
+            [
+                "c.yaml: rule r: spec.sampling: quota instance tokens.instance.istio-system is charged from reports (its `charge`): sampling would charge only the sampled reports' usage and under-count it; put the charged instance on a rule without sampling"
+            ]
+        );
+        assert_eq!(
+            errors(&quota(charged, dry_run)),
+            [
+                "c.yaml: rule r: metadata.annotations[\"istio.io/dry-run\"]: quota instance tokens.instance.istio-system is charged from reports (its `charge`): a dry-run rule would spend real quota; take the charged instance off this rule or the annotation off it"
+            ]
+        );
+        assert_eq!(ok(&quota("", sampled)).config.rules.len(), 1);
+        assert!(ok(&quota("", dry_run)).config.rules[0].dry_run);
     }
 
     #[test]
