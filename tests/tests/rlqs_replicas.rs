@@ -6,7 +6,8 @@
 //! limit show that the replicas compute them from the same demands.
 //!
 //! One test, one Redis and two mixers, in phases: steady state, a demand that drops, a
-//! replica killed, Redis stopped and back.
+//! replica killed, Redis stopped and back. A second, without `--shared-cache`: the limit's
+//! quota handler is a redisquota one, and its Redis holds the demands.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -157,4 +158,77 @@ async fn two_replicas_share_one_limit_through_redis() {
     }
     drop(proxies);
     b.terminate();
+}
+
+/// One limit of 300 requests a second for the bucket `{name: shared}` of domain `rlqs`,
+/// counted by a redisquota handler in the Redis at `port`.
+fn redisquota_config(port: u16) -> String {
+    format!(
+        r#"
+kind: handler
+metadata: {{name: rlqs-redis, namespace: istio-system}}
+spec:
+  compiledAdapter: redisquota
+  params:
+    redisServerUrl: "127.0.0.1:{port}"
+    quotas:
+    - name: rlqs-redis.instance.istio-system
+      maxAmount: 300
+      validDuration: 1s
+---
+kind: instance
+metadata: {{name: rlqs-redis, namespace: istio-system}}
+spec:
+  compiledTemplate: quota
+  params:
+    dimensions:
+      name: rlqs.bucket["name"]
+---
+kind: rule
+metadata: {{name: rlqs-redis, namespace: istio-system}}
+spec:
+  match: (rlqs.domain | "") == "rlqs" && (rlqs.bucket["name"] | "") == "shared"
+  actions:
+  - handler: rlqs-redis
+    instances: [rlqs-redis]
+"#
+    )
+}
+
+/// Without `--shared-cache`, two replicas whose limit is counted by a redisquota handler keep
+/// the RLQS demands in that handler's Redis: the shares of proxies on different replicas add
+/// up to the limit, not to the limit on each replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redisquota_handlers_redis_holds_the_demands() {
+    if !redis_installed() {
+        return;
+    }
+    let redis = Redis::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("rlqs.yaml"), redisquota_config(redis.port)).expect("config");
+    let binary = Path::new(env!("CARGO_BIN_EXE_mixer-under-test"));
+    let config = dir.path().to_str().expect("utf-8");
+    let replicas: Vec<Mixer> = (0..2)
+        .map(|_| {
+            let mixer = Mixer::start(binary, &["--config", config]);
+            mixer.wait_ready(Duration::from_secs(20));
+            mixer
+        })
+        .collect();
+    let mut proxies = vec![
+        Proxy::connect(replicas[0].grpc, "one", &[("shared", 300)]).await,
+        Proxy::connect(replicas[1].grpc, "two", &[("shared", 300)]).await,
+    ];
+    run_intervals(&mut proxies, 4).await;
+    let shares = held(&proxies);
+    let sum: u64 = shares.iter().sum();
+    assert!(
+        (285..=315).contains(&sum),
+        "the replicas' assignments add up to {sum}: {shares:?}"
+    );
+    assert!(shares.iter().all(|s| *s >= 95), "{shares:?}");
+    drop(proxies);
+    for mixer in replicas {
+        mixer.terminate();
+    }
 }

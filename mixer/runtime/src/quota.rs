@@ -44,6 +44,12 @@ impl QuotaPlan {
         self
     }
 
+    /// The index in [`Snapshot::handlers`] of each handler the plan asks (RLQS keeps a
+    /// limit's demands in the Redis its redisquota handler names).
+    pub fn handler_indices(&self) -> impl Iterator<Item = usize> + '_ {
+        self.dispatches.iter().map(|d| d.handler)
+    }
+
     /// The envoyproxy/ratelimit behaviour of each selected instance that has one.
     pub fn rate_limits<'s>(
         &'s self,

@@ -113,14 +113,24 @@ pub fn tier(
 }
 
 /// The RLQS service: its demand table in the `--shared-cache` Redis when there is one, so
-/// that the replicas' shares agree and any replica can take over a proxy's stream; else in
-/// this process (one replica's view). A Redis Cluster target keeps the table in this
-/// process too, said at start.
+/// that the replicas' shares agree and any replica can take over a proxy's stream; else,
+/// for each limit whose quota handler is a redisquota one, in that handler's Redis (read
+/// from the active config at every report, so a reload moves it); else in this process
+/// (one replica's view). A Redis Cluster target of `--shared-cache` is not used for RLQS,
+/// said at start.
 pub fn rlqs(
     args: &SharedCacheArgs,
     runtime: Arc<mixer_runtime::Runtime>,
     registry: &prometheus::Registry,
 ) -> anyhow::Result<mixer_frontends::rlqs::Rlqs> {
+    let handler_redis = |runtime| -> anyhow::Result<mixer_frontends::rlqs::Rlqs> {
+        let tables = mixer_frontends::rlqs::handler_redis::HandlerRedis::new(registry)
+            .map_err(anyhow::Error::msg)
+            .context("RLQS demands in redisquota handlers' Redis")?;
+        Ok(mixer_frontends::rlqs::Rlqs::with_handler_redis(
+            runtime, tables,
+        ))
+    };
     match &args.shared_cache {
         Some(mixer_shared_cache::Target::Single(url)) => {
             let ca_pem = match &args.shared_cache_ca {
@@ -141,10 +151,10 @@ pub fn rlqs(
         }
         Some(mixer_shared_cache::Target::Cluster(_)) => {
             tracing::warn!(
-                "--shared-cache names a Redis Cluster: RLQS demands stay in each replica (README: Rate limit quota service)"
+                "--shared-cache names a Redis Cluster: RLQS demands stay in each replica, or in the Redis of a limit's redisquota handler (README: Rate limit quota service)"
             );
-            Ok(mixer_frontends::rlqs::Rlqs::new(runtime))
+            handler_redis(runtime)
         }
-        None => Ok(mixer_frontends::rlqs::Rlqs::new(runtime)),
+        None => handler_redis(runtime),
     }
 }

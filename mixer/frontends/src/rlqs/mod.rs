@@ -7,8 +7,10 @@
 //! service sends back for as long as their time to live. The service splits each global
 //! limit across the proxies that report its bucket by what each asked for
 //! ([`fair_share`]). The demands are this process's ([`Rlqs::new`]), or every replica's in
-//! Redis ([`Rlqs::shared`], [`shared_state`]: `serve --shared-cache`), where a Redis that
-//! fails leaves the limited buckets of a report without a new assignment.
+//! Redis ([`Rlqs::shared`], [`shared_state`]: `serve --shared-cache`; without it,
+//! [`Rlqs::with_handler_redis`], [`handler_redis`]: the Redis of the limit's redisquota
+//! handler), where a Redis that fails leaves the limited buckets of a report without a new
+//! assignment.
 //!
 //! ## From a bucket to a limit
 //!
@@ -65,6 +67,7 @@
 //!   (INVALID_ARGUMENT) before anything is read.
 
 pub mod fair_share;
+pub mod handler_redis;
 pub mod shared_state;
 
 use std::collections::{HashMap, HashSet};
@@ -96,6 +99,7 @@ use mixer_runtime::{Runtime, Snapshot};
 use tonic::{Code, Request, Response, Status, Streaming};
 
 use fair_share::{Demands, Reported};
+use handler_redis::HandlerRedis;
 use shared_state::{Asked, SharedDemands};
 
 /// `rlqs.domain`: the report's domain.
@@ -136,6 +140,8 @@ pub struct Rlqs {
     runtime: Arc<Runtime>,
     demands: Arc<Demands>,
     shared: Option<Arc<SharedDemands>>,
+    /// Without `shared`: the tables in the Redis servers redisquota handlers name.
+    handler_redis: Option<Arc<HandlerRedis>>,
     streams: Arc<AtomicU64>,
 }
 
@@ -152,6 +158,7 @@ impl Rlqs {
             runtime,
             demands: Arc::new(Demands::new()),
             shared: None,
+            handler_redis: None,
             streams: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -162,6 +169,15 @@ impl Rlqs {
     pub fn shared(runtime: Arc<Runtime>, shared: SharedDemands) -> Rlqs {
         Rlqs {
             shared: Some(Arc::new(shared)),
+            ..Rlqs::new(runtime)
+        }
+    }
+
+    /// A service whose demands for a limit live in the Redis of the limit's redisquota
+    /// handler ([`handler_redis`]), and in this process for other limits.
+    pub fn with_handler_redis(runtime: Arc<Runtime>, handler_redis: HandlerRedis) -> Rlqs {
+        Rlqs {
+            handler_redis: Some(Arc::new(handler_redis)),
             ..Rlqs::new(runtime)
         }
     }
@@ -182,10 +198,8 @@ impl Rlqs {
         ReportStream {
             runtime: self.runtime.clone(),
             demands: self.demands.clone(),
-            shared: self
-                .shared
-                .as_ref()
-                .map(|s| (s.clone(), s.stream_tag(serial).into())),
+            shared: self.shared.clone(),
+            handler_redis: self.handler_redis.clone(),
             serial,
             proxy,
             buckets: HashMap::new(),
@@ -198,17 +212,23 @@ impl Rlqs {
 /// What a stream knows of one of its buckets.
 #[derive(Clone, Debug, Default)]
 struct BucketState {
-    /// The limit key its last assignment was computed under, if it had one.
-    assigned_under: Option<Arc<str>>,
+    /// The limit key its last assignment was computed under, if it had one, and the table
+    /// in Redis that holds its demand (`None`: this process's).
+    assigned_under: Option<(Arc<str>, Option<Arc<SharedDemands>>)>,
 }
+
+/// A limit key and the Redis table its demands are in (`None`: this process's).
+type Placed = (Arc<str>, Option<Arc<SharedDemands>>);
 
 /// One proxy's stream: its buckets and when it last got an answer. Dropped when the stream
 /// ends, giving its shares back.
 pub struct ReportStream {
     runtime: Arc<Runtime>,
     demands: Arc<Demands>,
-    /// The table in Redis, and this stream's tag in it, when the demands live there.
-    shared: Option<(Arc<SharedDemands>, Arc<str>)>,
+    /// The table in Redis every demand lives in (`--shared-cache`).
+    shared: Option<Arc<SharedDemands>>,
+    /// Without `shared`: the tables of the redisquota handlers' Redis servers.
+    handler_redis: Option<Arc<HandlerRedis>>,
     serial: u64,
     proxy: Arc<str>,
     buckets: HashMap<String, BucketState>,
@@ -227,7 +247,7 @@ impl std::fmt::Debug for ReportStream {
 
 impl Drop for ReportStream {
     fn drop(&mut self) {
-        let keys: Vec<Arc<str>> = self
+        let keys: Vec<Placed> = self
             .buckets
             .values()
             .filter_map(|b| b.assigned_under.clone())
@@ -258,6 +278,7 @@ enum Planned {
         bucket: String,
         window: Duration,
         asked: Asked,
+        table: Option<Arc<SharedDemands>>,
     },
 }
 
@@ -268,6 +289,8 @@ enum Lookup {
         per_second: f64,
         window: Duration,
         key: Arc<str>,
+        /// The Redis table its demands are in (`None`: this process's).
+        table: Option<Arc<SharedDemands>>,
     },
     /// A limit of zero, as configured.
     Blocked,
@@ -349,6 +372,7 @@ impl ReportStream {
                     per_second,
                     window,
                     key: limit_key,
+                    table,
                 } => {
                     let elapsed = usage
                         .time_elapsed
@@ -368,6 +392,7 @@ impl ReportStream {
                             limit: per_second,
                             demand: fair_share::sane(asked as f64 / elapsed.as_secs_f64()),
                         },
+                        table,
                     }
                 }
                 Lookup::Blocked => {
@@ -400,16 +425,16 @@ impl ReportStream {
             planned.push((id, plan));
         }
         self.forget(&abandoned);
-        let asked: Vec<Asked> = planned
+        let asked: Vec<(Asked, Option<Arc<SharedDemands>>)> = planned
             .iter()
             .filter_map(|(_, p)| match p {
-                Planned::Share { asked, .. } => Some(asked.clone()),
+                Planned::Share { asked, table, .. } => Some((asked.clone(), table.clone())),
                 Planned::Action(_) => None,
             })
             .collect();
-        // Without grants (Redis failed), the limited buckets get nothing new: the proxy's
+        // Without a grant (its Redis failed), a limited bucket gets nothing new: the proxy's
         // assignment runs out into its own expired-assignment behaviour, never DENY_ALL.
-        let mut grants = self.grants(&asked, ttl, now).await.map(Vec::into_iter);
+        let mut grants = self.grants(&asked, ttl, now).await.into_iter();
         let mut actions = Vec::new();
         for (id, plan) in planned {
             let action = match plan {
@@ -418,12 +443,13 @@ impl ReportStream {
                     bucket,
                     window,
                     asked,
+                    table,
                 } => {
-                    let Some(share) = grants.as_mut().and_then(Iterator::next) else {
+                    let Some(share) = grants.next().flatten() else {
                         continue;
                     };
                     if let Some(state) = self.buckets.get_mut(&bucket) {
-                        state.assigned_under = Some(asked.limit_key);
+                        state.assigned_under = Some((asked.limit_key, table));
                     }
                     assignment(per_unit(share, window), ttl)
                 }
@@ -438,16 +464,41 @@ impl ReportStream {
         })
     }
 
-    /// This proxy's grants, one per `asked`, from the table in Redis or this process's;
-    /// `None` when Redis failed.
-    async fn grants(&self, asked: &[Asked], ttl: Duration, now: Instant) -> Option<Vec<f64>> {
-        match &self.shared {
-            Some((shared, tag)) => shared.shares(&self.proxy, tag, ttl, asked).await.ok(),
-            None => Some(
-                asked
-                    .iter()
-                    .map(|a| {
-                        self.demands.share(
+    /// This proxy's grants, one per `asked`, each from the table its demand is in (one round
+    /// trip per Redis table); `None` for those whose Redis failed.
+    async fn grants(
+        &self,
+        asked: &[(Asked, Option<Arc<SharedDemands>>)],
+        ttl: Duration,
+        now: Instant,
+    ) -> Vec<Option<f64>> {
+        let mut grants = vec![None; asked.len()];
+        let mut done = vec![false; asked.len()];
+        for i in 0..asked.len() {
+            if done[i] {
+                continue;
+            }
+            let table = &asked[i].1;
+            let same: Vec<usize> = (i..asked.len())
+                .filter(|j| !done[*j] && same_table(&asked[*j].1, table))
+                .collect();
+            for j in &same {
+                done[*j] = true;
+            }
+            match table {
+                Some(table) => {
+                    let batch: Vec<Asked> = same.iter().map(|j| asked[*j].0.clone()).collect();
+                    let tag = table.stream_tag(self.serial);
+                    if let Ok(got) = table.shares(&self.proxy, &tag, ttl, &batch).await {
+                        for (j, g) in same.iter().zip(got) {
+                            grants[*j] = Some(g);
+                        }
+                    }
+                }
+                None => {
+                    for j in same {
+                        let a = &asked[j].0;
+                        grants[j] = Some(self.demands.share(
                             Reported {
                                 limit_key: &a.limit_key,
                                 limit: a.limit,
@@ -457,21 +508,33 @@ impl ReportStream {
                                 ttl,
                             },
                             now,
-                        )
-                    })
-                    .collect(),
-            ),
+                        ));
+                    }
+                }
+            }
         }
+        grants
     }
 
-    /// Gives back this stream's shares of `limit_keys`.
-    fn forget(&self, limit_keys: &[Arc<str>]) {
-        if limit_keys.is_empty() {
-            return;
-        }
-        match &self.shared {
-            Some((shared, tag)) => shared.forget(&self.proxy, tag, limit_keys),
-            None => self.demands.forget(&self.proxy, self.serial, limit_keys),
+    /// Gives back this stream's shares of `limit_keys`, each in the table it is in.
+    fn forget(&self, limit_keys: &[Placed]) {
+        let mut done = vec![false; limit_keys.len()];
+        for i in 0..limit_keys.len() {
+            if done[i] {
+                continue;
+            }
+            let table = &limit_keys[i].1;
+            let mut keys = Vec::new();
+            for j in i..limit_keys.len() {
+                if !done[j] && same_table(&limit_keys[j].1, table) {
+                    done[j] = true;
+                    keys.push(limit_keys[j].0.clone());
+                }
+            }
+            match table {
+                Some(table) => table.forget(&self.proxy, &table.stream_tag(self.serial), &keys),
+                None => self.demands.forget(&self.proxy, self.serial, &keys),
+            }
         }
     }
 
@@ -490,6 +553,12 @@ impl ReportStream {
         let plan = mixer_runtime::quota::plan_preprocessed(snapshot, &*bag, None)
             .await
             .without_dry_runs();
+        // `--shared-cache` wins; else the Redis of the limit's redisquota handler, if any.
+        let table = match (&self.shared, &self.handler_redis) {
+            (Some(shared), _) => Some(shared.clone()),
+            (None, Some(handlers)) => handlers.for_plan(snapshot, &plan),
+            (None, None) => None,
+        };
         let args = QuotaArgs {
             amount: 0,
             best_effort: true,
@@ -525,7 +594,17 @@ impl ReportStream {
             per_second: limit.max_amount as f64 / window.as_secs_f64(),
             window,
             key: format!("{}\n{domain}\n{key}", limit.name).into(),
+            table,
         }
+    }
+}
+
+/// Whether two demand tables are the same one (`None`: this process's).
+fn same_table(a: &Option<Arc<SharedDemands>>, b: &Option<Arc<SharedDemands>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        (None, None) => true,
+        _ => false,
     }
 }
 

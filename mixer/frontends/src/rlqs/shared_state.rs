@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::{IntCounter, Registry};
-use redis::Script;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{ConnectionInfo, Script};
 
 use super::fair_share::FLOOR_FRACTION;
 
@@ -93,6 +93,19 @@ end
 return 0
 ";
 
+/// `mixer_rlqs_shared_state_errors_total`, registered in `registry`.
+pub fn errors_counter(registry: &Registry) -> Result<IntCounter, String> {
+    let errors = IntCounter::new(
+        "mixer_rlqs_shared_state_errors_total",
+        "RLQS reports left without new assignments because the demand table in Redis could not be read or written",
+    )
+    .map_err(|e| e.to_string())?;
+    registry
+        .register(Box::new(errors.clone()))
+        .map_err(|e| e.to_string())?;
+    Ok(errors)
+}
+
 /// One limited bucket of a report, as the script takes it.
 #[derive(Clone, Debug)]
 pub struct Asked {
@@ -143,21 +156,25 @@ impl SharedDemands {
             None => redis::Client::open(url),
         }
         .map_err(|e| format!("RLQS shared state {url:?}: {e}"))?;
+        SharedDemands::with_client(client, errors_counter(registry)?)
+            .map_err(|e| format!("RLQS shared state {url:?}: {e}"))
+    }
+
+    /// The table in the Redis `info` names, its failures counted in `errors` (several
+    /// tables share one counter). Connects lazily, as [`SharedDemands::new`].
+    pub fn connect(info: ConnectionInfo, errors: IntCounter) -> Result<SharedDemands, String> {
+        let client = redis::Client::open(info).map_err(|e| e.to_string())?;
+        SharedDemands::with_client(client, errors)
+    }
+
+    fn with_client(client: redis::Client, errors: IntCounter) -> Result<SharedDemands, String> {
         // No retries inside a call: the report goes unanswered and the next one tries again.
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(CALL_TIMEOUT))
             .set_response_timeout(Some(CALL_TIMEOUT))
             .set_number_of_retries(0);
-        let manager = ConnectionManager::new_lazy_with_config(client, config)
-            .map_err(|e| format!("RLQS shared state {url:?}: {e}"))?;
-        let errors = IntCounter::new(
-            "mixer_rlqs_shared_state_errors_total",
-            "RLQS reports left without new assignments because the demand table in Redis could not be read or written",
-        )
-        .map_err(|e| e.to_string())?;
-        registry
-            .register(Box::new(errors.clone()))
-            .map_err(|e| e.to_string())?;
+        let manager =
+            ConnectionManager::new_lazy_with_config(client, config).map_err(|e| e.to_string())?;
         let replica = format!(
             "{:x}",
             std::collections::hash_map::RandomState::new().hash_one(std::process::id())
