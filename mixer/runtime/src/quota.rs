@@ -315,22 +315,32 @@ pub async fn allocate(
     // Which handler each plan's instances go to, in dispatch order; calls grouped by
     // handler.
     let mut groups: Vec<(usize, Vec<QuotaCall<'_>>)> = Vec::new();
-    let mut routes: Vec<Vec<Planned>> = Vec::with_capacity(plans.len());
-    // Calls of dry-run rules, with the index of their rule in the plan's `dry_runs`.
-    let mut dry_routes: Vec<Vec<(usize, Planned)>> = Vec::with_capacity(plans.len());
-    let mut outcomes = Vec::with_capacity(plans.len());
+    // Per plan: where its calls went, where its dry-run calls went (with the index of their
+    // rule in the plan's `dry_runs`) and its outcome so far. One vector rather than three:
+    // this runs for every rate limit descriptor, and each vector is an allocation.
+    let mut placed: Vec<PlacedPlan> = Vec::with_capacity(plans.len());
     // A quota charged by reports is only looked at by checks: they charge nothing and are
-    // refused while fewer than its `min_remaining` units are left.
-    let looks: Vec<QuotaArgs> = plans
+    // refused while fewer than its `min_remaining` units are left. Built only when some
+    // dispatch asks for such a quota, which most requests never do.
+    let looks: Vec<QuotaArgs> = if plans
         .iter()
-        .map(|(_, args)| QuotaArgs {
-            amount: 0,
-            best_effort: false,
-            ..(*args).clone()
-        })
-        .collect();
-    for ((plan, args), look) in plans.iter().zip(&looks) {
-        let mut route = Vec::new();
+        .any(|(plan, _)| plan_looks_only(snapshot, plan))
+    {
+        plans
+            .iter()
+            .map(|(_, args)| QuotaArgs {
+                amount: 0,
+                best_effort: false,
+                ..(*args).clone()
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    for (i, (plan, args)) in plans.iter().enumerate() {
+        // Without looks no call is placed as one, so `args` stands in unused.
+        let look = looks.get(i).unwrap_or(args);
+        let mut route = Vec::with_capacity(plan.dispatches.len());
         let mut outcome = QuotaOutcome {
             result: QuotaResult {
                 status: Status::OK,
@@ -384,9 +394,7 @@ pub async fn allocate(
                 dry_route.push((run, place(snapshot, &mut groups, dispatch, args, look)));
             }
         }
-        routes.push(route);
-        dry_routes.push(dry_route);
-        outcomes.push(outcome);
+        placed.push((route, dry_route, outcome));
     }
     // Most requests go to one handler: awaited alone, without joining.
     let answers: Vec<Vec<Result<QuotaResult, AdapterError>>> = match groups.as_slice() {
@@ -402,10 +410,8 @@ pub async fn allocate(
     };
     plans
         .iter()
-        .zip(routes)
-        .zip(dry_routes)
-        .zip(outcomes)
-        .map(|((((plan, args), route), dry_route), mut outcome)| {
+        .zip(placed)
+        .map(|((plan, args), (route, dry_route, mut outcome))| {
             if let Some(failure) = &plan.failed {
                 return Err(failure.clone());
             }
@@ -450,6 +456,27 @@ pub async fn allocate(
             Ok(outcome)
         })
         .collect()
+}
+
+/// Where one plan's calls were placed (see [`place`]): its enforced calls, its dry-run calls
+/// with the index of their rule, and its outcome before the answers are combined into it.
+type PlacedPlan = (Vec<Planned>, Vec<(usize, Planned)>, QuotaOutcome);
+
+/// Whether any of `plan`'s dispatches, enforced or dry-run, goes to a quota charged by
+/// reports, which checks only look at (see [`place`]).
+fn plan_looks_only(snapshot: &Snapshot, plan: &QuotaPlan) -> bool {
+    let charged_by_reports = |dispatch: &Dispatch| {
+        snapshot
+            .config
+            .instances
+            .get(dispatch.instance_index)
+            .is_some_and(|ic| ic.charged_by_reports())
+    };
+    plan.dispatches.iter().any(charged_by_reports)
+        || plan
+            .dry_runs
+            .iter()
+            .any(|dry| dry.dispatches.iter().any(charged_by_reports))
 }
 
 /// Places `dispatch`'s call in the group of its handler (a new group for a handler not seen
