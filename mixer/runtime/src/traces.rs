@@ -18,7 +18,9 @@ use opentelemetry::context::FutureExt as _;
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::SdkTracer;
+use opentelemetry_sdk::trace::{
+    IdGenerator, RandomIdGenerator, Sampler, SamplingDecision, SdkTracer, ShouldSample,
+};
 
 /// The child span around the check cache's lookup.
 pub const CACHE_LOOKUP: &str = "cache lookup";
@@ -31,10 +33,33 @@ pub const HANDLER_ATTRIBUTE: &str = "mixer.handler";
 
 static TRACER: OnceLock<SdkTracer> = OnceLock::new();
 
+/// Whether a request with no trace of its own starts one: the ratio sampler, asked before
+/// any span is built (see [`request`]).
+static NEW_TRACES: OnceLock<Sampler> = OnceLock::new();
+
 /// Installs the tracer every span is started with, once per process; a second tracer is
-/// refused (given back).
-pub fn install(tracer: SdkTracer) -> Result<(), SdkTracer> {
-    TRACER.set(tracer)
+/// refused (given back). `new_trace_ratio` (0 to 1) is the share of requests without a
+/// trace context that start a trace. It is decided here, before a span is built, so the
+/// tracer's own sampler should sample every root span it is given
+/// (`ParentBased(AlwaysOn)`), and follow the parent otherwise.
+pub fn install(tracer: SdkTracer, new_trace_ratio: f64) -> Result<(), SdkTracer> {
+    TRACER.set(tracer)?;
+    // Set only by the call that installed the tracer: it cannot have been set before.
+    let _ = NEW_TRACES.set(Sampler::TraceIdRatioBased(new_trace_ratio));
+    Ok(())
+}
+
+/// Whether a new trace is started: the ratio sampler's decision on a fresh random trace id,
+/// as the SDK would take it for a root span.
+fn starts_new_trace() -> bool {
+    let Some(sampler) = NEW_TRACES.get() else {
+        return true;
+    };
+    let trace_id = RandomIdGenerator::default().new_trace_id();
+    let decision = sampler
+        .should_sample(None, trace_id, "", &SpanKind::Server, &[], &[])
+        .decision;
+    decision != SamplingDecision::Drop
 }
 
 /// Whether the mixer traces its requests.
@@ -71,6 +96,12 @@ pub async fn request<F: Future>(
         return future.await;
     };
     let parent = parent.unwrap_or_default();
+    // No trace of the proxy's to continue, and the ratio says not to start one (99 requests
+    // in 100 at 1%): nothing is built, no span, no context (#36). A trace the proxy sent,
+    // sampled or not, is still continued as the parent-based sampler says.
+    if !parent.span().span_context().is_valid() && !starts_new_trace() {
+        return future.await;
+    }
     let span = tracer
         .span_builder(name)
         .with_kind(SpanKind::Server)

@@ -29,7 +29,7 @@ async fn an_unsampled_request_opens_no_child_spans_and_a_sampled_one_does() {
             0.0,
         ))))
         .build();
-    traces::install(provider.tracer("test")).expect("the only tracer of this process");
+    traces::install(provider.tracer("test"), 0.0).expect("the only tracer of this process");
 
     let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
     let (request, child) =
@@ -43,4 +43,12 @@ async fn an_unsampled_request_opens_no_child_spans_and_a_sampled_one_does() {
         child, request,
         "a sampled request's adapter call has a span of its own"
     );
+
+    // No trace context from the proxy, and the ratio starts none: no span is built, not
+    // even a non-recording one.
+    let no_span = traces::request("check", traces::parent(|_| None), async {
+        !Context::current().has_active_span()
+    })
+    .await;
+    assert!(no_span, "a request the ratio did not sample got a span");
 }

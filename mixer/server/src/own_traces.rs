@@ -43,16 +43,17 @@ pub fn start(args: &TracingArgs) -> anyhow::Result<Option<SdkTracerProvider>> {
         .map_err(|e| anyhow::anyhow!("--tracing-otlp-endpoint {endpoint}: {e}"))?;
     let provider = SdkTracerProvider::builder()
         .with_batch_exporter(exporter)
-        .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
-            args.tracing_sample_ratio,
-        ))))
+        // New traces are sampled at the ratio by the runtime before it builds anything
+        // (`traces::install`); what reaches the SDK without a parent is to be kept.
+        .with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)))
         .with_resource(
             opentelemetry_sdk::Resource::builder()
                 .with_service_name("mixer")
                 .build(),
         )
         .build();
-    if mixer_runtime::traces::install(provider.tracer("mixer")).is_err() {
+    let tracer = provider.tracer("mixer");
+    if mixer_runtime::traces::install(tracer, args.tracing_sample_ratio).is_err() {
         anyhow::bail!("the mixer's tracer was already installed");
     }
     tracing::info!(

@@ -41,6 +41,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderName, HeaderValue};
 use axum::response::Response;
 use mixer_runtime::{DECISION_ID_HEADER, DecisionId, Runtime, Wants, with_current_decision};
 
@@ -120,7 +121,7 @@ async fn decide(endpoint: Endpoint, mut scope: RequestScope, request: Request) -
             let mut response = check_response(&checked);
             cache_hints::add(response.headers_mut(), &checked.verdict, scope.parts().0);
             for (name, value) in rate_limit {
-                if let Ok(value) = axum::http::HeaderValue::from_str(&value) {
+                if let Ok(value) = HeaderValue::from_str(&value) {
                     response.headers_mut().insert(name, value);
                 }
             }
@@ -136,8 +137,11 @@ async fn decide(endpoint: Endpoint, mut scope: RequestScope, request: Request) -
 /// `response` with the decision's id in `x-mixer-decision-id`, whatever it answers, so that a
 /// user can quote it and an operator find the decision's record.
 fn with_decision_id(mut response: Response, id: DecisionId) -> Response {
-    if let Ok(value) = axum::http::HeaderValue::from_str(&id.to_string()) {
-        response.headers_mut().insert(DECISION_ID_HEADER, value);
+    // Every answer carries it: the hex digits go straight into the value, and the name is a
+    // constant, rather than a `String` formatted and a name looked up per request (#36).
+    const NAME: HeaderName = HeaderName::from_static(DECISION_ID_HEADER);
+    if let Ok(value) = HeaderValue::from_bytes(&id.to_hex()) {
+        response.headers_mut().insert(NAME, value);
     }
     response
 }
