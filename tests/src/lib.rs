@@ -172,13 +172,17 @@ impl Mixer {
     /// Polls `/readyz` until it answers 200; returns how long that took.
     pub fn wait_ready(&self, limit: Duration) -> Duration {
         let start = Instant::now();
+        let mut last = String::from("no answer");
         while start.elapsed() < limit {
-            if let Ok((200, _, _)) = http_request(self.admin, "GET", "/readyz", &[]) {
-                return start.elapsed();
+            match http_request(self.admin, "GET", "/readyz", &[]) {
+                Ok((200, _, _)) => return start.elapsed(),
+                // Kept so that a start that never gets ready says why in the failure.
+                Ok((status, _, body)) => last = format!("{status}: {body}"),
+                Err(e) => last = e.to_string(),
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        panic!("mixer not ready within {limit:?}");
+        panic!("mixer not ready within {limit:?}; last /readyz: {last}");
     }
 
     /// Sends SIGTERM and waits for the exit status.
