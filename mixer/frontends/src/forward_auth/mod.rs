@@ -112,6 +112,8 @@ async fn decide(endpoint: Endpoint, mut scope: RequestScope, request: Request) -
                 .resolve(request.headers(), c.0.ip())
         });
     fill_bag(scope.bag_mut(), &request, client);
+    // Read in full: dropped now rather than held in this future across the check.
+    drop(request);
     let decided = scope
         .check_with_quota(Wants::Verdict, "forward-auth")
         .await

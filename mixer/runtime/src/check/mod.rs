@@ -226,7 +226,10 @@ async fn decide_on(
     let (verdict, dispatches, dry_runs) = match plan? {
         evaluate::Plan::Decided(mut verdict, dry_runs) => {
             if !dry_runs.is_empty() {
-                verdict.dry_run = dry_run::ask(snapshot, &dry_runs).await;
+                // Boxed, here and below: only a config with dry-run rules waits on it, and
+                // held inline it made every check's future (moved whole by each caller)
+                // larger by its size (#36).
+                verdict.dry_run = Box::pin(dry_run::ask(snapshot, &dry_runs)).await;
             }
             return Ok(Decided {
                 verdict,
@@ -259,7 +262,7 @@ async fn decide_on(
     }
     let mut decided = combined.finish();
     if !dry_runs.is_empty() {
-        decided.verdict.dry_run = dry_run::ask(snapshot, &dry_runs).await;
+        decided.verdict.dry_run = Box::pin(dry_run::ask(snapshot, &dry_runs)).await;
     }
     Ok(decided)
 }

@@ -79,13 +79,18 @@ pub async fn check_with_quota(
     wants: Wants,
 ) -> Result<QuotaAfterCheck, Undecided> {
     // With quota rules to charge, the generators run once, ahead of the check: the quota
-    // rules then see what the check saw. Without, a cache hit calls none.
+    // rules then see what the check saw. Without, a cache hit calls none. Boxed: few
+    // configs run them, and held inline they made every check's future (moved whole by
+    // each caller) larger by their size (#36).
     let prepared = if snapshot.generates && snapshot.has_rules(Variety::Quota) {
-        Prepared::new(snapshot, bag).await
+        Box::pin(Prepared::new(snapshot, bag)).await
     } else {
         Prepared::default()
     };
     let checked = check_prepared(snapshot, bag, wants, &prepared).await?;
+    if !checked.verdict.is_allowed() || !snapshot.has_rules(Variety::Quota) {
+        return Ok(QuotaAfterCheck::Checked(checked));
+    }
     charge(snapshot, bag, checked, &prepared).await
 }
 
