@@ -11,14 +11,14 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::Context;
 
 use crate::LoadArgs;
 use crate::load::Report;
-use crate::process::{Killed, Mixer, TempDir, free_addr, wait_port};
+use crate::process::{Mixer, TempDir};
+use crate::redis_server::RedisServer as Redis;
 
 /// `mixer-bench redis-quota` flags.
 #[derive(clap::Args)]
@@ -43,68 +43,6 @@ pub struct Args {
     pub redis_params: String,
     #[command(flatten)]
     pub load: LoadArgs,
-}
-
-/// A redis-server of the run's own, on a free loopback port.
-struct Redis {
-    process: Killed,
-    addr: SocketAddr,
-}
-
-impl Redis {
-    fn start(binary: &Path, dir: &Path) -> anyhow::Result<Redis> {
-        let addr = free_addr()?;
-        let mut cmd = Command::new(binary);
-        cmd.args(["--port", &addr.port().to_string()])
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let process = Killed(crate::pin::spawn(&mut cmd).with_context(|| {
-            format!(
-                "starting {} (apt-get install redis-server)",
-                binary.display()
-            )
-        })?);
-        wait_port(addr)?;
-        Ok(Redis { process, addr })
-    }
-
-    /// Commands Redis has run: every `cmdstat_*` of `INFO commandstats` (the INFO calls
-    /// themselves left out; a script's own commands, `HMGET`, `HSET`, `PEXPIRE`, included),
-    /// and of them the script calls (`EVALSHA`, `EVAL`).
-    async fn commands(&self) -> anyhow::Result<(u64, u64)> {
-        let client = redis::Client::open(format!("redis://{}", self.addr))?;
-        let mut conn = client.get_multiplexed_async_connection().await?;
-        let text: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut conn)
-            .await?;
-        let calls = |l: &str| {
-            l.split("calls=")
-                .nth(1)
-                .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        let lines = || text.lines().filter(|l| l.starts_with("cmdstat_"));
-        let all = lines()
-            .filter(|l| !l.starts_with("cmdstat_info:"))
-            .map(calls)
-            .sum();
-        let scripts = lines()
-            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-            .map(calls)
-            .sum();
-        Ok((all, scripts))
-    }
-
-    async fn flush(&self) -> anyhow::Result<()> {
-        let client = redis::Client::open(format!("redis://{}", self.addr))?;
-        let mut conn = client.get_multiplexed_async_connection().await?;
-        redis::cmd("FLUSHALL").query_async::<()>(&mut conn).await?;
-        Ok(())
-    }
 }
 
 /// CPU seconds (user + system) a process has used, from `/proc/<pid>/stat`.
