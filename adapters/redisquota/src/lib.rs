@@ -44,6 +44,7 @@
 
 mod config;
 mod handler;
+mod lease;
 mod link;
 mod over_limit;
 mod scripts;
@@ -58,9 +59,10 @@ use mixer_model::Template;
 
 pub use config::{
     DEFAULT_BREAKER_COOL_DOWN, DEFAULT_BREAKER_FAILURE_THRESHOLD, DEFAULT_CALL_TIMEOUT,
-    DEFAULT_POOL_SIZE, RedisQuotaConfig, RedisQuotaParams, redis_url,
+    DEFAULT_POOL_SIZE, MAX_LEASE_SIZE, RedisQuotaConfig, RedisQuotaParams, redis_url,
 };
 pub use handler::{KEY_PREFIX, METRIC_PREFIX, RESOURCE_EXHAUSTED, RedisQuotaHandler};
+pub use lease::{DEFAULT_LEASE_IDLE_TIMEOUT, SCRIPT as LEASE_SCRIPT};
 pub use link::MAX_BATCH;
 pub use over_limit::DEFAULT_LOCAL_CACHE_SIZE;
 pub use scripts::source as script_source;
