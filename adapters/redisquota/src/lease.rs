@@ -13,7 +13,8 @@
 //! What it costs: a replica may deny while another holds unused units, at most
 //! `leaseSize` per replica and key, until that replica uses them, gives them back (idle for
 //! `leaseIdleTimeout`, or when its handler closes on reload or shutdown), or the window
-//! ends.
+//! ends. A replica that found a counter short believes that for up to `leaseIdleTimeout`
+//! and denies without a call, so units given back meanwhile reach it that much later.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -82,6 +83,10 @@ struct Lease {
     until: Instant,
     /// Units Redis had left when the block was taken.
     left_in_redis: i64,
+    /// Until when `left_in_redis` is believed: Redis's count only falls meanwhile, except
+    /// for units other replicas give back, so a request needing more than that is denied
+    /// here without a call (the give-backs are seen after at most `leaseIdleTimeout`).
+    believed_until: Instant,
     last_used: Instant,
 }
 
@@ -92,6 +97,7 @@ impl Lease {
             window: 0,
             until: now,
             left_in_redis: 0,
+            believed_until: now,
             last_used: now,
         }
     }
@@ -204,6 +210,21 @@ impl Leases {
                 ask.amount - lease.units
             };
             let want = self.inner.size.max(ask.amount - lease.units);
+            if need > lease.left_in_redis && now < lease.believed_until {
+                // Redis had less than this needs at the last take: a call would deny too.
+                // Without this, every denial of an exhausted counter would be a call, one
+                // at a time per counter (the lease's lock), queueing past the call budget.
+                let window_left = lease.until.saturating_duration_since(now);
+                let granted = if ask.best_effort { lease.units } else { 0 };
+                lease.units -= granted;
+                return Ok(Decision {
+                    granted,
+                    valid_duration: window_left,
+                    deduplicated: false,
+                    remaining: lease.left_in_redis + lease.units,
+                    reset_after: window_left,
+                });
+            }
             let sent = Instant::now();
             let answer = self
                 .call("t", ask.key, ask.max_amount, ask.valid, want, need)
@@ -217,6 +238,7 @@ impl Leases {
             lease.window = window;
             lease.until = sent + Duration::from_micros(u64::try_from(reset).unwrap_or(0));
             lease.left_in_redis = left;
+            lease.believed_until = lease.until.min(sent + self.inner.idle);
         }
         let granted = if lease.units >= ask.amount {
             ask.amount
