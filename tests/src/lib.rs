@@ -4,6 +4,7 @@
 pub mod adapters;
 pub mod caddy;
 pub mod nginx;
+pub mod poll;
 pub mod readme;
 pub mod redis;
 pub mod redis_cluster;
