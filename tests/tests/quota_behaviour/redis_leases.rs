@@ -274,3 +274,46 @@ async fn redis_errors_reach_the_fail_policy() {
         "{err:?}"
     );
 }
+
+/// `leaseSize` with a rolling window is refused by `mixer validate`, naming the file, the
+/// handler and the field (Istio 1.4's own redisquota example, with leases asked for).
+#[test]
+fn leases_on_a_rolling_window_are_refused_with_the_file_and_field() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("redisquota.yaml");
+    std::fs::write(
+        &path,
+        r#"apiVersion: config.istio.io/v1alpha2
+kind: handler
+metadata: {name: redishandler, namespace: istio-system}
+spec:
+  compiledAdapter: redisquota
+  params:
+    redisServerUrl: redis-release-master:6379
+    leaseSize: 100
+    quotas:
+    - name: requestcountquota.instance.istio-system
+      maxAmount: 500
+      validDuration: 1s
+      bucketDuration: 500ms
+      rateLimitAlgorithm: ROLLING_WINDOW
+"#,
+    )
+    .expect("write");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mixer-under-test"))
+        .arg("validate")
+        .arg(&path)
+        .output()
+        .expect("run mixer validate");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("redisquota.yaml: handler redishandler: spec.params.leaseSize: leaseSize needs FIXED_WINDOW quotas, but quotas[0]"),
+        "{text}"
+    );
+    assert!(text.contains("ROLLING_WINDOW"), "{text}");
+}
