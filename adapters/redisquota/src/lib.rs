@@ -10,6 +10,8 @@
 //! - Concurrent requests' allocations are batched into one script call while calls are in
 //!   flight (exact: counted in arrival order, atomically); with `localCacheSize`, a window
 //!   Redis said is exhausted is refused locally until it ends (see `link.rs`, `over_limit.rs`).
+//! - With `leaseSize`, a replica takes blocks of a fixed window's units and grants from them
+//!   locally, giving back what it did not use; never over-admits (see `lease.rs`).
 //! - Time is Redis's (`TIME` inside the script), so replicas with skewed clocks agree.
 //! - Deduplication ids are kept in Redis (a hash per id, expiring after
 //!   `minDeduplicationDuration`), so a retry that lands on another replica is not charged again.
