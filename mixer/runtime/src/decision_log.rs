@@ -307,14 +307,7 @@ impl Record {
                 if let Some(handler) = handler {
                     put("handler", Value::String(handler));
                 }
-                if !verdict.failed_open.is_empty() {
-                    let errors = verdict
-                        .failed_open
-                        .iter()
-                        .map(|f| (&*f.handler, f.error.as_str()));
-                    put("handler_errors", Value::from(StringMap::from_pairs(errors)));
-                    put("fail_policy", Value::string("open"));
-                }
+                put_failed_open(&mut put, verdict);
                 reads = read_values(bag, &verdict.referenced);
             }
             DecisionOutcome::RateLimit {
@@ -325,6 +318,7 @@ impl Record {
                 put("code", Value::string(verdict.status.code.name()));
                 put("cache", Value::string(CacheTier::None.label()));
                 put_descriptors(&mut put, descriptors);
+                put_failed_open(&mut put, verdict);
             }
             DecisionOutcome::Undecided(undecided) => {
                 put("verdict", Value::string("undecided"));
@@ -424,6 +418,20 @@ fn verdict_word(verdict: &Verdict) -> &'static str {
     } else {
         "deny"
     }
+}
+
+/// The handlers that failed and whose fail policy (open) let the decision be made without
+/// them, with their errors; nothing when none did.
+fn put_failed_open(put: &mut impl FnMut(&str, Value), verdict: &Verdict) {
+    if verdict.failed_open.is_empty() {
+        return;
+    }
+    let errors = verdict
+        .failed_open
+        .iter()
+        .map(|f| (&*f.handler, f.error.as_str()));
+    put("handler_errors", Value::from(StringMap::from_pairs(errors)));
+    put("fail_policy", Value::string("open"));
 }
 
 /// A rate limit decision's descriptors (`descriptors`: each one's entries to its code) and
