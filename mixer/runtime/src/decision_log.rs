@@ -253,55 +253,57 @@ struct Record {
 }
 
 /// The names of a record's fields, made once for every record to share (#36: the record's
-/// cost; a name per field and record was an allocation each).
+/// cost; a name per field and record was an allocation each). In the names' order, so that
+/// a record sorted by field is sorted by name: the stdio handler sorts a line's fields by
+/// name, which takes one pass over a sorted record.
 #[derive(Clone, Copy)]
 enum Field {
-    DecisionId,
-    FrontEnd,
-    ConfigHash,
-    RequestId,
-    Latency,
-    Verdict,
-    Code,
-    Message,
+    Attributes,
     Cache,
-    MatchedRules,
+    Code,
+    ConfigHash,
+    DecisionId,
+    Descriptor,
+    Descriptors,
     DryRun,
-    Rule,
+    Error,
+    FailPolicy,
+    FrontEnd,
     Handler,
     HandlerErrors,
-    FailPolicy,
-    Error,
-    Descriptors,
-    Descriptor,
+    Latency,
     Limit,
     LimitRemaining,
-    Attributes,
+    MatchedRules,
+    Message,
+    RequestId,
+    Rule,
+    Verdict,
 }
 
 /// [`Field`]'s names, in its order.
 const FIELD_NAMES: [&str; 21] = [
-    "decision_id",
-    "front_end",
-    "config_hash",
-    "request_id",
-    "latency",
-    "verdict",
-    "code",
-    "message",
+    "attributes",
     "cache",
-    "matched_rules",
+    "code",
+    "config_hash",
+    "decision_id",
+    "descriptor",
+    "descriptors",
     "dry_run",
-    "rule",
+    "error",
+    "fail_policy",
+    "front_end",
     "handler",
     "handler_errors",
-    "fail_policy",
-    "error",
-    "descriptors",
-    "descriptor",
+    "latency",
     "limit",
     "limit_remaining",
-    "attributes",
+    "matched_rules",
+    "message",
+    "request_id",
+    "rule",
+    "verdict",
 ];
 
 impl Field {
@@ -378,13 +380,22 @@ fn code_name(code: Code) -> Value {
 /// A record's fields as they are put: text that may quote a request or a handler is scrubbed
 /// here, once per record, whatever number of rules log it.
 struct Fields<'l> {
-    list: Vec<(Arc<str>, Value)>,
+    list: Vec<(Field, Value)>,
     log: &'l DecisionLog,
 }
 
 impl Fields<'_> {
     fn put(&mut self, field: Field, value: Value) {
-        self.list.push((field.name(), value));
+        self.list.push((field, value));
+    }
+
+    /// The fields in name order, named.
+    fn named(mut self) -> Vec<(Arc<str>, Value)> {
+        self.list.sort_by_key(|(field, _)| *field as u8);
+        self.list
+            .into_iter()
+            .map(|(field, value)| (field.name(), value))
+            .collect()
     }
 
     /// `text`, without the credentials it may quote ([`DecisionLog::scrub`]).
@@ -499,7 +510,7 @@ impl Record {
         }
         Record {
             time: Timestamp::now(),
-            fields: fields.list,
+            fields: fields.named(),
             reads,
         }
     }
@@ -551,14 +562,15 @@ impl Record {
             attributes.push((shown, text));
         }
         // The fields were scrubbed as the record was made (`Fields::put_text`).
+        // `attributes` first: the record stays in name order ([`Field`]).
         let mut variables = Vec::with_capacity(self.fields.len() + 1);
-        variables.extend(self.fields.iter().cloned());
         if !attributes.is_empty() {
             variables.push((
                 Field::Attributes.name(),
                 Value::from(StringMap::from_pairs(attributes)),
             ));
         }
+        variables.extend(self.fields.iter().cloned());
         Instance {
             name: instance.clone(),
             template: Template::LogEntry,
