@@ -4,6 +4,7 @@
 pub mod adapters;
 pub mod caddy;
 pub mod nginx;
+pub mod poll;
 pub mod readme;
 pub mod redis;
 pub mod redis_cluster;
@@ -171,18 +172,15 @@ impl Mixer {
 
     /// Polls `/readyz` until it answers 200; returns how long that took.
     pub fn wait_ready(&self, limit: Duration) -> Duration {
-        let start = Instant::now();
-        let mut last = String::from("no answer");
-        while start.elapsed() < limit {
+        // The last answer goes into the failure, so a start that never gets ready says why.
+        poll::until(limit, Duration::from_millis(20), || {
             match http_request(self.admin, "GET", "/readyz", &[]) {
-                Ok((200, _, _)) => return start.elapsed(),
-                // Kept so that a start that never gets ready says why in the failure.
-                Ok((status, _, body)) => last = format!("{status}: {body}"),
-                Err(e) => last = e.to_string(),
+                Ok((200, _, _)) => Ok(()),
+                Ok((status, _, body)) => Err(format!("mixer not ready; /readyz {status}: {body}")),
+                Err(e) => Err(format!("mixer not ready; /readyz: {e}")),
             }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("mixer not ready within {limit:?}; last /readyz: {last}");
+        })
+        .1
     }
 
     /// Sends SIGTERM and waits for the exit status.

@@ -28,6 +28,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::google::protobuf::UInt32Value;
+use mixer_tests::poll::until;
 use mixer_tests::redis::{Redis, redis_installed};
 use mixer_tests::{Mixer, http_request};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
@@ -72,18 +73,15 @@ fn forward_auth(mixer: &Mixer, user: &str) -> u16 {
 
 /// Waits (at most `limit`) until forward-auth answers `status` for `user`; how long it took.
 fn until_status(mixer: &Mixer, user: &str, status: u16, limit: Duration) -> Duration {
-    let start = Instant::now();
-    loop {
-        let got = forward_auth(mixer, user);
-        if got == status {
-            return start.elapsed();
+    until(limit, Duration::from_millis(20), || {
+        match forward_auth(mixer, user) {
+            got if got == status => Ok(()),
+            got => Err(format!(
+                "forward-auth still answers {got} for {user}, not {status}"
+            )),
         }
-        assert!(
-            start.elapsed() < limit,
-            "forward-auth still answers {got} for {user}, not {status}, after {limit:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    })
+    .1
 }
 
 /// One access log entry of a completed request of `user` whose response carried

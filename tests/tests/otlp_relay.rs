@@ -5,12 +5,13 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mixer_model::{StringMap, Timestamp, Value};
 use mixer_proto::istio::mixer::v1 as pb;
 use mixer_proto::istio::mixer::v1::mixer_client::MixerClient;
-use mixer_tests::{Mixer, http_request};
+use mixer_tests::Mixer;
+use mixer_tests::poll::until;
 
 const RECEIVER: &str = r#"
 kind: handler
@@ -80,20 +81,6 @@ spec:
     )
 }
 
-fn wait_ready(admin: SocketAddr) {
-    let start = Instant::now();
-    while !matches!(http_request(admin, "GET", "/readyz", &[]), Ok((200, _, _))) {
-        assert!(start.elapsed() < Duration::from_secs(10), "mixer not ready");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn metric(admin: SocketAddr, series: &str) -> Option<f64> {
-    let (_, _, body) = http_request(admin, "GET", "/metrics", &[]).ok()?;
-    body.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_one_mixer_exports_the_other_receives() {
     const REQUESTS: usize = 40;
@@ -105,10 +92,7 @@ async fn what_one_mixer_exports_the_other_receives() {
         binary,
         &["--config", receiver_config.to_str().expect("utf-8")],
     );
-    let receiver_admin = receiver.admin;
-    tokio::task::spawn_blocking(move || wait_ready(receiver_admin))
-        .await
-        .expect("join");
+    tokio::task::block_in_place(|| receiver.wait_ready(Duration::from_secs(10)));
 
     let exporter_config = dir.path().join("exporter.yaml");
     std::fs::write(&exporter_config, exporter(receiver.grpc)).expect("write");
@@ -116,10 +100,7 @@ async fn what_one_mixer_exports_the_other_receives() {
         binary,
         &["--config", exporter_config.to_str().expect("utf-8")],
     );
-    let sender_admin = sender.admin;
-    tokio::task::spawn_blocking(move || wait_ready(sender_admin))
-        .await
-        .expect("join");
+    tokio::task::block_in_place(|| sender.wait_ready(Duration::from_secs(10)));
 
     let mut client = MixerClient::connect(format!("http://{}", sender.grpc))
         .await
@@ -154,38 +135,28 @@ async fn what_one_mixer_exports_the_other_receives() {
             .expect("report");
     }
 
-    tokio::task::spawn_blocking(move || {
-        let start = Instant::now();
-        loop {
-            let spans = metric(receiver_admin, r#"istio_otlp_records_total{signal="span"}"#);
-            let logs = metric(receiver_admin, r#"istio_otlp_records_total{signal="log"}"#);
-            if spans == Some(REQUESTS as f64) && logs == Some(REQUESTS as f64) {
-                break;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "receiver counted spans {spans:?} logs {logs:?}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+    let counted =
+        |signal: &str| receiver.metric(&format!("istio_otlp_records_total{{signal=\"{signal}\"}}"));
+    tokio::task::block_in_place(|| {
+        until(
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+            || match (counted("span"), counted("log")) {
+                (Some(spans), Some(logs))
+                    if spans == REQUESTS as f64 && logs == REQUESTS as f64 =>
+                {
+                    Ok(())
+                }
+                (spans, logs) => Err(format!("receiver counted spans {spans:?} logs {logs:?}")),
+            },
+        );
         // Nothing more arrives than was sent.
         std::thread::sleep(Duration::from_millis(500));
-        assert_eq!(
-            metric(receiver_admin, r#"istio_otlp_records_total{signal="span"}"#),
-            Some(REQUESTS as f64)
-        );
-        assert_eq!(
-            metric(receiver_admin, r#"istio_otlp_records_total{signal="log"}"#),
-            Some(REQUESTS as f64)
-        );
-    })
-    .await
-    .expect("receiver got every record");
+    });
+    assert_eq!(counted("span"), Some(REQUESTS as f64));
+    assert_eq!(counted("log"), Some(REQUESTS as f64));
     assert_eq!(
-        metric(
-            sender.admin,
-            r#"mixer_report_delivered_total{handler="otlp.handler.istio-system"}"#
-        ),
+        sender.metric(r#"mixer_report_delivered_total{handler="otlp.handler.istio-system"}"#),
         Some((2 * REQUESTS) as f64)
     );
     assert!(sender.terminate().success());

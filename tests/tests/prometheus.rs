@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::{Node, RequestMethod};
 use envoy_types::pb::envoy::data::accesslog::v3::{
@@ -20,7 +20,8 @@ use envoy_types::pb::google::protobuf::{Duration as PbDuration, UInt32Value};
 use mixer_model::Value;
 use mixer_proto::istio::mixer::v1 as pb;
 use mixer_proto::istio::mixer::v1::mixer_client::MixerClient;
-use mixer_tests::{Mixer, free_addr, http_request};
+use mixer_tests::poll::until;
+use mixer_tests::{Mixer, free_addr};
 
 #[path = "support/prometheus.rs"]
 mod prometheus_support;
@@ -77,16 +78,14 @@ fn query(prometheus: SocketAddr, q: &str) -> Option<f64> {
 }
 
 fn wait_for(prometheus: SocketAddr, q: &str, want: f64) {
-    let start = Instant::now();
-    let mut last = None;
-    while start.elapsed() < Duration::from_secs(60) {
-        last = query(prometheus, q);
-        if last == Some(want) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    panic!("{q}: wanted {want}, last answer {last:?}");
+    until(
+        Duration::from_secs(60),
+        Duration::from_millis(250),
+        || match query(prometheus, q) {
+            Some(got) if got == want => Ok(()),
+            last => Err(format!("{q}: wanted {want}, last answer {last:?}")),
+        },
+    );
 }
 
 fn record(method: &str, code: i64, millis: i64) -> pb::CompressedAttributes {
@@ -114,16 +113,7 @@ async fn prometheus_scrapes_what_reports_counted() {
         Path::new(env!("CARGO_BIN_EXE_mixer-under-test")),
         &["--config", config.to_str().expect("utf-8")],
     );
-    let admin = mixer.admin;
-    tokio::task::spawn_blocking(move || {
-        let start = Instant::now();
-        while !matches!(http_request(admin, "GET", "/readyz", &[]), Ok((200, _, _))) {
-            assert!(start.elapsed() < Duration::from_secs(10), "mixer not ready");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    })
-    .await
-    .expect("join");
+    tokio::task::block_in_place(|| mixer.wait_ready(Duration::from_secs(10)));
 
     // Ten GET requests: 5 fast (50 ms), 3 slower (500 ms), 2 slow (2 s); and 4 POSTs that failed.
     let mut records = Vec::new();

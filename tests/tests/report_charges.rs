@@ -12,6 +12,7 @@ use mixer_frontends::mixer_v1::{GLOBAL_WORD_COUNT, encode};
 use mixer_model::{StringMap, Value};
 use mixer_proto::istio::mixer::v1 as pb;
 use mixer_proto::istio::mixer::v1::mixer_client::MixerClient;
+use mixer_tests::poll::{until, until_async};
 use mixer_tests::redis::{Redis, redis_installed};
 use mixer_tests::{Mixer, http_request};
 use tonic::transport::Channel;
@@ -169,18 +170,15 @@ fn forward_auth(mixer: &Mixer, policy: &str, user: &str) -> u16 {
 
 /// Waits (at most `limit`) until forward-auth answers `status` for `user` under `policy`.
 async fn until_forward_auth(mixer: &Mixer, policy: &str, user: &str, status: u16, limit: Duration) {
-    let start = Instant::now();
-    loop {
-        let got = forward_auth(mixer, policy, user);
-        if got == status {
-            return;
+    until_async(limit, Duration::from_millis(20), || {
+        match forward_auth(mixer, policy, user) {
+            got if got == status => Ok(()),
+            got => Err(format!(
+                "forward-auth still answers {got} for {user} under {policy}, not {status}"
+            )),
         }
-        assert!(
-            start.elapsed() < limit,
-            "forward-auth still answers {got} for {user} under {policy}, not {status}, after {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
 }
 
 /// The tokens left to `user` on the quota `name`, from the admin listener's `/quota`.
@@ -197,18 +195,16 @@ fn remaining(mixer: &Mixer, name: &str, user: &str) -> i64 {
 /// Waits (at most 3 s, the bundle's promise for a charge to be seen) until `/quota` says
 /// `want` tokens are left to `user`.
 fn until_remaining(mixer: &Mixer, name: &str, user: &str, want: i64) {
-    let start = Instant::now();
-    loop {
-        let got = remaining(mixer, name, user);
-        if got == want {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(3),
-            "{user} has {got} tokens left on {name}, not {want}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    until(
+        Duration::from_secs(3),
+        Duration::from_millis(20),
+        || match remaining(mixer, name, user) {
+            got if got == want => Ok(()),
+            got => Err(format!(
+                "{user} has {got} tokens left on {name}, not {want}"
+            )),
+        },
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

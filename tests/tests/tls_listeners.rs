@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
 use envoy_types::pb::envoy::service::auth::v3::{AttributeContext, CheckRequest};
 use mixer_tests::nginx::Nginx;
-use mixer_tests::{Mixer, free_addr};
+use mixer_tests::poll::until;
+use mixer_tests::{Mixer, free_addr, installed_tool};
 use prost::Message;
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, KeyUsagePurpose, SanType,
@@ -335,33 +336,14 @@ fn python_grpcio_calls_over_mutual_tls_with_ssl_channel_credentials() {
 /// Waits (2 s at most) for `series` to satisfy `ok`: a connection is counted as it is
 /// dropped, a moment after its client has seen it end.
 fn eventually(mixer: &Mixer, series: &str, ok: impl Fn(f64) -> bool) {
-    let start = Instant::now();
-    loop {
-        let value = mixer.metric(series);
-        if value.is_some_and(&ok) {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(2),
-            "{series} is {value:?}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// A tool the test runs: its path, or `None` (after saying why) outside CI, where a missing
-/// tool fails the test.
-fn tool_or_skip(name: &str) -> Option<PathBuf> {
-    for dir in ["/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin"] {
-        let path = Path::new(dir).join(name);
-        if path.exists() {
-            return Some(path);
-        }
-    }
-    let why = format!("{name} is not installed (`apt-get install -y {name}`; .ci/run does)");
-    assert!(std::env::var_os("CI").is_none(), "{why}");
-    eprintln!("skipped: {why}");
-    None
+    until(
+        Duration::from_secs(2),
+        Duration::from_millis(10),
+        || match mixer.metric(series) {
+            Some(value) if ok(value) => Ok(()),
+            value => Err(format!("{series} is {value:?}")),
+        },
+    );
 }
 
 /// `curl` to forward-auth over TLS: (HTTP status, HTTP version), or curl's exit code when
@@ -399,7 +381,10 @@ fn curl(curl: &Path, files: &Files, mixer: &Mixer, client: Option<&str>, http2: 
 
 #[test]
 fn forward_auth_over_tls_gives_policies_the_callers_spiffe_id() {
-    let Some(curl_path) = tool_or_skip("curl") else {
+    let Some(curl_path) = installed_tool(
+        &["/usr/bin/curl", "/usr/local/bin/curl"],
+        "apt-get install -y curl",
+    ) else {
         return;
     };
     let files = Files::new();
@@ -434,7 +419,10 @@ fn forward_auth_over_tls_gives_policies_the_callers_spiffe_id() {
 
 #[test]
 fn nginx_calls_forward_auth_over_mutual_tls_with_proxy_ssl_certificate() {
-    let Some(nginx) = tool_or_skip("nginx") else {
+    let Some(nginx) = installed_tool(
+        &["/usr/sbin/nginx", "/usr/bin/nginx", "/usr/local/sbin/nginx"],
+        "apt-get install -y nginx",
+    ) else {
         return;
     };
     let files = Files::new();
@@ -569,19 +557,16 @@ fn der(leaf: &Leaf) -> Vec<u8> {
 
 /// Polls `https_get` until the handshake gets `expected`; how long that took.
 fn until_served(addr: SocketAddr, ca: &str, identity: &Leaf, expected: &[u8]) -> Duration {
-    let start = Instant::now();
-    loop {
-        if let Ok((served, _)) = https_get(addr, ca, Some(identity))
-            && served == expected
-        {
-            return start.elapsed();
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "the new certificate was not served within 5 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    until(
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        || match https_get(addr, ca, Some(identity)) {
+            Ok((served, _)) if served == expected => Ok(()),
+            Ok(_) => Err("the old certificate is still served".to_owned()),
+            Err(e) => Err(format!("the handshake failed: {e}")),
+        },
+    )
+    .1
 }
 
 #[test]

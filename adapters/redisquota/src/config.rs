@@ -12,6 +12,7 @@ use mixer_adapter_api::{DurationParam, ParamError};
 use mixer_adapter_quota_common::{Algorithm, QuotaParams, Quotas, dedup_duration};
 use redis::IntoConnectionInfo;
 
+use crate::lease::DEFAULT_LEASE_IDLE_TIMEOUT;
 use crate::over_limit::DEFAULT_LOCAL_CACHE_SIZE;
 use serde::Deserialize;
 
@@ -32,6 +33,9 @@ pub const DEFAULT_BREAKER_COOL_DOWN: Duration = Duration::from_millis(500);
 
 /// Most keys the local over-limit cache may be given (an entry is about 100 bytes).
 pub const MAX_LOCAL_CACHE_SIZE: usize = 10_000_000;
+
+/// Largest `leaseSize` accepted (a block is counted in one Lua number).
+pub const MAX_LEASE_SIZE: i64 = 1_000_000_000;
 
 /// `params` of a redisquota handler.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -73,6 +77,14 @@ pub struct RedisQuotaParams {
     /// outage cached keys stay refused instead of getting the fail policy.
     #[serde(default)]
     pub local_cache_size: Option<i64>,
+    /// Units a replica takes from a counter in one call and grants locally (default 0:
+    /// off; FIXED_WINDOW quotas only, not on a Redis Cluster). Never over-admits; a replica
+    /// may deny while others hold unused units (see `lease.rs`).
+    #[serde(default)]
+    pub lease_size: Option<i64>,
+    /// How long a lease may sit unused before its units are given back (default `1s`).
+    #[serde(default)]
+    pub lease_idle_timeout: Option<DurationParam>,
 }
 
 /// Validated params.
@@ -99,6 +111,10 @@ pub struct RedisQuotaConfig {
     pub breaker: BreakerOptions,
     /// Keys of the local over-limit cache (0: off).
     pub local_cache_size: usize,
+    /// Units of a lease (0: off).
+    pub lease_size: i64,
+    /// How long an unused lease is kept.
+    pub lease_idle_timeout: Duration,
 }
 
 /// The params holding secrets: the URL's password and `password` (also as `passwordFile`).
@@ -234,8 +250,51 @@ impl RedisQuotaParams {
                 }
             },
         };
+        let lease_size = match self.lease_size {
+            None => 0,
+            Some(n) if (0..=MAX_LEASE_SIZE).contains(&n) => n,
+            Some(n) => {
+                errors.push(ParamError::new(
+                    "leaseSize",
+                    format!("leaseSize of {n} is invalid, must be 0 (off) to {MAX_LEASE_SIZE}"),
+                ));
+                0
+            }
+        };
+        if lease_size > 0 {
+            // A fixed window's units all come back at one instant, when the counter expires,
+            // so a block has one end Redis and the replica agree on. A rolling window's
+            // units leave bucket by bucket and a token bucket refills continuously: a block
+            // held by a replica would outlive the units it was counted as.
+            for (i, quota) in self.quotas.iter().enumerate() {
+                let algorithm = quota.rate_limit_algorithm.unwrap_or(Algorithm::FixedWindow);
+                if algorithm != Algorithm::FixedWindow {
+                    errors.push(ParamError::new(
+                        "leaseSize",
+                        format!(
+                            "leaseSize needs FIXED_WINDOW quotas, but quotas[{i}] ({:?}) has rateLimitAlgorithm {}: set leaseSize 0 or make it FIXED_WINDOW",
+                            quota.name,
+                            algorithm.name()
+                        ),
+                    ));
+                }
+            }
+            if self.redis_server_url.trim().starts_with("redis+cluster://") {
+                errors.push(ParamError::new(
+                    "leaseSize",
+                    "leaseSize is not supported on a Redis Cluster (redis+cluster://): set leaseSize 0",
+                ));
+            }
+        }
+        let lease_idle_timeout = self
+            .lease_idle_timeout
+            .as_ref()
+            .and_then(|d| ParamError::collect(d.positive("leaseIdleTimeout"), &mut errors))
+            .unwrap_or(DEFAULT_LEASE_IDLE_TIMEOUT);
         match quotas {
             Some(quotas) if errors.is_empty() => Ok(RedisQuotaConfig {
+                lease_size,
+                lease_idle_timeout,
                 local_cache_size,
                 quotas,
                 url,
@@ -375,6 +434,66 @@ mod tests {
                 compile(json!({"redisServerUrl": "h:1", "quotas": q, "localCacheSize": bad}))
                     .expect_err("invalid");
             assert_eq!(errs[0].path, "localCacheSize", "{errs:?}");
+        }
+    }
+
+    /// Leases are off unless sized, and refused (at `leaseSize`, naming the quota) where a
+    /// block could outlive the units it was counted as, or on a cluster.
+    #[test]
+    fn leases_are_off_unless_sized_and_for_fixed_windows_only() {
+        let fw = json!({"name": "a", "maxAmount": 1, "validDuration": "1s"});
+        let c = compile(json!({"redisServerUrl": "h:1", "quotas": [fw]})).expect("valid");
+        assert_eq!(
+            (c.lease_size, c.lease_idle_timeout),
+            (0, DEFAULT_LEASE_IDLE_TIMEOUT)
+        );
+        let c = compile(
+            json!({"redisServerUrl": "h:1", "quotas": [fw], "leaseSize": 50,
+            "leaseIdleTimeout": "200ms"}),
+        )
+        .expect("valid");
+        assert_eq!(
+            (c.lease_size, c.lease_idle_timeout),
+            (50, Duration::from_millis(200))
+        );
+        let rw = json!({"name": "b", "maxAmount": 1, "validDuration": "1s",
+            "bucketDuration": "100ms", "rateLimitAlgorithm": "ROLLING_WINDOW"});
+        let tb = json!({"name": "c", "maxAmount": 1, "validDuration": "1s",
+            "rateLimitAlgorithm": "TOKEN_BUCKET"});
+        let errs =
+            compile(json!({"redisServerUrl": "h:1", "quotas": [fw, rw, tb], "leaseSize": 5}))
+                .expect_err("invalid");
+        let shown: Vec<(&str, &str)> = errs
+            .iter()
+            .map(|e| (e.path.as_str(), e.message.as_str()))
+            .collect();
+        assert_eq!(shown.len(), 2, "{shown:?}");
+        assert_eq!(shown[0].0, "leaseSize");
+        assert!(
+            shown[0].1.contains("quotas[1]") && shown[0].1.contains("ROLLING_WINDOW"),
+            "{shown:?}"
+        );
+        assert!(
+            shown[1].1.contains("quotas[2]") && shown[1].1.contains("TOKEN_BUCKET"),
+            "{shown:?}"
+        );
+        // Without leases the same quotas are fine.
+        assert!(compile(json!({"redisServerUrl": "h:1", "quotas": [fw, rw, tb]})).is_ok());
+        for (extra, path) in [
+            (json!({"leaseSize": -1}), "leaseSize"),
+            (json!({"leaseSize": MAX_LEASE_SIZE + 1}), "leaseSize"),
+            (json!({"leaseIdleTimeout": "0s"}), "leaseIdleTimeout"),
+            (
+                json!({"leaseSize": 5, "redisServerUrl": "redis+cluster://a:1"}),
+                "leaseSize",
+            ),
+        ] {
+            let mut params = json!({"redisServerUrl": "h:1", "quotas": [fw]});
+            for (k, v) in extra.as_object().expect("object") {
+                params[k] = v.clone();
+            }
+            let errs = compile(params).expect_err("invalid");
+            assert_eq!(errs[0].path, path, "{errs:?}");
         }
     }
 

@@ -21,6 +21,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Client, Script};
 
 use crate::config::RedisQuotaConfig;
+use crate::lease::{Ask, Leases};
 use crate::link::{Allocation, Link};
 use crate::over_limit::OverLimitCache;
 use crate::scripts;
@@ -53,6 +54,8 @@ pub struct RedisQuotaHandler {
     metrics: Metrics,
     /// Keys known to have nothing left until a time: their checks are answered here.
     over_limit: OverLimitCache,
+    /// Blocks of counters held by this replica (`leaseSize`); `None` when off.
+    leases: Option<Leases>,
     name: Arc<str>,
 }
 
@@ -147,18 +150,23 @@ impl RedisQuotaHandler {
             ),
         };
         let script = Script::new(&scripts::source());
+        let link = Arc::new(Link::new(
+            client,
+            config.pool_size,
+            script.clone(),
+            CircuitBreaker::new(config.breaker),
+            config.call_timeout,
+            name.clone(),
+        ));
+        // Leases are refused on a cluster when params compile; a cluster never gets them.
+        let leases = (config.lease_size > 0 && cluster.is_none())
+            .then(|| Leases::new(config.lease_size, config.lease_idle_timeout, link.clone()));
         Ok(RedisQuotaHandler {
             cluster,
             cluster_conn: Arc::default(),
             connecting: Arc::default(),
-            link: Arc::new(Link::new(
-                client,
-                config.pool_size,
-                script.clone(),
-                CircuitBreaker::new(config.breaker),
-                config.call_timeout,
-                name.clone(),
-            )),
+            leases,
+            link,
             script,
             peek_script: Script::new(scripts::PEEK),
             over_limit: OverLimitCache::new(config.local_cache_size),
@@ -187,6 +195,14 @@ impl RedisQuotaHandler {
     /// ratio is the batching (not counted for a cluster).
     pub fn script_calls(&self) -> (u64, u64) {
         (self.link.script_calls(), self.link.batched())
+    }
+
+    /// Script calls that took or gave back lease blocks, and the units given back unused
+    /// (both 0 without `leaseSize`).
+    pub fn lease_calls(&self) -> (u64, u64) {
+        self.leases
+            .as_ref()
+            .map_or((0, 0), |l| (l.calls(), l.returned()))
     }
 
     /// Checks answered from the local over-limit cache, without Redis.
@@ -390,6 +406,7 @@ impl RedisQuotaHandler {
     }
 }
 
+#[async_trait]
 impl Handler for RedisQuotaHandler {
     fn as_quota(&self) -> Option<&dyn QuotaHandler> {
         Some(self)
@@ -397,6 +414,14 @@ impl Handler for RedisQuotaHandler {
 
     fn as_exposition(&self) -> Option<&dyn Exposition> {
         Some(self)
+    }
+
+    /// Gives the leased units back, so that the handler replacing this one (reload) or the
+    /// other replicas (shutdown) can grant them within the window.
+    async fn close(&self) {
+        if let Some(leases) = &self.leases {
+            leases.give_back_all().await;
+        }
     }
 }
 
@@ -457,6 +482,7 @@ impl RedisQuotaHandler {
         let mut answers: Vec<Option<Result<QuotaResult, AdapterError>>> =
             Vec::with_capacity(calls.len());
         let mut counted = Vec::new();
+        let mut leased = Vec::new();
         for (at, (instance, args)) in calls.iter().enumerate() {
             let min_remaining = match take {
                 Take::Check => min_remaining(instance),
@@ -471,6 +497,10 @@ impl RedisQuotaHandler {
                 Ok(sel) if args.amount <= 0 && min_remaining == 0 => {
                     let nothing = Decision::nothing(sel.limit.max_amount);
                     answers.push(Some(Ok(self.result(&sel, args, 0, nothing))));
+                }
+                Ok(sel) if self.leasable(&sel, args, take, min_remaining) => {
+                    answers.push(None);
+                    leased.push((at, sel));
                 }
                 Ok(sel) => {
                     if take == Take::Check && args.deduplication_id.is_empty() {
@@ -522,6 +552,30 @@ impl RedisQuotaHandler {
                 }
             }
         }
+        if let Some(leases) = &self.leases
+            && !leased.is_empty()
+        {
+            let keys: Vec<String> = leased
+                .iter()
+                .map(|(at, sel)| self.keys(sel, calls[*at].1).0)
+                .collect();
+            let decided =
+                futures_util::future::join_all(leased.iter().zip(&keys).map(|((at, sel), key)| {
+                    let args = calls[*at].1;
+                    let ask = Ask {
+                        key,
+                        max_amount: sel.limit.max_amount,
+                        valid: sel.limit.valid_duration,
+                        amount: args.amount,
+                        best_effort: args.best_effort,
+                    };
+                    async move { leases.allocate(&ask).await }
+                }))
+                .await;
+            for ((at, sel), decision) in leased.iter().zip(decided) {
+                answers[*at] = Some(decision.map(|d| self.result(sel, calls[*at].1, 0, d)));
+            }
+        }
         answers
             .into_iter()
             .map(|a| {
@@ -532,6 +586,23 @@ impl RedisQuotaHandler {
 }
 
 impl RedisQuotaHandler {
+    /// Whether an allocation is served from a lease: a check of a fixed window without a
+    /// deduplication id (kept in Redis, so that a retry on another replica is found) or a
+    /// minimum remaining (which needs what Redis has left, not what this replica holds).
+    fn leasable(
+        &self,
+        sel: &Selected<'_>,
+        args: &QuotaArgs,
+        take: Take,
+        min_remaining: i64,
+    ) -> bool {
+        self.leases.is_some()
+            && take == Take::Check
+            && args.deduplication_id.is_empty()
+            && min_remaining == 0
+            && sel.limit.algorithm == mixer_adapter_quota_common::Algorithm::FixedWindow
+    }
+
     /// Runs the read-only [`scripts::PEEK`] for one counter, within the call budget (not
     /// through the breaker: a read for an operator neither opens nor closes it).
     async fn read_counter(&self, sel: &Selected<'_>) -> Result<(i64, Duration), AdapterError> {
@@ -634,6 +705,23 @@ impl Exposition for RedisQuotaHandler {
             "Allocations and charges carried by those script calls.",
             &handler,
             carried,
+        );
+        let (lease_calls, returned) = self.lease_calls();
+        render_one(
+            out,
+            "mixer_redisquota_lease_calls_total",
+            "counter",
+            "Script calls that took a block of a counter for this replica (leaseSize) or gave one back.",
+            &handler,
+            lease_calls,
+        );
+        render_one(
+            out,
+            "mixer_redisquota_lease_units_returned_total",
+            "counter",
+            "Leased units given back to Redis unused (idle leases, handler closed).",
+            &handler,
+            returned,
         );
         let state = self.link.breaker.state().gauge();
         render_one(

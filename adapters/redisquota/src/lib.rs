@@ -10,6 +10,8 @@
 //! - Concurrent requests' allocations are batched into one script call while calls are in
 //!   flight (exact: counted in arrival order, atomically); with `localCacheSize`, a window
 //!   Redis said is exhausted is refused locally until it ends (see `link.rs`, `over_limit.rs`).
+//! - With `leaseSize`, a replica takes blocks of a fixed window's units and grants from them
+//!   locally, giving back what it did not use; never over-admits (see `lease.rs`).
 //! - Time is Redis's (`TIME` inside the script), so replicas with skewed clocks agree.
 //! - Deduplication ids are kept in Redis (a hash per id, expiring after
 //!   `minDeduplicationDuration`), so a retry that lands on another replica is not charged again.
@@ -44,6 +46,7 @@
 
 mod config;
 mod handler;
+mod lease;
 mod link;
 mod over_limit;
 mod scripts;
@@ -58,9 +61,10 @@ use mixer_model::Template;
 
 pub use config::{
     DEFAULT_BREAKER_COOL_DOWN, DEFAULT_BREAKER_FAILURE_THRESHOLD, DEFAULT_CALL_TIMEOUT,
-    DEFAULT_POOL_SIZE, RedisQuotaConfig, RedisQuotaParams, redis_url,
+    DEFAULT_POOL_SIZE, MAX_LEASE_SIZE, RedisQuotaConfig, RedisQuotaParams, redis_url,
 };
 pub use handler::{KEY_PREFIX, METRIC_PREFIX, RESOURCE_EXHAUSTED, RedisQuotaHandler};
+pub use lease::{DEFAULT_LEASE_IDLE_TIMEOUT, SCRIPT as LEASE_SCRIPT};
 pub use link::MAX_BATCH;
 pub use over_limit::DEFAULT_LOCAL_CACHE_SIZE;
 pub use scripts::source as script_source;

@@ -290,6 +290,61 @@ impl Link {
         Some(batch)
     }
 
+    /// One call of `invocation` outside the batches (a lease's take or give-back), within
+    /// the call budget and through the breaker; its answer must be `expected` integers.
+    pub async fn invoke(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+        expected: usize,
+    ) -> Result<Vec<i64>, AdapterError> {
+        let Some(admission) = self.breaker.admit() else {
+            self.count_short_circuit();
+            return Err(AdapterError::transient(
+                ErrorKind::CircuitOpen,
+                "redis circuit open: recent calls failed; retrying Redis shortly",
+            ));
+        };
+        let mut conn = match self.connection() {
+            Ok(conn) => conn,
+            Err(e) => {
+                admission.failure();
+                return Err(e);
+            }
+        };
+        let answer: Vec<i64> =
+            match tokio::time::timeout(self.call_timeout, invocation.invoke_async(&mut conn)).await
+            {
+                Ok(Ok(v)) => v,
+                Ok(Err(e)) => {
+                    admission.failure();
+                    self.forget_connections(&e);
+                    return Err(self.error(ErrorKind::Unavailable, format!("redis: {e}")));
+                }
+                Err(_) => {
+                    admission.failure();
+                    return Err(self.timeout_error());
+                }
+            };
+        if answer.len() != expected {
+            admission.failure();
+            self.errors.fetch_add(1, Ordering::Relaxed);
+            return Err(AdapterError::transient(
+                ErrorKind::InvalidResponse,
+                format!(
+                    "redis script answered {} integers, expected {expected}",
+                    answer.len()
+                ),
+            ));
+        }
+        admission.success();
+        Ok(answer)
+    }
+
+    /// The budget of one call.
+    pub fn call_timeout(&self) -> Duration {
+        self.call_timeout
+    }
+
     /// One script call for `all`, within the call budget and through the breaker.
     async fn call(&self, all: &[&Allocation]) -> Result<Vec<i64>, AdapterError> {
         let Some(admission) = self.breaker.admit() else {

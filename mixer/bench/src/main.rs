@@ -44,6 +44,7 @@ mod pin;
 mod platform;
 mod process;
 mod redis_quota;
+mod redis_server;
 mod report;
 mod rlqs;
 mod shared;

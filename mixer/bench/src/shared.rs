@@ -17,7 +17,6 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,7 +35,8 @@ use crate::bags::Request;
 use crate::lean;
 use crate::load::{Report, Spec};
 use crate::observe;
-use crate::process::{Killed, Mixer, TempDir, bench_server, free_addr, wait_port};
+use crate::process::{Mixer, TempDir, bench_server};
+use crate::redis_server::RedisServer as Redis;
 use crate::report::median;
 use crate::targets;
 
@@ -250,40 +250,6 @@ fn once_each(count: usize, rate: f64) -> Spec {
         duration: Duration::from_secs_f64(count as f64 / rate.max(1.0)),
         warmup: Duration::ZERO,
         rate: Some(rate),
-    }
-}
-
-/// A redis-server of the run's own, on a free loopback port.
-struct Redis {
-    _process: Killed,
-    addr: SocketAddr,
-}
-
-impl Redis {
-    fn start(binary: &Path, dir: &Path) -> anyhow::Result<Redis> {
-        let addr = free_addr()?;
-        let mut cmd = Command::new(binary);
-        cmd.args(["--port", &addr.port().to_string()])
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let process = Killed(crate::pin::spawn(&mut cmd).with_context(|| {
-            format!(
-                "starting {} (apt-get install redis-server)",
-                binary.display()
-            )
-        })?);
-        wait_port(addr)?;
-        Ok(Redis {
-            _process: process,
-            addr,
-        })
-    }
-
-    fn url(&self) -> String {
-        format!("redis://{}", self.addr)
     }
 }
 

@@ -8,6 +8,7 @@
 mod backends;
 mod behaviours;
 mod redis_costs;
+mod redis_leases;
 mod support;
 
 use std::sync::Arc;

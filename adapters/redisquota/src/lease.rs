@@ -1,0 +1,372 @@
+//! Leases (`leaseSize`): a replica takes a block of a fixed window's units from the Redis
+//! counter in one script call and serves allocations from it locally, so that Redis sees
+//! one call per block instead of one per decision.
+//!
+//! Why the limit is never exceeded across replicas: a block is counted in Redis's `used`
+//! when it is taken, never more than the window has left, so the units all replicas can
+//! grant in a window add up to at most `maxAmount`. Units are only ever given back to the
+//! window they were taken from (the give-back names the window's end, Redis's time, and
+//! Redis ignores it for any other window), and a replica stops using a block no later than
+//! Redis ends its window: its local end is the instant before the call plus what Redis said
+//! was left, never later than Redis's own end.
+//!
+//! What it costs: a replica may deny while another holds unused units, at most
+//! `leaseSize` per replica and key, until that replica uses them, gives them back (idle for
+//! `leaseIdleTimeout`, or when its handler closes on reload or shutdown), or the window
+//! ends. A replica that found a counter short believes that for up to `leaseIdleTimeout`
+//! and denies without a call, so units given back meanwhile reach it that much later.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use mixer_adapter_api::{AdapterError, ErrorKind};
+use mixer_adapter_quota_common::Decision;
+use redis::Script;
+
+use crate::link::Link;
+
+/// How long a lease may sit unused before its units are given back, when
+/// `leaseIdleTimeout` is absent.
+pub const DEFAULT_LEASE_IDLE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The lease script: one fixed-window counter (`KEYS[1]`, the hash `used`/`end` that the
+/// allocation script keeps), `ARGV`: the operation (`t` take, `g` give back), maxAmount,
+/// validDuration (µs), units, the units the caller needs at least (take) or the window's
+/// end the units came from (give back). A take grants `min(units, left)`, or nothing if
+/// that is below what is needed, and starts the window if none runs (as an allocation
+/// does); a give-back lowers `used` only if the same window still runs. The answer: units
+/// taken or given back, the window's end (Redis µs), units left in Redis, µs until the
+/// window ends.
+pub const SCRIPT: &str = r#"
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local kc = KEYS[1]
+local max = tonumber(ARGV[2])
+local valid = tonumber(ARGV[3])
+local units = tonumber(ARGV[4])
+local st = redis.call('HMGET', kc, 'used', 'end')
+local used = tonumber(st[1])
+local wend = tonumber(st[2])
+local running = used and wend and now < wend
+if ARGV[1] == 'g' then
+  if running and wend == tonumber(ARGV[5]) then
+    local back = math.min(units, used)
+    redis.call('HSET', kc, 'used', string.format('%d', used - back))
+    return {back, wend, max - used + back, wend - now}
+  end
+  return {0, 0, 0, 0}
+end
+if not running then
+  used = 0
+  wend = now + valid
+end
+local take = math.min(units, max - used)
+if take < tonumber(ARGV[5]) or take < 0 then take = 0 end
+redis.call('HSET', kc, 'used', string.format('%d', used + take), 'end', string.format('%d', wend))
+redis.call('PEXPIRE', kc, math.ceil((wend - now) / 1000))
+return {take, wend, max - used - take, wend - now}
+"#;
+
+/// Integers in every answer of [`SCRIPT`].
+const ANSWER_LEN: usize = 4;
+
+/// What one replica holds of one counter.
+struct Lease {
+    /// Units taken from Redis and not yet granted.
+    units: i64,
+    /// The window they belong to: its end, Redis's µs (what a give-back names).
+    window: i64,
+    /// When this replica stops using them: no later than Redis ends the window.
+    until: Instant,
+    /// Units Redis had left when the block was taken.
+    left_in_redis: i64,
+    /// Until when `left_in_redis` is believed: Redis's count only falls meanwhile, except
+    /// for units other replicas give back, so a request needing more than that is denied
+    /// here without a call (the give-backs are seen after at most `leaseIdleTimeout`).
+    believed_until: Instant,
+    last_used: Instant,
+}
+
+impl Lease {
+    fn empty(now: Instant) -> Lease {
+        Lease {
+            units: 0,
+            window: 0,
+            until: now,
+            left_in_redis: 0,
+            believed_until: now,
+            last_used: now,
+        }
+    }
+}
+
+/// One counter's lease, locked while a request uses it: a replica takes at most one block
+/// of a counter at a time, so concurrent requests wait for that block rather than each
+/// taking one (which would hold `leaseSize` per request, not per replica).
+type Slot = Arc<tokio::sync::Mutex<Lease>>;
+
+struct Inner {
+    size: i64,
+    idle: Duration,
+    link: Arc<Link>,
+    script: Script,
+    table: Mutex<HashMap<String, Slot>>,
+    sweeping: AtomicBool,
+    calls: AtomicU64,
+    returned: AtomicU64,
+}
+
+/// A handler's leases (see the module documentation).
+pub struct Leases {
+    inner: Arc<Inner>,
+}
+
+/// One leased allocation: the counter, its limit and what is asked.
+pub struct Ask<'a> {
+    /// The counter's Redis key.
+    pub key: &'a str,
+    /// maxAmount of its window.
+    pub max_amount: i64,
+    /// validDuration.
+    pub valid: Duration,
+    /// Units wanted.
+    pub amount: i64,
+    /// Grant what is there rather than nothing.
+    pub best_effort: bool,
+}
+
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+impl Leases {
+    /// Leases of `size` units, given back after `idle` unused, through `link`.
+    pub fn new(size: i64, idle: Duration, link: Arc<Link>) -> Leases {
+        Leases {
+            inner: Arc::new(Inner {
+                size,
+                idle,
+                link,
+                script: Script::new(SCRIPT),
+                table: Mutex::default(),
+                sweeping: AtomicBool::new(false),
+                calls: AtomicU64::new(0),
+                returned: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Script calls that took or gave back blocks.
+    pub fn calls(&self) -> u64 {
+        self.inner.calls.load(Ordering::Relaxed)
+    }
+
+    /// Units given back to Redis unused.
+    pub fn returned(&self) -> u64 {
+        self.inner.returned.load(Ordering::Relaxed)
+    }
+
+    fn slot(&self, key: &str) -> Slot {
+        let mut table = self.inner.table.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(slot) = table.get(key) {
+            return slot.clone();
+        }
+        let slot = Arc::new(tokio::sync::Mutex::new(Lease::empty(Instant::now())));
+        table.insert(key.to_string(), slot.clone());
+        drop(table);
+        self.start_sweeping();
+        slot
+    }
+
+    /// Allocates from this replica's block of the counter, taking a new block from Redis
+    /// when it is short. Redis errors are returned (the fail policy applies); the block is
+    /// then unchanged.
+    pub async fn allocate(&self, ask: &Ask<'_>) -> Result<Decision, AdapterError> {
+        let slot = self.slot(ask.key);
+        let budget = self.inner.link.call_timeout();
+        // A request waits for another's take of this counter at most one call budget.
+        let mut lease = tokio::time::timeout(budget, slot.lock())
+            .await
+            .map_err(|_| {
+                self.inner.link.error(
+                    ErrorKind::Timeout,
+                    "redis: a lease take of this counter did not finish within callTimeout"
+                        .to_string(),
+                )
+            })?;
+        let now = Instant::now();
+        if now >= lease.until {
+            // The window ended in Redis: its counter expired with the units in it.
+            lease.units = 0;
+        }
+        lease.last_used = now;
+        if lease.units < ask.amount {
+            let need = if ask.best_effort {
+                i64::from(lease.units == 0)
+            } else {
+                ask.amount - lease.units
+            };
+            let want = self.inner.size.max(ask.amount - lease.units);
+            if need > lease.left_in_redis && now < lease.believed_until {
+                // Redis had less than this needs at the last take: a call would deny too.
+                // Without this, every denial of an exhausted counter would be a call, one
+                // at a time per counter (the lease's lock), queueing past the call budget.
+                let window_left = lease.until.saturating_duration_since(now);
+                let granted = if ask.best_effort { lease.units } else { 0 };
+                lease.units -= granted;
+                return Ok(Decision {
+                    granted,
+                    valid_duration: window_left,
+                    deduplicated: false,
+                    remaining: lease.left_in_redis + lease.units,
+                    reset_after: window_left,
+                });
+            }
+            let sent = Instant::now();
+            let answer = self
+                .call("t", ask.key, ask.max_amount, ask.valid, want, need)
+                .await?;
+            let (taken, window, left, reset) = (answer[0], answer[1], answer[2], answer[3]);
+            if window != lease.window {
+                // Redis began another window: what was held belonged to the last one.
+                lease.units = 0;
+            }
+            lease.units += taken;
+            lease.window = window;
+            lease.until = sent + Duration::from_micros(u64::try_from(reset).unwrap_or(0));
+            lease.left_in_redis = left;
+            lease.believed_until = lease.until.min(sent + self.inner.idle);
+        }
+        let granted = if lease.units >= ask.amount {
+            ask.amount
+        } else if ask.best_effort {
+            lease.units
+        } else {
+            0
+        };
+        lease.units -= granted;
+        let window_left = lease.until.saturating_duration_since(Instant::now());
+        Ok(Decision {
+            granted,
+            valid_duration: window_left,
+            deduplicated: false,
+            remaining: lease.left_in_redis + lease.units,
+            reset_after: window_left,
+        })
+    }
+
+    /// Gives every held block back (the handler closes: reload or shutdown).
+    pub async fn give_back_all(&self) {
+        let slots: Vec<(String, Slot)> = self
+            .inner
+            .table
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain()
+            .collect();
+        let backs = slots.iter().map(|(key, slot)| async move {
+            let mut lease = slot.lock().await;
+            self.give_back(key, &mut lease).await;
+        });
+        futures_util::future::join_all(backs).await;
+    }
+
+    /// Gives back what `lease` holds if its window still runs here; nothing is held after.
+    async fn give_back(&self, key: &str, lease: &mut Lease) {
+        let units = std::mem::take(&mut lease.units);
+        if units <= 0 || Instant::now() >= lease.until {
+            return;
+        }
+        // maxAmount and validDuration are not read by a give-back.
+        match self
+            .call("g", key, 0, Duration::ZERO, units, lease.window)
+            .await
+        {
+            Ok(answer) => {
+                let back = u64::try_from(answer[0]).unwrap_or(0);
+                self.inner.returned.fetch_add(back, Ordering::Relaxed);
+            }
+            // Not given back: the units stay counted until the window ends, which only
+            // denies more, never admits more.
+            Err(e) => tracing::debug!(key, "lease not given back: {e}"),
+        }
+    }
+
+    async fn call(
+        &self,
+        op: &str,
+        key: &str,
+        max_amount: i64,
+        valid: Duration,
+        units: i64,
+        last: i64,
+    ) -> Result<Vec<i64>, AdapterError> {
+        let mut invocation = self.inner.script.prepare_invoke();
+        invocation
+            .key(key)
+            .arg(op)
+            .arg(max_amount)
+            .arg(micros(valid))
+            .arg(units)
+            .arg(last);
+        self.inner.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.link.invoke(&invocation, ANSWER_LEN).await
+    }
+
+    /// Starts (once, inside a runtime) the task that gives back idle leases and forgets
+    /// ended ones; it ends with the handler.
+    fn start_sweeping(&self) {
+        if self.inner.sweeping.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            self.inner.sweeping.store(false, Ordering::Release);
+            return;
+        };
+        let weak = Arc::downgrade(&self.inner);
+        rt.spawn(sweep(weak));
+    }
+}
+
+/// Every quarter of the idle timeout: leases unused for it are given back, and counters
+/// neither held nor used for it are forgotten (so the table holds the keys in use only).
+async fn sweep(weak: Weak<Inner>) {
+    let period = match weak.upgrade() {
+        Some(inner) => (inner.idle / 4).max(Duration::from_millis(10)),
+        None => return,
+    };
+    loop {
+        tokio::time::sleep(period).await;
+        let Some(inner) = weak.upgrade() else { return };
+        let leases = Leases { inner };
+        let now = Instant::now();
+        let idle = leases.inner.idle;
+        let slots: Vec<(String, Slot)> = leases
+            .inner
+            .table
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(k, s)| (k.clone(), s.clone()))
+            .collect();
+        for (key, slot) in slots {
+            // A lease in use is not idle.
+            let Ok(mut lease) = slot.try_lock() else {
+                continue;
+            };
+            if now.saturating_duration_since(lease.last_used) < idle {
+                continue;
+            }
+            leases.give_back(&key, &mut lease).await;
+            drop(lease);
+            let mut table = leases.inner.table.lock().unwrap_or_else(|p| p.into_inner());
+            // Forgotten unless a request took it meanwhile (it then holds a clone).
+            if Arc::strong_count(&slot) == 2 {
+                table.remove(&key);
+            }
+        }
+    }
+}

@@ -1,0 +1,319 @@
+//! redisquota's leases (`leaseSize`): replicas sharing one counter in a real Redis take
+//! blocks of it, never admit more than the limit together, and give back what they did not
+//! use (idle, or when the handler closes); Redis errors still reach the fail policy.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mixer_adapter_api::host::AnyAdapter;
+use mixer_adapter_api::{ErrorKind, Handler};
+use mixer_adapter_redisquota::RedisQuota;
+use mixer_model::{Code, QuotaResult};
+use mixer_tests::redis::Redis;
+use serde_json::{Value as Json, json};
+use tokio::time::{Instant, sleep};
+
+use crate::support::*;
+
+fn build(redis: &Redis, max: i64, extra: Json) -> Arc<dyn Handler> {
+    let mut params = json!({
+        "redisServerUrl": format!("127.0.0.1:{}", redis.port),
+        // Far above the 5 ms default: these tests count, on a machine busy with other tests.
+        "callTimeout": "2s",
+        "quotas": [quota("rq", max, "60s", "FIXED_WINDOW")],
+    });
+    if let (Some(p), Some(e)) = (params.as_object_mut(), extra.as_object()) {
+        p.extend(e.clone());
+    }
+    RedisQuota
+        .compile_and_build(&params, &ctx())
+        .expect("redisquota handler")
+}
+
+fn metric(h: &Arc<dyn Handler>, name: &str) -> u64 {
+    let text = exposition(h);
+    let prefix = format!("{name}{{handler=\"quotahandler.istio-system\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} in {text}"))
+}
+
+/// What Redis has left of `u`'s counter (read, not charged).
+async fn left_in_redis(h: &Arc<dyn Handler>, u: &str) -> i64 {
+    h.as_quota()
+        .expect("quota handler")
+        .peek(&user(u))
+        .await
+        .expect("peek")
+        .remaining
+}
+
+fn admitted(r: &QuotaResult) -> i64 {
+    if r.status.code == Code::Ok {
+        r.granted_amount
+    } else {
+        0
+    }
+}
+
+/// A small deterministic generator, so that a failure can be replayed.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, below: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % below
+    }
+}
+
+/// The sequential model of two replicas leasing from one counter: Redis's `used`, and what
+/// each replica holds. A replica grants from its block; when short it takes
+/// `max(leaseSize, short)` (at most what is left, and nothing if that does not cover the
+/// shortfall; best effort: anything), as `adapters/redisquota/src/lease.rs` says.
+struct Model {
+    max: i64,
+    size: i64,
+    used: i64,
+    held: [i64; 2],
+}
+
+impl Model {
+    fn allocate(&mut self, replica: usize, amount: i64, best_effort: bool) -> i64 {
+        let held = &mut self.held[replica];
+        if *held < amount {
+            let need = if best_effort {
+                i64::from(*held == 0)
+            } else {
+                amount - *held
+            };
+            let want = self.size.max(amount - *held);
+            let mut take = want.min(self.max - self.used);
+            if take < need {
+                take = 0;
+            }
+            self.used += take;
+            *held += take;
+        }
+        let granted = if *held >= amount {
+            amount
+        } else if best_effort {
+            *held
+        } else {
+            0
+        };
+        *held -= granted;
+        granted
+    }
+}
+
+/// Property: two replicas (handlers) leasing one counter answer exactly as the sequential
+/// model, one allocation at a time in a random order, with random amounts and best effort;
+/// together they never admit more than the limit; once both are spent they admitted exactly
+/// the limit; and after both close, Redis counts exactly what they admitted (every unused
+/// unit given back). Far fewer script calls than allocations reach Redis.
+#[tokio::test]
+async fn two_replicas_leasing_one_counter_admit_exactly_the_limit() {
+    if !mixer_tests::redis::redis_installed() {
+        return;
+    }
+    let redis = Redis::start();
+    // The random steps spend about a third of the limit: the rest is spent one by one after.
+    let (max, size) = (2000, 16);
+    let lease = json!({"leaseSize": size, "leaseIdleTimeout": "60s"});
+    let replicas = [build(&redis, max, lease.clone()), build(&redis, max, lease)];
+    let mut model = Model {
+        max,
+        size,
+        used: 0,
+        held: [0, 0],
+    };
+    let mut rng = Lcg(35);
+    let mut total = 0;
+    let mut allocations = 0;
+    for step in 0..300 {
+        let replica = rng.next(2) as usize;
+        let amount = 1 + rng.next(4) as i64;
+        let best_effort = rng.next(4) == 0;
+        let r = if best_effort {
+            best(&replicas[replica], &user("a"), amount).await
+        } else {
+            alloc(&replicas[replica], &user("a"), amount).await
+        };
+        allocations += 1;
+        let expected = model.allocate(replica, amount, best_effort);
+        assert_eq!(
+            admitted(&r),
+            expected,
+            "step {step}: replica {replica}, {amount} (best effort {best_effort}): {r:?}"
+        );
+        total += expected;
+        assert!(total <= max, "step {step}: {total} admitted of {max}");
+        assert_eq!(
+            left_in_redis(&replicas[0], "a").await,
+            max - model.used,
+            "step {step}"
+        );
+    }
+    // Spend the rest one unit at a time on both: then exactly the limit was admitted.
+    for _ in 0..2 * max {
+        let a = admitted(&alloc(&replicas[0], &user("a"), 1).await);
+        let b = admitted(&alloc(&replicas[1], &user("a"), 1).await);
+        allocations += 2;
+        total += a + b;
+        if a + b == 0 {
+            break;
+        }
+    }
+    assert_eq!(total, max, "two replicas admitted {total} of {max}");
+    let calls = metric(&replicas[0], "mixer_redisquota_lease_calls_total")
+        + metric(&replicas[1], "mixer_redisquota_lease_calls_total");
+    assert!(
+        calls * 3 <= allocations,
+        "{allocations} allocations took {calls} lease calls"
+    );
+
+    // A fresh counter: some units taken and held, then both replicas close.
+    let (mut admitted_b, mut held) = (0, 0);
+    for (i, h) in replicas.iter().enumerate() {
+        let r = alloc(h, &user("b"), 3 + i as i64).await;
+        granted(&r, 3 + i as i64);
+        admitted_b += 3 + i as i64;
+        held += size - (3 + i as i64);
+    }
+    assert_eq!(left_in_redis(&replicas[0], "b").await, max - 2 * size);
+    for h in &replicas {
+        h.close().await;
+    }
+    assert_eq!(left_in_redis(&replicas[0], "b").await, max - admitted_b);
+    let returned = metric(&replicas[0], "mixer_redisquota_lease_units_returned_total")
+        + metric(&replicas[1], "mixer_redisquota_lease_units_returned_total");
+    assert_eq!(returned as i64, held);
+}
+
+/// Concurrent requests on one replica wait for one block instead of each taking one, so a
+/// replica never holds more than `leaseSize` of a counter: the other replica can still
+/// take the rest.
+#[tokio::test]
+async fn concurrent_requests_share_one_block() {
+    if !mixer_tests::redis::redis_installed() {
+        return;
+    }
+    let redis = Redis::start();
+    let lease = json!({"leaseSize": 10, "leaseIdleTimeout": "60s"});
+    let (h1, h2) = (build(&redis, 30, lease.clone()), build(&redis, 30, lease));
+    let a = user("a");
+    let answers = futures_util::future::join_all((0..10).map(|_| alloc(&h1, &a, 1))).await;
+    assert_eq!(answers.iter().map(admitted).sum::<i64>(), 10);
+    assert_eq!(metric(&h1, "mixer_redisquota_lease_calls_total"), 1);
+    granted(&alloc(&h2, &user("a"), 20).await, 20);
+    let calls = metric(&h2, "mixer_redisquota_lease_calls_total");
+    for _ in 0..5 {
+        let refused = alloc(&h2, &user("a"), 1).await;
+        assert_eq!(refused.status.code, Code::ResourceExhausted, "{refused:?}");
+    }
+    // Redis said what was left at the last take: the refusals did not ask again.
+    assert_eq!(metric(&h2, "mixer_redisquota_lease_calls_total"), calls);
+}
+
+/// A lease unused for `leaseIdleTimeout` is given back, and another replica then grants
+/// those units within the same window.
+#[tokio::test]
+async fn an_idle_lease_is_given_back() {
+    if !mixer_tests::redis::redis_installed() {
+        return;
+    }
+    let redis = Redis::start();
+    let lease = json!({"leaseSize": 10, "leaseIdleTimeout": "100ms"});
+    let (h1, h2) = (build(&redis, 10, lease.clone()), build(&redis, 10, lease));
+    granted(&alloc(&h1, &user("a"), 1).await, 1);
+    // h1 holds the other 9.
+    let refused = alloc(&h2, &user("a"), 1).await;
+    assert_eq!(refused.status.code, Code::ResourceExhausted, "{refused:?}");
+    // h2 believes Redis's "nothing left" for at most leaseIdleTimeout: then it asks again.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let r = alloc(&h2, &user("a"), 9).await;
+        if r.status.code == Code::Ok {
+            granted(&r, 9);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the idle lease was not given back: {r:?}"
+        );
+        sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(
+        metric(&h1, "mixer_redisquota_lease_units_returned_total"),
+        9
+    );
+    assert_eq!(left_in_redis(&h2, "a").await, 0);
+}
+
+/// Redis down: an allocation needing a block fails with a retryable error (the handler's
+/// fail policy answers), as without leases.
+#[tokio::test]
+async fn redis_errors_reach_the_fail_policy() {
+    if !mixer_tests::redis::redis_installed() {
+        return;
+    }
+    let mut redis = Redis::start();
+    let h = build(&redis, 100, json!({"leaseSize": 5, "callTimeout": "200ms"}));
+    granted(&alloc(&h, &user("a"), 5).await, 5);
+    redis.kill();
+    let err = try_alloc(&h, &user("a"), 1, false, "")
+        .await
+        .expect_err("redis is down");
+    assert!(err.retryable, "{err:?}");
+    assert!(
+        matches!(err.kind, ErrorKind::Unavailable | ErrorKind::Timeout),
+        "{err:?}"
+    );
+}
+
+/// `leaseSize` with a rolling window is refused by `mixer validate`, naming the file, the
+/// handler and the field (Istio 1.4's own redisquota example, with leases asked for).
+#[test]
+fn leases_on_a_rolling_window_are_refused_with_the_file_and_field() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("redisquota.yaml");
+    std::fs::write(
+        &path,
+        r#"apiVersion: config.istio.io/v1alpha2
+kind: handler
+metadata: {name: redishandler, namespace: istio-system}
+spec:
+  compiledAdapter: redisquota
+  params:
+    redisServerUrl: redis-release-master:6379
+    leaseSize: 100
+    quotas:
+    - name: requestcountquota.instance.istio-system
+      maxAmount: 500
+      validDuration: 1s
+      bucketDuration: 500ms
+      rateLimitAlgorithm: ROLLING_WINDOW
+"#,
+    )
+    .expect("write");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mixer-under-test"))
+        .arg("validate")
+        .arg(&path)
+        .output()
+        .expect("run mixer validate");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("redisquota.yaml: handler redishandler: spec.params.leaseSize: leaseSize needs FIXED_WINDOW quotas, but quotas[0]"),
+        "{text}"
+    );
+    assert!(text.contains("ROLLING_WINDOW"), "{text}");
+}
