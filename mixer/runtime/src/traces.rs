@@ -71,7 +71,8 @@ pub fn enabled() -> bool {
 }
 
 /// The parent of a request's span: the W3C `traceparent` (and `tracestate`) that `header`
-/// gives by name, when tracing is on; `None` (and `header` never called) when it is off.
+/// gives by name, when tracing is on; `None` when the request has no `traceparent`, and
+/// `None` (with `header` never called) when tracing is off.
 pub fn parent<'h>(header: impl Fn(&str) -> Option<&'h str>) -> Option<Context> {
     // The marker ties the headers' lifetime to the extractor's, so a borrow of it may hand
     // them out.
