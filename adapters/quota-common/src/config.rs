@@ -398,6 +398,17 @@ impl Quotas {
                         .entry(format!("{}.{}", parts[0], parts[2]))
                         .or_insert(q.index);
                 }
+                // And the other way: `name.namespace` under the full names instances reach
+                // the handler by, so that `find` answers them with one lookup instead of
+                // building the name without its kind per allocation (a `ratelimitconfig`'s
+                // quotas are named so). A quota with that full name keeps it.
+                if let [name, namespace] = parts[..] {
+                    for kind in ["instance", "quota"] {
+                        out.by_full_name
+                            .entry(format!("{name}.{kind}.{namespace}"))
+                            .or_insert(q.index);
+                    }
+                }
             } else {
                 out.by_short_name.insert(q.name.to_string(), q.index);
             }

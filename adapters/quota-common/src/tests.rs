@@ -133,6 +133,19 @@ fn names_overrides_and_keys() {
     assert_eq!(find("exact.instance.ns"), Some("exact.ns"));
     assert_eq!(find("exact.quota.other"), None);
     assert_eq!(find("short.instance.default"), Some("short"));
+    // A quota named with the kind keeps its name, whichever comes first in the list.
+    for pair in [["a.ns", "a.instance.ns"], ["a.instance.ns", "a.ns"]] {
+        let both = compile(json!([
+            {"name": pair[0], "maxAmount": 1, "validDuration": "1s"},
+            {"name": pair[1], "maxAmount": 2, "validDuration": "1s"}
+        ]))
+        .expect("valid");
+        let find = |n: &str| both.find(n).map(|q| &*q.name);
+        assert_eq!(find("a.instance.ns"), Some("a.instance.ns"), "{pair:?}");
+        assert_eq!(find("a.quota.ns"), Some("a.ns"), "{pair:?}");
+        assert_eq!(find("a.ns"), Some("a.ns"), "{pair:?}");
+        assert_eq!(find("a.rule.ns"), Some("a.ns"), "{pair:?}");
+    }
     let err = q.select(&instance("nope.ns", &[])).expect_err("unknown");
     assert_eq!(err.kind, mixer_adapter_api::ErrorKind::InvalidInstance);
     assert!(!err.retryable);

@@ -57,6 +57,7 @@
 
 mod analysis;
 mod cel_lower;
+mod conjunction;
 mod error;
 mod eval;
 mod functions;
@@ -118,6 +119,8 @@ struct Inner {
     syntax: Syntax,
     node: ir::Node,
     ty: ValueType,
+    /// The tests, when the expression is only `attr == literal` tests joined by `&&`.
+    conjunction: Option<conjunction::Conjunction>,
 }
 
 /// A compiled expression. Cheap to clone (shared), `Send + Sync`.
@@ -183,6 +186,7 @@ impl Expression {
             inner: Arc::new(Inner {
                 source: source.to_string(),
                 syntax,
+                conjunction: conjunction::Conjunction::of(&node),
                 node,
                 ty,
             }),
@@ -216,6 +220,14 @@ impl Expression {
         bag: &dyn Bag,
         refs: &mut ReferencedAttributes,
     ) -> Result<bool, EvalError> {
+        if let Some(decided) = self
+            .inner
+            .conjunction
+            .as_ref()
+            .and_then(|c| c.decide(bag, refs))
+        {
+            return Ok(decided);
+        }
         eval::eval_bool(&self.inner.node, bag, refs)
     }
 

@@ -63,6 +63,7 @@
 mod decision_record;
 pub mod respond;
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
@@ -70,7 +71,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use mixer_adapter_api::{LimitOverride, QuotaArgs};
-use mixer_model::{AttributeBag, HandlerFailure, StringMap, Timestamp, Value};
+use mixer_model::{AttrId, AttributeBag, HandlerFailure, StringMap, Timestamp, Value, Vocabulary};
 use mixer_runtime::{
     DECISION_ID_HEADER, QuotaPlan, RequestLimits, Runtime, Snapshot, with_current_decision,
 };
@@ -320,20 +321,77 @@ pub fn fill_bag(
     hits: i64,
     now: Timestamp,
 ) {
-    let keys: Vec<&str> = descriptor.entries.iter().map(|e| e.key.as_str()).collect();
+    let ids = DescriptorIds::of(bag.vocabulary());
+    // One entry (the common descriptor) is its own shape: no list to join.
+    let keys = match descriptor.entries.as_slice() {
+        [one] => Value::from(one.key.as_str()),
+        entries => Value::from(
+            entries
+                .iter()
+                .map(|e| e.key.as_str())
+                .collect::<Vec<_>>()
+                .join("."),
+        ),
+    };
     let entries = StringMap::from_pairs(
         descriptor
             .entries
             .iter()
             .map(|e| (e.key.as_str(), e.value.as_str())),
     );
+    put(bag, ids.domain, DOMAIN, Value::from(domain));
+    put(bag, ids.descriptor, DESCRIPTOR, Value::from(entries));
+    put(bag, ids.descriptor_keys, DESCRIPTOR_KEYS, keys);
+    put(bag, ids.hits_addend, HITS_ADDEND, Value::Int64(hits));
+    put(bag, ids.time, "context.time", Value::Timestamp(now));
+}
+
+/// Sets one of a descriptor's attributes as [`AttributeBag::set`] does, by its id when the
+/// vocabulary declares it.
+fn put(bag: &mut AttributeBag, id: Option<AttrId>, name: &str, value: Value) {
     // The attributes are in the standard vocabulary with these types, so setting cannot fail;
     // a vocabulary that redeclared them otherwise would only lose them.
-    let _ = bag.set(DOMAIN, Value::from(domain));
-    let _ = bag.set(DESCRIPTOR, Value::from(entries));
-    let _ = bag.set(DESCRIPTOR_KEYS, Value::from(keys.join(".")));
-    let _ = bag.set(HITS_ADDEND, Value::Int64(hits));
-    let _ = bag.set("context.time", Value::Timestamp(now));
+    let _ = match id {
+        Some(id) => bag.set_declared(id, name, value),
+        None => bag.set(name, value),
+    };
+}
+
+/// The ids of the attributes a descriptor fills in one vocabulary.
+#[derive(Clone, Copy)]
+struct DescriptorIds {
+    domain: Option<AttrId>,
+    descriptor: Option<AttrId>,
+    descriptor_keys: Option<AttrId>,
+    hits_addend: Option<AttrId>,
+    time: Option<AttrId>,
+}
+
+thread_local! {
+    /// The ids for the vocabulary last used on this thread (kept alive here, so that its
+    /// address cannot be another vocabulary's): looking the five names up for every
+    /// descriptor cost a quarter of filling its bag.
+    static DESCRIPTOR_IDS: RefCell<Option<(Arc<Vocabulary>, DescriptorIds)>> =
+        const { RefCell::new(None) };
+}
+
+impl DescriptorIds {
+    fn of(vocabulary: &Arc<Vocabulary>) -> DescriptorIds {
+        DESCRIPTOR_IDS.with_borrow_mut(|cached| match cached {
+            Some((v, ids)) if Arc::ptr_eq(v, vocabulary) => *ids,
+            _ => {
+                let ids = DescriptorIds {
+                    domain: vocabulary.lookup(DOMAIN),
+                    descriptor: vocabulary.lookup(DESCRIPTOR),
+                    descriptor_keys: vocabulary.lookup(DESCRIPTOR_KEYS),
+                    hits_addend: vocabulary.lookup(HITS_ADDEND),
+                    time: vocabulary.lookup("context.time"),
+                };
+                *cached = Some((Arc::clone(vocabulary), ids));
+                ids
+            }
+        })
+    }
 }
 
 /// Refuses a request with more descriptors, or a descriptor with more entries, than `limits`

@@ -191,10 +191,10 @@ fn headers(statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
         value,
         raw_value: Vec::new(),
     };
-    let mut out = vec![
-        header(LIMIT_HEADER, limit.requests_per_unit.to_string()),
-        header(REMAINING_HEADER, status.limit_remaining.to_string()),
-    ];
+    // Room for the decision id the service adds after these, so that it does not regrow.
+    let mut out = Vec::with_capacity(4);
+    out.push(header(LIMIT_HEADER, limit.requests_per_unit.to_string()));
+    out.push(header(REMAINING_HEADER, status.limit_remaining.to_string()));
     if let Some(d) = &status.duration_until_reset {
         let seconds = d.seconds + i64::from(d.nanos > 0);
         out.push(header(RESET_HEADER, seconds.max(0).to_string()));

@@ -95,3 +95,59 @@ fn the_bag_carries_the_descriptor() {
         Some(&Value::from("edge"))
     );
 }
+
+/// `fill_bag` keeps the attribute ids of the vocabulary it last filled on its thread: filling
+/// bags of vocabularies that number the attributes differently, or leave them undeclared, one
+/// after the other on one thread, must still put each value under its own name.
+#[test]
+fn descriptor_attributes_land_under_their_names_whatever_the_vocabulary() {
+    use mixer_frontends::ratelimit::{DESCRIPTOR, DESCRIPTOR_KEYS, DOMAIN, HITS_ADDEND, fill_bag};
+    use mixer_model::{AttributeBag, Timestamp, ValueType, Vocabulary};
+    use std::sync::Arc;
+
+    let names = [
+        (DOMAIN, ValueType::String),
+        (DESCRIPTOR, ValueType::StringMap),
+        (DESCRIPTOR_KEYS, ValueType::String),
+        (HITS_ADDEND, ValueType::Int64),
+        ("context.time", ValueType::Timestamp),
+    ];
+    let mut reversed = Vocabulary::empty();
+    reversed
+        .declare("x.first", ValueType::Bool, "")
+        .expect("declare");
+    for (name, ty) in names.iter().rev() {
+        reversed.declare(name, *ty, "").expect("declare");
+    }
+    let vocabularies = [
+        Arc::new(mixer_model::Vocabulary::istio()),
+        Arc::new(reversed),
+        Arc::new(Vocabulary::empty()),
+    ];
+    let now = Timestamp::now();
+    for round in 0..2 {
+        for (i, v) in vocabularies.iter().enumerate() {
+            let mut bag = AttributeBag::new(v.clone());
+            let domain = format!("d{round}{i}");
+            let d = descriptor(&[("user", "amy"), ("path", "/x")]);
+            fill_bag(&mut bag, &domain, &d, 3, now);
+            assert_eq!(bag.get_by_name(DOMAIN), Some(&Value::from(domain.as_str())));
+            assert_eq!(
+                bag.get_by_name(DESCRIPTOR_KEYS),
+                Some(&Value::from("user.path"))
+            );
+            assert_eq!(bag.get_by_name(HITS_ADDEND), Some(&Value::Int64(3)));
+            assert_eq!(
+                bag.get_by_name("context.time"),
+                Some(&Value::Timestamp(now))
+            );
+            let Some(Value::StringMap(m)) = bag.get_by_name(DESCRIPTOR) else {
+                panic!("{DESCRIPTOR} in vocabulary {i}: {bag:?}");
+            };
+            assert_eq!(m.get("user"), Some("amy"));
+            // One entry: its key is the whole shape.
+            fill_bag(&mut bag, &domain, &descriptor(&[("user", "bo")]), 1, now);
+            assert_eq!(bag.get_by_name(DESCRIPTOR_KEYS), Some(&Value::from("user")));
+        }
+    }
+}

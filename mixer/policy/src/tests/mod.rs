@@ -1,6 +1,7 @@
 //! Unit tests, grouped by concern.
 
 mod analysis;
+mod conjunction;
 mod eval;
 mod parse;
 mod refs;
