@@ -455,3 +455,62 @@ fn a_rate_limit_record_has_every_descriptors_verdict_and_the_limit_that_decided(
         "{record}"
     );
 }
+
+/// Envoy's `edge` limits counted in a Redis nobody listens on, failing open.
+fn unreachable_redis_limits(redis: std::net::SocketAddr) -> String {
+    format!(
+        r#"apiVersion: config.istio.io/v1alpha2
+kind: ratelimitconfig
+metadata: {{name: gone, namespace: istio-system}}
+spec:
+  domain: edge
+  backend:
+    adapter: redisquota
+    params: {{redisServerUrl: '{redis}'}}
+  failPolicy: OPEN
+  descriptors:
+  - key: path
+    rate_limit: {{unit: second, requests_per_unit: 100}}
+"#
+    )
+}
+
+#[test]
+fn a_rate_limit_record_names_the_quota_handler_that_failed_open() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("gone.yaml"),
+        unreachable_redis_limits(free_addr()),
+    )
+    .expect("write the limits");
+    std::fs::copy(
+        bundle_file("decision-log", "decision-log.yaml"),
+        dir.path().join("decision-log.yaml"),
+    )
+    .expect("copy the bundle");
+    let binary = Path::new(env!("CARGO_BIN_EXE_mixer-under-test"));
+    let config = dir.path().to_str().expect("utf-8");
+    let (mixer, stdout) = mixer_tests::Mixer::start_capturing_stdout(binary, &["--config", config]);
+    mixer.wait_ready(Duration::from_secs(20));
+
+    // Redis is down and the handler fails open: not limited, and said so in the record.
+    let (id, over) = rate_limit(mixer.grpc, &[("path", "/api/pets"), ("path", "/api/cats")]);
+    assert!(!over);
+
+    let records = records_of(&[&stdout], &[&id]);
+    let record = &records[&id];
+    assert_eq!(record["front_end"], "ratelimit", "{record}");
+    assert_eq!(record["verdict"], "allow", "{record}");
+    assert_eq!(record["fail_policy"], "open", "{record}");
+    // Both descriptors were counted in the one failed call: the handler is named once.
+    let errors = record["handler_errors"]
+        .as_object()
+        .expect("handler errors");
+    assert_eq!(errors.len(), 1, "{record}");
+    assert!(
+        errors["gone.ratelimitconfig.istio-system"]
+            .as_str()
+            .is_some_and(|e| !e.is_empty()),
+        "{record}"
+    );
+}

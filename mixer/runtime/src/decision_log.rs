@@ -11,7 +11,7 @@
 //! one test, and checks record no reads they would not have recorded anyway.
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
 use mixer_adapter_api::secrets::{REDACTED, Redactor, is_secret_key, redact_urls_in};
@@ -101,7 +101,7 @@ impl DecisionLog {
                 continue;
             }
             let record =
-                record.get_or_insert_with(|| Record::of(config, config_hash, bag, decision));
+                record.get_or_insert_with(|| Record::of(self, config, config_hash, bag, decision));
             out.push((
                 route.handler,
                 record.instance(self, config, &route.instance, params),
@@ -252,29 +252,191 @@ struct Record {
     reads: Vec<(mixer_model::AttrId, Option<Arc<str>>, Value)>,
 }
 
+/// The names of a record's fields, made once for every record to share (#36: the record's
+/// cost; a name per field and record was an allocation each). In the names' order, so that
+/// a record sorted by field is sorted by name: the stdio handler sorts a line's fields by
+/// name, which takes one pass over a sorted record.
+#[derive(Clone, Copy)]
+enum Field {
+    Attributes,
+    Cache,
+    Code,
+    ConfigHash,
+    DecisionId,
+    Descriptor,
+    Descriptors,
+    DryRun,
+    Error,
+    FailPolicy,
+    FrontEnd,
+    Handler,
+    HandlerErrors,
+    Latency,
+    Limit,
+    LimitRemaining,
+    MatchedRules,
+    Message,
+    RequestId,
+    Rule,
+    Verdict,
+}
+
+/// [`Field`]'s names, in its order.
+const FIELD_NAMES: [&str; 21] = [
+    "attributes",
+    "cache",
+    "code",
+    "config_hash",
+    "decision_id",
+    "descriptor",
+    "descriptors",
+    "dry_run",
+    "error",
+    "fail_policy",
+    "front_end",
+    "handler",
+    "handler_errors",
+    "latency",
+    "limit",
+    "limit_remaining",
+    "matched_rules",
+    "message",
+    "request_id",
+    "rule",
+    "verdict",
+];
+
+impl Field {
+    fn name(self) -> Arc<str> {
+        static NAMES: LazyLock<[Arc<str>; 21]> = LazyLock::new(|| FIELD_NAMES.map(Arc::from));
+        NAMES[self as usize].clone()
+    }
+}
+
+/// The words a record is written with that no request or config chose (verdicts, cache
+/// tiers, fail policies, severity), made once for every record to share.
+#[derive(Clone, Copy)]
+enum Word {
+    Allow,
+    Deny,
+    Undecided,
+    Open,
+    Close,
+    Info,
+    InProcess,
+    Shared,
+    NoCache,
+}
+
+impl Word {
+    fn value(self) -> Value {
+        static WORDS: LazyLock<[Arc<str>; 9]> = LazyLock::new(|| {
+            [
+                "allow",
+                "deny",
+                "undecided",
+                "open",
+                "close",
+                "Info",
+                CacheTier::InProcess.label(),
+                CacheTier::Shared.label(),
+                CacheTier::None.label(),
+            ]
+            .map(Arc::from)
+        });
+        Value::String(WORDS[self as usize].clone())
+    }
+
+    fn of_cache(tier: CacheTier) -> Word {
+        match tier {
+            CacheTier::InProcess => Word::InProcess,
+            CacheTier::Shared => Word::Shared,
+            CacheTier::None => Word::NoCache,
+        }
+    }
+
+    fn of_verdict(verdict: &Verdict) -> Word {
+        if verdict.is_allowed() {
+            Word::Allow
+        } else {
+            Word::Deny
+        }
+    }
+}
+
+/// A status code's name (`PERMISSION_DENIED`), made once for every record to share.
+fn code_name(code: Code) -> Value {
+    static NAMES: LazyLock<Vec<Arc<str>>> = LazyLock::new(|| {
+        (0..=16)
+            .map(|n| Arc::from(Code::from_i32(n).name()))
+            .collect()
+    });
+    match NAMES.get(code as usize) {
+        Some(name) => Value::String(name.clone()),
+        None => Value::string(code.name()),
+    }
+}
+
+/// A record's fields as they are put: text that may quote a request or a handler is scrubbed
+/// here, once per record, whatever number of rules log it.
+struct Fields<'l> {
+    list: Vec<(Field, Value)>,
+    log: &'l DecisionLog,
+}
+
+impl Fields<'_> {
+    fn put(&mut self, field: Field, value: Value) {
+        self.list.push((field, value));
+    }
+
+    /// The fields in name order, named.
+    fn named(mut self) -> Vec<(Arc<str>, Value)> {
+        self.list.sort_by_key(|(field, _)| *field as u8);
+        self.list
+            .into_iter()
+            .map(|(field, value)| (field.name(), value))
+            .collect()
+    }
+
+    /// `text`, without the credentials it may quote ([`DecisionLog::scrub`]).
+    fn put_text(&mut self, field: Field, text: &Arc<str>) {
+        let value = match self.log.scrub(text) {
+            Cow::Borrowed(_) => Value::String(text.clone()),
+            Cow::Owned(clean) => Value::string(clean),
+        };
+        self.put(field, value);
+    }
+}
+
 impl Record {
     fn of(
+        log: &DecisionLog,
         config: &Config,
         config_hash: Option<&Arc<str>>,
         bag: &dyn Bag,
         decision: &Decision<'_>,
     ) -> Record {
-        let mut fields: Vec<(Arc<str>, Value)> = Vec::with_capacity(16);
-        let mut put = |name: &str, value: Value| fields.push((Arc::from(name), value));
-        put("decision_id", Value::string(decision.id.to_string()));
-        put("front_end", Value::string(decision.front_end));
+        let mut fields = Fields {
+            list: Vec::with_capacity(16),
+            log,
+        };
+        let id = decision.id.to_hex();
+        // Hex digits: always UTF-8.
+        let id = std::str::from_utf8(&id).unwrap_or_default();
+        fields.put(Field::DecisionId, Value::string(id));
+        fields.put(Field::FrontEnd, Value::string(decision.front_end));
         if let Some(hash) = config_hash {
-            put("config_hash", Value::String(hash.clone()));
+            fields.put(Field::ConfigHash, Value::String(hash.clone()));
         }
         // What a Mixer v1 client, whose protocol has no place for the decision id, can quote
         // instead: the proxy's `x-request-id`.
         let request_id = config.vocabulary.lookup("request.id");
         if let Some(Value::String(id)) = request_id.and_then(|a| bag.get(a)) {
-            put("request_id", Value::String(id.clone()));
+            fields.put_text(Field::RequestId, id);
         }
         let latency = decision.started.elapsed();
-        put(
-            "latency",
+        fields.put(
+            Field::Latency,
             Value::Duration(mixer_model::Duration(
                 i64::try_from(latency.as_nanos()).unwrap_or(i64::MAX),
             )),
@@ -282,15 +444,15 @@ impl Record {
         let mut reads = Vec::new();
         match decision.outcome {
             DecisionOutcome::Verdict { verdict, cache } => {
-                put("verdict", Value::string(verdict_word(verdict)));
-                put("code", Value::string(verdict.status.code.name()));
+                fields.put(Field::Verdict, Word::of_verdict(verdict).value());
+                fields.put(Field::Code, code_name(verdict.status.code));
                 if !verdict.status.message.is_empty() {
-                    put("message", Value::string(verdict.istio_message()));
+                    fields.put_text(Field::Message, &Arc::from(verdict.istio_message()));
                 }
-                put("cache", Value::string(cache.label()));
+                fields.put(Field::Cache, Word::of_cache(cache).value());
                 if !verdict.matched_rules.is_empty() {
                     let names: Vec<&str> = verdict.matched_rules.iter().map(|r| &**r).collect();
-                    put("matched_rules", Value::string(names.join(",")));
+                    fields.put_text(Field::MatchedRules, &Arc::from(names.join(",")));
                 }
                 if !verdict.dry_run.is_empty() {
                     // What each matched dry-run rule would have decided, never enforced.
@@ -298,60 +460,57 @@ impl Record {
                         .dry_run
                         .iter()
                         .map(|d| (&*d.rule, d.would_be.label()));
-                    put("dry_run", Value::from(StringMap::from_pairs(runs)));
+                    fields.put(Field::DryRun, Value::from(StringMap::from_pairs(runs)));
                 }
                 let (rule, handler) = deciding(config, verdict);
                 if let Some(rule) = rule {
-                    put("rule", Value::String(rule));
+                    fields.put_text(Field::Rule, &rule);
                 }
                 if let Some(handler) = handler {
-                    put("handler", Value::String(handler));
+                    fields.put_text(Field::Handler, &handler);
                 }
-                if !verdict.failed_open.is_empty() {
-                    let errors = verdict
-                        .failed_open
-                        .iter()
-                        .map(|f| (&*f.handler, f.error.as_str()));
-                    put("handler_errors", Value::from(StringMap::from_pairs(errors)));
-                    put("fail_policy", Value::string("open"));
-                }
+                put_failed_open(&mut fields, verdict);
                 reads = read_values(bag, &verdict.referenced);
             }
             DecisionOutcome::RateLimit {
                 verdict,
                 descriptors,
             } => {
-                put("verdict", Value::string(verdict_word(verdict)));
-                put("code", Value::string(verdict.status.code.name()));
-                put("cache", Value::string(CacheTier::None.label()));
-                put_descriptors(&mut put, descriptors);
+                fields.put(Field::Verdict, Word::of_verdict(verdict).value());
+                fields.put(Field::Code, code_name(verdict.status.code));
+                fields.put(Field::Cache, Word::NoCache.value());
+                put_descriptors(&mut fields, descriptors);
+                put_failed_open(&mut fields, verdict);
             }
             DecisionOutcome::Undecided(undecided) => {
-                put("verdict", Value::string("undecided"));
+                fields.put(Field::Verdict, Word::Undecided.value());
                 match undecided {
                     Undecided::Handler { handler, error } => {
-                        put("code", Value::string(Code::Unavailable.name()));
-                        put("handler", Value::String(handler.clone()));
+                        fields.put(Field::Code, code_name(Code::Unavailable));
+                        fields.put_text(Field::Handler, handler);
                         if let Some(rule) = rule_routing_to(config, handler) {
-                            put("rule", Value::String(rule));
+                            fields.put_text(Field::Rule, &rule);
                         }
                         let error = error.to_string();
                         let errors = [(&**handler, error.as_str())];
-                        put("handler_errors", Value::from(StringMap::from_pairs(errors)));
-                        put("error", Value::string(error));
-                        put("fail_policy", Value::string("close"));
+                        fields.put(
+                            Field::HandlerErrors,
+                            Value::from(StringMap::from_pairs(errors)),
+                        );
+                        fields.put_text(Field::Error, &Arc::from(error));
+                        fields.put(Field::FailPolicy, Word::Close.value());
                     }
                     Undecided::Instance(e) => {
-                        put("code", Value::string(Code::Internal.name()));
-                        put("error", Value::string(e.to_string()));
+                        fields.put(Field::Code, code_name(Code::Internal));
+                        fields.put_text(Field::Error, &Arc::from(e.to_string()));
                     }
                 }
-                put("cache", Value::string(CacheTier::None.label()));
+                fields.put(Field::Cache, Word::NoCache.value());
             }
         }
         Record {
             time: Timestamp::now(),
-            fields,
+            fields: fields.named(),
             reads,
         }
     }
@@ -373,63 +532,78 @@ impl Record {
             }
             let name = vocabulary.name(*attr);
             let shown = match key {
-                Some(key) => format!("{name}[{key}]"),
+                Some(key) => {
+                    let mut shown = String::with_capacity(name.len() + key.len() + 2);
+                    shown.push_str(name);
+                    shown.push('[');
+                    shown.push_str(key);
+                    shown.push(']');
+                    shown
+                }
                 None => name.to_string(),
             };
             let secret = is_secret_key(key.unwrap_or(name));
+            // Most values read are text: taken as they are, not through `Display`.
+            let text = || match value.as_str() {
+                Some(text) => Cow::Borrowed(text),
+                None => Cow::Owned(value.to_string()),
+            };
             let text = if secret {
                 REDACTED.to_string()
             } else if params.hash.iter().any(|s| s.selects(*attr, key)) {
-                hashed(&value.to_string())
+                hashed(&text())
             } else {
-                let text = value.to_string();
+                let text = text();
                 match log.scrub(&text) {
-                    Cow::Borrowed(_) => text,
+                    Cow::Borrowed(_) => text.into_owned(),
                     Cow::Owned(clean) => clean,
                 }
             };
             attributes.push((shown, text));
         }
-        let mut variables = self.fields.clone();
+        // The fields were scrubbed as the record was made (`Fields::put_text`).
+        // `attributes` first: the record stays in name order ([`Field`]).
+        let mut variables = Vec::with_capacity(self.fields.len() + 1);
         if !attributes.is_empty() {
             variables.push((
-                Arc::from("attributes"),
+                Field::Attributes.name(),
                 Value::from(StringMap::from_pairs(attributes)),
             ));
         }
-        // Messages and errors may quote what a request carried.
-        for (_, v) in &mut variables {
-            if let Value::String(s) = v
-                && let Cow::Owned(clean) = log.scrub(s)
-                && *clean != **s
-            {
-                *v = Value::string(clean);
-            }
-        }
+        variables.extend(self.fields.iter().cloned());
         Instance {
             name: instance.clone(),
             template: Template::LogEntry,
             fields: vec![
                 ("variables", FieldValue::Map(variables)),
                 ("timestamp", FieldValue::Value(Value::Timestamp(self.time))),
-                ("severity", FieldValue::Value(Value::string("Info"))),
+                ("severity", FieldValue::Value(Word::Info.value())),
             ],
         }
     }
 }
 
-fn verdict_word(verdict: &Verdict) -> &'static str {
-    if verdict.is_allowed() {
-        "allow"
-    } else {
-        "deny"
+/// The handlers that failed and whose fail policy (open) let the decision be made without
+/// them, with their errors; nothing when none did.
+fn put_failed_open(fields: &mut Fields<'_>, verdict: &Verdict) {
+    if verdict.failed_open.is_empty() {
+        return;
     }
+    let errors = verdict
+        .failed_open
+        .iter()
+        .map(|f| (&*f.handler, f.error.as_str()));
+    fields.put(
+        Field::HandlerErrors,
+        Value::from(StringMap::from_pairs(errors)),
+    );
+    fields.put(Field::FailPolicy, Word::Open.value());
 }
 
 /// A rate limit decision's descriptors (`descriptors`: each one's entries to its code) and
 /// the one that decided, with its limit: the first over its limit, else the one with the
 /// fewest requests left (as the `X-RateLimit-*` headers pick it).
-fn put_descriptors(put: &mut impl FnMut(&str, Value), descriptors: &[DescriptorDecision]) {
+fn put_descriptors(fields: &mut Fields<'_>, descriptors: &[DescriptorDecision]) {
     let mut seen: Vec<&str> = Vec::with_capacity(descriptors.len());
     let mut codes: Vec<(String, &str)> = Vec::with_capacity(descriptors.len());
     for (i, d) in descriptors.iter().enumerate() {
@@ -442,17 +616,20 @@ fn put_descriptors(put: &mut impl FnMut(&str, Value), descriptors: &[DescriptorD
         seen.push(&d.entries);
         codes.push((key, d.code));
     }
-    put("descriptors", Value::from(StringMap::from_pairs(codes)));
+    fields.put(
+        Field::Descriptors,
+        Value::from(StringMap::from_pairs(codes)),
+    );
     let deciding = descriptors
         .iter()
         .filter(|d| d.limit.is_some())
         .min_by_key(|d| (!d.is_over(), d.remaining));
     if let Some(d) = deciding {
-        put("descriptor", Value::string(d.entries.as_str()));
+        fields.put_text(Field::Descriptor, &Arc::from(d.entries.as_str()));
         if let Some(limit) = &d.limit {
-            put("limit", Value::string(limit.as_str()));
+            fields.put_text(Field::Limit, &Arc::from(limit.as_str()));
         }
-        put("limit_remaining", Value::Int64(i64::from(d.remaining)));
+        fields.put(Field::LimitRemaining, Value::Int64(i64::from(d.remaining)));
     }
 }
 

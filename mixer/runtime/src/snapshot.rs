@@ -476,15 +476,17 @@ impl Snapshot {
         let Some(log) = &self.decision_log else {
             return 0;
         };
-        log.records(&self.config, self.config_hash.as_ref(), bag, decision)
-            .into_iter()
-            .filter(|(handler, instance)| {
-                self.handlers
-                    .get(*handler)
-                    .and_then(|h| h.queue.as_ref())
-                    .is_some_and(|q| q.push(instance.clone()))
-            })
-            .count()
+        // Each record moves to its queue: no copy of it is made.
+        let mut queued = 0;
+        for (handler, instance) in
+            log.records(&self.config, self.config_hash.as_ref(), bag, decision)
+        {
+            let queue = self.handlers.get(handler).and_then(|h| h.queue.as_ref());
+            if queue.is_some_and(|q| q.push(instance)) {
+                queued += 1;
+            }
+        }
+        queued
     }
 
     /// The records `decision` gives, without queueing them (for `mixer test`).

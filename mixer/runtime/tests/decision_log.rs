@@ -183,6 +183,11 @@ async fn a_decision_reaches_the_log_handler_with_what_it_read_and_no_credential(
     // The denial's message quoted a bearer token: not written either.
     let text = format!("{record:?}");
     assert!(!text.contains("abc"), "{text}");
+    // In name order, as the stdio handler writes a line: its sort then has nothing to move.
+    let names: Vec<&str> = variables(record).iter().map(|(k, _)| &**k).collect();
+    let mut sorted = names.clone();
+    sorted.sort_unstable();
+    assert_eq!(names, sorted);
 }
 
 /// `broken` fails open on `/open`, closed on `/closed`; every decision is logged, except

@@ -51,4 +51,17 @@ async fn an_unsampled_request_opens_no_child_spans_and_a_sampled_one_does() {
     })
     .await;
     assert!(no_span, "a request the ratio did not sample got a span");
+
+    // Nor is a context built for it: its one header read finds no `traceparent`, and the
+    // propagator is not asked (most requests come without one).
+    let read = std::cell::RefCell::new(Vec::new());
+    let parent = traces::parent(|name| {
+        read.borrow_mut().push(name.to_string());
+        None
+    });
+    assert!(
+        parent.is_none(),
+        "a context was built without a traceparent"
+    );
+    assert_eq!(*read.borrow(), ["traceparent"]);
 }

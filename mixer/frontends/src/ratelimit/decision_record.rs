@@ -7,17 +7,19 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use mixer_model::{Code as ModelCode, Status, Verdict};
+use mixer_model::{Code as ModelCode, HandlerFailure, Status, Verdict};
 use mixer_runtime::{DecisionOutcome, DescriptorDecision};
 
 use crate::request_scope::RequestScope;
 
 /// Logs a rate limit decision (when a rule logs decisions): OK, or RESOURCE_EXHAUSTED when a
-/// descriptor is over its limit, with every descriptor's verdict.
+/// descriptor is over its limit, with every descriptor's verdict and the quota handlers that
+/// failed open (`failed_open`), as a check's record names them.
 pub(super) fn log_decision(
     scope: &mut RequestScope,
     request: &RateLimitRequest,
     response: &RateLimitResponse,
+    failed_open: Vec<HandlerFailure>,
 ) {
     if !scope.logs_decisions() {
         return;
@@ -29,6 +31,7 @@ pub(super) fn log_decision(
         } else {
             Status::OK
         },
+        failed_open,
         ..Verdict::default()
     };
     let descriptors = descriptor_decisions(request, response);

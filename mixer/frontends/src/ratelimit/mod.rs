@@ -71,7 +71,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use mixer_adapter_api::{LimitOverride, QuotaArgs};
-use mixer_model::{AttrId, AttributeBag, StringMap, Timestamp, Value, Vocabulary};
+use mixer_model::{AttrId, AttributeBag, HandlerFailure, StringMap, Timestamp, Value, Vocabulary};
 use mixer_runtime::{
     DECISION_ID_HEADER, QuotaPlan, RequestLimits, Runtime, Snapshot, with_current_decision,
 };
@@ -134,10 +134,11 @@ impl RateLimit {
             self.runtime.limits(),
         )?;
         let id = scope.decision_id();
+        let mut failed_open = Vec::new();
         let decide = async {
             let (snapshot, bag) = scope.parts_mut();
             let planned = plan_descriptors(snapshot, bag, request, Timestamp::now()).await?;
-            counted(snapshot, planned).await
+            counted(snapshot, planned, &mut failed_open).await
         };
         // Envoy sends no headers with a rate limit request: each is a trace of its own.
         let mut response = with_current_decision(
@@ -145,7 +146,7 @@ impl RateLimit {
             mixer_runtime::traces::request("ratelimit", None, decide),
         )
         .await?;
-        decision_record::log_decision(&mut scope, request, &response);
+        decision_record::log_decision(&mut scope, request, &response, failed_open);
         // Envoy adds these to the client's response, allowed or limited: the id to quote.
         response.response_headers_to_add.push(HeaderValue {
             key: DECISION_ID_HEADER.to_string(),
@@ -172,7 +173,7 @@ pub async fn decide_on(
     let mut bag = spare_bag(snapshot.vocabulary());
     let planned = plan_descriptors(snapshot, &mut bag, request, now).await;
     keep_spare(bag);
-    counted(snapshot, planned?).await
+    counted(snapshot, planned?, &mut Vec::new()).await
 }
 
 /// Every descriptor's quota plan and arguments, in request order (`None` for one that asks for
@@ -191,10 +192,13 @@ async fn plan_descriptors(
 }
 
 /// Counts the planned descriptors of a request (see [`decide_on`]): every limit that is not
-/// replaced, with each quota handler called once.
+/// replaced, with each quota handler called once. The handlers that failed and were granted
+/// past by their fail policy (open) are added to `failed_open`, once each, for the decision
+/// log: the response itself cannot say it.
 async fn counted(
     snapshot: &Snapshot,
     planned: Vec<Option<(QuotaPlan, QuotaArgs)>>,
+    failed_open: &mut Vec<HandlerFailure>,
 ) -> Result<RateLimitResponse, tonic::Status> {
     let replaced: Vec<String> = planned
         .iter()
@@ -225,7 +229,15 @@ async fn counted(
         .zip(mixer_runtime::quota::allocate(snapshot, plans, &replaced).await)
     {
         match outcome {
-            Ok(outcome) => outcomes[i] = Some(outcome),
+            Ok(mut outcome) => {
+                // One call answers every descriptor: its failure is in each outcome.
+                for failure in outcome.failed_open.drain(..) {
+                    if !failed_open.iter().any(|f| f.handler == failure.handler) {
+                        failed_open.push(failure);
+                    }
+                }
+                outcomes[i] = Some(outcome);
+            }
             // A handler failed closed (storage down...). UNAVAILABLE, so that Envoy's
             // `failure_mode_deny` decides; never an OK response by accident.
             Err(e) => {
