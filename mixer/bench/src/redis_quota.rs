@@ -98,6 +98,8 @@ fn join_params(params: &[&str]) -> String {
 /// One mixer's config for both protocols: a `ratelimitconfig` with `limits` descriptor keys
 /// (`l0`, `l1`, ...), each counting every value on its own, and Mixer v1 quotas `q0`, `q1`,
 /// ... (dimension `user`: `source.name`), each at `per_minute` in a fixed window of a minute.
+/// The Mixer v1 quota rule matches only requests without an RLS domain: a rule without a
+/// match applies to rate limit requests too, and would charge every RLS decision twice.
 fn config(limits: usize, per_minute: u64, backend: Backend<'_>) -> String {
     let (rls_backend, adapter, redis_params) = match backend {
         Backend::Redis(addr, extra) => {
@@ -140,7 +142,7 @@ fn config(limits: usize, per_minute: u64, backend: Backend<'_>) -> String {
         instances.push(format!("q{j}.quota"));
     }
     out.push_str(&format!(
-        "---\napiVersion: config.istio.io/v1alpha2\nkind: rule\nmetadata: {{name: quota, namespace: istio-system}}\nspec:\n  actions:\n  - handler: handler.{adapter}\n    instances: [{}]\n",
+        "---\napiVersion: config.istio.io/v1alpha2\nkind: rule\nmetadata: {{name: quota, namespace: istio-system}}\nspec:\n  match: (ratelimit.domain | \"\") == \"\"\n  actions:\n  - handler: handler.{adapter}\n    instances: [{}]\n",
         instances.join(", ")
     ));
     out
