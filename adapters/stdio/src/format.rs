@@ -34,6 +34,40 @@ fn write_time(out: &mut String, t: Timestamp) {
     out.push('Z');
 }
 
+/// A line's time as text, its date and seconds rendered once per second: lines written
+/// within the same second (a batch of decision-log records) only add their microseconds.
+/// [`write_time`] through chrono cost about a thousand instructions a line (#36).
+#[derive(Default)]
+pub struct TimeText {
+    /// The whole second (Unix time) `prefix` holds; `None` before the first line.
+    second: Option<i64>,
+    /// `2017-01-01T12:30:05`.
+    prefix: String,
+}
+
+impl TimeText {
+    /// Appends [`format_time`]'s text of `t`.
+    pub fn write(&mut self, out: &mut String, t: Timestamp) {
+        let second = t.0.div_euclid(1_000_000_000);
+        if self.second != Some(second) {
+            let mut full = String::with_capacity(27);
+            write_time(&mut full, Timestamp(second * 1_000_000_000));
+            full.truncate("2017-01-01T12:30:05".len());
+            self.prefix = full;
+            self.second = Some(second);
+        }
+        out.push_str(&self.prefix);
+        let mut micros = t.0.rem_euclid(1_000_000_000) / 1_000;
+        let mut digits = *b".000000Z";
+        for at in (1..7).rev() {
+            // `micros % 10` is a single decimal digit.
+            digits[at] = b'0' + u8::try_from(micros % 10).unwrap_or(0);
+            micros /= 10;
+        }
+        out.push_str(std::str::from_utf8(&digits).unwrap_or(".000000Z"));
+    }
+}
+
 /// Appends `n` with at least `width` digits, zero-padded (a sign first when negative).
 fn push_padded(out: &mut String, n: i64, width: usize) {
     let mut buffer = itoa::Buffer::new();
@@ -129,11 +163,28 @@ const MAY_ESCAPE: [bool; 256] = {
 /// compiler runs many bytes at a time, spares it the byte-by-byte search below (#36: the
 /// decision log's line).
 fn needs_no_escape(bytes: &[u8]) -> bool {
-    let mut suspect = false;
-    for &b in bytes {
-        suspect |= (b < 0x20) | (b == b'"') | (b == b'\\') | (b == 0xE2);
+    // Eight bytes a step in a `u64` (SWAR: the any-byte tests of "Bit Twiddling Hacks",
+    // exact for the question "is there such a byte"), the few left over one by one. The
+    // byte-wise loop cost about 4.5 instructions a byte, 1.6k a decision-log line (#36).
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS;
+    let mut suspect = 0u64;
+    let mut chunks = bytes.chunks_exact(8);
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let x = u64::from_le_bytes(word);
+        suspect |= (x.wrapping_sub(ONES * 0x20) & !x & HIGHS)
+            | has_zero(x ^ (ONES * u64::from(b'"')))
+            | has_zero(x ^ (ONES * u64::from(b'\\')))
+            | has_zero(x ^ (ONES * 0xE2));
     }
-    !suspect
+    let mut tail = false;
+    for &b in chunks.remainder() {
+        tail |= (b < 0x20) | (b == b'"') | (b == b'\\') | (b == 0xE2);
+    }
+    suspect == 0 && !tail
 }
 
 /// Appends `s` as a JSON string.
@@ -303,10 +354,15 @@ impl Record<'_> {
     /// Appends the record as one JSON object and a newline: `level`, `time`, `instance`,
     /// then the fields (zap's layout in Istio).
     pub fn write_json(&self, out: &mut String) {
+        self.write_json_timed(out, &mut TimeText::default());
+    }
+
+    /// [`Record::write_json`], the time through `times`, which a batch's lines share.
+    pub fn write_json_timed(&self, out: &mut String, times: &mut TimeText) {
         out.push_str("{\"level\":");
         json_string(out, self.level.label());
         out.push_str(",\"time\":\"");
-        write_time(out, self.time);
+        times.write(out, self.time);
         out.push('"');
         out.push_str(",\"instance\":");
         json_string(out, self.instance);
@@ -362,6 +418,26 @@ mod tests {
         let mut json = String::new();
         json_value(&mut json, &Value::Duration(Duration(61_000_000_000)));
         assert_eq!(json, "\"1m1s\"");
+    }
+
+    #[test]
+    fn times_shared_by_a_batch_read_as_each_line_alone() {
+        let mut times = TimeText::default();
+        for text in [
+            "2017-01-01T12:30:05.000123Z",
+            "2017-01-01T12:30:05.999999Z",
+            "2017-01-01T12:30:06.000000Z",
+            "2017-01-01T12:30:05.500000Z",
+            "1969-12-31T23:59:59.999999Z",
+            "1970-01-01T00:00:00.000001Z",
+            "2024-02-29T23:59:59.000010Z",
+        ] {
+            let t = Timestamp::parse_rfc3339(text).expect("t");
+            let mut out = String::new();
+            times.write(&mut out, t);
+            assert_eq!(out, text);
+            assert_eq!(out, format_time(t));
+        }
     }
 
     #[test]
@@ -444,13 +520,17 @@ mod tests {
             assert!(!out.contains('\u{2028}') && !out.chars().any(|c| (c as u32) < 0x20));
         }
         // The test that lets plain text through whole says yes exactly where no byte may
-        // start an escape.
+        // start an escape, wherever the byte is (in an eight-byte step or after the last).
         for b in 0..=255u8 {
-            assert_eq!(
-                needs_no_escape(&[b'a', b, b'z']),
-                !MAY_ESCAPE[usize::from(b)],
-                "{b:#x}"
-            );
+            for at in 0..19 {
+                let mut text = *b"abcdefghijklmnopqrs";
+                text[at] = b;
+                assert_eq!(
+                    needs_no_escape(&text),
+                    !MAY_ESCAPE[usize::from(b)],
+                    "{b:#x} at {at}"
+                );
+            }
         }
         let mut out = String::new();
         json_string(&mut out, "a\u{2028}b\u{1}\u{2027}");

@@ -74,6 +74,7 @@ impl StdioHandler {
         // (and copying) its buffer again and again.
         let mut out = String::with_capacity(instances.len() * 512);
         let mut now = None;
+        let mut times = crate::format::TimeText::default();
         for instance in instances {
             let (level, time, mut fields, value): (
                 Level,
@@ -109,7 +110,7 @@ impl StdioHandler {
                 fields,
             };
             if self.json {
-                record.write_json(&mut out);
+                record.write_json_timed(&mut out, &mut times);
             } else {
                 record.write_console(&mut out);
             }

@@ -67,7 +67,7 @@ pub use config::{
     DEFAULT_MAX_DAYS, DEFAULT_MAX_MEGABYTES, DEFAULT_MAX_ROTATED_FILES, Level, Output, Rotation,
     StdioConfig, StdioParams, Stream, default_severity_levels,
 };
-pub use format::{Record, format_time, go_duration};
+pub use format::{Record, TimeText, format_time, go_duration};
 pub use handler::StdioHandler;
 pub use sink::{Clock, RotatingFile, Sink, system_clock};
 
