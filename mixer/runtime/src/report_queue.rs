@@ -373,10 +373,13 @@ impl ReportQueue {
     async fn deliver(
         &self,
         report: &dyn mixer_adapter_api::ReportHandler,
-        mut batch: Vec<(Instance, tokio::time::Instant)>,
+        batch: Vec<(Instance, tokio::time::Instant)>,
     ) {
         let mut backoff = self.options.retry_backoff;
-        let mut instances: Vec<Instance> = batch.iter().map(|(i, _)| i.clone()).collect();
+        // The records move into the handler's slice, their queue times beside them: a copy
+        // of each record per batch cost as much as a decision-log record's JSON line (#36).
+        let (mut instances, mut queued): (Vec<Instance>, Vec<tokio::time::Instant>) =
+            batch.into_iter().unzip();
         loop {
             self.in_flight
                 .store(instances.len(), std::sync::atomic::Ordering::SeqCst);
@@ -405,12 +408,12 @@ impl ReportQueue {
             backoff = backoff.saturating_mul(2).min(MAX_RETRY_BACKOFF);
             // The batch holds the oldest records: those past the age limit go first.
             let now = tokio::time::Instant::now();
-            let old = batch
+            let old = queued
                 .iter()
-                .take_while(|(_, queued)| now.duration_since(*queued) >= self.options.max_age)
+                .take_while(|queued| now.duration_since(**queued) >= self.options.max_age)
                 .count();
             if old > 0 {
-                batch.drain(..old);
+                queued.drain(..old);
                 instances.drain(..old);
                 self.in_flight
                     .store(instances.len(), std::sync::atomic::Ordering::SeqCst);
