@@ -43,6 +43,8 @@ struct Route {
 pub(crate) struct DecisionLog {
     routes: Vec<Route>,
     secrets: Vec<Arc<Redactor>>,
+    /// `request.id` in the config's vocabulary, looked up once rather than per record.
+    request_id: Option<mixer_model::AttrId>,
 }
 
 impl DecisionLog {
@@ -73,7 +75,11 @@ impl DecisionLog {
                 }
             }
         }
-        (!routes.is_empty()).then_some(DecisionLog { routes, secrets })
+        (!routes.is_empty()).then(|| DecisionLog {
+            routes,
+            secrets,
+            request_id: config.vocabulary.lookup("request.id"),
+        })
     }
 
     /// The records `decision` gives, each with the index of the handler it goes to: one per
@@ -86,27 +92,36 @@ impl DecisionLog {
         bag: &dyn Bag,
         decision: &Decision<'_>,
     ) -> Vec<(usize, Instance)> {
-        let mut out = Vec::new();
-        let mut record: Option<Record> = None;
         let denial = decision.is_denial();
         let sample = decision.id.sample() * 100.0;
-        for route in &self.routes {
+        let mut logging = self.routes.iter().filter(|route| {
             let params = &route.params;
             if !rule_applies(config, route.rule, bag) {
-                continue;
+                return false;
             }
             let sampled = sample < params.percent_sampled || (denial && params.always_log_denials);
             if !sampled {
                 route.sampled_out.inc();
-                continue;
             }
-            let record =
-                record.get_or_insert_with(|| Record::of(self, config, config_hash, bag, decision));
+            sampled
+        });
+        let Some(mut route) = logging.next() else {
+            return Vec::new();
+        };
+        let record = Record::of(self, config, config_hash, bag, decision);
+        let mut out = Vec::with_capacity(1);
+        // Every route but the last gets a copy; the last (mostly the only) takes the record.
+        for next in logging {
             out.push((
                 route.handler,
-                record.instance(self, config, &route.instance, params),
+                record.instance(self, config, &route.instance, &route.params),
             ));
+            route = next;
         }
+        out.push((
+            route.handler,
+            record.into_instance(self, config, &route.instance, &route.params),
+        ));
         out
     }
 
@@ -364,6 +379,16 @@ impl Word {
     }
 }
 
+/// A front end's name, shared by every record of the known front ends.
+fn front_end_value(name: &'static str) -> Value {
+    const KNOWN: [&str; 4] = ["ext_authz", "forward-auth", "mixer-v1", "ratelimit"];
+    static NAMES: LazyLock<[Arc<str>; 4]> = LazyLock::new(|| KNOWN.map(Arc::from));
+    match KNOWN.iter().position(|known| *known == name) {
+        Some(at) => Value::String(NAMES[at].clone()),
+        None => Value::string(name),
+    }
+}
+
 /// A status code's name (`PERMISSION_DENIED`), made once for every record to share.
 fn code_name(code: Code) -> Value {
     static NAMES: LazyLock<Vec<Arc<str>>> = LazyLock::new(|| {
@@ -424,14 +449,13 @@ impl Record {
         // Hex digits: always UTF-8.
         let id = std::str::from_utf8(&id).unwrap_or_default();
         fields.put(Field::DecisionId, Value::string(id));
-        fields.put(Field::FrontEnd, Value::string(decision.front_end));
+        fields.put(Field::FrontEnd, front_end_value(decision.front_end));
         if let Some(hash) = config_hash {
             fields.put(Field::ConfigHash, Value::String(hash.clone()));
         }
         // What a Mixer v1 client, whose protocol has no place for the decision id, can quote
         // instead: the proxy's `x-request-id`.
-        let request_id = config.vocabulary.lookup("request.id");
-        if let Some(Value::String(id)) = request_id.and_then(|a| bag.get(a)) {
+        if let Some(Value::String(id)) = log.request_id.and_then(|a| bag.get(a)) {
             fields.put_text(Field::RequestId, id);
         }
         let latency = decision.started.elapsed();
@@ -523,6 +547,29 @@ impl Record {
         instance: &Arc<str>,
         params: &DecisionLogParams,
     ) -> Instance {
+        let attributes = self.attributes(log, config, params);
+        Record::logentry(instance, attributes, self.fields.iter().cloned(), self.time)
+    }
+
+    /// [`Record::instance`], the record's fields moved rather than copied.
+    fn into_instance(
+        self,
+        log: &DecisionLog,
+        config: &Config,
+        instance: &Arc<str>,
+        params: &DecisionLogParams,
+    ) -> Instance {
+        let attributes = self.attributes(log, config, params);
+        Record::logentry(instance, attributes, self.fields.into_iter(), self.time)
+    }
+
+    /// The attribute values read, masked as `params` say.
+    fn attributes(
+        &self,
+        log: &DecisionLog,
+        config: &Config,
+        params: &DecisionLogParams,
+    ) -> Vec<(String, String)> {
         let vocabulary = &config.vocabulary;
         let mut attributes: Vec<(String, String)> = Vec::with_capacity(self.reads.len());
         for (attr, key, value) in &self.reads {
@@ -561,22 +608,32 @@ impl Record {
             };
             attributes.push((shown, text));
         }
+        attributes
+    }
+
+    /// A logentry instance of a record's masked attribute values and its fields.
+    fn logentry(
+        instance: &Arc<str>,
+        attributes: Vec<(String, String)>,
+        fields: impl ExactSizeIterator<Item = (Arc<str>, Value)>,
+        time: Timestamp,
+    ) -> Instance {
         // The fields were scrubbed as the record was made (`Fields::put_text`).
         // `attributes` first: the record stays in name order ([`Field`]).
-        let mut variables = Vec::with_capacity(self.fields.len() + 1);
+        let mut variables = Vec::with_capacity(fields.len() + 1);
         if !attributes.is_empty() {
             variables.push((
                 Field::Attributes.name(),
                 Value::from(StringMap::from_pairs(attributes)),
             ));
         }
-        variables.extend(self.fields.iter().cloned());
+        variables.extend(fields);
         Instance {
             name: instance.clone(),
             template: Template::LogEntry,
             fields: vec![
                 ("variables", FieldValue::Map(variables)),
-                ("timestamp", FieldValue::Value(Value::Timestamp(self.time))),
+                ("timestamp", FieldValue::Value(Value::Timestamp(time))),
                 ("severity", FieldValue::Value(Word::Info.value())),
             ],
         }
@@ -805,6 +862,7 @@ mod tests {
         let log = DecisionLog {
             routes: Vec::new(),
             secrets: vec![Arc::new(Redactor::new(&params, &[]))],
+            request_id: None,
         };
         assert!(matches!(
             log.scrub("tag-user.rule"),
