@@ -11,7 +11,8 @@
 //! one test, and checks record no reads they would not have recorded anyway.
 
 use std::borrow::Cow;
-use std::sync::{Arc, LazyLock};
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, RwLock};
 use std::time::Instant;
 
 use mixer_adapter_api::secrets::{REDACTED, Redactor, is_secret_key, redact_urls_in};
@@ -45,7 +46,16 @@ pub(crate) struct DecisionLog {
     secrets: Vec<Arc<Redactor>>,
     /// `request.id` in the config's vocabulary, looked up once rather than per record.
     request_id: Option<mixer_model::AttrId>,
+    /// [`is_secret_key`] of the attribute names and map keys records showed: it lowercases
+    /// each into a new string (about 600 instructions a value read, #36), and the names
+    /// read are mostly the few the rules name. Bounded by [`SECRET_KEYS_CACHED`]; past it,
+    /// names are judged afresh.
+    secret_keys: RwLock<HashMap<Box<str>, bool, foldhash::fast::RandomState>>,
 }
+
+/// Most names [`DecisionLog::is_secret_key`] remembers (a whole-map read shows every key a
+/// request sent, which a client chooses).
+const SECRET_KEYS_CACHED: usize = 1024;
 
 impl DecisionLog {
     /// The decision-log rules of `config`; `None` when it has none. `secrets`: the redactors
@@ -79,7 +89,26 @@ impl DecisionLog {
             routes,
             secrets,
             request_id: config.vocabulary.lookup("request.id"),
+            secret_keys: RwLock::default(),
         })
+    }
+
+    /// [`is_secret_key`], remembered.
+    fn is_secret_key(&self, name: &str) -> bool {
+        let known = self.secret_keys.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(&secret) = known.get(name) {
+            return secret;
+        }
+        let full = known.len() >= SECRET_KEYS_CACHED;
+        drop(known);
+        let secret = is_secret_key(name);
+        if !full {
+            self.secret_keys
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(name.into(), secret);
+        }
+        secret
     }
 
     /// The records `decision` gives, each with the index of the handler it goes to: one per
@@ -474,9 +503,14 @@ impl Record {
                     fields.put_text(Field::Message, &Arc::from(verdict.istio_message()));
                 }
                 fields.put(Field::Cache, Word::of_cache(cache).value());
-                if !verdict.matched_rules.is_empty() {
-                    let names: Vec<&str> = verdict.matched_rules.iter().map(|r| &**r).collect();
-                    fields.put_text(Field::MatchedRules, &Arc::from(names.join(",")));
+                match verdict.matched_rules.as_slice() {
+                    [] => {}
+                    // Mostly one rule: its name shared, not joined into a new string.
+                    [rule] => fields.put_text(Field::MatchedRules, rule),
+                    rules => {
+                        let names: Vec<&str> = rules.iter().map(|r| &**r).collect();
+                        fields.put_text(Field::MatchedRules, &Arc::from(names.join(",")));
+                    }
                 }
                 if !verdict.dry_run.is_empty() {
                     // What each matched dry-run rule would have decided, never enforced.
@@ -569,9 +603,15 @@ impl Record {
         log: &DecisionLog,
         config: &Config,
         params: &DecisionLogParams,
-    ) -> Vec<(String, String)> {
+    ) -> Option<Value> {
+        if self.reads.is_empty() {
+            return None;
+        }
         let vocabulary = &config.vocabulary;
-        let mut attributes: Vec<(String, String)> = Vec::with_capacity(self.reads.len());
+        // Names and values borrowed where they are shown as they are: the map copies them
+        // into its one buffer anyway.
+        let mut attributes: Vec<(Cow<'_, str>, Cow<'_, str>)> =
+            Vec::with_capacity(self.reads.len());
         for (attr, key, value) in &self.reads {
             let key = key.as_deref();
             if params.drop.iter().any(|s| s.selects(*attr, key)) {
@@ -585,47 +625,44 @@ impl Record {
                     shown.push('[');
                     shown.push_str(key);
                     shown.push(']');
-                    shown
+                    Cow::Owned(shown)
                 }
-                None => name.to_string(),
+                None => Cow::Borrowed(name),
             };
-            let secret = is_secret_key(key.unwrap_or(name));
+            let secret = log.is_secret_key(key.unwrap_or(name));
             // Most values read are text: taken as they are, not through `Display`.
             let text = || match value.as_str() {
                 Some(text) => Cow::Borrowed(text),
                 None => Cow::Owned(value.to_string()),
             };
             let text = if secret {
-                REDACTED.to_string()
+                Cow::Borrowed(REDACTED)
             } else if params.hash.iter().any(|s| s.selects(*attr, key)) {
-                hashed(&text())
+                Cow::Owned(hashed(&text()))
             } else {
                 let text = text();
                 match log.scrub(&text) {
-                    Cow::Borrowed(_) => text.into_owned(),
-                    Cow::Owned(clean) => clean,
+                    Cow::Borrowed(_) => text,
+                    Cow::Owned(clean) => Cow::Owned(clean),
                 }
             };
             attributes.push((shown, text));
         }
-        attributes
+        (!attributes.is_empty()).then(|| Value::from(StringMap::from_pairs(attributes)))
     }
 
     /// A logentry instance of a record's masked attribute values and its fields.
     fn logentry(
         instance: &Arc<str>,
-        attributes: Vec<(String, String)>,
+        attributes: Option<Value>,
         fields: impl ExactSizeIterator<Item = (Arc<str>, Value)>,
         time: Timestamp,
     ) -> Instance {
         // The fields were scrubbed as the record was made (`Fields::put_text`).
         // `attributes` first: the record stays in name order ([`Field`]).
         let mut variables = Vec::with_capacity(fields.len() + 1);
-        if !attributes.is_empty() {
-            variables.push((
-                Field::Attributes.name(),
-                Value::from(StringMap::from_pairs(attributes)),
-            ));
+        if let Some(attributes) = attributes {
+            variables.push((Field::Attributes.name(), attributes));
         }
         variables.extend(fields);
         Instance {
@@ -863,6 +900,7 @@ mod tests {
             routes: Vec::new(),
             secrets: vec![Arc::new(Redactor::new(&params, &[]))],
             request_id: None,
+            secret_keys: RwLock::default(),
         };
         assert!(matches!(
             log.scrub("tag-user.rule"),
@@ -871,6 +909,43 @@ mod tests {
         let scrubbed = log.scrub("failed with hunter2-secret");
         assert!(!scrubbed.contains("hunter2"), "{scrubbed}");
         assert_eq!(log.scrub("Bearer abc"), "Bearer ***");
+    }
+
+    #[test]
+    fn remembered_secret_names_are_judged_as_fresh_ones() {
+        let log = DecisionLog {
+            routes: Vec::new(),
+            secrets: Vec::new(),
+            request_id: None,
+            secret_keys: RwLock::default(),
+        };
+        for round in 0..2 {
+            for name in [
+                "authorization",
+                "X-Api-Key",
+                "x-user",
+                "request.path",
+                "tokenFile",
+            ] {
+                assert_eq!(
+                    log.is_secret_key(name),
+                    is_secret_key(name),
+                    "{name} {round}"
+                );
+            }
+        }
+        // Past the bound names are still judged, and no longer remembered.
+        for i in 0..SECRET_KEYS_CACHED + 10 {
+            assert!(!log.is_secret_key(&format!("x-header-{i}")));
+        }
+        assert!(log.is_secret_key("x-auth-token"));
+        assert!(!log.is_secret_key("x-plain"));
+        let remembered = log
+            .secret_keys
+            .read()
+            .map(|k| k.len())
+            .unwrap_or(usize::MAX);
+        assert_eq!(remembered, SECRET_KEYS_CACHED);
     }
 
     #[test]
