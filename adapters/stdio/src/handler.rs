@@ -75,6 +75,9 @@ impl StdioHandler {
         let mut out = String::with_capacity(instances.len() * 512);
         let mut now = None;
         let mut times = crate::format::TimeText::default();
+        // The last severity's level: a batch's records mostly share one severity, and the
+        // map's hash of it per record cost more than the comparison.
+        let mut last_severity: Option<(&str, Level)> = None;
         for instance in instances {
             let (level, time, mut fields, value): (
                 Level,
@@ -83,7 +86,14 @@ impl StdioHandler {
                 _,
             ) = match instance.view() {
                 InstanceView::LogEntry(log) => {
-                    let level = log.severity.map_or(Level::Info, |s| self.severity_level(s));
+                    let level = log.severity.map_or(Level::Info, |s| match last_severity {
+                        Some((last, level)) if last == s => level,
+                        _ => {
+                            let level = self.severity_level(s);
+                            last_severity = Some((s, level));
+                            level
+                        }
+                    });
                     (level, log.timestamp, log.variables.iter().collect(), None)
                 }
                 InstanceView::Metric(metric) => (
