@@ -401,6 +401,23 @@ fn rate_limit(grpc: std::net::SocketAddr, descriptors: &[(&str, &str)]) -> (Stri
     (id, response.overall_code == Code::OverLimit as i32)
 }
 
+/// A ready mixer serving `config` (a directory of rules) with `policies/decision-log` added
+/// to it, and its stdout, where the records go.
+fn serve_with_the_decision_log(
+    config: &Path,
+) -> (mixer_tests::Mixer, std::sync::mpsc::Receiver<String>) {
+    std::fs::copy(
+        bundle_file("decision-log", "decision-log.yaml"),
+        config.join("decision-log.yaml"),
+    )
+    .expect("copy the bundle");
+    let binary = Path::new(env!("CARGO_BIN_EXE_mixer-under-test"));
+    let config = config.to_str().expect("utf-8");
+    let (mixer, stdout) = mixer_tests::Mixer::start_capturing_stdout(binary, &["--config", config]);
+    mixer.wait_ready(Duration::from_secs(20));
+    (mixer, stdout)
+}
+
 #[test]
 fn a_rate_limit_record_has_every_descriptors_verdict_and_the_limit_that_decided() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -409,15 +426,7 @@ fn a_rate_limit_record_has_every_descriptors_verdict_and_the_limit_that_decided(
         dir.path().join("edge.yaml"),
     )
     .expect("copy the rate limits");
-    std::fs::copy(
-        bundle_file("decision-log", "decision-log.yaml"),
-        dir.path().join("decision-log.yaml"),
-    )
-    .expect("copy the bundle");
-    let binary = Path::new(env!("CARGO_BIN_EXE_mixer-under-test"));
-    let config = dir.path().to_str().expect("utf-8");
-    let (mixer, stdout) = mixer_tests::Mixer::start_capturing_stdout(binary, &["--config", config]);
-    mixer.wait_ready(Duration::from_secs(20));
+    let (mixer, stdout) = serve_with_the_decision_log(dir.path());
 
     // policies/ratelimit: 50.0.0.5 may send nothing; a path under /api/ 100 a second.
     let (limited, over) = rate_limit(
@@ -483,15 +492,7 @@ fn a_rate_limit_record_names_the_quota_handler_that_failed_open() {
         unreachable_redis_limits(free_addr()),
     )
     .expect("write the limits");
-    std::fs::copy(
-        bundle_file("decision-log", "decision-log.yaml"),
-        dir.path().join("decision-log.yaml"),
-    )
-    .expect("copy the bundle");
-    let binary = Path::new(env!("CARGO_BIN_EXE_mixer-under-test"));
-    let config = dir.path().to_str().expect("utf-8");
-    let (mixer, stdout) = mixer_tests::Mixer::start_capturing_stdout(binary, &["--config", config]);
-    mixer.wait_ready(Duration::from_secs(20));
+    let (mixer, stdout) = serve_with_the_decision_log(dir.path());
 
     // Redis is down and the handler fails open: not limited, and said so in the record.
     let (id, over) = rate_limit(mixer.grpc, &[("path", "/api/pets"), ("path", "/api/cats")]);
