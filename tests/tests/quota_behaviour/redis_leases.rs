@@ -30,15 +30,6 @@ fn build(redis: &Redis, max: i64, extra: Json) -> Arc<dyn Handler> {
         .expect("redisquota handler")
 }
 
-fn metric(h: &Arc<dyn Handler>, name: &str) -> u64 {
-    let text = exposition(h);
-    let prefix = format!("{name}{{handler=\"quotahandler.istio-system\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{name} in {text}"))
-}
-
 /// What Redis has left of `u`'s counter (read, not charged).
 async fn left_in_redis(h: &Arc<dyn Handler>, u: &str) -> i64 {
     h.as_quota()
@@ -54,19 +45,6 @@ fn admitted(r: &QuotaResult) -> i64 {
         r.granted_amount
     } else {
         0
-    }
-}
-
-/// A small deterministic generator, so that a failure can be replayed.
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (self.0 >> 33) % below
     }
 }
 
