@@ -15,9 +15,15 @@
 //! `leaseIdleTimeout`, or when its handler closes on reload or shutdown), or the window
 //! ends. A replica that found a counter short believes that for up to `leaseIdleTimeout`
 //! and denies without a call, so units given back meanwhile reach it that much later.
+//!
+//! Deduplication ids (Istio's proxies send one with every Mixer v1 check): the replica that
+//! answered an id remembers the answer for `minDeduplicationDuration`, and a retry of it
+//! there gets the same answer without being charged again. Istio 1.4 kept these records in
+//! Redis, where every replica found them; here a retry that lands on another replica is
+//! charged again, which can only deny more, never admit more than the limit.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -73,6 +79,32 @@ return {take, wend, max - used - take, wend - now}
 /// Integers in every answer of [`SCRIPT`].
 const ANSWER_LEN: usize = 4;
 
+/// Most deduplication ids a handler's leases remember at once (about 100 bytes each): an id
+/// beyond it is answered without being remembered, so its retry is charged again (fewer
+/// admissions, never more) rather than the memory growing with the request rate times
+/// `minDeduplicationDuration`.
+pub const MAX_REMEMBERED_IDS: usize = 1_000_000;
+
+/// The answer given to a check with a deduplication id, kept for its retries.
+struct Remembered {
+    granted: i64,
+    remaining: i64,
+    valid_until: Instant,
+    reset_at: Instant,
+}
+
+impl Remembered {
+    fn decision(&self, now: Instant) -> Decision {
+        Decision {
+            granted: self.granted,
+            valid_duration: self.valid_until.saturating_duration_since(now),
+            deduplicated: true,
+            remaining: self.remaining,
+            reset_after: self.reset_at.saturating_duration_since(now),
+        }
+    }
+}
+
 /// What one replica holds of one counter.
 struct Lease {
     /// Units taken from Redis and not yet granted.
@@ -88,6 +120,10 @@ struct Lease {
     /// here without a call (the give-backs are seen after at most `leaseIdleTimeout`).
     believed_until: Instant,
     last_used: Instant,
+    /// Answers to checks with a deduplication id, by id, and the ids in the order they are
+    /// forgotten (every id is kept equally long, so that order is the order they came).
+    answered: HashMap<Arc<str>, Remembered>,
+    forget: VecDeque<(Instant, Arc<str>)>,
 }
 
 impl Lease {
@@ -99,6 +135,21 @@ impl Lease {
             left_in_redis: 0,
             believed_until: now,
             last_used: now,
+            answered: HashMap::new(),
+            forget: VecDeque::new(),
+        }
+    }
+
+    /// Forgets the ids remembered for their whole `minDeduplicationDuration`.
+    fn forget_expired(&mut self, now: Instant, remembered: &AtomicUsize) {
+        while let Some((at, _)) = self.forget.front()
+            && *at <= now
+        {
+            if let Some((_, id)) = self.forget.pop_front()
+                && self.answered.remove(&id).is_some()
+            {
+                remembered.fetch_sub(1, Ordering::Relaxed);
+            }
         }
     }
 }
@@ -111,6 +162,10 @@ type Slot = Arc<tokio::sync::Mutex<Lease>>;
 struct Inner {
     size: i64,
     idle: Duration,
+    /// How long a deduplication id's answer is kept (`minDeduplicationDuration`).
+    dedup: Duration,
+    /// Ids remembered by all leases, bounded by [`MAX_REMEMBERED_IDS`].
+    remembered: AtomicUsize,
     link: Arc<Link>,
     script: Script,
     table: Mutex<HashMap<String, Slot>>,
@@ -136,6 +191,8 @@ pub struct Ask<'a> {
     pub amount: i64,
     /// Grant what is there rather than nothing.
     pub best_effort: bool,
+    /// The check's deduplication id (empty: none).
+    pub deduplication_id: &'a str,
 }
 
 fn micros(d: Duration) -> i64 {
@@ -143,12 +200,15 @@ fn micros(d: Duration) -> i64 {
 }
 
 impl Leases {
-    /// Leases of `size` units, given back after `idle` unused, through `link`.
-    pub fn new(size: i64, idle: Duration, link: Arc<Link>) -> Leases {
+    /// Leases of `size` units, given back after `idle` unused, remembering deduplication
+    /// ids for `dedup`, through `link`.
+    pub fn new(size: i64, idle: Duration, dedup: Duration, link: Arc<Link>) -> Leases {
         Leases {
             inner: Arc::new(Inner {
                 size,
                 idle,
+                dedup,
+                remembered: AtomicUsize::new(0),
                 link,
                 script: Script::new(SCRIPT),
                 table: Mutex::default(),
@@ -181,9 +241,15 @@ impl Leases {
         slot
     }
 
+    /// Deduplication ids remembered now.
+    pub fn remembered_ids(&self) -> usize {
+        self.inner.remembered.load(Ordering::Relaxed)
+    }
+
     /// Allocates from this replica's block of the counter, taking a new block from Redis
-    /// when it is short. Redis errors are returned (the fail policy applies); the block is
-    /// then unchanged.
+    /// when it is short; a retried deduplication id gets its first answer again, uncharged.
+    /// Redis errors are returned (the fail policy applies); the block is then unchanged and
+    /// the id not remembered.
     pub async fn allocate(&self, ask: &Ask<'_>) -> Result<Decision, AdapterError> {
         let slot = self.slot(ask.key);
         let budget = self.inner.link.call_timeout();
@@ -198,6 +264,40 @@ impl Leases {
                 )
             })?;
         let now = Instant::now();
+        lease.forget_expired(now, &self.inner.remembered);
+        if ask.deduplication_id.is_empty() {
+            return self.decide(&mut lease, ask, now).await;
+        }
+        if let Some(first) = lease.answered.get(ask.deduplication_id) {
+            return Ok(first.decision(now));
+        }
+        let decision = self.decide(&mut lease, ask, now).await?;
+        if self.inner.remembered.fetch_add(1, Ordering::Relaxed) < MAX_REMEMBERED_IDS {
+            let id: Arc<str> = Arc::from(ask.deduplication_id);
+            let answered = Instant::now();
+            lease.answered.insert(
+                id.clone(),
+                Remembered {
+                    granted: decision.granted,
+                    remaining: decision.remaining,
+                    valid_until: answered + decision.valid_duration,
+                    reset_at: answered + decision.reset_after,
+                },
+            );
+            lease.forget.push_back((answered + self.inner.dedup, id));
+        } else {
+            self.inner.remembered.fetch_sub(1, Ordering::Relaxed);
+        }
+        Ok(decision)
+    }
+
+    /// [`Self::allocate`] under the counter's lock, without deduplication.
+    async fn decide(
+        &self,
+        lease: &mut Lease,
+        ask: &Ask<'_>,
+        now: Instant,
+    ) -> Result<Decision, AdapterError> {
         if now >= lease.until {
             // The window ended in Redis: its counter expired with the units in it.
             lease.units = 0;
@@ -357,11 +457,17 @@ async fn sweep(weak: Weak<Inner>) {
             let Ok(mut lease) = slot.try_lock() else {
                 continue;
             };
+            lease.forget_expired(now, &leases.inner.remembered);
             if now.saturating_duration_since(lease.last_used) < idle {
                 continue;
             }
             leases.give_back(&key, &mut lease).await;
+            // Its ids are kept for their retries until they expire.
+            let remembers = !lease.answered.is_empty();
             drop(lease);
+            if remembers {
+                continue;
+            }
             let mut table = leases.inner.table.lock().unwrap_or_else(|p| p.into_inner());
             // Forgotten unless a request took it meanwhile (it then holds a clone).
             if Arc::strong_count(&slot) == 2 {

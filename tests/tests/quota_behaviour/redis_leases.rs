@@ -295,3 +295,85 @@ spec:
     );
     assert!(text.contains("ROLLING_WINDOW"), "{text}");
 }
+
+/// Checks with deduplication ids (Istio's proxies send one with every Mixer v1 check) are
+/// served from the lease: a retried id gets its first answer again and is not charged, and
+/// Redis sees lease takes only, no allocation script call. A retry landing on another
+/// replica is charged there (the id is remembered where it was answered): that can only
+/// deny more. An id is forgotten after `minDeduplicationDuration`.
+#[tokio::test]
+async fn deduplication_ids_are_served_from_the_lease() {
+    if !mixer_tests::redis::redis_installed() {
+        return;
+    }
+    let redis = Redis::start();
+    let lease = json!({"leaseSize": 5, "leaseIdleTimeout": "60s",
+        "minDeduplicationDuration": "60s"});
+    let (h1, h2) = (build(&redis, 10, lease.clone()), build(&redis, 10, lease));
+    let a = user("a");
+    for i in 0..10 {
+        let id = format!("id-{i}");
+        granted(
+            &try_alloc(&h1, &a, 1, false, &id).await.expect("decided"),
+            1,
+        );
+        // The retry: the same answer, not charged (else the tenth id would be refused).
+        let again = try_alloc(&h1, &a, 1, false, &id).await.expect("decided");
+        granted(&again, 1);
+    }
+    let refused = try_alloc(&h1, &a, 1, false, "id-10")
+        .await
+        .expect("decided");
+    assert_eq!(refused.status.code, Code::ResourceExhausted, "{refused:?}");
+    // A refusal is remembered as a refusal, and a grant as a grant.
+    let again = try_alloc(&h1, &a, 1, false, "id-10")
+        .await
+        .expect("decided");
+    assert_eq!(again.status.code, Code::ResourceExhausted, "{again:?}");
+    granted(
+        &try_alloc(&h1, &a, 1, false, "id-3").await.expect("decided"),
+        1,
+    );
+    let text = exposition(&h1);
+    assert!(
+        text.contains(
+            "mixer_redisquota_deduplicated_total{handler=\"quotahandler.istio-system\",quota=\"rq\"} 12"
+        ),
+        "{text}"
+    );
+    assert_eq!(metric(&h1, "mixer_redisquota_lease_remembered_ids"), 11);
+    // Two blocks of 5; no allocation went to Redis's allocation script.
+    assert_eq!(metric(&h1, "mixer_redisquota_lease_calls_total"), 2);
+    assert_eq!(metric(&h1, "mixer_redisquota_script_calls_total"), 0);
+    // Redis ran the two takes only: the first EVALSHA of a fresh Redis is refused
+    // (NOSCRIPT) and sent again as EVAL.
+    assert_eq!(redis.calls("evalsha") + redis.calls("eval"), 3);
+    assert_eq!(left_in_redis(&h1, "a").await, 0);
+    // On another replica the id is new: charged there, and refused, as nothing is left.
+    let elsewhere = try_alloc(&h2, &a, 1, false, "id-0").await.expect("decided");
+    assert_eq!(
+        elsewhere.status.code,
+        Code::ResourceExhausted,
+        "{elsewhere:?}"
+    );
+
+    // Forgotten after minDeduplicationDuration: the same id is charged again.
+    let short = json!({"leaseSize": 5, "leaseIdleTimeout": "60s",
+        "minDeduplicationDuration": "100ms"});
+    let h3 = build(&redis, 10, short);
+    let b = user("b");
+    left(
+        &try_alloc(&h3, &b, 1, false, "x").await.expect("decided"),
+        9,
+    );
+    left(
+        &try_alloc(&h3, &b, 1, false, "x").await.expect("decided"),
+        9,
+    );
+    sleep(Duration::from_millis(150)).await;
+    left(
+        &try_alloc(&h3, &b, 1, false, "x").await.expect("decided"),
+        8,
+    );
+    assert_eq!(metric(&h3, "mixer_redisquota_lease_remembered_ids"), 1);
+}
