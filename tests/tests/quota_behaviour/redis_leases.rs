@@ -174,9 +174,11 @@ async fn two_replicas_leasing_one_counter_admit_exactly_the_limit() {
 
 /// Concurrent requests on one replica wait for one block instead of each taking one, so a
 /// replica never holds more than `leaseSize` of a counter: the other replica can still
-/// take the rest.
+/// take the rest. A counter with requests waiting is hot: once half of its block is
+/// granted, the replica takes the next block (up to `leaseSize` held) in the background,
+/// so that its requests do not all wait a Redis round trip when the block runs out.
 #[tokio::test]
-async fn concurrent_requests_share_one_block() {
+async fn concurrent_requests_share_one_block_and_refill_it_ahead() {
     if !mixer_tests::redis::redis_installed() {
         return;
     }
@@ -186,8 +188,20 @@ async fn concurrent_requests_share_one_block() {
     let a = user("a");
     let answers = futures_util::future::join_all((0..10).map(|_| alloc(&h1, &a, 1))).await;
     assert_eq!(answers.iter().map(admitted).sum::<i64>(), 10);
-    assert_eq!(metric(&h1, "mixer_redisquota_lease_calls_total"), 1);
-    granted(&alloc(&h2, &user("a"), 20).await, 20);
+    // The first block (10), granted to the ten; at 5 granted with 5 waiting, the 5 taken
+    // ahead, which h1 then holds: never more than leaseSize.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while left_in_redis(&h1, "a").await != 15 {
+        assert!(Instant::now() < deadline, "no block taken ahead");
+        sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(metric(&h1, "mixer_redisquota_lease_calls_total"), 2);
+    // Those 5 serve h1's next requests without Redis (one at a time: nothing taken ahead).
+    for _ in 0..5 {
+        granted(&alloc(&h1, &a, 1).await, 1);
+    }
+    assert_eq!(metric(&h1, "mixer_redisquota_lease_calls_total"), 2);
+    granted(&alloc(&h2, &user("a"), 15).await, 15);
     let calls = metric(&h2, "mixer_redisquota_lease_calls_total");
     for _ in 0..5 {
         let refused = alloc(&h2, &user("a"), 1).await;
