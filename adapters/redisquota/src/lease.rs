@@ -188,6 +188,23 @@ struct Counter {
 
 type Slot = Arc<Counter>;
 
+/// Counts a request waiting for a counter's lock until it has it, gave up, or went away
+/// (its future dropped: the client hung up).
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn new(waiting: &'a AtomicUsize) -> Waiting<'a> {
+        waiting.fetch_add(1, Ordering::Relaxed);
+        Waiting(waiting)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 struct Inner {
     size: i64,
     idle: Duration,
@@ -286,9 +303,9 @@ impl Leases {
         let slot = self.slot(ask.key);
         let budget = self.inner.link.call_timeout();
         // A request waits for another's take of this counter at most one call budget.
-        slot.waiting.fetch_add(1, Ordering::Relaxed);
+        let waiting = Waiting::new(&slot.waiting);
         let locked = tokio::time::timeout(budget, slot.lease.lock()).await;
-        slot.waiting.fetch_sub(1, Ordering::Relaxed);
+        drop(waiting);
         let mut lease = locked.map_err(|_| {
             self.inner.link.error(
                 ErrorKind::Timeout,
@@ -298,16 +315,16 @@ impl Leases {
         let now = Instant::now();
         lease.forget_expired(now, &self.inner.remembered);
         if ask.deduplication_id.is_empty() {
-            let decision = self.decide(&mut lease, ask, now).await;
+            let decision = self.decide(&mut lease, ask, now).await?;
             self.refill_ahead(&slot, &mut lease, ask);
-            return decision;
+            return Ok(decision);
         }
         if let Some(first) = lease.answered.get(ask.deduplication_id) {
             return Ok(first.decision(now));
         }
-        let decision = self.decide(&mut lease, ask, now).await;
+        // After an error nothing is taken ahead: the next request meets Redis's state.
+        let decision = self.decide(&mut lease, ask, now).await?;
         self.refill_ahead(&slot, &mut lease, ask);
-        let decision = decision?;
         if self.inner.remembered.fetch_add(1, Ordering::Relaxed) < MAX_REMEMBERED_IDS {
             let id: Arc<str> = Arc::from(ask.deduplication_id);
             let answered = Instant::now();
