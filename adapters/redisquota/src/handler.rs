@@ -159,8 +159,14 @@ impl RedisQuotaHandler {
             name.clone(),
         ));
         // Leases are refused on a cluster when params compile; a cluster never gets them.
-        let leases = (config.lease_size > 0 && cluster.is_none())
-            .then(|| Leases::new(config.lease_size, config.lease_idle_timeout, link.clone()));
+        let leases = (config.lease_size > 0 && cluster.is_none()).then(|| {
+            Leases::new(
+                config.lease_size,
+                config.lease_idle_timeout,
+                config.min_deduplication_duration,
+                link.clone(),
+            )
+        });
         Ok(RedisQuotaHandler {
             cluster,
             cluster_conn: Arc::default(),
@@ -203,6 +209,11 @@ impl RedisQuotaHandler {
         self.leases
             .as_ref()
             .map_or((0, 0), |l| (l.calls(), l.returned()))
+    }
+
+    /// Deduplication ids the leases remember now (0 without `leaseSize`).
+    pub fn remembered_ids(&self) -> usize {
+        self.leases.as_ref().map_or(0, Leases::remembered_ids)
     }
 
     /// Checks answered from the local over-limit cache, without Redis.
@@ -498,7 +509,7 @@ impl RedisQuotaHandler {
                     let nothing = Decision::nothing(sel.limit.max_amount);
                     answers.push(Some(Ok(self.result(&sel, args, 0, nothing))));
                 }
-                Ok(sel) if self.leasable(&sel, args, take, min_remaining) => {
+                Ok(sel) if self.leasable(&sel, take, min_remaining) => {
                     answers.push(None);
                     leased.push((at, sel));
                 }
@@ -568,6 +579,7 @@ impl RedisQuotaHandler {
                         valid: sel.limit.valid_duration,
                         amount: args.amount,
                         best_effort: args.best_effort,
+                        deduplication_id: &args.deduplication_id,
                     };
                     async move { leases.allocate(&ask).await }
                 }))
@@ -587,18 +599,11 @@ impl RedisQuotaHandler {
 
 impl RedisQuotaHandler {
     /// Whether an allocation is served from a lease: a check of a fixed window without a
-    /// deduplication id (kept in Redis, so that a retry on another replica is found) or a
-    /// minimum remaining (which needs what Redis has left, not what this replica holds).
-    fn leasable(
-        &self,
-        sel: &Selected<'_>,
-        args: &QuotaArgs,
-        take: Take,
-        min_remaining: i64,
-    ) -> bool {
+    /// minimum remaining (which needs what Redis has left, not what this replica holds). A
+    /// deduplication id is remembered by the lease (see [`crate::lease`]).
+    fn leasable(&self, sel: &Selected<'_>, take: Take, min_remaining: i64) -> bool {
         self.leases.is_some()
             && take == Take::Check
-            && args.deduplication_id.is_empty()
             && min_remaining == 0
             && sel.limit.algorithm == mixer_adapter_quota_common::Algorithm::FixedWindow
     }
@@ -722,6 +727,14 @@ impl Exposition for RedisQuotaHandler {
             "Leased units given back to Redis unused (idle leases, handler closed).",
             &handler,
             returned,
+        );
+        render_one(
+            out,
+            "mixer_redisquota_lease_remembered_ids",
+            "gauge",
+            "Deduplication ids whose answers the leases keep for retries (minDeduplicationDuration).",
+            &handler,
+            self.remembered_ids() as u64,
         );
         let state = self.link.breaker.state().gauge();
         render_one(

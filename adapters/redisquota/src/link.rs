@@ -297,13 +297,62 @@ impl Link {
         invocation: &redis::ScriptInvocation<'_>,
         expected: usize,
     ) -> Result<Vec<i64>, AdapterError> {
-        let Some(admission) = self.breaker.admit() else {
+        let answer = self.guarded_call(invocation, expected, 0).await;
+        if let Err(e) = &answer
+            && e.kind == ErrorKind::CircuitOpen
+        {
             self.count_short_circuit();
+        }
+        answer
+    }
+
+    /// The budget of one call.
+    pub fn call_timeout(&self) -> Duration {
+        self.call_timeout
+    }
+
+    /// One script call for `all`, within the call budget and through the breaker.
+    async fn call(&self, all: &[&Allocation]) -> Result<Vec<i64>, AdapterError> {
+        let mut invocation = self.script.prepare_invoke();
+        for a in all {
+            invocation
+                .key(&a.state_key)
+                .key(&a.dedup_key)
+                .arg(a.algorithm)
+                .arg(a.max_amount)
+                .arg(a.valid_us)
+                .arg(a.bucket_us)
+                .arg(a.amount)
+                .arg(a.take)
+                .arg(a.dedup_ms)
+                .arg(a.min_remaining);
+        }
+        self.guarded_call(&invocation, ANSWER_LEN * all.len(), all.len())
+            .await
+    }
+
+    /// Runs `invocation` on a connection of the pool through the breaker, within the call
+    /// budget, expecting `expected` integers: the one place where a call's outcome (an
+    /// unreachable Redis, a timeout, an error or malformed answer) reaches the breaker, the
+    /// error count and the pool, whichever script it runs. A call sent with `carried`
+    /// allocations (0: a lease call) counts in the batching counters. Short circuits are
+    /// counted by the caller, per allocation.
+    async fn guarded_call(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+        expected: usize,
+        carried: usize,
+    ) -> Result<Vec<i64>, AdapterError> {
+        let Some(admission) = self.breaker.admit() else {
             return Err(AdapterError::transient(
                 ErrorKind::CircuitOpen,
                 "redis circuit open: recent calls failed; retrying Redis shortly",
             ));
         };
+        if carried > 0 {
+            self.script_calls.fetch_add(1, Ordering::Relaxed);
+            self.batched.fetch_add(carried as u64, Ordering::Relaxed);
+        }
         let mut conn = match self.connection() {
             Ok(conn) => conn,
             Err(e) => {
@@ -333,72 +382,6 @@ impl Link {
                 format!(
                     "redis script answered {} integers, expected {expected}",
                     answer.len()
-                ),
-            ));
-        }
-        admission.success();
-        Ok(answer)
-    }
-
-    /// The budget of one call.
-    pub fn call_timeout(&self) -> Duration {
-        self.call_timeout
-    }
-
-    /// One script call for `all`, within the call budget and through the breaker.
-    async fn call(&self, all: &[&Allocation]) -> Result<Vec<i64>, AdapterError> {
-        let Some(admission) = self.breaker.admit() else {
-            return Err(AdapterError::transient(
-                ErrorKind::CircuitOpen,
-                "redis circuit open: recent calls failed; retrying Redis shortly",
-            ));
-        };
-        let mut invocation = self.script.prepare_invoke();
-        for a in all {
-            invocation
-                .key(&a.state_key)
-                .key(&a.dedup_key)
-                .arg(a.algorithm)
-                .arg(a.max_amount)
-                .arg(a.valid_us)
-                .arg(a.bucket_us)
-                .arg(a.amount)
-                .arg(a.take)
-                .arg(a.dedup_ms)
-                .arg(a.min_remaining);
-        }
-        self.script_calls.fetch_add(1, Ordering::Relaxed);
-        self.batched.fetch_add(all.len() as u64, Ordering::Relaxed);
-        let mut conn = match self.connection() {
-            Ok(conn) => conn,
-            Err(e) => {
-                admission.failure();
-                return Err(e);
-            }
-        };
-        let answer: Vec<i64> =
-            match tokio::time::timeout(self.call_timeout, invocation.invoke_async(&mut conn)).await
-            {
-                Ok(Ok(v)) => v,
-                Ok(Err(e)) => {
-                    admission.failure();
-                    self.forget_connections(&e);
-                    return Err(self.error(ErrorKind::Unavailable, format!("redis: {e}")));
-                }
-                Err(_) => {
-                    admission.failure();
-                    return Err(self.timeout_error());
-                }
-            };
-        if answer.len() != ANSWER_LEN * all.len() {
-            admission.failure();
-            self.errors.fetch_add(1, Ordering::Relaxed);
-            return Err(AdapterError::transient(
-                ErrorKind::InvalidResponse,
-                format!(
-                    "redis script answered {} integers, expected 5 for each of {} allocations",
-                    answer.len(),
-                    all.len()
                 ),
             ));
         }

@@ -181,10 +181,11 @@ impl Protocol {
         }
     }
 
-    fn requests(self, limits: usize, keys: usize) -> std::sync::Arc<Vec<bytes::Bytes>> {
+    /// The requests of one run (`run` tells runs apart: see [`mixer_v1_requests`]).
+    fn requests(self, limits: usize, keys: usize, run: u64) -> std::sync::Arc<Vec<bytes::Bytes>> {
         match self {
             Protocol::Rls => requests(limits, keys),
-            Protocol::MixerV1 => mixer_v1_requests(limits, keys),
+            Protocol::MixerV1 => mixer_v1_requests(limits, keys, run),
         }
     }
 }
@@ -211,15 +212,23 @@ fn requests(limits: usize, keys: usize) -> std::sync::Arc<Vec<bytes::Bytes>> {
     crate::wire::frame_all(&built)
 }
 
+/// Mixer v1 Checks in one run: cycled through, the same id comes back only after
+/// this many requests, which at any rate one mixer reaches is later than
+/// `minDeduplicationDuration` (1 s by default), so every Check is counted.
+const MIXER_V1_IDS: usize = 1 << 17;
+
 /// Mixer v1 Checks, each asking one unit of quota `q<i % limits>` for `source.name`
-/// `u<i % keys>`, as the RLS requests spread theirs. No deduplication id: the prepared
-/// requests are sent again and again, and a repeated id would be answered from its record
-/// instead of counted (an Istio proxy sends a new id per Check).
-fn mixer_v1_requests(limits: usize, keys: usize) -> std::sync::Arc<Vec<bytes::Bytes>> {
+/// `u<i % keys>`, as the RLS requests spread theirs, each with its own deduplication id as
+/// Istio's proxies send them (a base per client, here per run, and a counter): the adapters
+/// then do the work of the real Istio case (remember every id for its retries). Runs, and
+/// the replicas of the over-admission run, get different bases, so that no Check is taken
+/// for the retry of another.
+fn mixer_v1_requests(limits: usize, keys: usize, run: u64) -> std::sync::Arc<Vec<bytes::Bytes>> {
     use mixer_model::Value;
     use mixer_proto::istio::mixer::v1 as pb;
     let words = mixer_frontends::mixer_v1::GLOBAL_WORD_COUNT;
-    let n = keys.max(limits).max(1000);
+    let n = keys.max(limits).max(MIXER_V1_IDS);
+    let base = format!("{:08x}{run:08x}", std::process::id());
     let built: Vec<_> = (0..n)
         .map(|i| {
             let user = Value::from(format!("u{}", i % keys.max(1)));
@@ -229,7 +238,7 @@ fn mixer_v1_requests(limits: usize, keys: usize) -> std::sync::Arc<Vec<bytes::By
                     words,
                 )),
                 global_word_count: words as u32,
-                deduplication_id: String::new(),
+                deduplication_id: format!("{base}-{i}"),
                 quotas: [(
                     format!("q{}", i % limits.max(1)),
                     pb::check_request::QuotaParams {
@@ -291,12 +300,16 @@ impl Measured {
     }
 }
 
-/// What a run drives: a front end and its prepared requests.
+/// What a run drives: a front end and the spread of its requests (prepared for each run).
 #[derive(Clone)]
 struct Drive {
     protocol: Protocol,
-    prepared: std::sync::Arc<Vec<bytes::Bytes>>,
+    limits: usize,
+    keys: usize,
 }
+
+/// Runs driven so far in this process: tells their deduplication ids apart.
+static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 async fn measure(
     mixer: &Mixer,
@@ -354,7 +367,11 @@ async fn drive_prepared(
     let calls = crate::lean::Calls {
         addr,
         path: drive.protocol.path(),
-        requests: drive.prepared.clone(),
+        requests: drive.protocol.requests(
+            drive.limits,
+            drive.keys,
+            RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        ),
         classify: drive.protocol.classify(),
         connections: load.channels,
     };
@@ -427,7 +444,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         for protocol in Protocol::ALL {
             let drive = Drive {
                 protocol,
-                prepared: protocol.requests(limits, keys),
+                limits,
+                keys,
             };
             let mut runs: Vec<Vec<Measured>> = backends.iter().map(|_| Vec::new()).collect();
             for _ in 0..args.rounds.max(1) {
@@ -513,7 +531,8 @@ async fn over_admission(
         .collect::<anyhow::Result<_>>()?;
     let drive = Drive {
         protocol,
-        prepared: protocol.requests(1, 1),
+        limits: 1,
+        keys: 1,
     };
     let load = LoadArgs {
         warmup: Duration::ZERO,
@@ -582,6 +601,29 @@ mod tests {
             Outcome::Denied
         ));
         assert!(matches!(mixer_v1_quota_outcome(b"\xff"), Outcome::Error));
+    }
+
+    /// Mixer v1 Checks carry deduplication ids as Istio's proxies send them: none repeats
+    /// within a run's cycle, and two runs (or replicas) never share one.
+    #[test]
+    fn mixer_v1_checks_carry_their_own_deduplication_ids() {
+        let ids = |run| -> Vec<String> {
+            mixer_v1_requests(1, 1, run)
+                .iter()
+                .map(|framed| {
+                    pb::CheckRequest::decode(&framed[5..])
+                        .expect("a CheckRequest")
+                        .deduplication_id
+                })
+                .collect()
+        };
+        let (first, second) = (ids(0), ids(1));
+        assert_eq!(first.len(), MIXER_V1_IDS);
+        let mut seen: std::collections::HashSet<&String> = first.iter().collect();
+        assert_eq!(seen.len(), first.len(), "an id repeats within a run");
+        assert!(first.iter().all(|id| !id.is_empty()));
+        seen.extend(second.iter());
+        assert_eq!(seen.len(), 2 * MIXER_V1_IDS, "two runs share ids");
     }
 
     /// Every backend serves both protocols from one config: the Redis params (leases

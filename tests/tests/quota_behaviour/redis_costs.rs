@@ -37,28 +37,6 @@ fn script_calls(redis: &Redis) -> u64 {
     redis.calls("evalsha") + redis.calls("eval")
 }
 
-fn metric(h: &Arc<dyn Handler>, name: &str) -> u64 {
-    let text = exposition(h);
-    let prefix = format!("{name}{{handler=\"quotahandler.istio-system\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{name} in {text}"))
-}
-
-/// A small deterministic generator, so that a failure can be replayed.
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (self.0 >> 33) % below
-    }
-}
-
 /// Property: allocations sent at once (random users and amounts, fixed windows far longer
 /// than the test) get exactly the answers a counter gives when they come one by one in the
 /// order they were sent, and they reach Redis in far fewer script calls than allocations.

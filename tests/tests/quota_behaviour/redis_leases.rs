@@ -30,15 +30,6 @@ fn build(redis: &Redis, max: i64, extra: Json) -> Arc<dyn Handler> {
         .expect("redisquota handler")
 }
 
-fn metric(h: &Arc<dyn Handler>, name: &str) -> u64 {
-    let text = exposition(h);
-    let prefix = format!("{name}{{handler=\"quotahandler.istio-system\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{name} in {text}"))
-}
-
 /// What Redis has left of `u`'s counter (read, not charged).
 async fn left_in_redis(h: &Arc<dyn Handler>, u: &str) -> i64 {
     h.as_quota()
@@ -54,19 +45,6 @@ fn admitted(r: &QuotaResult) -> i64 {
         r.granted_amount
     } else {
         0
-    }
-}
-
-/// A small deterministic generator, so that a failure can be replayed.
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (self.0 >> 33) % below
     }
 }
 
@@ -196,9 +174,11 @@ async fn two_replicas_leasing_one_counter_admit_exactly_the_limit() {
 
 /// Concurrent requests on one replica wait for one block instead of each taking one, so a
 /// replica never holds more than `leaseSize` of a counter: the other replica can still
-/// take the rest.
+/// take the rest. A counter with requests waiting is hot: once half of its block is
+/// granted, the replica takes the next block (up to `leaseSize` held) in the background,
+/// so that its requests do not all wait a Redis round trip when the block runs out.
 #[tokio::test]
-async fn concurrent_requests_share_one_block() {
+async fn concurrent_requests_share_one_block_and_refill_it_ahead() {
     if !mixer_tests::redis::redis_installed() {
         return;
     }
@@ -208,8 +188,20 @@ async fn concurrent_requests_share_one_block() {
     let a = user("a");
     let answers = futures_util::future::join_all((0..10).map(|_| alloc(&h1, &a, 1))).await;
     assert_eq!(answers.iter().map(admitted).sum::<i64>(), 10);
-    assert_eq!(metric(&h1, "mixer_redisquota_lease_calls_total"), 1);
-    granted(&alloc(&h2, &user("a"), 20).await, 20);
+    // The first block (10), granted to the ten; at 5 granted with 5 waiting, the 5 taken
+    // ahead, which h1 then holds: never more than leaseSize.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while left_in_redis(&h1, "a").await != 15 {
+        assert!(Instant::now() < deadline, "no block taken ahead");
+        sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(metric(&h1, "mixer_redisquota_lease_calls_total"), 2);
+    // Those 5 serve h1's next requests without Redis (one at a time: nothing taken ahead).
+    for _ in 0..5 {
+        granted(&alloc(&h1, &a, 1).await, 1);
+    }
+    assert_eq!(metric(&h1, "mixer_redisquota_lease_calls_total"), 2);
+    granted(&alloc(&h2, &user("a"), 15).await, 15);
     let calls = metric(&h2, "mixer_redisquota_lease_calls_total");
     for _ in 0..5 {
         let refused = alloc(&h2, &user("a"), 1).await;
@@ -316,4 +308,86 @@ spec:
         "{text}"
     );
     assert!(text.contains("ROLLING_WINDOW"), "{text}");
+}
+
+/// Checks with deduplication ids (Istio's proxies send one with every Mixer v1 check) are
+/// served from the lease: a retried id gets its first answer again and is not charged, and
+/// Redis sees lease takes only, no allocation script call. A retry landing on another
+/// replica is charged there (the id is remembered where it was answered): that can only
+/// deny more. An id is forgotten after `minDeduplicationDuration`.
+#[tokio::test]
+async fn deduplication_ids_are_served_from_the_lease() {
+    if !mixer_tests::redis::redis_installed() {
+        return;
+    }
+    let redis = Redis::start();
+    let lease = json!({"leaseSize": 5, "leaseIdleTimeout": "60s",
+        "minDeduplicationDuration": "60s"});
+    let (h1, h2) = (build(&redis, 10, lease.clone()), build(&redis, 10, lease));
+    let a = user("a");
+    for i in 0..10 {
+        let id = format!("id-{i}");
+        granted(
+            &try_alloc(&h1, &a, 1, false, &id).await.expect("decided"),
+            1,
+        );
+        // The retry: the same answer, not charged (else the tenth id would be refused).
+        let again = try_alloc(&h1, &a, 1, false, &id).await.expect("decided");
+        granted(&again, 1);
+    }
+    let refused = try_alloc(&h1, &a, 1, false, "id-10")
+        .await
+        .expect("decided");
+    assert_eq!(refused.status.code, Code::ResourceExhausted, "{refused:?}");
+    // A refusal is remembered as a refusal, and a grant as a grant.
+    let again = try_alloc(&h1, &a, 1, false, "id-10")
+        .await
+        .expect("decided");
+    assert_eq!(again.status.code, Code::ResourceExhausted, "{again:?}");
+    granted(
+        &try_alloc(&h1, &a, 1, false, "id-3").await.expect("decided"),
+        1,
+    );
+    let text = exposition(&h1);
+    assert!(
+        text.contains(
+            "mixer_redisquota_deduplicated_total{handler=\"quotahandler.istio-system\",quota=\"rq\"} 12"
+        ),
+        "{text}"
+    );
+    assert_eq!(metric(&h1, "mixer_redisquota_lease_remembered_ids"), 11);
+    // Two blocks of 5; no allocation went to Redis's allocation script.
+    assert_eq!(metric(&h1, "mixer_redisquota_lease_calls_total"), 2);
+    assert_eq!(metric(&h1, "mixer_redisquota_script_calls_total"), 0);
+    // Redis ran the two takes only: the first EVALSHA of a fresh Redis is refused
+    // (NOSCRIPT) and sent again as EVAL.
+    assert_eq!(redis.calls("evalsha") + redis.calls("eval"), 3);
+    assert_eq!(left_in_redis(&h1, "a").await, 0);
+    // On another replica the id is new: charged there, and refused, as nothing is left.
+    let elsewhere = try_alloc(&h2, &a, 1, false, "id-0").await.expect("decided");
+    assert_eq!(
+        elsewhere.status.code,
+        Code::ResourceExhausted,
+        "{elsewhere:?}"
+    );
+
+    // Forgotten after minDeduplicationDuration: the same id is charged again.
+    let short = json!({"leaseSize": 5, "leaseIdleTimeout": "60s",
+        "minDeduplicationDuration": "100ms"});
+    let h3 = build(&redis, 10, short);
+    let b = user("b");
+    left(
+        &try_alloc(&h3, &b, 1, false, "x").await.expect("decided"),
+        9,
+    );
+    left(
+        &try_alloc(&h3, &b, 1, false, "x").await.expect("decided"),
+        9,
+    );
+    sleep(Duration::from_millis(150)).await;
+    left(
+        &try_alloc(&h3, &b, 1, false, "x").await.expect("decided"),
+        8,
+    );
+    assert_eq!(metric(&h3, "mixer_redisquota_lease_remembered_ids"), 1);
 }

@@ -115,3 +115,28 @@ pub async fn charge(h: &Arc<dyn Handler>, i: &Instance, amount: i64, id: &str) -
         .expect("one answer")
         .expect("charged")
 }
+
+/// A handler's counter `name` (labelled with the tests' handler only), from its exposition.
+pub fn metric(h: &Arc<dyn Handler>, name: &str) -> u64 {
+    let text = exposition(h);
+    let prefix = format!("{name}{{handler=\"quotahandler.istio-system\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} in {text}"))
+}
+
+/// A small deterministic generator (64-bit LCG, Knuth's MMIX constants), so that a failure
+/// of a randomised test can be replayed from its seed.
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    /// The next number below `below`.
+    pub fn next(&mut self, below: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % below
+    }
+}
