@@ -116,7 +116,13 @@ impl RequestScope {
     ) -> Result<Checked, Undecided> {
         let parent = self.trace_parent();
         let (snapshot, bag) = self.parts();
-        let check = mixer_runtime::check_prepared(snapshot, bag, wants, prepared);
+        // Boxed: the check's future is large (kilobytes) and every future above it (the
+        // traced wrapper, this method's, the front end's handler, the server's task) would
+        // otherwise hold it inline and move it whole several times a request, which cost
+        // more than one allocation (#36: off costs nothing).
+        let check = Box::pin(mixer_runtime::check_prepared(
+            snapshot, bag, wants, prepared,
+        ));
         let checked = mixer_runtime::traces::request(protocol, parent, check).await;
         if let Err(e) = &checked {
             log_undecided(protocol, e);
@@ -137,7 +143,8 @@ impl RequestScope {
     ) -> Result<QuotaAfterCheck, Undecided> {
         let parent = self.trace_parent();
         let (snapshot, bag) = self.parts();
-        let check = mixer_runtime::check_with_quota(snapshot, bag, wants);
+        // Boxed, as in [`RequestScope::check_prepared`].
+        let check = Box::pin(mixer_runtime::check_with_quota(snapshot, bag, wants));
         let checked = mixer_runtime::traces::request(protocol, parent, check).await;
         if let Err(e) = &checked {
             log_undecided(protocol, e);

@@ -59,13 +59,12 @@ impl DecisionId {
     /// The id as written: 32 lowercase hex digits, prefix then counter. By hand rather than
     /// through `{:016x}`, as every ext_authz answer writes it.
     pub fn to_hex(self) -> [u8; 32] {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        // The prefix is the same for every id: written once, copied after (#36: half the
+        // digits of every answer's id).
+        static PREFIX_HEX: OnceLock<[u8; 16]> = OnceLock::new();
         let mut out = [0u8; 32];
-        for (half, value) in [process_prefix(), self.counter].into_iter().enumerate() {
-            for (i, digit) in out[half * 16..(half + 1) * 16].iter_mut().enumerate() {
-                *digit = DIGITS[((value >> (60 - 4 * i)) & 0xf) as usize];
-            }
-        }
+        out[..16].copy_from_slice(PREFIX_HEX.get_or_init(|| hex16(process_prefix())));
+        out[16..].copy_from_slice(&hex16(self.counter));
         out
     }
 
@@ -74,6 +73,16 @@ impl DecisionId {
     pub fn current() -> Option<DecisionId> {
         CURRENT.with(Cell::get)
     }
+}
+
+/// `value` as 16 lowercase hex digits, the most significant first.
+fn hex16(value: u64) -> [u8; 16] {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [0u8; 16];
+    for (i, digit) in out.iter_mut().enumerate() {
+        *digit = DIGITS[((value >> (60 - 4 * i)) & 0xf) as usize];
+    }
+    out
 }
 
 impl fmt::Display for DecisionId {

@@ -524,20 +524,42 @@ async fn ask_handler(
         match built.handler.as_quota() {
             // Past the deadline every allocation of the call has failed.
             Some(quota) => match built.deadline {
-                Some(after) => tokio::time::timeout(after, quota.allocate_many(calls))
-                    .await
-                    .unwrap_or_else(|_| {
+                Some(after) => {
+                    within_deadline(after, quota.allocate_many(calls), || {
                         calls
                             .iter()
                             .map(|_| Err(deadline::timed_out(after)))
                             .collect()
-                    }),
+                    })
+                    .await
+                }
                 None => quota.allocate_many(calls).await,
             },
             None => Vec::new(),
         }
     };
     crate::traces::child(crate::traces::ADAPTER_CALL, Some(&built.name), call).await
+}
+
+/// `call`'s answer, or `timed_out()` when it has not answered `after` from its first wait.
+///
+/// A call that answers when first polled (memquota: memory never waits) gets no timer: a
+/// tokio timeout takes the timer driver's lock when dropped, armed or not, and reads the
+/// clock when made, on every rate limit decision. One that waits is bounded as before; the
+/// deadline starts at its first wait, which is when it could start to run late.
+pub(crate) async fn within_deadline<T>(
+    after: Duration,
+    call: impl std::future::Future<Output = T>,
+    timed_out: impl FnOnce() -> T,
+) -> T {
+    let mut call = std::pin::pin!(call);
+    let first = std::future::poll_fn(|cx| std::task::Poll::Ready(call.as_mut().poll(cx))).await;
+    match first {
+        std::task::Poll::Ready(answer) => answer,
+        std::task::Poll::Pending => tokio::time::timeout(after, call)
+            .await
+            .unwrap_or_else(|_| timed_out()),
+    }
 }
 
 /// The would-be answers of `plan`'s dry-run rules: each allowed unless one of its allocations
@@ -794,4 +816,52 @@ pub async fn peek_plan(
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::within_deadline;
+
+    const DEADLINE: Duration = Duration::from_millis(50);
+
+    // The paused clock: a timer that fired would move it.
+    #[tokio::test(start_paused = true)]
+    async fn a_call_answering_at_once_is_answered_without_waiting() {
+        let started = tokio::time::Instant::now();
+        let answer = within_deadline(DEADLINE, async { 7 }, || -1).await;
+        assert_eq!(answer, 7);
+        assert_eq!(started.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_that_waits_and_answers_in_time_is_answered() {
+        let call = async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            7
+        };
+        let started = tokio::time::Instant::now();
+        assert_eq!(within_deadline(DEADLINE, call, || -1).await, 7);
+        assert_eq!(started.elapsed(), Duration::from_millis(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_that_waits_past_the_deadline_is_cut_at_the_deadline() {
+        let started = tokio::time::Instant::now();
+        let answer = within_deadline(DEADLINE, std::future::pending::<i32>(), || -1).await;
+        assert_eq!(answer, -1);
+        assert_eq!(started.elapsed(), DEADLINE);
+    }
+
+    // A call that yields once (woken at once, as a handler handing off to another task
+    // might) is still bounded by the deadline, and answered when it answers in time.
+    #[tokio::test(start_paused = true)]
+    async fn a_call_that_yields_before_answering_is_answered() {
+        let call = async {
+            tokio::task::yield_now().await;
+            7
+        };
+        assert_eq!(within_deadline(DEADLINE, call, || -1).await, 7);
+    }
 }

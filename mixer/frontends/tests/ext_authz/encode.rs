@@ -94,6 +94,24 @@ proptest! {
         let frame = ext_authz::framed_check_response(&checked);
         prop_assert_eq!(decoded(&frame), ext_authz::check_response(&checked));
     }
+
+    /// With the decision id, as every answer of the Check method is written: the id's
+    /// digits in the frame are those `check_response_with_id` puts in its Struct.
+    #[test]
+    fn the_frame_with_a_decision_id_holds_the_response_built_with_it(checked in checked()) {
+        let id = mixer_runtime::DecisionId::next();
+        let frame = ext_authz::framed_check_response_with_id(&checked, Some(id));
+        let response = decoded(&frame);
+        prop_assert_eq!(&response, &ext_authz::check_response_with_id(&checked, Some(id)));
+        let metadata = response.dynamic_metadata.expect("decision metadata");
+        let written = &metadata.fields[ext_authz::metadata_keys::DECISION_ID];
+        prop_assert_eq!(
+            written.kind.clone(),
+            Some(envoy_types::pb::google::protobuf::value::Kind::StringValue(
+                id.to_string()
+            ))
+        );
+    }
 }
 
 #[test]
