@@ -28,10 +28,16 @@ pub fn free_addr() -> SocketAddr {
     const FIRST: u32 = 15_000;
     const SPAN: u32 = 17_000;
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let start = std::process::id().wrapping_mul(7919) ^ nanos;
+    // One starting point per process: with a new one per call, two tests running in parallel
+    // could both be handed a port that neither server had bound yet. From one start, the
+    // steps of 211 (prime to SPAN) visit every port of the span once before any repeats.
+    static START: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        std::process::id().wrapping_mul(7919) ^ nanos
+    });
     for _ in 0..SPAN {
         let offset = start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed).wrapping_mul(211));
         let port = u16::try_from(FIRST + offset % SPAN).expect("below 65536");

@@ -56,7 +56,22 @@ impl Redis {
             .expect("redis-server is installed (.ci/run installs it)");
         self.child = Some(child);
         let start = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+        loop {
+            // A server that exited could not bind the port: a connection that succeeds
+            // would then reach someone else's server, which may go away mid-test.
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "redis-server on port {} exited at start: {status}",
+                    self.port
+                );
+            }
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                break;
+            }
             assert!(
                 start.elapsed() < Duration::from_secs(10),
                 "redis did not start"
