@@ -21,6 +21,12 @@
 //! requests do not all wait a round trip when the block runs out. A block taken ahead that
 //! arrives after the handler closed is not given back: counted until its window ends.
 //!
+//! Batching: takes and give-backs of different counters that wait at the same time (many
+//! cold keys, each needing its own block; the idle leases a sweep gives back) go to Redis
+//! together in one script call, as the link batches allocations: while as many lease calls
+//! as the pool has connections are in flight, what arrives meanwhile waits and goes out in
+//! the next. The script runs them one after the other, each as it would have run alone.
+//!
 //! Deduplication ids (Istio's proxies send one with every Mixer v1 check): the replica that
 //! answered an id remembers the answer for `minDeduplicationDuration`, and a retry of it
 //! there gets the same answer without being charged again. Istio 1.4 kept these records in
@@ -35,50 +41,61 @@ use std::time::{Duration, Instant};
 use mixer_adapter_api::{AdapterError, ErrorKind};
 use mixer_adapter_quota_common::Decision;
 use redis::Script;
+use tokio::sync::oneshot;
 
-use crate::link::Link;
+use crate::link::{Link, MAX_BATCH};
 
 /// How long a lease may sit unused before its units are given back, when
 /// `leaseIdleTimeout` is absent.
 pub const DEFAULT_LEASE_IDLE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// The lease script: one fixed-window counter (`KEYS[1]`, the hash `used`/`end` that the
-/// allocation script keeps), `ARGV`: the operation (`t` take, `g` give back), maxAmount,
-/// validDuration (µs), units, the units the caller needs at least (take) or the window's
-/// end the units came from (give back). A take grants `min(units, left)`, or nothing if
-/// that is below what is needed, and starts the window if none runs (as an allocation
-/// does); a give-back lowers `used` only if the same window still runs. The answer: units
-/// taken or given back, the window's end (Redis µs), units left in Redis, µs until the
-/// window ends.
+/// The lease script: takes and give-backs of any number of fixed-window counters, one after
+/// the other in the order given, each exactly as if it had a call of its own (so batching
+/// them changes the cost, never an answer). `KEYS[i]` is a counter (the hash `used`/`end`
+/// that the allocation script keeps); its five `ARGV` (from `5 * (i - 1) + 1`): the
+/// operation (`t` take, `g` give back), maxAmount, validDuration (µs), units, the units the
+/// caller needs at least (take) or the window's end the units came from (give back). A
+/// take grants `min(units, left)`, or nothing if that is below what is needed, and starts
+/// the window if none runs (as an allocation does); a give-back lowers `used` only if the
+/// same window still runs. The answer, four integers per counter: units taken or given
+/// back, the window's end (Redis µs), units left in Redis, µs until the window ends.
 pub const SCRIPT: &str = r#"
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local kc = KEYS[1]
-local max = tonumber(ARGV[2])
-local valid = tonumber(ARGV[3])
-local units = tonumber(ARGV[4])
-local st = redis.call('HMGET', kc, 'used', 'end')
-local used = tonumber(st[1])
-local wend = tonumber(st[2])
-local running = used and wend and now < wend
-if ARGV[1] == 'g' then
-  if running and wend == tonumber(ARGV[5]) then
-    local back = math.min(units, used)
-    redis.call('HSET', kc, 'used', string.format('%d', used - back))
-    return {back, wend, max - used + back, wend - now}
+local out = {}
+for i, kc in ipairs(KEYS) do
+  local a = (i - 1) * 5
+  local max = tonumber(ARGV[a + 2])
+  local valid = tonumber(ARGV[a + 3])
+  local units = tonumber(ARGV[a + 4])
+  local last = tonumber(ARGV[a + 5])
+  local st = redis.call('HMGET', kc, 'used', 'end')
+  local used = tonumber(st[1])
+  local wend = tonumber(st[2])
+  local running = used and wend and now < wend
+  local r
+  if ARGV[a + 1] == 'g' then
+    r = {0, 0, 0, 0}
+    if running and wend == last then
+      local back = math.min(units, used)
+      redis.call('HSET', kc, 'used', string.format('%d', used - back))
+      r = {back, wend, max - used + back, wend - now}
+    end
+  else
+    if not running then
+      used = 0
+      wend = now + valid
+    end
+    local take = math.min(units, max - used)
+    if take < last or take < 0 then take = 0 end
+    redis.call('HSET', kc, 'used', string.format('%d', used + take), 'end', string.format('%d', wend))
+    redis.call('PEXPIRE', kc, math.ceil((wend - now) / 1000))
+    r = {take, wend, max - used - take, wend - now}
   end
-  return {0, 0, 0, 0}
+  for j = 1, 4 do out[#out + 1] = r[j] end
 end
-if not running then
-  used = 0
-  wend = now + valid
-end
-local take = math.min(units, max - used)
-if take < tonumber(ARGV[5]) or take < 0 then take = 0 end
-redis.call('HSET', kc, 'used', string.format('%d', used + take), 'end', string.format('%d', wend))
-redis.call('PEXPIRE', kc, math.ceil((wend - now) / 1000))
-return {take, wend, max - used - take, wend - now}
+return out
 "#;
 
 /// Integers in every answer of [`SCRIPT`].
@@ -205,6 +222,27 @@ impl Drop for Waiting<'_> {
     }
 }
 
+/// One take or give-back waiting for the next lease script call.
+struct Job {
+    key: String,
+    /// `t` take, `g` give back.
+    op: &'static str,
+    max_amount: i64,
+    valid_us: i64,
+    units: i64,
+    /// What a take needs at least, or the window a give-back names.
+    last: i64,
+    reply: oneshot::Sender<Result<[i64; ANSWER_LEN], AdapterError>>,
+}
+
+/// Lease calls waiting to be sent, and the drainers sending them.
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    /// Drainers running (each has at most one script call in flight).
+    in_flight: usize,
+}
+
 struct Inner {
     size: i64,
     idle: Duration,
@@ -214,6 +252,7 @@ struct Inner {
     remembered: AtomicUsize,
     link: Arc<Link>,
     script: Script,
+    queue: Mutex<Queue>,
     table: Mutex<HashMap<String, Slot>>,
     sweeping: AtomicBool,
     calls: AtomicU64,
@@ -257,6 +296,7 @@ impl Leases {
                 remembered: AtomicUsize::new(0),
                 link,
                 script: Script::new(SCRIPT),
+                queue: Mutex::default(),
                 table: Mutex::default(),
                 sweeping: AtomicBool::new(false),
                 calls: AtomicU64::new(0),
@@ -265,7 +305,7 @@ impl Leases {
         }
     }
 
-    /// Script calls that took or gave back blocks.
+    /// Script calls that took or gave back blocks (one call may carry many).
     pub fn calls(&self) -> u64 {
         self.inner.calls.load(Ordering::Relaxed)
     }
@@ -466,13 +506,16 @@ impl Leases {
 
     /// Gives back what `lease` holds if its window still runs here; nothing is held after.
     async fn give_back(&self, key: &str, lease: &mut Lease) {
-        let units = std::mem::take(&mut lease.units);
-        if units <= 0 || Instant::now() >= lease.until {
-            return;
+        if let Some(back) = GiveBack::of(lease) {
+            self.send_back(key, back).await;
         }
+    }
+
+    /// Gives `back` to Redis, counting what it took back.
+    async fn send_back(&self, key: &str, back: GiveBack) {
         // maxAmount and validDuration are not read by a give-back.
         match self
-            .call("g", key, 0, Duration::ZERO, units, lease.window)
+            .call("g", key, 0, Duration::ZERO, back.units, back.window)
             .await
         {
             Ok(answer) => {
@@ -485,25 +528,64 @@ impl Leases {
         }
     }
 
+    /// One take or give-back, in the next lease script call (see the module
+    /// documentation), within the call budget.
     async fn call(
         &self,
-        op: &str,
+        op: &'static str,
         key: &str,
         max_amount: i64,
         valid: Duration,
         units: i64,
         last: i64,
-    ) -> Result<Vec<i64>, AdapterError> {
-        let mut invocation = self.inner.script.prepare_invoke();
-        invocation
-            .key(key)
-            .arg(op)
-            .arg(max_amount)
-            .arg(micros(valid))
-            .arg(units)
-            .arg(last);
-        self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.link.invoke(&invocation, ANSWER_LEN).await
+    ) -> Result<[i64; ANSWER_LEN], AdapterError> {
+        // The drainer is a task: without a runtime there is none to run it (a handler is
+        // only called inside one; this fails rather than panics if it is not).
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return Err(AdapterError::transient(
+                ErrorKind::Internal,
+                "redis: a lease call outside an async runtime",
+            ));
+        };
+        let (reply, answer) = oneshot::channel();
+        let job = Job {
+            key: key.to_string(),
+            op,
+            max_amount,
+            valid_us: micros(valid),
+            units,
+            last,
+            reply,
+        };
+        let start_drainer = {
+            let mut q = self.inner.queue.lock().unwrap_or_else(|p| p.into_inner());
+            q.jobs.push_back(job);
+            let start = q.in_flight < self.inner.link.pool_size();
+            if start {
+                q.in_flight += 1;
+            }
+            start
+        };
+        if start_drainer {
+            // A task of its own, so that a request that goes away (its client hung up) never
+            // strands the calls batched with it.
+            rt.spawn(drain(self.inner.clone()));
+        }
+        let budget = self.inner.link.call_timeout();
+        match tokio::time::timeout(budget, answer).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err(AdapterError::transient(
+                ErrorKind::Unavailable,
+                "redis: the lease call was dropped (shutting down)",
+            )),
+            Err(_) => Err(self.inner.link.error(
+                ErrorKind::Timeout,
+                format!(
+                    "redis did not answer a lease call within callTimeout {}",
+                    mixer_model::Duration::from_std(budget)
+                ),
+            )),
+        }
     }
 
     /// Starts (once, inside a runtime) the task that gives back idle leases and forgets
@@ -519,6 +601,78 @@ impl Leases {
         let weak = Arc::downgrade(&self.inner);
         rt.spawn(sweep(weak));
     }
+}
+
+/// Units a lease gives back, and the window they came from.
+struct GiveBack {
+    units: i64,
+    window: i64,
+}
+
+impl GiveBack {
+    /// Takes what `lease` holds out of it, to be given back, if its window still runs
+    /// here: the lease holds nothing after, so no request grants these units meanwhile.
+    fn of(lease: &mut Lease) -> Option<GiveBack> {
+        let units = std::mem::take(&mut lease.units);
+        (units > 0 && Instant::now() < lease.until).then_some(GiveBack {
+            units,
+            window: lease.window,
+        })
+    }
+}
+
+/// Sends the queued lease calls, up to [`MAX_BATCH`] a script call, until none waits.
+async fn drain(inner: Arc<Inner>) {
+    while let Some(batch) = next_batch(&inner) {
+        let mut invocation = inner.script.prepare_invoke();
+        for job in &batch {
+            invocation
+                .key(&job.key)
+                .arg(job.op)
+                .arg(job.max_amount)
+                .arg(job.valid_us)
+                .arg(job.units)
+                .arg(job.last);
+        }
+        inner.calls.fetch_add(1, Ordering::Relaxed);
+        match inner
+            .link
+            .invoke(&invocation, ANSWER_LEN * batch.len())
+            .await
+        {
+            Ok(answer) => {
+                for (job, mine) in batch.into_iter().zip(answer.chunks_exact(ANSWER_LEN)) {
+                    let mut one = [0; ANSWER_LEN];
+                    one.copy_from_slice(mine);
+                    let _ = job.reply.send(Ok(one));
+                }
+            }
+            Err(e) => {
+                for job in batch {
+                    let _ = job.reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// The queued lease calls whose callers still wait, up to [`MAX_BATCH`]; `None` (and the
+/// drainer ends) when nothing waits.
+fn next_batch(inner: &Inner) -> Option<Vec<Job>> {
+    let mut q = inner.queue.lock().unwrap_or_else(|p| p.into_inner());
+    let mut batch = Vec::new();
+    while batch.len() < MAX_BATCH
+        && let Some(job) = q.jobs.pop_front()
+    {
+        if !job.reply.is_closed() {
+            batch.push(job);
+        }
+    }
+    if batch.is_empty() {
+        q.in_flight -= 1;
+        return None;
+    }
+    Some(batch)
 }
 
 /// Every quarter of the idle timeout: leases unused for it are given back, and counters
@@ -542,6 +696,7 @@ async fn sweep(weak: Weak<Inner>) {
             .iter()
             .map(|(k, s)| (k.clone(), s.clone()))
             .collect();
+        let mut backs = Vec::new();
         for (key, slot) in slots {
             // A lease in use is not idle.
             let Ok(mut lease) = slot.lease.try_lock() else {
@@ -551,7 +706,9 @@ async fn sweep(weak: Weak<Inner>) {
             if now.saturating_duration_since(lease.last_used) < idle {
                 continue;
             }
-            leases.give_back(&key, &mut lease).await;
+            if let Some(back) = GiveBack::of(&mut lease) {
+                backs.push((key.clone(), back));
+            }
             // Its ids are kept for their retries until they expire.
             let remembers = !lease.answered.is_empty();
             drop(lease);
@@ -564,5 +721,13 @@ async fn sweep(weak: Weak<Inner>) {
                 table.remove(&key);
             }
         }
+        // All at once: they go to Redis together, a script call per batch, not one each.
+        let leases = &leases;
+        futures_util::future::join_all(
+            backs
+                .into_iter()
+                .map(|(key, back)| async move { leases.send_back(&key, back).await }),
+        )
+        .await;
     }
 }

@@ -290,7 +290,8 @@ impl Link {
         Some(batch)
     }
 
-    /// One call of `invocation` outside the batches (a lease's take or give-back), within
+    /// One call of `invocation` outside the allocation batches (a batch of lease takes and
+    /// give-backs), within
     /// the call budget and through the breaker; its answer must be `expected` integers.
     pub async fn invoke(
         &self,
@@ -309,6 +310,12 @@ impl Link {
     /// The budget of one call.
     pub fn call_timeout(&self) -> Duration {
         self.call_timeout
+    }
+
+    /// Connections in the pool: the lease batcher keeps at most this many calls in flight,
+    /// as the allocation batcher does.
+    pub fn pool_size(&self) -> usize {
+        self.pool.len()
     }
 
     /// One script call for `all`, within the call budget and through the breaker.

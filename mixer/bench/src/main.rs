@@ -114,6 +114,15 @@ struct LoadArgs {
     /// For rate-limit: how many configured limits the requests spread over.
     #[arg(long, default_value_t = 1)]
     limits: usize,
+    /// For mixer-v1: each Check asks for one unit of quota `q<i % quotas>` for
+    /// `source.name` `u<i % quota-keys>`, with a deduplication id of its own, as
+    /// `redis-quota` sends them (serve the config `redis-quota-config` prints); 0: Checks
+    /// without quotas, on the attribute bags of `--requests`.
+    #[arg(long, default_value_t = 0)]
+    quotas: usize,
+    /// For mixer-v1 with `--quotas`: the `source.name` values the quotas are counted for.
+    #[arg(long, default_value_t = 1)]
+    quota_keys: usize,
     /// The gRPC client that drives gRPC targets.
     #[arg(long, value_enum, default_value = "lean")]
     client: GrpcClient,
@@ -225,6 +234,23 @@ enum Cmd {
         #[arg(long)]
         redis: Option<String>,
     },
+    /// Print the config `redis-quota` serves (a `ratelimitconfig` with `--limits` keys and
+    /// Mixer v1 quotas `q0`... on memquota, or on redisquota with `--redis`), for `run
+    /// --target mixer-v1 --quotas`.
+    RedisQuotaConfig {
+        /// Number of limits (and Mixer v1 quotas).
+        #[arg(long, default_value_t = 1)]
+        limits: usize,
+        /// Count on redisquota at this address (host:port) instead of memquota.
+        #[arg(long)]
+        redis: Option<SocketAddr>,
+        /// redisquota's extra params, as YAML flow (`leaseSize: 100`).
+        #[arg(long, default_value = "localCacheSize: 100000")]
+        redis_params: String,
+        /// Each limit's units per minute.
+        #[arg(long, default_value_t = 1_000_000_000)]
+        per_minute: u64,
+    },
     /// Start the baseline and the mixer one after the other, drive both, print the ratio
     /// and the latency at half of the mixer's saturation throughput.
     Compare {
@@ -302,6 +328,18 @@ fn main() -> anyhow::Result<()> {
         }
         Cmd::RatelimitConfig { limits, redis } => {
             print!("{}", targets::ratelimit_config(limits, redis.as_deref()));
+            Ok(())
+        }
+        Cmd::RedisQuotaConfig {
+            limits,
+            redis,
+            redis_params,
+            per_minute,
+        } => {
+            print!(
+                "{}",
+                redis_quota::config_text(limits, per_minute, redis.as_ref(), &redis_params)
+            );
             Ok(())
         }
         Cmd::Report {
@@ -395,7 +433,7 @@ async fn drive(
             load::run(spec, |_| ForwardAuth::new(addr, prepared.clone())).await
         }
         Target::MixerV1 => {
-            let prepared = targets::mixer_v1_requests(&requests);
+            let prepared = mixer_v1_prepared(load, &requests);
             let chans = channels(addr, load.channels).await?;
             load::run(spec, |w| {
                 let wire = chans[w % chans.len()].clone();
@@ -415,6 +453,18 @@ async fn drive(
     })
 }
 
+/// Mixer v1 Checks: with quotas (`--quotas`) as `redis-quota` sends them, else on `requests`.
+fn mixer_v1_prepared(
+    load: &LoadArgs,
+    requests: &[bags::Request],
+) -> std::sync::Arc<Vec<bytes::Bytes>> {
+    if load.quotas > 0 {
+        redis_quota::mixer_v1_requests(load.quotas, load.quota_keys, 0)
+    } else {
+        targets::mixer_v1_requests(requests)
+    }
+}
+
 /// The lean driver's calls for a gRPC `target`; `None` for forward-auth (HTTP/1.1).
 fn lean_calls(
     target: Target,
@@ -428,9 +478,14 @@ fn lean_calls(
             targets::ext_authz_requests(requests),
             targets::ext_authz_outcome,
         ),
+        Target::MixerV1 if load.quotas > 0 => (
+            grpc::MIXER_CHECK,
+            mixer_v1_prepared(load, requests),
+            redis_quota::mixer_v1_quota_outcome,
+        ),
         Target::MixerV1 => (
             grpc::MIXER_CHECK,
-            targets::mixer_v1_requests(requests),
+            mixer_v1_prepared(load, requests),
             targets::mixer_v1_outcome,
         ),
         Target::RateLimit => (

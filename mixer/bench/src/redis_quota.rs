@@ -85,6 +85,21 @@ impl Backend<'_> {
     }
 }
 
+/// [`config`] for `mixer-bench redis-quota-config`: on memquota, or on redisquota at
+/// `redis` with `extra` params.
+pub fn config_text(
+    limits: usize,
+    per_minute: u64,
+    redis: Option<&SocketAddr>,
+    extra: &str,
+) -> String {
+    let backend = match redis {
+        Some(addr) => Backend::Redis(addr, extra),
+        None => Backend::Mem,
+    };
+    config(limits, per_minute, backend)
+}
+
 /// Joins redisquota's extra params (YAML flow, without braces), leaving empty ones out.
 fn join_params(params: &[&str]) -> String {
     params
@@ -223,7 +238,11 @@ const MIXER_V1_IDS: usize = 1 << 17;
 /// then do the work of the real Istio case (remember every id for its retries). Runs, and
 /// the replicas of the over-admission run, get different bases, so that no Check is taken
 /// for the retry of another.
-fn mixer_v1_requests(limits: usize, keys: usize, run: u64) -> std::sync::Arc<Vec<bytes::Bytes>> {
+pub fn mixer_v1_requests(
+    limits: usize,
+    keys: usize,
+    run: u64,
+) -> std::sync::Arc<Vec<bytes::Bytes>> {
     use mixer_model::Value;
     use mixer_proto::istio::mixer::v1 as pb;
     let words = mixer_frontends::mixer_v1::GLOBAL_WORD_COUNT;
@@ -255,7 +274,7 @@ fn mixer_v1_requests(limits: usize, keys: usize, run: u64) -> std::sync::Arc<Vec
 
 /// A Mixer v1 `CheckResponse` with quotas: allowed if the precondition holds and every quota
 /// granted something.
-fn mixer_v1_quota_outcome(message: &[u8]) -> crate::targets::Outcome {
+pub fn mixer_v1_quota_outcome(message: &[u8]) -> crate::targets::Outcome {
     use crate::targets::Outcome;
     use mixer_proto::istio::mixer::v1 as pb;
     use prost::Message;

@@ -18,7 +18,7 @@ use mixer_model::{
 
 use crate::deadline;
 use crate::decision::{DEFAULT_VALID_DURATION, Undecided};
-use crate::evaluate::{Dispatch, DryRunEval, evaluate_for};
+use crate::evaluate::{Dispatch, DryRunEval, evaluate_quota};
 use crate::preprocess::preprocess;
 use crate::snapshot::{BuiltHandler, Snapshot};
 
@@ -270,25 +270,14 @@ fn plan_with(snapshot: &Snapshot, bag: &dyn Bag, quota: Option<&str>, reads: Rea
         .check_activity
         .mark(std::time::Instant::now());
     // A quota plan keeps no rule names: they are a shared reference count to bump each.
-    let mut eval = evaluate_for(snapshot, bag, Variety::Quota, false, reads == Reads::Record);
-    if let Some(q) = quota {
-        let answers = |d: &Dispatch| quota_name_matches(q, &d.instance.name, d.instance.template);
-        eval.dispatches.retain(answers);
-        for run in &mut eval.dry_runs {
-            run.dispatches.retain(answers);
-        }
-        // A dry-run rule none of whose instances answers this quota is not about it.
+    // Only the instances answering the quota asked for are built.
+    let mut eval = evaluate_quota(snapshot, bag, quota, reads == Reads::Record);
+    // A dry-run rule none of whose instances answers this quota is not about it.
+    if quota.is_some() {
         eval.dry_runs
             .retain(|r| !r.dispatches.is_empty() || r.decided.is_some());
     }
-    let not_built = eval.instance_errors.into_iter().find(|e| {
-        quota.is_none_or(|q| {
-            snapshot
-                .config
-                .instance(&e.instance)
-                .is_some_and(|ic| quota_name_matches(q, &ic.name, ic.template))
-        })
-    });
+    let not_built = eval.instance_errors.into_iter().next();
     QuotaPlan {
         dispatches: eval.dispatches,
         referenced: eval.referenced,

@@ -259,3 +259,54 @@ async fn an_allowed_check_is_charged_once_per_request_and_refused_past_the_limit
         refusal.retry_after_secs
     );
 }
+
+/// One rule with many quota instances (a Mixer v1 config with a quota per limit): a request
+/// naming one quota builds only the instances answering it, as Istio's dispatcher did. An
+/// instance of another quota that this request cannot build neither fails it nor is read.
+#[tokio::test]
+async fn only_the_instances_of_the_quota_asked_for_are_built() {
+    const MANY: &str = r#"
+kind: handler
+metadata: {name: grant, namespace: istio-system}
+spec: {compiledAdapter: noop}
+---
+kind: instance
+metadata: {name: bypath, namespace: istio-system}
+spec:
+  compiledTemplate: quota
+  params:
+    dimensions: {path: 'request.path | "/"'}
+---
+kind: instance
+metadata: {name: byuser, namespace: istio-system}
+spec:
+  compiledTemplate: quota
+  params:
+    dimensions: {user: source.user}
+---
+kind: rule
+metadata: {name: count, namespace: istio-system}
+spec:
+  actions: [{handler: grant, instances: [bypath, byuser]}]
+"#;
+    let snap = snapshot(MANY, &RuntimeOptions::default());
+    let user = snap.vocabulary().lookup("source.user").expect("declared");
+    let path = snap.vocabulary().lookup("request.path").expect("declared");
+    // No source.user: byuser cannot be built from this request.
+    let b = bag(&snap, &[("request.path", Value::from("/shop"))]);
+    let out = allocate(&snap, &b, Some("bypath"), &args(2, false))
+        .await
+        .expect("decided: byuser is not asked for");
+    assert_eq!(out.instances, ["bypath.instance.istio-system"]);
+    assert_eq!(out.result.granted_amount, 2);
+    assert!(out.referenced.find(path, None).is_some());
+    assert_eq!(out.referenced.find(user, None), None, "byuser was built");
+    // Asked for, it fails the request as in Istio.
+    assert!(
+        allocate(&snap, &b, Some("byuser"), &args(2, false))
+            .await
+            .is_err()
+    );
+    // Without a name (Envoy's rate limit service), every instance of the rule is built.
+    assert!(allocate(&snap, &b, None, &args(2, false)).await.is_err());
+}

@@ -391,3 +391,53 @@ async fn deduplication_ids_are_served_from_the_lease() {
     );
     assert_eq!(metric(&h3, "mixer_redisquota_lease_remembered_ids"), 1);
 }
+
+/// Many cold keys at once, each needing a block of its own (10,000 users whose requests come
+/// back slower than `leaseIdleTimeout`): their takes reach Redis together, a few script
+/// calls for all of them, and each key still takes exactly its block; the idle leases are
+/// then given back together, every unused unit back in Redis.
+#[tokio::test]
+async fn takes_and_give_backs_of_many_keys_are_batched() {
+    if !mixer_tests::redis::redis_installed() {
+        return;
+    }
+    let redis = Redis::start();
+    let lease = json!({"leaseSize": 10, "leaseIdleTimeout": "200ms"});
+    let h = build(&redis, 100, lease);
+    let users: Vec<_> = (0..200).map(|i| user(&format!("k{i}"))).collect();
+    let scripts = || redis.calls("evalsha") + redis.calls("eval");
+    let before = scripts();
+    let answers = futures_util::future::join_all(users.iter().map(|u| alloc(&h, u, 1))).await;
+    for a in &answers {
+        granted(a, 1);
+    }
+    let takes = metric(&h, "mixer_redisquota_lease_calls_total");
+    assert!(
+        (1..=4).contains(&takes),
+        "200 cold keys took {takes} script calls"
+    );
+    // Redis ran just those (on a fresh Redis a call's first EVALSHA is refused, NOSCRIPT,
+    // and sent again as EVAL).
+    let ran = scripts() - before;
+    assert!(ran <= 2 * takes, "{takes} calls, {ran} scripts");
+    for i in 0..200 {
+        assert_eq!(left_in_redis(&h, &format!("k{i}")).await, 90, "k{i}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while metric(&h, "mixer_redisquota_lease_units_returned_total") < 200 * 9 {
+        assert!(Instant::now() < deadline, "idle leases not given back");
+        sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        metric(&h, "mixer_redisquota_lease_units_returned_total"),
+        200 * 9
+    );
+    let backs = metric(&h, "mixer_redisquota_lease_calls_total") - takes;
+    assert!(
+        (1..=4).contains(&backs),
+        "200 give-backs took {backs} script calls"
+    );
+    for i in 0..200 {
+        assert_eq!(left_in_redis(&h, &format!("k{i}")).await, 99, "k{i}");
+    }
+}
