@@ -164,8 +164,9 @@ const MAY_ESCAPE: [bool; 256] = {
 /// decision log's line).
 fn needs_no_escape(bytes: &[u8]) -> bool {
     // Eight bytes a step in a `u64` (SWAR: the any-byte tests of "Bit Twiddling Hacks",
-    // exact for the question "is there such a byte"), the few left over one by one. The
-    // byte-wise loop cost about 4.5 instructions a byte, 1.6k a decision-log line (#36).
+    // exact for the question "is there such a byte"), the bytes past the last step in one
+    // more. The byte-wise loop cost about 4.5 instructions a byte, 1.6k a decision-log line
+    // (#36).
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
     let has_zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS;
@@ -175,20 +176,45 @@ fn needs_no_escape(bytes: &[u8]) -> bool {
             | has_zero(x ^ (ONES * u64::from(b'\\')))
             | has_zero(x ^ (ONES * 0xE2))
     };
-    let mut suspect = 0u64;
-    let mut chunks = bytes.chunks_exact(8);
-    for chunk in &mut chunks {
+    // Words read from the bytes in fixed sizes: the compiler loads them whole, where the copy
+    // of a variable-length tail into a padded word was a `memcpy` call a string (#36: about
+    // 30 strings a decision-log line, most shorter than eight bytes). A byte read twice
+    // (the overlapping last word, the halves of a short string) changes no answer.
+    let n = bytes.len();
+    let word = |at: usize| {
         let mut word = [0u8; 8];
-        word.copy_from_slice(chunk);
-        suspect |= suspects(u64::from_le_bytes(word));
-    }
-    // The last few bytes in one more step, padded with a byte that needs no escape: most
-    // strings written are shorter than eight bytes or end in a partial step, and a loop over
-    // them byte by byte cost more than the steps (about 8 instructions a byte).
-    let mut word = [b'a'; 8];
-    let rest = chunks.remainder();
-    word[..rest.len()].copy_from_slice(rest);
-    suspect |= suspects(u64::from_le_bytes(word));
+        word.copy_from_slice(&bytes[at..at + 8]);
+        u64::from_le_bytes(word)
+    };
+    let half = |at: usize| {
+        let mut half = [0u8; 4];
+        half.copy_from_slice(&bytes[at..at + 4]);
+        u64::from(u32::from_le_bytes(half))
+    };
+    let suspect = if n >= 8 {
+        let mut suspect = 0u64;
+        let mut at = 0;
+        while at + 8 <= n {
+            suspect |= suspects(word(at));
+            at += 8;
+        }
+        if at < n {
+            suspect |= suspects(word(n - 8));
+        }
+        suspect
+    } else if n >= 4 {
+        suspects(half(0) | (half(n - 4) << 32))
+    } else {
+        // Up to three bytes: the first, the middle and the last cover them, the rest of the
+        // word a byte that needs no escape.
+        let mut padded = [b'a'; 8];
+        if let (Some(&first), Some(&last)) = (bytes.first(), bytes.last()) {
+            padded[0] = first;
+            padded[1] = bytes[n / 2];
+            padded[2] = last;
+        }
+        suspects(u64::from_le_bytes(padded))
+    };
     suspect == 0
 }
 
@@ -526,15 +552,19 @@ mod tests {
         }
         // The test that lets plain text through whole says yes exactly where no byte may
         // start an escape, wherever the byte is (in an eight-byte step or after the last).
-        for b in 0..=255u8 {
-            for at in 0..19 {
-                let mut text = *b"abcdefghijklmnopqrs";
-                text[at] = b;
-                assert_eq!(
-                    needs_no_escape(&text),
-                    !MAY_ESCAPE[usize::from(b)],
-                    "{b:#x} at {at}"
-                );
+        // Every length up to 19 too: short strings and tails are read in overlapping words.
+        for len in 0..=19 {
+            assert!(needs_no_escape(&b"abcdefghijklmnopqrs"[..len]), "{len}");
+            for b in 0..=255u8 {
+                for at in 0..len {
+                    let mut text = *b"abcdefghijklmnopqrs";
+                    text[at] = b;
+                    assert_eq!(
+                        needs_no_escape(&text[..len]),
+                        !MAY_ESCAPE[usize::from(b)],
+                        "{b:#x} at {at} of {len}"
+                    );
+                }
             }
         }
         let mut out = String::new();

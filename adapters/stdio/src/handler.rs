@@ -78,13 +78,11 @@ impl StdioHandler {
         // The last severity's level: a batch's records mostly share one severity, and the
         // map's hash of it per record cost more than the comparison.
         let mut last_severity: Option<(&str, Level)> = None;
+        // One list of a line's fields for the whole batch, rather than one per line.
+        let mut fields: Vec<(&str, &Value)> = Vec::new();
         for instance in instances {
-            let (level, time, mut fields, value): (
-                Level,
-                Option<Timestamp>,
-                Vec<(&str, &Value)>,
-                _,
-            ) = match instance.view() {
+            fields.clear();
+            let (level, time, value) = match instance.view() {
                 InstanceView::LogEntry(log) => {
                     let level = log.severity.map_or(Level::Info, |s| match last_severity {
                         Some((last, level)) if last == s => level,
@@ -94,21 +92,20 @@ impl StdioHandler {
                             level
                         }
                     });
-                    (level, log.timestamp, log.variables.iter().collect(), None)
+                    fields.extend(log.variables.iter());
+                    (level, log.timestamp, None)
                 }
-                InstanceView::Metric(metric) => (
-                    self.metric_level,
-                    None,
-                    metric.dimensions.iter().collect(),
-                    metric.value,
-                ),
+                InstanceView::Metric(metric) => {
+                    fields.extend(metric.dimensions.iter());
+                    (self.metric_level, None, metric.value)
+                }
                 _ => continue,
             };
             if level < self.output_level {
                 continue;
             }
             // Sorted by name, as Istio did, for a stable layout.
-            fields.sort_by(|a, b| a.0.cmp(b.0));
+            fields.sort_by(|a, b| name_order(a.0, b.0));
             if let Some(v) = value {
                 fields.insert(0, ("value", v));
             }
@@ -117,15 +114,26 @@ impl StdioHandler {
                 level,
                 time,
                 instance: &instance.name,
-                fields,
+                fields: std::mem::take(&mut fields),
             };
             if self.json {
                 record.write_json_timed(&mut out, &mut times);
             } else {
                 record.write_console(&mut out);
             }
+            fields = record.fields;
         }
         out
+    }
+}
+
+/// Names in byte order, as `str`'s `cmp`, their first bytes compared first: a decision-log
+/// record's names mostly differ there, and the sort of its (already sorted) fields then
+/// calls no `memcmp` (#36).
+fn name_order(a: &str, b: &str) -> std::cmp::Ordering {
+    match (a.as_bytes().first(), b.as_bytes().first()) {
+        (Some(x), Some(y)) if x != y => x.cmp(y),
+        _ => a.cmp(b),
     }
 }
 

@@ -134,16 +134,20 @@ impl DecisionLog {
         secret
     }
 
-    /// The records `decision` gives, each with the index of the handler it goes to: one per
-    /// decision-log rule whose match is true on `bag` and whose sampling keeps the decision.
-    /// `config_hash`: the hash `/readyz` reports for the snapshot.
+    /// The records `decision` gives, each handed to `out` with the index of the handler it
+    /// goes to: one per decision-log rule whose match is true on `bag` and whose sampling
+    /// keeps the decision. `config_hash`: the hash `/readyz` reports for the snapshot.
+    ///
+    /// Handed over one by one rather than returned as a list: the list was an allocation per
+    /// decision for what is mostly one record (#36).
     pub(crate) fn records(
         &self,
         config: &Config,
         config_hash: Option<&Arc<str>>,
         bag: &dyn Bag,
         decision: &Decision<'_>,
-    ) -> Vec<(usize, Instance)> {
+        mut out: impl FnMut(usize, Instance),
+    ) {
         let denial = decision.is_denial();
         let sample = decision.id.sample() * 100.0;
         let mut logging = self.routes.iter().filter(|route| {
@@ -158,23 +162,21 @@ impl DecisionLog {
             sampled
         });
         let Some(mut route) = logging.next() else {
-            return Vec::new();
+            return;
         };
         let record = Record::of(self, config, config_hash, bag, decision);
-        let mut out = Vec::with_capacity(1);
         // Every route but the last gets a copy; the last (mostly the only) takes the record.
         for next in logging {
-            out.push((
+            out(
                 route.handler,
                 record.instance(self, config, &route.instance, &route.params),
-            ));
+            );
             route = next;
         }
-        out.push((
+        out(
             route.handler,
             record.into_instance(self, config, &route.instance, &route.params),
-        ));
-        out
+        );
     }
 
     /// `text` without credentials: a bearer token or a JWT anywhere in it, the value of a
@@ -312,11 +314,31 @@ fn matches(expr: &Expression, bag: &dyn Bag) -> bool {
 }
 
 /// One decision's record before masking: what every decision-log instance is made from.
-struct Record {
+/// It lives within [`DecisionLog::records`], while the request's bag does.
+struct Record<'b> {
     time: Timestamp,
+    /// In name order ([`Field`]), with room for `attributes` (added first per instance).
     fields: Vec<(Arc<str>, Value)>,
-    /// The attributes the decision read, as (attribute, map key, value).
-    reads: Vec<(mixer_model::AttrId, Option<Arc<str>>, Value)>,
+    /// The attributes the decision read, borrowed from the bag: the instances copy what
+    /// they show anyway, and a copy here was two allocations a header (#36).
+    reads: Vec<Read<'b>>,
+}
+
+/// One attribute value a decision read: (attribute, map key, value).
+type Read<'b> = (mixer_model::AttrId, Option<&'b str>, ReadValue<'b>);
+
+/// An attribute's name as a record shows it: the attribute's, or a map entry's (where it
+/// lies in [`Record::attributes`]'s buffer of them).
+enum Shown<'n> {
+    Name(&'n str),
+    Keyed(std::ops::Range<usize>),
+}
+
+/// The value of a [`Read`]: a map's entry, or a whole attribute.
+#[derive(Clone, Copy)]
+enum ReadValue<'b> {
+    Entry(&'b str),
+    Value(&'b Value),
 }
 
 /// The names of a record's fields, made once for every record to share (#36: the record's
@@ -348,8 +370,11 @@ enum Field {
     Verdict,
 }
 
+/// How many fields a record can have ([`Field`]).
+const FIELD_COUNT: usize = 21;
+
 /// [`Field`]'s names, in its order.
-const FIELD_NAMES: [&str; 21] = [
+const FIELD_NAMES: [&str; FIELD_COUNT] = [
     "attributes",
     "cache",
     "code",
@@ -375,8 +400,14 @@ const FIELD_NAMES: [&str; 21] = [
 
 impl Field {
     fn name(self) -> Arc<str> {
-        static NAMES: LazyLock<[Arc<str>; 21]> = LazyLock::new(|| FIELD_NAMES.map(Arc::from));
-        NAMES[self as usize].clone()
+        Field::name_at(self as usize)
+    }
+
+    /// The name of the field at `at` in [`Field`]'s order.
+    fn name_at(at: usize) -> Arc<str> {
+        static NAMES: LazyLock<[Arc<str>; FIELD_COUNT]> =
+            LazyLock::new(|| FIELD_NAMES.map(Arc::from));
+        NAMES[at].clone()
     }
 }
 
@@ -457,22 +488,31 @@ fn code_name(code: Code) -> Value {
 /// A record's fields as they are put: text that may quote a request or a handler is scrubbed
 /// here, once per record, whatever number of rules log it.
 struct Fields<'l> {
-    list: Vec<(Field, Value)>,
+    /// Each field's value at its place in name order: the record comes out sorted without a
+    /// sort, and in one list rather than a list and its named copy (#36).
+    slots: [Option<Value>; FIELD_COUNT],
+    /// How many slots hold a value.
+    count: usize,
     log: &'l DecisionLog,
 }
 
 impl Fields<'_> {
+    /// Sets `field` (a record sets each field at most once).
     fn put(&mut self, field: Field, value: Value) {
-        self.list.push((field, value));
+        if self.slots[field as usize].replace(value).is_none() {
+            self.count += 1;
+        }
     }
 
-    /// The fields in name order, named.
-    fn named(mut self) -> Vec<(Arc<str>, Value)> {
-        self.list.sort_by_key(|(field, _)| *field as u8);
-        self.list
-            .into_iter()
-            .map(|(field, value)| (field.name(), value))
-            .collect()
+    /// The fields in name order, named, with room for `attributes` in front.
+    fn named(self) -> Vec<(Arc<str>, Value)> {
+        let mut out = Vec::with_capacity(self.count + 1);
+        for (at, slot) in self.slots.into_iter().enumerate() {
+            if let Some(value) = slot {
+                out.push((Field::name_at(at), value));
+            }
+        }
+        out
     }
 
     /// `text`, without the credentials it may quote ([`DecisionLog::scrub`]).
@@ -489,16 +529,17 @@ impl Fields<'_> {
     }
 }
 
-impl Record {
+impl<'b> Record<'b> {
     fn of(
         log: &DecisionLog,
         config: &Config,
         config_hash: Option<&Arc<str>>,
-        bag: &dyn Bag,
-        decision: &Decision<'_>,
-    ) -> Record {
+        bag: &'b dyn Bag,
+        decision: &Decision<'b>,
+    ) -> Record<'b> {
         let mut fields = Fields {
-            list: Vec::with_capacity(16),
+            slots: Default::default(),
+            count: 0,
             log,
         };
         let id = decision.id.to_hex();
@@ -609,7 +650,7 @@ impl Record {
         params: &DecisionLogParams,
     ) -> Instance {
         let attributes = self.attributes(log, config, params);
-        Record::logentry(instance, attributes, self.fields.iter().cloned(), self.time)
+        Record::logentry(instance, attributes, self.fields.clone(), self.time)
     }
 
     /// [`Record::instance`], the record's fields moved rather than copied.
@@ -621,7 +662,7 @@ impl Record {
         params: &DecisionLogParams,
     ) -> Instance {
         let attributes = self.attributes(log, config, params);
-        Record::logentry(instance, attributes, self.fields.into_iter(), self.time)
+        Record::logentry(instance, attributes, self.fields, self.time)
     }
 
     /// The attribute values read, masked as `params` say.
@@ -636,35 +677,42 @@ impl Record {
         }
         let vocabulary = &config.vocabulary;
         // Names and values borrowed where they are shown as they are: the map copies them
-        // into its one buffer anyway.
-        let mut attributes: Vec<(Cow<'_, str>, Cow<'_, str>)> =
-            Vec::with_capacity(self.reads.len());
-        for (attr, key, value) in &self.reads {
-            let key = key.as_deref();
-            if params.drop.iter().any(|s| s.selects(*attr, key)) {
+        // into its one buffer anyway. A map entry's name (`request.headers[x-user]`) is
+        // written into `keyed`, one buffer for the record, not a string each.
+        let mut keyed = String::new();
+        let mut attributes: Vec<(Shown<'_>, Cow<'_, str>)> = Vec::with_capacity(self.reads.len());
+        for &(attr, key, value) in &self.reads {
+            if params.drop.iter().any(|s| s.selects(attr, key)) {
                 continue;
             }
-            let name = vocabulary.name(*attr);
+            let name = vocabulary.name(attr);
             let shown = match key {
                 Some(key) => {
-                    let mut shown = String::with_capacity(name.len() + key.len() + 2);
-                    shown.push_str(name);
-                    shown.push('[');
-                    shown.push_str(key);
-                    shown.push(']');
-                    Cow::Owned(shown)
+                    if keyed.capacity() == 0 {
+                        // About a header name and its attribute's each: one allocation.
+                        keyed.reserve(self.reads.len() * 32);
+                    }
+                    let start = keyed.len();
+                    keyed.push_str(name);
+                    keyed.push('[');
+                    keyed.push_str(key);
+                    keyed.push(']');
+                    Shown::Keyed(start..keyed.len())
                 }
-                None => Cow::Borrowed(name),
+                None => Shown::Name(name),
             };
             let secret = log.is_secret_key(key.unwrap_or(name));
             // Most values read are text: taken as they are, not through `Display`.
-            let text = || match value.as_str() {
-                Some(text) => Cow::Borrowed(text),
-                None => Cow::Owned(value.to_string()),
+            let text = || match value {
+                ReadValue::Entry(text) => Cow::Borrowed(text),
+                ReadValue::Value(value) => match value.as_str() {
+                    Some(text) => Cow::Borrowed(text),
+                    None => Cow::Owned(value.to_string()),
+                },
             };
             let text = if secret {
                 Cow::Borrowed(REDACTED)
-            } else if params.hash.iter().any(|s| s.selects(*attr, key)) {
+            } else if params.hash.iter().any(|s| s.selects(attr, key)) {
                 Cow::Owned(hashed(&text()))
             } else {
                 let text = text();
@@ -675,23 +723,33 @@ impl Record {
             };
             attributes.push((shown, text));
         }
-        (!attributes.is_empty()).then(|| Value::from(StringMap::from_pairs(attributes)))
+        if attributes.is_empty() {
+            return None;
+        }
+        let pairs = attributes.iter().map(|(shown, text)| {
+            let shown = match shown {
+                Shown::Name(name) => *name,
+                Shown::Keyed(at) => keyed.get(at.clone()).unwrap_or_default(),
+            };
+            (shown, &**text)
+        });
+        Some(Value::from(StringMap::from_pairs(pairs)))
     }
 
-    /// A logentry instance of a record's masked attribute values and its fields.
+    /// A logentry instance of a record's masked attribute values and its fields (in name
+    /// order).
     fn logentry(
         instance: &Arc<str>,
         attributes: Option<Value>,
-        fields: impl ExactSizeIterator<Item = (Arc<str>, Value)>,
+        mut variables: Vec<(Arc<str>, Value)>,
         time: Timestamp,
     ) -> Instance {
         // The fields were scrubbed as the record was made (`Fields::put_text`).
-        // `attributes` first: the record stays in name order ([`Field`]).
-        let mut variables = Vec::with_capacity(fields.len() + 1);
+        // `attributes` first: the record stays in name order ([`Field`]). The record's list
+        // has room for it ([`Fields::named`]).
         if let Some(attributes) = attributes {
-            variables.push((Field::Attributes.name(), attributes));
+            variables.insert(0, (Field::Attributes.name(), attributes));
         }
-        variables.extend(fields);
         Instance {
             name: instance.clone(),
             template: Template::LogEntry,
@@ -798,11 +856,9 @@ fn rule_routing_to(config: &Config, handler: &str) -> Option<Arc<str>> {
         .map(|r| r.name.clone())
 }
 
-/// The values of what a decision read and found present (a whole map read is every key).
-fn read_values(
-    bag: &dyn Bag,
-    referenced: &ReferencedAttributes,
-) -> Vec<(mixer_model::AttrId, Option<Arc<str>>, Value)> {
+/// The values of what a decision read and found present (a whole map read is every key),
+/// borrowed from `bag`.
+fn read_values<'b>(bag: &'b dyn Bag, referenced: &'b ReferencedAttributes) -> Vec<Read<'b>> {
     let mut out = Vec::new();
     for r in referenced.iter() {
         if r.presence != Presence::Exact {
@@ -814,15 +870,15 @@ fn read_values(
         match (&r.map_key, value) {
             (Some(key), Value::StringMap(map)) => {
                 if let Some(v) = map.get(key) {
-                    out.push((r.attr, Some(key.clone()), Value::string(v)));
+                    out.push((r.attr, Some(&**key), ReadValue::Entry(v)));
                 }
             }
             (None, Value::StringMap(map)) => {
                 for (k, v) in map.iter() {
-                    out.push((r.attr, Some(Arc::from(k)), Value::string(v)));
+                    out.push((r.attr, Some(k), ReadValue::Entry(v)));
                 }
             }
-            (_, v) => out.push((r.attr, None, v.clone())),
+            (_, v) => out.push((r.attr, None, ReadValue::Value(v))),
         }
     }
     out.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);

@@ -478,14 +478,18 @@ impl Snapshot {
         };
         // Each record moves to its queue: no copy of it is made.
         let mut queued = 0;
-        for (handler, instance) in
-            log.records(&self.config, self.config_hash.as_ref(), bag, decision)
-        {
-            let queue = self.handlers.get(handler).and_then(|h| h.queue.as_ref());
-            if queue.is_some_and(|q| q.push(instance)) {
-                queued += 1;
-            }
-        }
+        log.records(
+            &self.config,
+            self.config_hash.as_ref(),
+            bag,
+            decision,
+            |handler, instance| {
+                let queue = self.handlers.get(handler).and_then(|h| h.queue.as_ref());
+                if queue.is_some_and(|q| q.push(instance)) {
+                    queued += 1;
+                }
+            },
+        );
         queued
     }
 
@@ -495,14 +499,17 @@ impl Snapshot {
         bag: &dyn mixer_model::Bag,
         decision: &crate::Decision<'_>,
     ) -> Vec<mixer_model::Instance> {
-        match &self.decision_log {
-            Some(log) => log
-                .records(&self.config, self.config_hash.as_ref(), bag, decision)
-                .into_iter()
-                .map(|(_, i)| i)
-                .collect(),
-            None => Vec::new(),
+        let mut records = Vec::new();
+        if let Some(log) = &self.decision_log {
+            log.records(
+                &self.config,
+                self.config_hash.as_ref(),
+                bag,
+                decision,
+                |_, instance| records.push(instance),
+            );
         }
+        records
     }
 
     /// Whether evaluating this snapshot's rules can read attribute `id` (of
