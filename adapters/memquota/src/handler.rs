@@ -116,6 +116,14 @@ impl MemQuotaHandler {
         tracing::trace!(handler = %self.name, key = %sel.key, granted = result.granted_amount, "memquota allocation");
         Ok(result)
     }
+
+    /// Every call of a request, in order.
+    fn check_all(&self, calls: &[QuotaCall<'_>]) -> Vec<Result<QuotaResult, AdapterError>> {
+        calls
+            .iter()
+            .map(|(instance, args)| self.check(instance, args))
+            .collect()
+    }
 }
 
 #[async_trait]
@@ -132,10 +140,15 @@ impl QuotaHandler for MemQuotaHandler {
         &self,
         calls: &[QuotaCall<'_>],
     ) -> Vec<Result<QuotaResult, AdapterError>> {
-        calls
-            .iter()
-            .map(|(instance, args)| self.check(instance, args))
-            .collect()
+        self.check_all(calls)
+    }
+
+    /// Memory never waits: every call is answered here, without a future.
+    fn allocate_now(
+        &self,
+        calls: &[QuotaCall<'_>],
+    ) -> Option<Vec<Result<QuotaResult, AdapterError>>> {
+        Some(self.check_all(calls))
     }
 
     /// Counts each charge whole on its counter; memory never fails, so only an instance

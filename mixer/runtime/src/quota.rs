@@ -520,6 +520,15 @@ async fn ask_handler(
     calls: &[QuotaCall<'_>],
 ) -> Vec<Result<QuotaResult, AdapterError>> {
     let built = &snapshot.handlers[handler];
+    // A handler that answers without waiting (memquota) is asked on this stack: no boxed
+    // future, no deadline to keep (it cannot run late). A traced request takes the awaited
+    // path below, so that its span is around the call as for every other handler.
+    if let Some(quota) = built.handler.as_quota()
+        && !crate::traces::child_wanted()
+        && let Some(answers) = quota.allocate_now(calls)
+    {
+        return answers;
+    }
     let call = async move {
         match built.handler.as_quota() {
             // Past the deadline every allocation of the call has failed.
