@@ -13,6 +13,13 @@ use mixer_model::{Instance, QuotaLimit, QuotaResult};
 use crate::config::MemQuotaConfig;
 use crate::store::{Store, Take};
 
+thread_local! {
+    /// The counter key of this thread's allocation, kept between allocations: the store
+    /// copies a key only for a counter it starts tracking, so a buffer per allocation was an
+    /// allocation for nothing on every counted request.
+    static KEY_BUFFER: std::cell::Cell<String> = const { std::cell::Cell::new(String::new()) };
+}
+
 /// Metric names start with this.
 pub const METRIC_PREFIX: &str = "mixer_memquota";
 
@@ -82,10 +89,10 @@ impl MemQuotaHandler {
     /// One check's allocation. Memory never waits, so a request's allocations are made one
     /// after the other on the caller's task, without a future per allocation.
     fn check(&self, instance: &Instance, args: &QuotaArgs) -> Result<QuotaResult, AdapterError> {
-        let sel = self
-            .config
-            .quotas
-            .select_with(instance, args.limit_override)?;
+        let sel =
+            self.config
+                .quotas
+                .select_with_in(instance, args.limit_override, KEY_BUFFER.take())?;
         let min = min_remaining(instance);
         let decision = if args.amount <= 0 && min == 0 {
             // Istio released quota for negative amounts; rate limits have nothing to release.
@@ -114,7 +121,16 @@ impl MemQuotaHandler {
             tracing::debug!(handler = %self.name, key = %sel.key, "{}", result.status.message);
         }
         tracing::trace!(handler = %self.name, key = %sel.key, granted = result.granted_amount, "memquota allocation");
+        KEY_BUFFER.set(sel.key);
         Ok(result)
+    }
+
+    /// Every call of a request, in order.
+    fn check_all(&self, calls: &[QuotaCall<'_>]) -> Vec<Result<QuotaResult, AdapterError>> {
+        calls
+            .iter()
+            .map(|(instance, args)| self.check(instance, args))
+            .collect()
     }
 }
 
@@ -132,10 +148,15 @@ impl QuotaHandler for MemQuotaHandler {
         &self,
         calls: &[QuotaCall<'_>],
     ) -> Vec<Result<QuotaResult, AdapterError>> {
-        calls
-            .iter()
-            .map(|(instance, args)| self.check(instance, args))
-            .collect()
+        self.check_all(calls)
+    }
+
+    /// Memory never waits: every call is answered here, without a future.
+    fn allocate_now(
+        &self,
+        calls: &[QuotaCall<'_>],
+    ) -> Option<Vec<Result<QuotaResult, AdapterError>>> {
+        Some(self.check_all(calls))
     }
 
     /// Counts each charge whole on its counter; memory never fails, so only an instance

@@ -156,3 +156,29 @@ async fn peek_reads_a_counter_without_charging_it() {
         assert!(h.peek(&unknown).await.is_err());
     }
 }
+
+// The dispatcher asks `allocate_now` first: memquota answers there, each call as
+// `allocate_many` would, counting on the same counters.
+#[tokio::test(start_paused = true)]
+async fn answers_at_once_as_it_answers_when_awaited() {
+    let h = build(json!({"quotas": [{"name": "rq", "maxAmount": 3, "validDuration": "1s"}]}));
+    let (a, b) = (inst("a"), inst("b"));
+    let (two, one) = (args(2), args(1));
+    let now = h
+        .allocate_now(&[(&a, &two), (&b, &one), (&a, &two)])
+        .expect("memory answers at once");
+    let granted: Vec<i64> = now
+        .iter()
+        .map(|r| r.as_ref().expect("allocated").granted_amount)
+        .collect();
+    // `a` had 3: 2 granted, then 2 of the 1 left refused (0 granted).
+    assert_eq!(granted, [2, 1, 0]);
+    let awaited = h.allocate_many(&[(&a, &one), (&b, &two)]).await;
+    let granted: Vec<i64> = awaited
+        .iter()
+        .map(|r| r.as_ref().expect("allocated").granted_amount)
+        .collect();
+    assert_eq!(granted, [1, 2], "the same counters, awaited");
+    let left = h.allocate_now(&[(&a, &one)]).expect("at once");
+    assert_eq!(left[0].as_ref().expect("allocated").granted_amount, 0);
+}

@@ -41,7 +41,7 @@ pub use config::{
 };
 pub use metrics::{Metrics, QuotaMetrics, escape, render_one};
 pub use outcome::{Decision, Refusal, finish, finish_with_minimum, min_remaining};
-pub use select::{Selected, counter_key, matches};
+pub use select::{Selected, counter_key, counter_key_into, matches};
 
 #[cfg(test)]
 mod tests;

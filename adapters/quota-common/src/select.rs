@@ -54,6 +54,17 @@ impl Quotas {
     /// Selects quota, limit and key for an instance. An instance whose name no quota carries
     /// is an error that is not retryable (`InvalidInstance`): config load cannot see it.
     pub fn select<'a>(&'a self, instance: &Instance) -> Result<Selected<'a>, AdapterError> {
+        self.select_in(instance, String::new())
+    }
+
+    /// [`Quotas::select`] writing the counter key into `key` (emptied first): a caller that
+    /// keeps one buffer for every allocation (memquota, per thread) allocates no key for a
+    /// counter it already tracks.
+    pub fn select_in<'a>(
+        &'a self,
+        instance: &Instance,
+        mut key: String,
+    ) -> Result<Selected<'a>, AdapterError> {
         let quota = self.find(&instance.name).ok_or_else(|| {
             AdapterError::permanent(
                 ErrorKind::InvalidInstance,
@@ -70,11 +81,12 @@ impl Quotas {
             Some((i, o)) => (&o.limit, Some(i)),
             None => (&quota.limit, None),
         };
+        counter_key_into(&mut key, &quota.name, dims);
         Ok(Selected {
             quota,
             limit: Cow::Borrowed(limit),
             override_index,
-            key: counter_key(&quota.name, dims),
+            key,
         })
     }
 
@@ -85,7 +97,17 @@ impl Quotas {
         instance: &Instance,
         limit_override: Option<LimitOverride>,
     ) -> Result<Selected<'a>, AdapterError> {
-        let selected = self.select(instance)?;
+        self.select_with_in(instance, limit_override, String::new())
+    }
+
+    /// [`Quotas::select_with`] writing the counter key into `key` (see [`Quotas::select_in`]).
+    pub fn select_with_in<'a>(
+        &'a self,
+        instance: &Instance,
+        limit_override: Option<LimitOverride>,
+        key: String,
+    ) -> Result<Selected<'a>, AdapterError> {
+        let selected = self.select_in(instance, key)?;
         Ok(match limit_override {
             Some(o) => selected.overridden(o),
             None => selected,
@@ -141,6 +163,13 @@ pub fn matches(o: &Override, dims: &[(Arc<str>, Value)]) -> bool {
 /// its type (`s` string-like, `i` integer, ... so `"5"` and `5` are different keys):
 /// `requestcount|11:destination=s7:ratings|4:user=s3:bob`.
 pub fn counter_key(quota: &str, dims: &[(Arc<str>, Value)]) -> String {
+    let mut key = String::new();
+    counter_key_into(&mut key, quota, dims);
+    key
+}
+
+/// [`counter_key`] written into `key`, which is emptied first (its capacity kept).
+pub fn counter_key_into(key: &mut String, quota: &str, dims: &[(Arc<str>, Value)]) {
     // Instances usually carry their dimensions sorted already: no copy to sort then.
     let mut sorted: Vec<&(Arc<str>, Value)> = Vec::new();
     let in_order: &mut dyn Iterator<Item = &(Arc<str>, Value)> =
@@ -151,7 +180,8 @@ pub fn counter_key(quota: &str, dims: &[(Arc<str>, Value)]) -> String {
             sorted.sort_by(|a, b| a.0.cmp(&b.0));
             &mut sorted.iter().copied()
         };
-    let mut key = String::with_capacity(quota.len() + 24 * dims.len());
+    key.clear();
+    key.reserve(quota.len() + 24 * dims.len());
     key.push_str(quota);
     let mut digits = itoa::Buffer::new();
     for (k, v) in in_order {
@@ -185,5 +215,4 @@ pub fn counter_key(quota: &str, dims: &[(Arc<str>, Value)]) -> String {
         key.push(':');
         key.push_str(&text);
     }
-    key
 }

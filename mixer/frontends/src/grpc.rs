@@ -25,6 +25,12 @@ use crate::ext_authz::ExtAuthz;
 use crate::mixer_v1::MixerV1;
 use crate::otlp::Otlp;
 use crate::ratelimit::RateLimit;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use prost::Message as _;
+
+/// What a unary method answers: the response message's bytes, or the call's status.
+type Answer =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Bytes, tonic::Status>> + Send>>;
 
 /// Envoy's ext_authz Check.
 pub const EXT_AUTHZ_CHECK: &str = "/envoy.service.auth.v3.Authorization/Check";
@@ -95,18 +101,29 @@ pub fn unary_methods(runtime: &Arc<Runtime>) -> Methods {
         }),
     );
     // Rate limit requests have their descriptors counted on the wire before prost builds
-    // them: one over the limits costs a pass over its bytes.
-    let rate_limit_decoded = unary(RateLimit::new(runtime.clone()), |s, r| async move {
-        s.decide(r.get_ref()).await.map(tonic::Response::new)
-    });
+    // them: one over the limits costs a pass over its bytes. The answer is written straight
+    // to its frame, as ext_authz's is.
+    let rate_limiter = RateLimit::new(runtime.clone());
     let limits_of = runtime.clone();
     methods.add(
         rate_limit,
-        Arc::new(move |message: Bytes| {
-            match crate::ratelimit::check_encoded_limits(&message, limits_of.limits()) {
-                Ok(()) => rate_limit_decoded(message),
-                Err(status) => Box::pin(std::future::ready(Err(status))),
+        Arc::new(move |message: Bytes| -> Answer {
+            if let Err(status) =
+                crate::ratelimit::check_encoded_limits(&message, limits_of.limits())
+            {
+                return Box::pin(std::future::ready(Err(status)));
             }
+            let request = match RateLimitRequest::decode(message) {
+                Ok(r) => r,
+                Err(e) => {
+                    let status = tonic::Status::internal(format!(
+                        "the request message does not decode: {e}"
+                    ));
+                    return Box::pin(std::future::ready(Err(status)));
+                }
+            };
+            let service = rate_limiter.clone();
+            Box::pin(async move { service.decide_encoded(&request).await })
         }),
     );
     let otlp = Otlp::new(runtime.clone());

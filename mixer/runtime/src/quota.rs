@@ -15,6 +15,7 @@ use mixer_model::{
     Bag, Code, DryRunOutcome, HandlerFailure, Instance, QuotaLimit, QuotaResult,
     ReferencedAttributes, Status, Template, Variety, WouldBe,
 };
+use smallvec::SmallVec;
 
 use crate::deadline;
 use crate::decision::{DEFAULT_VALID_DURATION, Undecided};
@@ -69,8 +70,9 @@ pub struct QuotaOutcome {
     /// What the rule evaluation read.
     pub referenced: ReferencedAttributes,
     /// Names of the quota instances consulted (empty: no rule asked for this quota, and
-    /// everything was granted).
-    pub instances: Vec<String>,
+    /// everything was granted). Shared with the instances', inline for one: a descriptor
+    /// counted against one limit allocates nothing for it.
+    pub instances: SmallVec<[Arc<str>; 1]>,
     /// Whether the request is refused: some handler answered a status other than OK, or
     /// granted less than asked without best effort (Istio's memquota refuses with status OK
     /// and 0 granted, and the proxy denies). The rate limit front end answers OVER_LIMIT.
@@ -301,9 +303,6 @@ pub async fn allocate(
     plans: Vec<(QuotaPlan, &QuotaArgs)>,
     replaced: &[String],
 ) -> Vec<Result<QuotaOutcome, Undecided>> {
-    // Which handler each plan's instances go to, in dispatch order; calls grouped by
-    // handler.
-    let mut groups: Vec<(usize, Vec<QuotaCall<'_>>)> = Vec::new();
     // Per plan: where its calls went, where its dry-run calls went (with the index of their
     // rule in the plan's `dry_runs`) and its outcome so far. One vector rather than three:
     // this runs for every rate limit descriptor, and each vector is an allocation.
@@ -326,10 +325,13 @@ pub async fn allocate(
     } else {
         Vec::new()
     };
+    // Which handler each plan's instances go to, in dispatch order; calls grouped by
+    // handler. Declared after what its calls borrow, which it must not outlive.
+    let mut groups: Groups<'_> = SmallVec::new();
     for (i, (plan, args)) in plans.iter().enumerate() {
         // Without looks no call is placed as one, so `args` stands in unused.
         let look = looks.get(i).unwrap_or(args);
-        let mut route = Vec::with_capacity(plan.dispatches.len());
+        let mut route: Route = SmallVec::with_capacity(plan.dispatches.len());
         let mut outcome = QuotaOutcome {
             result: QuotaResult {
                 status: Status::OK,
@@ -338,7 +340,7 @@ pub async fn allocate(
                 limit: None,
             },
             referenced: plan.referenced.clone(),
-            instances: Vec::new(),
+            instances: SmallVec::new(),
             refused: false,
             unlimited: false,
             quota_mode: false,
@@ -367,7 +369,7 @@ pub async fn allocate(
             if built.handler.as_quota().is_none() {
                 continue;
             }
-            outcome.instances.push(dispatch.instance.name.to_string());
+            outcome.instances.push(Arc::clone(&dispatch.instance.name));
             route.push(place(snapshot, &mut groups, dispatch, args, look));
         }
         outcome.unlimited = saw_unlimited && outcome.instances.is_empty();
@@ -386,16 +388,15 @@ pub async fn allocate(
         placed.push((route, dry_route, outcome));
     }
     // Most requests go to one handler: awaited alone, without joining.
-    let answers: Vec<Vec<Result<QuotaResult, AdapterError>>> = match groups.as_slice() {
-        [] => Vec::new(),
-        [(handler, calls)] => vec![ask_handler(snapshot, *handler, calls).await],
-        all => {
-            futures_util::future::join_all(
-                all.iter()
-                    .map(|(handler, calls)| ask_handler(snapshot, *handler, calls)),
-            )
-            .await
-        }
+    let answers: SmallVec<[Answers; 1]> = match groups.as_slice() {
+        [] => SmallVec::new(),
+        [(handler, calls)] => smallvec::smallvec![ask_handler(snapshot, *handler, calls).await],
+        all => futures_util::future::join_all(
+            all.iter()
+                .map(|(handler, calls)| ask_handler(snapshot, *handler, calls)),
+        )
+        .await
+        .into(),
     };
     plans
         .iter()
@@ -449,7 +450,18 @@ pub async fn allocate(
 
 /// Where one plan's calls were placed (see [`place`]): its enforced calls, its dry-run calls
 /// with the index of their rule, and its outcome before the answers are combined into it.
-type PlacedPlan = (Vec<Planned>, Vec<(usize, Planned)>, QuotaOutcome);
+type PlacedPlan = (Route, Vec<(usize, Planned)>, QuotaOutcome);
+
+/// A request's calls grouped by handler, in the order the handlers were first met. Nearly
+/// every request asks one handler for one allocation: then neither level allocates (this
+/// runs for every rate limit decision that counts).
+type Groups<'a> = SmallVec<[(usize, SmallVec<[QuotaCall<'a>; 1]>); 1]>;
+
+/// Where one plan's enforced calls went, one for a descriptor one limit matched.
+type Route = SmallVec<[Planned; 1]>;
+
+/// One handler's answers, in the order of its calls.
+type Answers = Vec<Result<QuotaResult, AdapterError>>;
 
 /// Whether any of `plan`'s dispatches, enforced or dry-run, goes to a quota charged by
 /// reports, which checks only look at (see [`place`]).
@@ -474,7 +486,7 @@ fn plan_looks_only(snapshot: &Snapshot, plan: &QuotaPlan) -> bool {
 /// called once for both.
 fn place<'a>(
     snapshot: &Snapshot,
-    groups: &mut Vec<(usize, Vec<QuotaCall<'a>>)>,
+    groups: &mut Groups<'a>,
     dispatch: &'a Dispatch,
     args: &'a QuotaArgs,
     look: &'a QuotaArgs,
@@ -482,7 +494,7 @@ fn place<'a>(
     let group = match groups.iter().position(|(h, _)| *h == dispatch.handler) {
         Some(g) => g,
         None => {
-            groups.push((dispatch.handler, Vec::new()));
+            groups.push((dispatch.handler, SmallVec::new()));
             groups.len() - 1
         }
     };
@@ -509,6 +521,15 @@ async fn ask_handler(
     calls: &[QuotaCall<'_>],
 ) -> Vec<Result<QuotaResult, AdapterError>> {
     let built = &snapshot.handlers[handler];
+    // A handler that answers without waiting (memquota) is asked on this stack: no boxed
+    // future, no deadline to keep (it cannot run late). A traced request takes the awaited
+    // path below, so that its span is around the call as for every other handler.
+    if let Some(quota) = built.handler.as_quota()
+        && !crate::traces::child_wanted()
+        && let Some(answers) = quota.allocate_now(calls)
+    {
+        return answers;
+    }
     let call = async move {
         match built.handler.as_quota() {
             // Past the deadline every allocation of the call has failed.
@@ -557,8 +578,8 @@ fn dry_run_outcomes(
     snapshot: &Snapshot,
     plan: &QuotaPlan,
     route: &[(usize, Planned)],
-    groups: &[(usize, Vec<QuotaCall<'_>>)],
-    answers: &[Vec<Result<QuotaResult, AdapterError>>],
+    groups: &[(usize, SmallVec<[QuotaCall<'_>; 1]>)],
+    answers: &[Answers],
     args: &QuotaArgs,
 ) -> Vec<DryRunOutcome> {
     let mut outcomes: Vec<DryRunOutcome> = plan

@@ -176,6 +176,14 @@ pub fn child_sync<R>(name: &'static str, work: impl FnOnce() -> R) -> R {
     }
 }
 
+/// Whether [`child`] would open a span now: a tracer is installed and the request being
+/// traced is sampled. Work that can be done without a future when no span is wanted (a quota
+/// handler that answers at once) asks this first.
+pub(crate) fn child_wanted() -> bool {
+    TRACER.get().is_some()
+        && Context::map_current(|cx| cx.has_active_span() && cx.span().span_context().is_sampled())
+}
+
 fn child_context(name: &'static str, handler: Option<&str>) -> Option<Context> {
     let tracer = TRACER.get()?;
     // The sampler is parent-based: the child of a span that is not sampled would not be

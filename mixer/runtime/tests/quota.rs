@@ -63,7 +63,7 @@ async fn quotas_go_to_the_instances_they_name() {
             .await
             .expect("decided");
         assert_eq!(
-            out.instances,
+            out.instances.iter().map(|i| i.as_ref()).collect::<Vec<_>>(),
             ["requestcount.instance.istio-system"],
             "{name}"
         );

@@ -61,11 +61,13 @@
 //! protocol cannot say it.
 
 mod decision_record;
+mod encode;
 pub mod respond;
 
 use std::cell::RefCell;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
@@ -73,7 +75,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use mixer_adapter_api::{LimitOverride, QuotaArgs};
 use mixer_model::{AttrId, AttributeBag, HandlerFailure, StringMap, Timestamp, Value, Vocabulary};
 use mixer_runtime::{
-    DECISION_ID_HEADER, QuotaPlan, RequestLimits, Runtime, Snapshot, with_current_decision,
+    DECISION_ID_HEADER, QuotaOutcome, QuotaPlan, RequestLimits, Runtime, Snapshot,
+    with_current_decision,
 };
 
 use crate::bag_pool::{keep_spare, spare_bag};
@@ -116,6 +119,38 @@ impl RateLimit {
         &self,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, tonic::Status> {
+        let (mut scope, outcomes, failed_open) = self.outcomes(request).await?;
+        let mut response = response_of(&outcomes);
+        decision_record::log_decision(&mut scope, request, &response, failed_open);
+        // Envoy adds these to the client's response, allowed or limited: the id to quote.
+        response.response_headers_to_add.push(HeaderValue {
+            key: DECISION_ID_HEADER.to_string(),
+            value: scope.decision_id().to_string(),
+            raw_value: Vec::new(),
+        });
+        Ok(response)
+    }
+
+    /// [`RateLimit::decide`] answered as the gRPC frame of its response (what the gRPC server
+    /// sends), written from the descriptors' outcomes without building the generated message,
+    /// whose strings were allocated only to be encoded; the message is built only for the
+    /// decision log, when a rule logs decisions.
+    pub async fn decide_encoded(&self, request: &RateLimitRequest) -> Result<Bytes, tonic::Status> {
+        let (mut scope, outcomes, failed_open) = self.outcomes(request).await?;
+        let framed = encode::framed_response(&outcomes, scope.decision_id());
+        if scope.logs_decisions() {
+            let response = response_of(&outcomes);
+            decision_record::log_decision(&mut scope, request, &response, failed_open);
+        }
+        Ok(framed)
+    }
+
+    /// The request's scope, each descriptor's quota outcome (in request order, `None` for one
+    /// that asks for nothing) and the handlers that failed open.
+    async fn outcomes(
+        &self,
+        request: &RateLimitRequest,
+    ) -> Result<(RequestScope, Vec<Option<QuotaOutcome>>, Vec<HandlerFailure>), tonic::Status> {
         // One snapshot for the whole request, whatever reloads happen meanwhile.
         let mut scope = RequestScope::begin(&self.runtime).map_err(could_not_decide)?;
         if request.domain.is_empty() {
@@ -141,19 +176,12 @@ impl RateLimit {
             counted(snapshot, planned, &mut failed_open).await
         };
         // Envoy sends no headers with a rate limit request: each is a trace of its own.
-        let mut response = with_current_decision(
+        let outcomes = with_current_decision(
             id,
             mixer_runtime::traces::request("ratelimit", None, decide),
         )
         .await?;
-        decision_record::log_decision(&mut scope, request, &response, failed_open);
-        // Envoy adds these to the client's response, allowed or limited: the id to quote.
-        response.response_headers_to_add.push(HeaderValue {
-            key: DECISION_ID_HEADER.to_string(),
-            value: id.to_string(),
-            raw_value: Vec::new(),
-        });
-        Ok(response)
+        Ok((scope, outcomes, failed_open))
     }
 }
 
@@ -173,7 +201,9 @@ pub async fn decide_on(
     let mut bag = spare_bag(snapshot.vocabulary());
     let planned = plan_descriptors(snapshot, &mut bag, request, now).await;
     keep_spare(bag);
-    counted(snapshot, planned?, &mut Vec::new()).await
+    Ok(response_of(
+        &counted(snapshot, planned?, &mut Vec::new()).await?,
+    ))
 }
 
 /// Every descriptor's quota plan and arguments, in request order (`None` for one that asks for
@@ -192,14 +222,15 @@ async fn plan_descriptors(
 }
 
 /// Counts the planned descriptors of a request (see [`decide_on`]): every limit that is not
-/// replaced, with each quota handler called once. The handlers that failed and were granted
-/// past by their fail policy (open) are added to `failed_open`, once each, for the decision
-/// log: the response itself cannot say it.
+/// replaced, with each quota handler called once; each descriptor's outcome, in request
+/// order. The handlers that failed and were granted past by their fail policy (open) are
+/// added to `failed_open`, once each, for the decision log: the response itself cannot say
+/// it.
 async fn counted(
     snapshot: &Snapshot,
     planned: Vec<Option<(QuotaPlan, QuotaArgs)>>,
     failed_open: &mut Vec<HandlerFailure>,
-) -> Result<RateLimitResponse, tonic::Status> {
+) -> Result<Vec<Option<QuotaOutcome>>, tonic::Status> {
     let replaced: Vec<String> = planned
         .iter()
         .flatten()
@@ -246,7 +277,7 @@ async fn counted(
             }
         }
     }
-    Ok(response_of(&outcomes))
+    Ok(outcomes)
 }
 
 /// One descriptor's quota plan and arguments, planned on `bag`; `None` for one that asks for

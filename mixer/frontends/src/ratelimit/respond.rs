@@ -70,49 +70,143 @@ pub fn window_of(unit: Unit) -> Option<Duration> {
 /// them (the denier, an out-of-process adapter) leaves `current_limit` unset and
 /// `limit_remaining` 0.
 pub fn descriptor_status(outcome: &QuotaOutcome) -> DescriptorStatus {
-    let over = outcome.refused;
-    let limit = outcome.result.limit.as_ref();
-    let reset = match limit {
-        // Refused: until units come back. Granted: until the counter is full again.
-        Some(l) if over => Some(l.retry_after),
-        Some(l) => Some(l.reset_after),
-        // A handler that says no limit: the grant's validity is all there is to go by.
-        None => (!outcome.instances.is_empty()).then_some(outcome.result.valid_duration),
-    };
-    DescriptorStatus {
-        code: if over { Code::OverLimit } else { Code::Ok } as i32,
-        current_limit: limit.and_then(|l| {
-            Some(PbRateLimit {
-                name: l.name.split('.').next().unwrap_or(&l.name).to_string(),
-                requests_per_unit: u32::try_from(l.max_amount.max(0)).unwrap_or(u32::MAX),
-                unit: unit_of(l.window)? as i32,
-            })
-        }),
-        limit_remaining: limit.map_or(0, |l| {
-            let left = if over { 0 } else { l.remaining };
-            u32::try_from(left.max(0)).unwrap_or(u32::MAX)
-        }),
-        duration_until_reset: reset.map(pb_duration),
-        quota: None,
-    }
+    Said::of_outcome(outcome).status()
 }
 
 /// The status of a descriptor that no handler was asked about.
 pub fn granted_without_rule() -> DescriptorStatus {
-    DescriptorStatus {
-        code: Code::Ok as i32,
-        ..DescriptorStatus::default()
-    }
+    Said::GRANTED_WITHOUT_RULE.status()
 }
 
 /// The status of a descriptor whose limit is envoyproxy/ratelimit's `unlimited`: OK with
 /// `limit_remaining` at its largest, as that service answers.
 pub fn unlimited() -> DescriptorStatus {
-    DescriptorStatus {
-        code: Code::Ok as i32,
-        limit_remaining: u32::MAX,
-        ..DescriptorStatus::default()
+    Said::UNLIMITED.status()
+}
+
+/// What one descriptor's `DescriptorStatus` says, with the limit's name borrowed from the
+/// outcome: the generated message is built from it ([`Said::status`]) and the encoded answer
+/// written from it ([`super::encode`]) without copying a string.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Said<'a> {
+    /// OK or OVER_LIMIT.
+    pub(crate) code: Code,
+    /// `current_limit`: the limit's short name, requests per unit and unit, when known.
+    pub(crate) limit: Option<(&'a str, u32, Unit)>,
+    /// `limit_remaining`.
+    pub(crate) remaining: u32,
+    /// `duration_until_reset`.
+    pub(crate) reset: Option<Duration>,
+}
+
+impl<'a> Said<'a> {
+    const GRANTED_WITHOUT_RULE: Said<'static> = Said {
+        code: Code::Ok,
+        limit: None,
+        remaining: 0,
+        reset: None,
+    };
+
+    const UNLIMITED: Said<'static> = Said {
+        code: Code::Ok,
+        limit: None,
+        remaining: u32::MAX,
+        reset: None,
+    };
+
+    /// A descriptor's answer from its outcome (`None`: it asked for nothing), as
+    /// [`response_of`] answers it.
+    pub(crate) fn of(outcome: &'a Option<QuotaOutcome>) -> Said<'a> {
+        match outcome {
+            None => Said::GRANTED_WITHOUT_RULE,
+            Some(o) if o.unlimited => Said::UNLIMITED,
+            Some(o) => Said::of_outcome(o),
+        }
     }
+
+    /// See [`descriptor_status`].
+    fn of_outcome(outcome: &'a QuotaOutcome) -> Said<'a> {
+        let over = outcome.refused;
+        let limit = outcome.result.limit.as_ref();
+        let reset = match limit {
+            // Refused: until units come back. Granted: until the counter is full again.
+            Some(l) if over => Some(l.retry_after),
+            Some(l) => Some(l.reset_after),
+            // A handler that says no limit: the grant's validity is all there is to go by.
+            None => (!outcome.instances.is_empty()).then_some(outcome.result.valid_duration),
+        };
+        Said {
+            code: if over { Code::OverLimit } else { Code::Ok },
+            limit: limit.and_then(|l| {
+                Some((
+                    l.name.split_once('.').map_or(&*l.name, |(short, _)| short),
+                    u32::try_from(l.max_amount.max(0)).unwrap_or(u32::MAX),
+                    unit_of(l.window)?,
+                ))
+            }),
+            remaining: limit.map_or(0, |l| {
+                let left = if over { 0 } else { l.remaining };
+                u32::try_from(left.max(0)).unwrap_or(u32::MAX)
+            }),
+            reset,
+        }
+    }
+
+    /// The generated message.
+    pub(crate) fn status(&self) -> DescriptorStatus {
+        DescriptorStatus {
+            code: self.code as i32,
+            current_limit: self
+                .limit
+                .map(|(name, requests_per_unit, unit)| PbRateLimit {
+                    name: name.to_string(),
+                    requests_per_unit,
+                    unit: unit as i32,
+                }),
+            limit_remaining: self.remaining,
+            duration_until_reset: self.reset.map(pb_duration),
+            quota: None,
+        }
+    }
+}
+
+/// Whether a request whose descriptors were answered `said` (from `outcomes`, in the same
+/// order) is over the limit, as envoyproxy/ratelimit decides (see [`response_of`]).
+pub(crate) fn over_limit(said: &[Said<'_>], outcomes: &[Option<QuotaOutcome>]) -> bool {
+    let over = |s: &Said<'_>| s.code == Code::OverLimit;
+    let quota_mode = |o: &Option<QuotaOutcome>| o.as_ref().is_some_and(|o| o.quota_mode);
+    let limited = said
+        .iter()
+        .zip(outcomes)
+        .any(|(s, o)| over(s) && !quota_mode(o));
+    let mut quotas = said.iter().zip(outcomes).filter(|(_, o)| quota_mode(o));
+    // Every quota-mode descriptor over its limit, and at least one of them.
+    let quotas_spent = quotas.clone().next().is_some() && quotas.all(|(s, _)| over(s));
+    limited || quotas_spent
+}
+
+/// The `X-RateLimit-*` header values (limit, remaining, reset seconds when known) of the most
+/// constraining descriptor with a known limit, from each descriptor's over-the-limit, limit
+/// (requests per unit), remaining and `duration_until_reset`: see [`headers`].
+pub(crate) fn header_values(
+    statuses: impl Iterator<
+        Item = (
+            bool,
+            Option<u32>,
+            u32,
+            Option<envoy_types::pb::google::protobuf::Duration>,
+        ),
+    >,
+) -> Option<(u32, u32, Option<u64>)> {
+    let (_, limit, remaining, reset) = statuses
+        .filter(|(_, limit, _, _)| limit.is_some())
+        .min_by_key(|(over, limit, remaining, _)| (!over, *remaining, *limit))?;
+    Some((
+        limit?,
+        remaining,
+        // Whole seconds, rounded up.
+        reset.map(|d| u64::try_from(d.seconds.saturating_add(i64::from(d.nanos > 0))).unwrap_or(0)),
+    ))
 }
 
 /// The response for the outcomes of a request's descriptors, in request order (`None`: the
@@ -122,29 +216,9 @@ pub fn unlimited() -> DescriptorStatus {
 /// in `quota_mode` is, or when every `quota_mode` descriptor is (a quota-mode descriptor over its
 /// limit alone lets the request through; its status still says OVER_LIMIT).
 pub fn response_of(outcomes: &[Option<QuotaOutcome>]) -> RateLimitResponse {
-    let statuses: Vec<DescriptorStatus> = outcomes
-        .iter()
-        .map(|o| match o {
-            None => granted_without_rule(),
-            Some(o) if o.unlimited => unlimited(),
-            Some(o) => descriptor_status(o),
-        })
-        .collect();
-    let over = |s: &DescriptorStatus| s.code == Code::OverLimit as i32;
-    let quota_mode = |o: &Option<QuotaOutcome>| o.as_ref().is_some_and(|o| o.quota_mode);
-    let limited = statuses
-        .iter()
-        .zip(outcomes)
-        .any(|(s, o)| over(s) && !quota_mode(o));
-    let quotas: Vec<bool> = statuses
-        .iter()
-        .zip(outcomes)
-        .filter(|(_, o)| quota_mode(o))
-        .map(|(s, _)| over(s))
-        .collect();
-    let quotas_spent = !quotas.is_empty() && quotas.iter().all(|o| *o);
-    let mut r = response(statuses);
-    r.overall_code = if limited || quotas_spent {
+    let said: Vec<Said<'_>> = outcomes.iter().map(Said::of).collect();
+    let mut r = response(said.iter().map(Said::status).collect());
+    r.overall_code = if over_limit(&said, outcomes) {
         Code::OverLimit
     } else {
         Code::Ok
@@ -173,31 +247,30 @@ pub fn response(statuses: Vec<DescriptorStatus>) -> RateLimitResponse {
 /// its limit first, then the one with the fewest requests left, then the smallest limit. None
 /// when no limit is known.
 fn headers(statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
-    let Some((status, limit)) = statuses
-        .iter()
-        .filter_map(|s| s.current_limit.as_ref().map(|l| (s, l)))
-        .min_by_key(|(s, l)| {
-            (
-                s.code != Code::OverLimit as i32,
-                s.limit_remaining,
-                l.requests_per_unit,
-            )
-        })
-    else {
+    let Some((limit, remaining, reset)) = header_values(statuses.iter().map(|s| {
+        (
+            s.code == Code::OverLimit as i32,
+            s.current_limit.as_ref().map(|l| l.requests_per_unit),
+            s.limit_remaining,
+            s.duration_until_reset,
+        )
+    })) else {
         return Vec::new();
     };
-    let header = |key: &str, value: String| HeaderValue {
+    // Numbers written with `itoa` rather than `Display`: the formatting machinery cost more
+    // than the digits, on every counted decision.
+    let mut digits = itoa::Buffer::new();
+    let mut header = |key: &str, value: u64| HeaderValue {
         key: key.to_string(),
-        value,
+        value: digits.format(value).to_string(),
         raw_value: Vec::new(),
     };
     // Room for the decision id the service adds after these, so that it does not regrow.
     let mut out = Vec::with_capacity(4);
-    out.push(header(LIMIT_HEADER, limit.requests_per_unit.to_string()));
-    out.push(header(REMAINING_HEADER, status.limit_remaining.to_string()));
-    if let Some(d) = &status.duration_until_reset {
-        let seconds = d.seconds + i64::from(d.nanos > 0);
-        out.push(header(RESET_HEADER, seconds.max(0).to_string()));
+    out.push(header(LIMIT_HEADER, u64::from(limit)));
+    out.push(header(REMAINING_HEADER, u64::from(remaining)));
+    if let Some(seconds) = reset {
+        out.push(header(RESET_HEADER, seconds));
     }
     out
 }
@@ -279,7 +352,7 @@ fn refused(refusal: QuotaRefusal) -> Checked {
     }
 }
 
-fn pb_duration(d: Duration) -> envoy_types::pb::google::protobuf::Duration {
+pub(crate) fn pb_duration(d: Duration) -> envoy_types::pb::google::protobuf::Duration {
     envoy_types::pb::google::protobuf::Duration {
         seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
         nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),

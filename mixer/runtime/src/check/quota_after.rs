@@ -227,7 +227,7 @@ mod tests {
                 }),
             },
             referenced: ReferencedAttributes::new(),
-            instances: vec!["requestcount.instance.istio-system".to_string()],
+            instances: smallvec::smallvec![Arc::from("requestcount.instance.istio-system")],
             unlimited: false,
             quota_mode: false,
             dry_run: Vec::new(),
