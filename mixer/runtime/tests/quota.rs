@@ -297,7 +297,10 @@ spec:
     let out = allocate(&snap, &b, Some("bypath"), &args(2, false))
         .await
         .expect("decided: byuser is not asked for");
-    assert_eq!(out.instances, ["bypath.instance.istio-system"]);
+    assert_eq!(
+        out.instances.iter().map(|i| i.as_ref()).collect::<Vec<_>>(),
+        ["bypath.instance.istio-system"]
+    );
     assert_eq!(out.result.granted_amount, 2);
     assert!(out.referenced.find(path, None).is_some());
     assert_eq!(out.referenced.find(user, None), None, "byuser was built");
