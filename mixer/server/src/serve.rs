@@ -211,7 +211,7 @@ async fn serve(settings: Settings) -> anyhow::Result<Stopped> {
     ];
     let mut served = crate::reflection::services(methods.paths().chain(streaming));
     served.insert(crate::reflection::name_of(&health_service).to_owned());
-    crate::reflection::add(&mut routes, &served).context("serving gRPC reflection")?;
+    crate::reflection::add(&mut routes, &served);
     let grpc_server = mixer_transport::grpc::Server::new(methods, routes.routes())
         .limits(limits.grpc(caps.grpc))
         .events(listener_metrics.events("grpc"))
