@@ -108,7 +108,7 @@ pub(crate) fn evaluate_for(
 }
 
 /// [`evaluate_for`] for the quota rules, building only the instances that answer `quota`
-/// ([`crate::quota::quota_name_matches`]) when the request names one; the rules' matches
+/// ([`crate::quota_name::quota_name_matches`]) when the request names one; the rules' matches
 /// are evaluated as for any quota request. Rule names are not kept.
 pub(crate) fn evaluate_quota(
     snapshot: &Snapshot,
@@ -382,7 +382,7 @@ fn dry_run_instances(
 
 /// Whether instance `ic` is one a request for `quota` asks (any, when it names none).
 fn answers(quota: Option<&str>, ic: &InstanceConfig) -> bool {
-    quota.is_none_or(|q| crate::quota::quota_name_matches(q, &ic.name, ic.template))
+    quota.is_none_or(|q| crate::quota_name::quota_name_matches(q, &ic.name, ic.template))
 }
 
 /// Builds instance `index` (configured as `ic`). With a `memo` (reports), an expression

@@ -29,6 +29,7 @@ mod limits;
 mod metrics;
 mod preprocess;
 pub mod quota;
+mod quota_name;
 pub mod ratelimit_stats;
 mod reads;
 mod report;
@@ -62,7 +63,8 @@ pub use limits::{
 };
 pub use metrics::{CheckCalls, CheckResults, RuntimeMetrics};
 pub use preprocess::{Prepared, evaluate_preprocessed};
-pub use quota::{QuotaAsk, QuotaOutcome, QuotaPlan, quota_name_matches};
+pub use quota::{QuotaAsk, QuotaOutcome, QuotaPlan};
+pub use quota_name::quota_name_matches;
 pub use report::{Charged, ReportOutcome, charge_now, report};
 pub use report_executor::{
     CHECKS_RECENT, CheckActivity, ExecutorStopped, REPORT_NICE, ReportExecutor,

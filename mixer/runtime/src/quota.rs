@@ -13,7 +13,7 @@ use mixer_adapter_api::{AdapterError, QuotaArgs, QuotaCall};
 use mixer_config::RateLimitBehaviour;
 use mixer_model::{
     Bag, Code, DryRunOutcome, HandlerFailure, Instance, QuotaLimit, QuotaResult,
-    ReferencedAttributes, Status, Template, Variety, WouldBe,
+    ReferencedAttributes, Status, Variety, WouldBe,
 };
 use smallvec::SmallVec;
 
@@ -102,28 +102,6 @@ fn more_constraining(result: &QuotaResult, combined: &QuotaResult, args: &QuotaA
     let refused = refuses(result, args);
     let was_refused = refuses(combined, args);
     (refused, -new.remaining) > (was_refused, -old.remaining)
-}
-
-/// Whether the instance named `instance` (its full name, `name.kind.namespace`) answers the
-/// quota called `quota` in a request. Istio 1.4 compares the short name, ignoring case
-/// (`mixer/pkg/runtime/dispatcher/session.go`); qualified forms are accepted too:
-/// `name.namespace`, `name.instance.namespace`, `name.<template>.namespace` and the full name.
-pub fn quota_name_matches(quota: &str, instance: &str, template: Template) -> bool {
-    if quota == instance {
-        return true;
-    }
-    let (short, rest) = instance.split_once('.').unwrap_or((instance, ""));
-    if quota.eq_ignore_ascii_case(short) {
-        return true;
-    }
-    let namespace = rest.rsplit('.').next().unwrap_or("");
-    let Some(after) = quota.strip_prefix(short).and_then(|q| q.strip_prefix('.')) else {
-        return false;
-    };
-    after == namespace
-        || [template.name(), "instance"].iter().any(|kind| {
-            after.strip_prefix(kind).and_then(|a| a.strip_prefix('.')) == Some(namespace)
-        })
 }
 
 /// One quota of a request given to [`ask`]: the bag the quota rules
