@@ -16,10 +16,11 @@
 //! ends. A replica that found a counter short believes that for up to `leaseIdleTimeout`
 //! and denies without a call, so units given back meanwhile reach it that much later.
 //!
-//! A hot counter (requests waiting for it) has its next block taken in the background once
-//! half of the block is granted, topping what is held up to `leaseSize`, so that its
-//! requests do not all wait a round trip when the block runs out. A block taken ahead that
-//! arrives after the handler closed is not given back: counted until its window ends.
+//! A hot counter (requests waited for it while a block was taken; it stays hot until it
+//! goes idle) has its next block taken in the background once half of the block is
+//! granted, topping what is held up to `leaseSize`, so that its requests do not all wait a
+//! round trip when the block runs out. A block taken ahead that arrives after the handler
+//! closed is not given back: counted until its window ends.
 //!
 //! Batching: takes and give-backs of different counters that wait at the same time (many
 //! cold keys, each needing its own block; the idle leases a sweep gives back) go to Redis
@@ -144,6 +145,9 @@ struct Lease {
     last_used: Instant,
     /// Units asked for by a take ahead still under way (0: none).
     refilling: i64,
+    /// Requests waited for this counter while a request took a block: it is hot, and its
+    /// next blocks are taken ahead (see [`Leases::refill_ahead`]) until it goes idle.
+    hot: bool,
     /// Answers to checks with a deduplication id, by id, and the ids in the order they are
     /// forgotten (every id is kept equally long, so that order is the order they came).
     answered: HashMap<Arc<str>, Remembered>,
@@ -160,6 +164,7 @@ impl Lease {
             believed_until: now,
             last_used: now,
             refilling: 0,
+            hot: false,
             answered: HashMap::new(),
             forget: VecDeque::new(),
         }
@@ -198,8 +203,8 @@ impl Lease {
 /// taking one (which would hold `leaseSize` per request, not per replica).
 struct Counter {
     lease: tokio::sync::Mutex<Lease>,
-    /// Requests waiting for the lock: while there are any, the counter is hot, and its next
-    /// block is taken before this one runs out (see [`Leases::refill_ahead`]).
+    /// Requests waiting for the lock: any while a block is taken make the counter hot (see
+    /// [`Leases::refill_ahead`]).
     waiting: AtomicUsize,
 }
 
@@ -355,7 +360,7 @@ impl Leases {
         let now = Instant::now();
         lease.forget_expired(now, &self.inner.remembered);
         if ask.deduplication_id.is_empty() {
-            let decision = self.decide(&mut lease, ask, now).await?;
+            let decision = self.decide(&slot, &mut lease, ask, now).await?;
             self.refill_ahead(&slot, &mut lease, ask);
             return Ok(decision);
         }
@@ -363,7 +368,7 @@ impl Leases {
             return Ok(first.decision(now));
         }
         // After an error nothing is taken ahead: the next request meets Redis's state.
-        let decision = self.decide(&mut lease, ask, now).await?;
+        let decision = self.decide(&slot, &mut lease, ask, now).await?;
         self.refill_ahead(&slot, &mut lease, ask);
         if self.inner.remembered.fetch_add(1, Ordering::Relaxed) < MAX_REMEMBERED_IDS {
             let id: Arc<str> = Arc::from(ask.deduplication_id);
@@ -387,6 +392,7 @@ impl Leases {
     /// [`Self::allocate`] under the counter's lock, without deduplication.
     async fn decide(
         &self,
+        slot: &Counter,
         lease: &mut Lease,
         ask: &Ask<'_>,
         now: Instant,
@@ -424,6 +430,8 @@ impl Leases {
                 .call("t", ask.key, ask.max_amount, ask.valid, want, need)
                 .await?;
             lease.took(sent, &answer, self.inner.idle);
+            // Others waited this round trip: without taking ahead, they would at every block.
+            lease.hot |= slot.waiting.load(Ordering::Relaxed) > 0;
         }
         let granted = if lease.units >= ask.amount {
             ask.amount
@@ -444,18 +452,20 @@ impl Leases {
     }
 
     /// Takes the counter's next block in the background, before this one runs out, when
-    /// requests wait for the counter (it is hot) and it is down to half a block: without
+    /// requests wait for the counter or waited at a take since it was last idle (it is
+    /// hot: on one runtime thread nothing waits between takes, as the lock is only held
+    /// across a take) and it is down to half a block: without
     /// it, every `leaseSize` decisions of a hot counter, all its requests waited one Redis
     /// round trip for the next block (one counter, 32 requests in flight: RLS ran at 0.75x
     /// memquota, where many counters, taking blocks at different times, ran at 0.9-1.1x).
     /// The block asked for tops what is held up to `leaseSize`, so a replica still never
-    /// holds more; a counter used one request at a time is not taken ahead (nothing waits,
-    /// and the take's answers stay those of one take when short).
+    /// holds more; a counter only ever used one request at a time is not taken ahead
+    /// (nothing waits, and the take's answers stay those of one take when short).
     fn refill_ahead(&self, slot: &Slot, lease: &mut Lease, ask: &Ask<'_>) {
         let size = self.inner.size;
         let now = Instant::now();
         if lease.refilling > 0
-            || slot.waiting.load(Ordering::Relaxed) == 0
+            || !(lease.hot || slot.waiting.load(Ordering::Relaxed) > 0)
             || lease.units * 2 > size
             || lease.left_in_redis <= 0
             || now >= lease.until
@@ -709,6 +719,8 @@ async fn sweep(weak: Weak<Inner>) {
             if let Some(back) = GiveBack::of(&mut lease) {
                 backs.push((key.clone(), back));
             }
+            // Idle: when it is used again, it is hot only if requests wait for it again.
+            lease.hot = false;
             // Its ids are kept for their retries until they expire.
             let remembers = !lease.answered.is_empty();
             drop(lease);
