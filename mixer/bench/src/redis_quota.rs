@@ -6,8 +6,8 @@
 //! (`Check` with one quota) against a mixer on memquota, one on redisquota and, with
 //! `--lease-size`, one on redisquota with leases (`leaseSize`), and prints throughput,
 //! p50/p99, the CPU seconds the mixer and Redis spent per 1000 decisions (`/proc/<pid>/stat`),
-//! and the Redis commands per decision (`INFO commandstats`). Then the p99 of the Redis case
-//! at half of its saturation, and the over-admission of one limit shared by three replicas,
+//! and the Redis commands per decision (`INFO commandstats`). Then the p99 of each Redis
+//! mode (with and without leases) of the first case at half of its saturation, and the over-admission of one limit shared by three replicas,
 //! per protocol and Redis mode: all three driven at once until the limit is spent, the sum
 //! they admitted against the limit.
 
@@ -498,22 +498,26 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 );
             }
             if limits == 1 && keys == 1 {
-                let mut saturated: Vec<f64> =
-                    runs[1].iter().map(|r| r.report.throughput()).collect();
-                let rate = crate::report::median(&mut saturated) / 2.0;
-                let at_half = measure(&mixers[1], &redis, &args.load, &drive, Some(rate)).await?;
-                half_rate.push((protocol, rate, at_half));
+                // Each Redis mode at half of its own saturation (open loop): #35's p99 goal.
+                for (i, backend) in backends.iter().enumerate().skip(1) {
+                    let mut saturated: Vec<f64> =
+                        runs[i].iter().map(|r| r.report.throughput()).collect();
+                    let rate = crate::report::median(&mut saturated) / 2.0;
+                    let at_half =
+                        measure(&mixers[i], &redis, &args.load, &drive, Some(rate)).await?;
+                    half_rate.push((protocol, backend.label(args.lease_size), rate, at_half));
+                }
             }
             redis.flush().await?;
         }
         drop(mixers);
         redis.flush().await?;
     }
-    for (protocol, rate, at_half) in half_rate {
+    for (protocol, backend, rate, at_half) in half_rate {
         println!(
             "{}",
             at_half.line(&format!(
-                "{} redisquota at {rate:.0} req/s (half)",
+                "{} {backend} at {rate:.0} req/s (half)",
                 protocol.label()
             ))
         );
