@@ -384,9 +384,7 @@ impl RedisQuotaHandler {
     fn keys(&self, sel: &Selected<'_>, args: &QuotaArgs) -> (String, String, u64) {
         let tag = sel.limit.algorithm.tag();
         let key = &sel.key;
-        // `{tag:key}` is the hash tag: a counter and its deduplication records share a Redis
-        // Cluster slot, so one script call can touch them all.
-        let state_key = format!("{KEY_PREFIX}{{{tag}:{key}}}");
+        let state_key = Self::state_key(sel);
         if args.deduplication_id.is_empty() {
             return (state_key, format!("{KEY_PREFIX}dedup:{{{tag}:{key}}}:"), 0);
         }
@@ -398,6 +396,22 @@ impl RedisQuotaHandler {
             .unwrap_or(u64::MAX)
             .max(1);
         (state_key, dedup_key, dedup_ms)
+    }
+
+    /// The Redis key of `sel`'s counter. `{tag:key}` is the hash tag: a counter and its
+    /// deduplication records share a Redis Cluster slot, so one script call can touch them
+    /// all. Pushed rather than formatted: a lease answers most decisions without Redis, and
+    /// this key is what finds the counter's lease.
+    fn state_key(sel: &Selected<'_>) -> String {
+        let (tag, key) = (sel.limit.algorithm.tag(), &sel.key);
+        let mut state_key = String::with_capacity(KEY_PREFIX.len() + tag.len() + key.len() + 3);
+        state_key.push_str(KEY_PREFIX);
+        state_key.push('{');
+        state_key.push_str(tag);
+        state_key.push(':');
+        state_key.push_str(key);
+        state_key.push('}');
+        state_key
     }
 
     fn result(
@@ -458,6 +472,41 @@ impl QuotaHandler for RedisQuotaHandler {
         calls: &[QuotaCall<'_>],
     ) -> Vec<Result<QuotaResult, AdapterError>> {
         self.count(calls, Take::Check).await
+    }
+
+    /// One allocation served from the lease's block, when that needs no Redis call (see
+    /// [`Leases::allocate_now`]); anything else (a take, several allocations, no leases) is
+    /// awaited through [`Self::allocate_many`], which answers the same.
+    fn allocate_now(
+        &self,
+        calls: &[QuotaCall<'_>],
+    ) -> Option<Vec<Result<QuotaResult, AdapterError>>> {
+        let (leases, [(instance, args)]) = (self.leases.as_ref()?, calls) else {
+            return None;
+        };
+        let min_remaining = min_remaining(instance);
+        let sel = match self
+            .config
+            .quotas
+            .select_with(instance, args.limit_override)
+        {
+            Ok(sel) => sel,
+            Err(e) => return Some(vec![Err(e)]),
+        };
+        if args.amount <= 0 || !self.leasable(&sel, Take::Check, min_remaining) {
+            return None;
+        }
+        let key = Self::state_key(&sel);
+        let ask = Ask {
+            key: &key,
+            max_amount: sel.limit.max_amount,
+            valid: sel.limit.valid_duration,
+            amount: args.amount,
+            best_effort: args.best_effort,
+            deduplication_id: &args.deduplication_id,
+        };
+        let decision = leases.allocate_now(&ask)?;
+        Some(vec![Ok(self.result(&sel, args, 0, decision))])
     }
 
     /// Every charge of a batch goes into one script call, as allocations do.
@@ -566,10 +615,7 @@ impl RedisQuotaHandler {
         if let Some(leases) = &self.leases
             && !leased.is_empty()
         {
-            let keys: Vec<String> = leased
-                .iter()
-                .map(|(at, sel)| self.keys(sel, calls[*at].1).0)
-                .collect();
+            let keys: Vec<String> = leased.iter().map(|(_, sel)| Self::state_key(sel)).collect();
             let decided =
                 futures_util::future::join_all(leased.iter().zip(&keys).map(|((at, sel), key)| {
                     let args = calls[*at].1;

@@ -184,6 +184,72 @@ impl Lease {
         self.believed_until = self.until.min(sent + idle);
     }
 
+    /// The answer to a retry of `id` (none for an empty id).
+    fn remembered(&self, id: &str) -> Option<&Remembered> {
+        if id.is_empty() {
+            return None;
+        }
+        self.answered.get(id)
+    }
+
+    /// The units a take must bring for `ask`.
+    fn need(&self, ask: &Ask<'_>) -> i64 {
+        if ask.best_effort {
+            i64::from(self.units == 0)
+        } else {
+            ask.amount - self.units
+        }
+    }
+
+    /// The decision on `ask` from what is held, or from what Redis had left at the last
+    /// take; `None` when a take is needed.
+    fn decide_held(&mut self, ask: &Ask<'_>, now: Instant) -> Option<Decision> {
+        if now >= self.until {
+            // The window ended in Redis: its counter expired with the units in it.
+            self.units = 0;
+        }
+        self.last_used = now;
+        if self.units >= ask.amount {
+            return Some(self.grant(ask));
+        }
+        if self.need(ask) > self.left_in_redis && now < self.believed_until {
+            // Redis had less than this needs at the last take: a call would deny too.
+            // Without this, every denial of an exhausted counter would be a call, one at a
+            // time per counter (the lease's lock), queueing past the call budget.
+            let window_left = self.until.saturating_duration_since(now);
+            let granted = if ask.best_effort { self.units } else { 0 };
+            self.units -= granted;
+            return Some(Decision {
+                granted,
+                valid_duration: window_left,
+                deduplicated: false,
+                remaining: self.left_in_redis + self.units,
+                reset_after: window_left,
+            });
+        }
+        None
+    }
+
+    /// Grants `ask` what is held (all of it, what there is when best effort, else nothing).
+    fn grant(&mut self, ask: &Ask<'_>) -> Decision {
+        let granted = if self.units >= ask.amount {
+            ask.amount
+        } else if ask.best_effort {
+            self.units
+        } else {
+            0
+        };
+        self.units -= granted;
+        let window_left = self.until.saturating_duration_since(Instant::now());
+        Decision {
+            granted,
+            valid_duration: window_left,
+            deduplicated: false,
+            remaining: self.left_in_redis + self.units,
+            reset_after: window_left,
+        }
+    }
+
     /// Forgets the ids remembered for their whole `minDeduplicationDuration`.
     fn forget_expired(&mut self, now: Instant, remembered: &AtomicUsize) {
         while let Some((at, _)) = self.forget.front()
@@ -359,34 +425,57 @@ impl Leases {
         })?;
         let now = Instant::now();
         lease.forget_expired(now, &self.inner.remembered);
-        if ask.deduplication_id.is_empty() {
-            let decision = self.decide(&slot, &mut lease, ask, now).await?;
-            self.refill_ahead(&slot, &mut lease, ask);
-            return Ok(decision);
-        }
-        if let Some(first) = lease.answered.get(ask.deduplication_id) {
+        if let Some(first) = lease.remembered(ask.deduplication_id) {
             return Ok(first.decision(now));
         }
         // After an error nothing is taken ahead: the next request meets Redis's state.
         let decision = self.decide(&slot, &mut lease, ask, now).await?;
         self.refill_ahead(&slot, &mut lease, ask);
-        if self.inner.remembered.fetch_add(1, Ordering::Relaxed) < MAX_REMEMBERED_IDS {
-            let id: Arc<str> = Arc::from(ask.deduplication_id);
-            let answered = Instant::now();
-            lease.answered.insert(
-                id.clone(),
-                Remembered {
-                    granted: decision.granted,
-                    remaining: decision.remaining,
-                    valid_until: answered + decision.valid_duration,
-                    reset_at: answered + decision.reset_after,
-                },
-            );
-            lease.forget.push_back((answered + self.inner.dedup, id));
-        } else {
-            self.inner.remembered.fetch_sub(1, Ordering::Relaxed);
-        }
+        self.remember(&mut lease, ask, &decision);
         Ok(decision)
+    }
+
+    /// [`Self::allocate`] when it needs no Redis call and the counter is not locked (no take
+    /// of it under way): the answer `allocate` would give, on the caller's stack, without a
+    /// future or a timer. `None` when a take is needed or the lock is held; nothing is
+    /// granted then (the caller awaits [`Self::allocate`]). Most decisions of a counter in
+    /// use are answered here: one take serves `leaseSize` of them.
+    pub fn allocate_now(&self, ask: &Ask<'_>) -> Option<Decision> {
+        let slot = self.slot(ask.key);
+        let mut lease = slot.lease.try_lock().ok()?;
+        let now = Instant::now();
+        lease.forget_expired(now, &self.inner.remembered);
+        if let Some(first) = lease.remembered(ask.deduplication_id) {
+            return Some(first.decision(now));
+        }
+        let decision = lease.decide_held(ask, now)?;
+        self.refill_ahead(&slot, &mut lease, ask);
+        self.remember(&mut lease, ask, &decision);
+        Some(decision)
+    }
+
+    /// Remembers the answer to a check with a deduplication id for its retries (up to
+    /// [`MAX_REMEMBERED_IDS`] ids a handler).
+    fn remember(&self, lease: &mut Lease, ask: &Ask<'_>, decision: &Decision) {
+        if ask.deduplication_id.is_empty() {
+            return;
+        }
+        if self.inner.remembered.fetch_add(1, Ordering::Relaxed) >= MAX_REMEMBERED_IDS {
+            self.inner.remembered.fetch_sub(1, Ordering::Relaxed);
+            return;
+        }
+        let id: Arc<str> = Arc::from(ask.deduplication_id);
+        let answered = Instant::now();
+        lease.answered.insert(
+            id.clone(),
+            Remembered {
+                granted: decision.granted,
+                remaining: decision.remaining,
+                valid_until: answered + decision.valid_duration,
+                reset_at: answered + decision.reset_after,
+            },
+        );
+        lease.forget.push_back((answered + self.inner.dedup, id));
     }
 
     /// [`Self::allocate`] under the counter's lock, without deduplication.
@@ -397,58 +486,20 @@ impl Leases {
         ask: &Ask<'_>,
         now: Instant,
     ) -> Result<Decision, AdapterError> {
-        if now >= lease.until {
-            // The window ended in Redis: its counter expired with the units in it.
-            lease.units = 0;
+        if let Some(decision) = lease.decide_held(ask, now) {
+            return Ok(decision);
         }
-        lease.last_used = now;
-        if lease.units < ask.amount {
-            let need = if ask.best_effort {
-                i64::from(lease.units == 0)
-            } else {
-                ask.amount - lease.units
-            };
-            // A block being taken ahead counts as held: at most `leaseSize` either way.
-            let want = (self.inner.size - lease.refilling).max(ask.amount - lease.units);
-            if need > lease.left_in_redis && now < lease.believed_until {
-                // Redis had less than this needs at the last take: a call would deny too.
-                // Without this, every denial of an exhausted counter would be a call, one
-                // at a time per counter (the lease's lock), queueing past the call budget.
-                let window_left = lease.until.saturating_duration_since(now);
-                let granted = if ask.best_effort { lease.units } else { 0 };
-                lease.units -= granted;
-                return Ok(Decision {
-                    granted,
-                    valid_duration: window_left,
-                    deduplicated: false,
-                    remaining: lease.left_in_redis + lease.units,
-                    reset_after: window_left,
-                });
-            }
-            let sent = Instant::now();
-            let answer = self
-                .call("t", ask.key, ask.max_amount, ask.valid, want, need)
-                .await?;
-            lease.took(sent, &answer, self.inner.idle);
-            // Others waited this round trip: without taking ahead, they would at every block.
-            lease.hot |= slot.waiting.load(Ordering::Relaxed) > 0;
-        }
-        let granted = if lease.units >= ask.amount {
-            ask.amount
-        } else if ask.best_effort {
-            lease.units
-        } else {
-            0
-        };
-        lease.units -= granted;
-        let window_left = lease.until.saturating_duration_since(Instant::now());
-        Ok(Decision {
-            granted,
-            valid_duration: window_left,
-            deduplicated: false,
-            remaining: lease.left_in_redis + lease.units,
-            reset_after: window_left,
-        })
+        let need = lease.need(ask);
+        // A block being taken ahead counts as held: at most `leaseSize` either way.
+        let want = (self.inner.size - lease.refilling).max(ask.amount - lease.units);
+        let sent = Instant::now();
+        let answer = self
+            .call("t", ask.key, ask.max_amount, ask.valid, want, need)
+            .await?;
+        lease.took(sent, &answer, self.inner.idle);
+        // Others waited this round trip: without taking ahead, they would at every block.
+        lease.hot |= slot.waiting.load(Ordering::Relaxed) > 0;
+        Ok(lease.grant(ask))
     }
 
     /// Takes the counter's next block in the background, before this one runs out, when

@@ -221,6 +221,57 @@ async fn concurrent_requests_share_one_block_and_refill_it_ahead() {
     assert_eq!(metric(&h2, "mixer_redisquota_lease_calls_total"), calls);
 }
 
+/// A lease's block answers at once (`allocate_now`, no future, no timer) exactly as the
+/// awaited path answers: two replicas on two Redis keys, one driven as the dispatcher
+/// drives it (at once when the block can answer, else awaited), the other awaited only,
+/// give the same answers to the same random allocations (retries of deduplication ids
+/// among them) until the limit is spent; and the first replica answered most at once.
+#[tokio::test]
+async fn a_lease_answers_at_once_as_it_answers_when_awaited() {
+    if !mixer_tests::redis::redis_installed() {
+        return;
+    }
+    let redis = Redis::start();
+    let lease = json!({"leaseSize": 8, "leaseIdleTimeout": "60s",
+        "minDeduplicationDuration": "60s"});
+    let (now, awaited) = (build(&redis, 300, lease.clone()), build(&redis, 300, lease));
+    let (a, b) = (user("a"), user("b"));
+    let mut rng = Lcg(36);
+    let mut at_once = 0;
+    for step in 0..200 {
+        let amount = 1 + rng.next(3) as i64;
+        let best_effort = rng.next(5) == 0;
+        // Every fourth a retry of an earlier id; a few without any.
+        let id = match rng.next(8) {
+            0 => String::new(),
+            1 | 2 => format!("id-{}", rng.next(step + 1)),
+            _ => format!("id-{step}"),
+        };
+        let args = mixer_adapter_api::QuotaArgs {
+            amount,
+            best_effort,
+            deduplication_id: id.clone(),
+            limit_override: None,
+        };
+        let quota = now.as_quota().expect("quota handler");
+        let x = match quota.allocate_now(&[(&a, &args)]) {
+            Some(mut answers) => {
+                at_once += 1;
+                answers.pop().expect("one answer")
+            }
+            None => quota.allocate(&a, &args).await,
+        };
+        let y = try_alloc_awaited(&awaited, &b, amount, best_effort, &id).await;
+        let (x, y) = (x.expect("decided"), y.expect("decided"));
+        assert_eq!(
+            (x.status.code, x.granted_amount),
+            (y.status.code, y.granted_amount),
+            "step {step}: {amount} (best effort {best_effort}, id {id:?})"
+        );
+    }
+    assert!(at_once > 100, "answered at once {at_once} of 200 times");
+}
+
 /// A lease unused for `leaseIdleTimeout` is given back, and another replica then grants
 /// those units within the same window.
 #[tokio::test]

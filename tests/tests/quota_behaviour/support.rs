@@ -33,7 +33,31 @@ pub fn user(u: &str) -> Instance {
     inst("rq.istio-system", &[("user", u)])
 }
 
+/// One allocation as the dispatcher asks it: answered at once when the handler can
+/// (`allocate_now`: memquota always, redisquota from a lease's block), else awaited.
 pub async fn try_alloc(
+    h: &Arc<dyn Handler>,
+    i: &Instance,
+    amount: i64,
+    best_effort: bool,
+    id: &str,
+) -> Result<QuotaResult, AdapterError> {
+    let args = QuotaArgs {
+        amount,
+        best_effort,
+        deduplication_id: id.into(),
+        limit_override: None,
+    };
+    let quota = h.as_quota().expect("quota handler");
+    if let Some(mut now) = quota.allocate_now(&[(i, &args)]) {
+        assert_eq!(now.len(), 1, "one answer for one allocation");
+        return now.pop().expect("one answer");
+    }
+    quota.allocate(i, &args).await
+}
+
+/// One allocation awaited, never answered at once ([`try_alloc`]'s other path).
+pub async fn try_alloc_awaited(
     h: &Arc<dyn Handler>,
     i: &Instance,
     amount: i64,
