@@ -247,12 +247,7 @@ async fn a_lease_answers_at_once_as_it_answers_when_awaited() {
             1 | 2 => format!("id-{}", rng.next(step + 1)),
             _ => format!("id-{step}"),
         };
-        let args = mixer_adapter_api::QuotaArgs {
-            amount,
-            best_effort,
-            deduplication_id: id.clone(),
-            limit_override: None,
-        };
+        let args = quota_args(amount, best_effort, &id);
         let quota = now.as_quota().expect("quota handler");
         let x = match quota.allocate_now(&[(&a, &args)]) {
             Some(mut answers) => {

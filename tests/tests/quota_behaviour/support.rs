@@ -33,6 +33,16 @@ pub fn user(u: &str) -> Instance {
     inst("rq.istio-system", &[("user", u)])
 }
 
+/// A check's quota arguments: `amount` units, best effort or not, deduplication id `id`.
+pub fn quota_args(amount: i64, best_effort: bool, id: &str) -> QuotaArgs {
+    QuotaArgs {
+        amount,
+        best_effort,
+        deduplication_id: id.into(),
+        limit_override: None,
+    }
+}
+
 /// One allocation as the dispatcher asks it: answered at once when the handler can
 /// (`allocate_now`: memquota always, redisquota from a lease's block), else awaited.
 pub async fn try_alloc(
@@ -42,12 +52,7 @@ pub async fn try_alloc(
     best_effort: bool,
     id: &str,
 ) -> Result<QuotaResult, AdapterError> {
-    let args = QuotaArgs {
-        amount,
-        best_effort,
-        deduplication_id: id.into(),
-        limit_override: None,
-    };
+    let args = quota_args(amount, best_effort, id);
     let quota = h.as_quota().expect("quota handler");
     if let Some(mut now) = quota.allocate_now(&[(i, &args)]) {
         assert_eq!(now.len(), 1, "one answer for one allocation");
@@ -64,12 +69,7 @@ pub async fn try_alloc_awaited(
     best_effort: bool,
     id: &str,
 ) -> Result<QuotaResult, AdapterError> {
-    let args = QuotaArgs {
-        amount,
-        best_effort,
-        deduplication_id: id.into(),
-        limit_override: None,
-    };
+    let args = quota_args(amount, best_effort, id);
     h.as_quota()
         .expect("quota handler")
         .allocate(i, &args)
