@@ -505,10 +505,10 @@ impl Leases {
     /// Takes the counter's next block in the background, before this one runs out, when
     /// requests wait for the counter or waited at a take since it was last idle (it is
     /// hot: on one runtime thread nothing waits between takes, as the lock is only held
-    /// across a take) and it is down to half a block: without
-    /// it, every `leaseSize` decisions of a hot counter, all its requests waited one Redis
-    /// round trip for the next block (one counter, 32 requests in flight: RLS ran at 0.75x
-    /// memquota, where many counters, taking blocks at different times, ran at 0.9-1.1x).
+    /// across a take) and it is down to half a block. Without it, every `leaseSize`
+    /// decisions of a hot counter, all its requests waited one Redis round trip for the
+    /// next block (one counter, 32 requests in flight: RLS ran at 0.75x memquota, where
+    /// many counters, taking blocks at different times, ran at 0.9-1.1x).
     /// The block asked for tops what is held up to `leaseSize`, so a replica still never
     /// holds more; a counter only ever used one request at a time is not taken ahead
     /// (nothing waits, and the take's answers stay those of one take when short).
