@@ -323,6 +323,42 @@ async fn redis_errors_reach_the_fail_policy() {
     );
 }
 
+/// A block is granted from at once only within its window: once the window Redis gave it
+/// ends, the units left in it are never granted, and with Redis down the check fails (the
+/// fail policy answers) rather than being allowed from the stale block.
+#[tokio::test]
+async fn a_stale_block_is_never_granted_at_once() {
+    if !mixer_tests::redis::redis_installed() {
+        return;
+    }
+    let mut redis = Redis::start();
+    let h = build(
+        &redis,
+        100,
+        json!({"leaseSize": 10, "callTimeout": "200ms",
+            "quotas": [quota("rq", 100, "300ms", "FIXED_WINDOW")]}),
+    );
+    let a = user("a");
+    granted(&alloc(&h, &a, 1).await, 1);
+    redis.kill();
+    // Within the window the units held (counted in Redis when taken) are granted at once.
+    let args = quota_args(1, false, "");
+    let quota = h.as_quota().expect("quota handler");
+    let held = quota
+        .allocate_now(&[(&a, &args)])
+        .expect("answered from the block");
+    granted(held[0].as_ref().expect("decided"), 1);
+    sleep(Duration::from_millis(400)).await;
+    assert!(
+        quota.allocate_now(&[(&a, &args)]).is_none(),
+        "a block past its window answered at once"
+    );
+    let err = try_alloc(&h, &a, 1, false, "")
+        .await
+        .expect_err("the window ended and redis is down");
+    assert!(err.retryable, "{err:?}");
+}
+
 /// `leaseSize` with a rolling window is refused by `mixer validate`, naming the file, the
 /// handler and the field (Istio 1.4's own redisquota example, with leases asked for).
 #[test]
