@@ -6,6 +6,7 @@ use chrono::{Datelike, Timelike};
 use mixer_model::{Duration, Timestamp, Value};
 
 use crate::config::Level;
+use crate::repeats::Repeats;
 
 /// Istio's time format: UTC with microseconds, `2017-01-01T12:30:05.000123Z` (RFC 3339).
 pub fn format_time(t: Timestamp) -> String {
@@ -85,18 +86,25 @@ fn push_padded(out: &mut String, n: i64, width: usize) {
 /// nothing after it) left out, as Go writes durations.
 fn push_fraction(out: &mut String, v: u64, digits: u32) {
     let p = 10u64.pow(digits);
-    let (int, frac) = (v / p, v % p);
+    let (int, mut frac) = (v / p, v % p);
     out.push_str(itoa::Buffer::new().format(int));
     if frac == 0 {
         return;
     }
     out.push('.');
+    // The trailing zeros divided away rather than trimmed from the text: every
+    // decision-log record writes its latency (#36).
+    let mut width = digits as usize;
+    while frac % 10 == 0 {
+        frac /= 10;
+        width -= 1;
+    }
     let mut buffer = itoa::Buffer::new();
     let text = buffer.format(frac);
-    for _ in text.len()..digits as usize {
+    for _ in text.len()..width {
         out.push('0');
     }
-    out.push_str(text.trim_end_matches('0'));
+    out.push_str(text);
 }
 
 /// Go's `time.Duration.String()`: `19ms`, `1.5s`, `1m30s`, `1h0m0s`, `250µs`, `0s`.
@@ -385,24 +393,30 @@ impl Record<'_> {
     /// Appends the record as one JSON object and a newline: `level`, `time`, `instance`,
     /// then the fields (zap's layout in Istio).
     pub fn write_json(&self, out: &mut String) {
-        self.write_json_timed(out, &mut TimeText::default());
+        self.write_json_batched(out, &mut TimeText::default(), &mut Repeats::default());
     }
 
-    /// [`Record::write_json`], the time through `times`, which a batch's lines share.
-    pub fn write_json_timed(&self, out: &mut String, times: &mut TimeText) {
-        out.push_str("{\"level\":");
-        json_string(out, self.level.label());
-        out.push_str(",\"time\":\"");
+    /// [`Record::write_json`] for a line of a batch: the time through `times`, and the
+    /// fields the batch's lines repeat through `repeats`. Both must live no longer than the
+    /// batch's records ([`Repeats`]).
+    pub fn write_json_batched(
+        &self,
+        out: &mut String,
+        times: &mut TimeText,
+        repeats: &mut Repeats,
+    ) {
+        out.push_str(match self.level {
+            Level::Info => "{\"level\":\"info\",\"time\":\"",
+            Level::Warning => "{\"level\":\"warn\",\"time\":\"",
+            Level::Error => "{\"level\":\"error\",\"time\":\"",
+        });
         times.write(out, self.time);
         out.push('"');
-        out.push_str(",\"instance\":");
-        json_string(out, self.instance);
+        repeats.write_instance(out, self.instance);
         for (k, v) in &self.fields {
-            out.push(',');
-            json_string(out, k);
-            out.push(':');
-            json_value(out, v);
+            repeats.write_field(out, k, v);
         }
+        repeats.end_line();
         out.push_str("}\n");
     }
 
@@ -449,6 +463,37 @@ mod tests {
         let mut json = String::new();
         json_value(&mut json, &Value::Duration(Duration(61_000_000_000)));
         assert_eq!(json, "\"1m1s\"");
+    }
+
+    proptest::proptest! {
+        /// A fraction reads as the decimal `v / 10^digits` with its trailing zeros dropped.
+        #[test]
+        fn fractions_read_as_their_decimals(v in proptest::num::u64::ANY, digits in 0usize..3) {
+            let digits = [3u32, 6, 9][digits];
+            let p = 10u64.pow(digits);
+            let full = format!("{}.{:0width$}", v / p, v % p, width = digits as usize);
+            let expected = full.trim_end_matches('0').trim_end_matches('.');
+            let mut out = String::new();
+            push_fraction(&mut out, v, digits);
+            proptest::prop_assert_eq!(out, expected);
+        }
+    }
+
+    #[test]
+    fn every_level_is_written_as_its_label() {
+        for level in [Level::Info, Level::Warning, Level::Error] {
+            let record = Record {
+                level,
+                time: Timestamp(0),
+                instance: "i",
+                fields: Vec::new(),
+            };
+            let mut out = String::new();
+            record.write_json(&mut out);
+            let line: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+            assert_eq!(line["level"], level.label(), "{out}");
+            assert_eq!(line["time"], "1970-01-01T00:00:00.000000Z", "{out}");
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@ use mixer_model::{Instance, InstanceView, Timestamp, Value};
 
 use crate::config::{Level, StdioConfig};
 use crate::format::Record;
+use crate::repeats::Repeats;
 use crate::sink::{Clock, Sink, system_clock};
 
 /// A built stdio handler.
@@ -75,6 +76,8 @@ impl StdioHandler {
         let mut out = String::with_capacity(instances.len() * 512);
         let mut now = None;
         let mut times = crate::format::TimeText::default();
+        // Dropped with this call, before any of `instances` can be ([`Repeats`]).
+        let mut repeats = Repeats::default();
         // The last severity's level: a batch's records mostly share one severity, and the
         // map's hash of it per record cost more than the comparison.
         let mut last_severity: Option<(&str, Level)> = None;
@@ -104,8 +107,12 @@ impl StdioHandler {
             if level < self.output_level {
                 continue;
             }
-            // Sorted by name, as Istio did, for a stable layout.
-            fields.sort_by(|a, b| name_order(a.0, b.0));
+            // Sorted by name, as Istio did, for a stable layout. The very names the last line
+            // wrote, in its order, are sorted already: a batch of decision-log records has
+            // mostly one shape (#36).
+            if !repeats.written_last(fields.iter().map(|(name, _)| *name)) {
+                fields.sort_by(|a, b| name_order(a.0, b.0));
+            }
             if let Some(v) = value {
                 fields.insert(0, ("value", v));
             }
@@ -117,7 +124,7 @@ impl StdioHandler {
                 fields: std::mem::take(&mut fields),
             };
             if self.json {
-                record.write_json_timed(&mut out, &mut times);
+                record.write_json_batched(&mut out, &mut times, &mut repeats);
             } else {
                 record.write_console(&mut out);
             }

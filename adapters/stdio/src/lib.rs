@@ -51,6 +51,7 @@
 mod config;
 mod format;
 mod handler;
+mod repeats;
 mod sink;
 
 #[cfg(test)]
@@ -69,6 +70,7 @@ pub use config::{
 };
 pub use format::{Record, TimeText, format_time, go_duration};
 pub use handler::StdioHandler;
+pub use repeats::Repeats;
 pub use sink::{Clock, RotatingFile, Sink, system_clock};
 
 static INFO: AdapterInfo = AdapterInfo {

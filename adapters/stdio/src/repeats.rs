@@ -1,0 +1,221 @@
+//! What the JSON lines of one batch repeat: the fields whose names and values are the very
+//! strings the line before had at the same place, written from that line's text rather than
+//! escaped again.
+//!
+//! A decision-log record quotes names and words every record shares: its field names, the
+//! config hash, the deciding rule and its handler, the verdict, the cache tier. These are one
+//! shared string each, not copies, and they made about half of a line's cost, escaped and
+//! copied piece by piece (#36).
+//!
+//! Strings are recognised by address and length. That is sound only while every string seen
+//! stays alive and unchanged: a [`Repeats`] lives within one batch's formatting, while the
+//! batch's instances are borrowed, so no string it saw is freed (and its address reused)
+//! before it is dropped.
+
+use mixer_model::Value;
+
+use crate::format::{json_string, json_value};
+
+/// A string's identity within a batch: where its text is, and its length.
+type Id = (usize, usize);
+
+fn id_of(text: &str) -> Id {
+    (text.as_ptr() as usize, text.len())
+}
+
+/// The identity of a value written as a JSON string from one shared string; `None` for the
+/// rest (numbers, times, maps), which are written every time.
+fn value_id(value: &Value) -> Option<Id> {
+    match value {
+        Value::String(s) | Value::EmailAddress(s) | Value::Uri(s) | Value::DnsName(s) => {
+            Some(id_of(s))
+        }
+        _ => None,
+    }
+}
+
+/// One place of a line (the instance, then its n-th field) as the last line to have it
+/// wrote it.
+#[derive(Default)]
+struct Place {
+    name: Option<Id>,
+    value: Option<Id>,
+    /// `,"name":value`: the name's part always, the value's only when `whole`.
+    text: String,
+    /// Where the name's part of `text` ends.
+    name_end: usize,
+    /// Whether `text` holds the value `value` names too.
+    whole: bool,
+}
+
+/// The places the lines of one batch wrote ([`crate::format::Record`]): every place of a
+/// line is written through it, the instance first.
+///
+/// (Copying a run of repeated places at once from the last line's own text was tried: the
+/// bookkeeping of where each place lay cost more than the copies it saved.)
+#[derive(Default)]
+pub struct Repeats {
+    places: Vec<Place>,
+    /// How many places this line has written.
+    at: usize,
+    /// How many places the last line wrote.
+    last_len: usize,
+}
+
+impl Repeats {
+    /// Appends `,"instance":"name"`, the first place of a line.
+    pub fn write_instance(&mut self, out: &mut String, name: &str) {
+        self.write(out, "instance", Some(id_of(name)), |out| {
+            json_string(out, name)
+        });
+    }
+
+    /// Appends `,"name":value`, the next place of the line.
+    pub fn write_field(&mut self, out: &mut String, name: &str, value: &Value) {
+        self.write(out, name, value_id(value), |out| json_value(out, value));
+    }
+
+    /// Ends the line.
+    pub fn end_line(&mut self) {
+        self.last_len = self.at;
+        self.at = 0;
+    }
+
+    /// Whether `names` are the field names the last line wrote, in its order: then they are
+    /// in the order that line was sorted into, and need no sort.
+    pub fn written_last<'a>(&self, mut names: impl ExactSizeIterator<Item = &'a str>) -> bool {
+        // The last line's first place is its instance.
+        let fields = self.places.get(1..self.last_len).unwrap_or_default();
+        names.len() == fields.len()
+            && fields
+                .iter()
+                .zip(&mut names)
+                .all(|(place, name)| place.name == Some(id_of(name)))
+    }
+
+    fn write(
+        &mut self,
+        out: &mut String,
+        name: &str,
+        value: Option<Id>,
+        render: impl FnOnce(&mut String),
+    ) {
+        if self.at == self.places.len() {
+            self.places.push(Place::default());
+        }
+        let place = &mut self.places[self.at];
+        self.at += 1;
+        let name_id = id_of(name);
+        if place.name == Some(name_id) {
+            if place.whole && value.is_some() && place.value == value {
+                out.push_str(&place.text);
+                return;
+            }
+            out.push_str(&place.text[..place.name_end]);
+        } else {
+            place.name = Some(name_id);
+            place.value = None;
+            place.whole = false;
+            place.text.clear();
+            place.text.push(',');
+            json_string(&mut place.text, name);
+            place.text.push(':');
+            place.name_end = place.text.len();
+            out.push_str(&place.text);
+        }
+        let start = out.len();
+        render(out);
+        if value.is_some() && value == place.value {
+            // The second line in a row with this value here: worth keeping. A value that
+            // changes every line (an id, a latency) is never copied.
+            place.text.truncate(place.name_end);
+            place.text.push_str(&out[start..]);
+            place.whole = true;
+        } else {
+            place.value = value;
+            place.whole = false;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::sync::Arc;
+
+    /// Writes `lines` (each an instance name and a list of fields, by index into `names`
+    /// and `values`) with and without the repeats, line by line.
+    fn both(
+        names: &[Arc<str>],
+        values: &[Value],
+        lines: &[(usize, Vec<(usize, usize)>)],
+    ) -> (String, String) {
+        let mut repeats = Repeats::default();
+        let (mut with, mut without) = (String::new(), String::new());
+        for (i, (instance, line)) in lines.iter().enumerate() {
+            // What a line writes before its places (its time), different each line.
+            for out in [&mut with, &mut without] {
+                out.push_str(&format!("{{{i}"));
+            }
+            repeats.write_instance(&mut with, &names[*instance]);
+            without.push_str(",\"instance\":");
+            json_string(&mut without, &names[*instance]);
+            for &(n, v) in line {
+                repeats.write_field(&mut with, &names[n], &values[v]);
+                without.push(',');
+                json_string(&mut without, &names[n]);
+                without.push(':');
+                json_value(&mut without, &values[v]);
+            }
+            repeats.end_line();
+            with.push('\n');
+            without.push('\n');
+        }
+        (with, without)
+    }
+
+    proptest! {
+        /// Whatever lines repeat, a batch's text is what each line written alone gives.
+        #[test]
+        fn repeated_fields_are_written_as_they_are(
+            lines in prop::collection::vec(
+                (0usize..4, prop::collection::vec((0usize..4, 0usize..6), 0..6)), 1..12),
+        ) {
+            // Two names with equal text in different strings, and values of each kind that
+            // is or is not recognised.
+            let names: Vec<Arc<str>> = ["a", "b\"q", "a", "c"].map(Arc::from).to_vec();
+            let values = vec![
+                Value::string("x"),
+                Value::string("x"),
+                Value::string("line\nbreak"),
+                Value::Int64(7),
+                Value::Uri(Arc::from("http://h/")),
+                Value::string(""),
+            ];
+            let (with, without) = both(&names, &values, &lines);
+            prop_assert_eq!(with, without);
+        }
+    }
+
+    #[test]
+    fn a_line_of_the_names_last_written_needs_no_sort() {
+        let names: Vec<Arc<str>> = ["a", "b", "c"].map(Arc::from).to_vec();
+        let copy_of_a: Arc<str> = Arc::from("a");
+        let value = Value::Int64(1);
+        let mut repeats = Repeats::default();
+        let mut out = String::new();
+        assert!(!repeats.written_last(names.iter().map(|n| &**n)));
+        repeats.write_instance(&mut out, "i");
+        for name in &names {
+            repeats.write_field(&mut out, name, &value);
+        }
+        repeats.end_line();
+        assert!(repeats.written_last(names.iter().map(|n| &**n)));
+        // The same text in another string, another order, fewer names: not known sorted.
+        let other = [&*copy_of_a, &names[1], &names[2]];
+        assert!(!repeats.written_last(other.into_iter()));
+        assert!(!repeats.written_last([&*names[1], &*names[0], &*names[2]].into_iter()));
+        assert!(!repeats.written_last([&*names[0], &*names[1]].into_iter()));
+    }
+}
