@@ -38,7 +38,7 @@ pub use instance::{
 pub use referenced::{Presence, Reference, ReferencedAttributes};
 pub use standard::STANDARD_ATTRIBUTES;
 pub use status::{Code, Status};
-pub use string_map::StringMap;
+pub use string_map::{StringMap, StringMapBuilder};
 pub use template::{FieldKind, FieldSpec, Template, Variety, camel_to_snake};
 pub use value::{Duration, Timestamp, Value, ValueType};
 pub use verdict::{

@@ -52,29 +52,20 @@ impl StringMap {
         let pairs = pairs.into_iter();
         let hint = pairs.size_hint().0;
         // Headers run to a few dozen bytes each; one guess saves most regrowing.
-        let mut text = String::with_capacity(hint * 32);
-        let mut entries = Vec::with_capacity(hint);
+        let mut builder = StringMapBuilder::with_capacity(hint, hint * 32);
         for (k, v) in pairs {
-            let start = text.len();
-            text.push_str(k.as_ref());
-            let split = text.len();
-            text.push_str(v.as_ref());
-            entries.push(Entry {
-                start,
-                split,
-                end: text.len(),
-            });
+            builder.push(&[k.as_ref()], v.as_ref());
         }
-        // A stable sort keeps the first of equal keys first, so dedup keeps it.
-        entries.sort_by(|a, b| text[a.key()].cmp(&text[b.key()]));
-        entries.dedup_by(|later, earlier| text[later.key()] == text[earlier.key()]);
-        StringMap { text, entries }
+        builder.build()
     }
 
     /// The value for `key`.
     pub fn get(&self, key: &str) -> Option<&str> {
+        // Compared as bytes (the same order as `str`'s): slicing the text as `str` checked
+        // char boundaries at every step of the search.
+        let text = self.text.as_bytes();
         self.entries
-            .binary_search_by(|e| self.text[e.key()].cmp(key))
+            .binary_search_by(|e| text[e.key()].cmp(key.as_bytes()))
             .ok()
             .map(|i| &self.text[self.entries[i].value()])
     }
@@ -94,6 +85,57 @@ impl StringMap {
         self.entries
             .iter()
             .map(|e| (&self.text[e.key()], &self.text[e.value()]))
+    }
+}
+
+/// A [`StringMap`] made entry by entry, a key written in as many pieces as it comes in
+/// (`request.headers` `[` `x-user` `]` in a decision record): no string is made for a key
+/// alone. Entries may come in any order; as in [`StringMap::from_pairs`], the first of equal
+/// keys wins.
+#[derive(Default)]
+pub struct StringMapBuilder {
+    map: StringMap,
+}
+
+impl StringMapBuilder {
+    /// A builder with room for `entries` entries of `text` bytes in all.
+    pub fn with_capacity(entries: usize, text: usize) -> StringMapBuilder {
+        StringMapBuilder {
+            map: StringMap {
+                text: String::with_capacity(text),
+                entries: Vec::with_capacity(entries),
+            },
+        }
+    }
+
+    /// Adds the entry whose key is `key`'s pieces joined.
+    pub fn push(&mut self, key: &[&str], value: &str) {
+        let text = &mut self.map.text;
+        let start = text.len();
+        for part in key {
+            text.push_str(part);
+        }
+        let split = text.len();
+        text.push_str(value);
+        self.map.entries.push(Entry {
+            start,
+            split,
+            end: text.len(),
+        });
+    }
+
+    /// Whether no entry was added.
+    pub fn is_empty(&self) -> bool {
+        self.map.entries.is_empty()
+    }
+
+    /// The map.
+    pub fn build(self) -> StringMap {
+        let StringMap { text, mut entries } = self.map;
+        // A stable sort keeps the first of equal keys first, so dedup keeps it.
+        entries.sort_by(|a, b| text[a.key()].cmp(&text[b.key()]));
+        entries.dedup_by(|later, earlier| text[later.key()] == text[earlier.key()]);
+        StringMap { text, entries }
     }
 }
 
@@ -158,6 +200,14 @@ mod tests {
             // Built from its own entries in reverse order, it is the same map.
             let entries: Vec<_> = m.iter().collect();
             proptest::prop_assert_eq!(&StringMap::from_pairs(entries.into_iter().rev()), &m);
+            // Keys written in pieces make the same map as keys written whole.
+            let mut pieces = StringMapBuilder::default();
+            for (k, v) in &pairs {
+                let (head, tail) = k.split_at(k.len() / 2);
+                pieces.push(&[head, "", tail], v);
+            }
+            proptest::prop_assert_eq!(pieces.is_empty(), pairs.is_empty());
+            proptest::prop_assert_eq!(&pieces.build(), &m);
         }
     }
 }

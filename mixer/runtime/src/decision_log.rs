@@ -18,8 +18,8 @@ use std::time::Instant;
 use mixer_adapter_api::secrets::{REDACTED, Redactor, is_secret_key, redact_urls_in};
 use mixer_config::{Config, DecisionLogParams, Expression};
 use mixer_model::{
-    Bag, Code, FieldValue, Instance, Presence, ReferencedAttributes, StringMap, Template,
-    Timestamp, Value, Verdict,
+    Bag, Code, FieldValue, Instance, Presence, ReferencedAttributes, StringMap, StringMapBuilder,
+    Template, Timestamp, Value, Verdict,
 };
 
 use crate::decision::Undecided;
@@ -319,26 +319,51 @@ struct Record<'b> {
     time: Timestamp,
     /// In name order ([`Field`]), with room for `attributes` (added first per instance).
     fields: Vec<(Arc<str>, Value)>,
-    /// The attributes the decision read, borrowed from the bag: the instances copy what
-    /// they show anyway, and a copy here was two allocations a header (#36).
-    reads: Vec<Read<'b>>,
+    /// What the decision read, looked up in the bag as each instance shows it: the instance
+    /// copies what it shows anyway, and a list of the reads in between cost an allocation a
+    /// record (#36).
+    reads: Option<Reads<'b>>,
 }
 
-/// One attribute value a decision read: (attribute, map key, value).
-type Read<'b> = (mixer_model::AttrId, Option<&'b str>, ReadValue<'b>);
-
-/// An attribute's name as a record shows it: the attribute's, or a map entry's (where it
-/// lies in [`Record::attributes`]'s buffer of them).
-enum Shown<'n> {
-    Name(&'n str),
-    Keyed(std::ops::Range<usize>),
+/// The attribute values a decision read: those of `referenced` found in `bag`.
+struct Reads<'b> {
+    bag: &'b dyn Bag,
+    referenced: &'b ReferencedAttributes,
 }
 
-/// The value of a [`Read`]: a map's entry, or a whole attribute.
+/// The value of a read: a map's entry, or a whole attribute.
 #[derive(Clone, Copy)]
 enum ReadValue<'b> {
     Entry(&'b str),
     Value(&'b Value),
+}
+
+impl<'b> Reads<'b> {
+    /// Each value read and found present (a whole map read is every key), with its attribute
+    /// and map key. An attribute and key read twice may come twice.
+    fn each(&self, mut read: impl FnMut(mixer_model::AttrId, Option<&'b str>, ReadValue<'b>)) {
+        for r in self.referenced.iter() {
+            if r.presence != Presence::Exact {
+                continue;
+            }
+            let Some(value) = self.bag.get(r.attr) else {
+                continue;
+            };
+            match (&r.map_key, value) {
+                (Some(key), Value::StringMap(map)) => {
+                    if let Some(v) = map.get(key) {
+                        read(r.attr, Some(&**key), ReadValue::Entry(v));
+                    }
+                }
+                (None, Value::StringMap(map)) => {
+                    for (k, v) in map.iter() {
+                        read(r.attr, Some(k), ReadValue::Entry(v));
+                    }
+                }
+                (_, v) => read(r.attr, None, ReadValue::Value(v)),
+            }
+        }
+    }
 }
 
 /// The names of a record's fields, made once for every record to share (#36: the record's
@@ -400,14 +425,14 @@ const FIELD_NAMES: [&str; FIELD_COUNT] = [
 
 impl Field {
     fn name(self) -> Arc<str> {
-        Field::name_at(self as usize)
+        Field::names()[self as usize].clone()
     }
 
-    /// The name of the field at `at` in [`Field`]'s order.
-    fn name_at(at: usize) -> Arc<str> {
+    /// Every field's name, in [`Field`]'s order.
+    fn names() -> &'static [Arc<str>; FIELD_COUNT] {
         static NAMES: LazyLock<[Arc<str>; FIELD_COUNT]> =
             LazyLock::new(|| FIELD_NAMES.map(Arc::from));
-        NAMES[at].clone()
+        &NAMES
     }
 }
 
@@ -488,31 +513,44 @@ fn code_name(code: Code) -> Value {
 /// A record's fields as they are put: text that may quote a request or a handler is scrubbed
 /// here, once per record, whatever number of rules log it.
 struct Fields<'l> {
-    /// Each field's value at its place in name order: the record comes out sorted without a
-    /// sort, and in one list rather than a list and its named copy (#36).
-    slots: [Option<Value>; FIELD_COUNT],
-    /// How many slots hold a value.
-    count: usize,
+    /// The fields in name order, with room for `attributes` in front: a record puts them in
+    /// that order, and the list is the instance's as it is (#36: slots for every field, then
+    /// a list of those set, cost a pass over all of them and two copies).
+    list: Vec<(Arc<str>, Value)>,
+    /// The field put last, to check the order.
+    #[cfg(debug_assertions)]
+    last: Option<Field>,
+    /// [`Field::names`], looked up once a record rather than once a field.
+    names: &'static [Arc<str>; FIELD_COUNT],
     log: &'l DecisionLog,
 }
 
-impl Fields<'_> {
-    /// Sets `field` (a record sets each field at most once).
-    fn put(&mut self, field: Field, value: Value) {
-        if self.slots[field as usize].replace(value).is_none() {
-            self.count += 1;
+impl<'l> Fields<'l> {
+    fn new(log: &'l DecisionLog) -> Fields<'l> {
+        Fields {
+            // A check's record has about a dozen fields.
+            list: Vec::with_capacity(16),
+            #[cfg(debug_assertions)]
+            last: None,
+            names: Field::names(),
+            log,
         }
     }
 
-    /// The fields in name order, named, with room for `attributes` in front.
-    fn named(self) -> Vec<(Arc<str>, Value)> {
-        let mut out = Vec::with_capacity(self.count + 1);
-        for (at, slot) in self.slots.into_iter().enumerate() {
-            if let Some(value) = slot {
-                out.push((Field::name_at(at), value));
-            }
+    /// Sets `field`, after every field before it in name order and none after.
+    fn put(&mut self, field: Field, value: Value) {
+        #[cfg(debug_assertions)]
+        {
+            assert!(
+                self.last
+                    .is_none_or(|last| (last as usize) < (field as usize)),
+                "decision record field {:?} put after {:?}",
+                FIELD_NAMES[field as usize],
+                self.last.map(|last| FIELD_NAMES[last as usize]),
+            );
+            self.last = Some(field);
         }
-        out
+        self.list.push((self.names[field as usize].clone(), value));
     }
 
     /// `text`, without the credentials it may quote ([`DecisionLog::scrub`]).
@@ -527,6 +565,36 @@ impl Fields<'_> {
         };
         self.put(field, value);
     }
+
+    /// `config_hash` and `decision_id`, which every record has.
+    fn put_ids(&mut self, config_hash: Option<&Arc<str>>, id: DecisionId) {
+        if let Some(hash) = config_hash {
+            self.put(Field::ConfigHash, Value::String(hash.clone()));
+        }
+        let id = id.to_hex();
+        // Hex digits: always UTF-8.
+        let id = std::str::from_utf8(&id).unwrap_or_default();
+        self.put(Field::DecisionId, Value::string(id));
+    }
+
+    /// `latency`, which every record has.
+    fn put_latency(&mut self, decision: &Decision<'_>) {
+        let latency = decision.started.elapsed();
+        self.put(
+            Field::Latency,
+            Value::Duration(mixer_model::Duration(
+                i64::try_from(latency.as_nanos()).unwrap_or(i64::MAX),
+            )),
+        );
+    }
+
+    /// `request_id`, when the request had one: what a Mixer v1 client, whose protocol has
+    /// no place for the decision id, can quote instead (the proxy's `x-request-id`).
+    fn put_request_id(&mut self, bag: &dyn Bag) {
+        if let Some(Value::String(id)) = self.log.request_id.and_then(|a| bag.get(a)) {
+            self.put_text(Field::RequestId, id);
+        }
+    }
 }
 
 impl<'b> Record<'b> {
@@ -537,40 +605,32 @@ impl<'b> Record<'b> {
         bag: &'b dyn Bag,
         decision: &Decision<'b>,
     ) -> Record<'b> {
-        let mut fields = Fields {
-            slots: Default::default(),
-            count: 0,
-            log,
-        };
-        let id = decision.id.to_hex();
-        // Hex digits: always UTF-8.
-        let id = std::str::from_utf8(&id).unwrap_or_default();
-        fields.put(Field::DecisionId, Value::string(id));
-        fields.put(Field::FrontEnd, front_end_value(decision.front_end));
-        if let Some(hash) = config_hash {
-            fields.put(Field::ConfigHash, Value::String(hash.clone()));
-        }
-        // What a Mixer v1 client, whose protocol has no place for the decision id, can quote
-        // instead: the proxy's `x-request-id`.
-        if let Some(Value::String(id)) = log.request_id.and_then(|a| bag.get(a)) {
-            fields.put_text(Field::RequestId, id);
-        }
-        let latency = decision.started.elapsed();
-        fields.put(
-            Field::Latency,
-            Value::Duration(mixer_model::Duration(
-                i64::try_from(latency.as_nanos()).unwrap_or(i64::MAX),
-            )),
-        );
-        let mut reads = Vec::new();
+        // Every branch puts its fields in name order ([`Fields::put`]).
+        let mut fields = Fields::new(log);
+        let mut reads = None;
         match decision.outcome {
             DecisionOutcome::Verdict { verdict, cache } => {
-                fields.put(Field::Verdict, Word::of_verdict(verdict).value());
-                fields.put(Field::Code, code_name(verdict.status.code));
-                if !verdict.status.message.is_empty() {
-                    fields.put_text(Field::Message, &Arc::from(verdict.istio_message()));
-                }
                 fields.put(Field::Cache, Word::of_cache(cache).value());
+                fields.put(Field::Code, code_name(verdict.status.code));
+                fields.put_ids(config_hash, decision.id);
+                if !verdict.dry_run.is_empty() {
+                    // What each matched dry-run rule would have decided, never enforced.
+                    let runs = verdict
+                        .dry_run
+                        .iter()
+                        .map(|d| (&*d.rule, d.would_be.label()));
+                    fields.put(Field::DryRun, Value::from(StringMap::from_pairs(runs)));
+                }
+                if !verdict.failed_open.is_empty() {
+                    fields.put(Field::FailPolicy, Word::Open.value());
+                }
+                fields.put(Field::FrontEnd, front_end_value(decision.front_end));
+                let (rule, handler) = deciding(config, verdict);
+                if let Some(handler) = handler {
+                    fields.put_text(Field::Handler, &handler);
+                }
+                put_failed_open(&mut fields, verdict);
+                fields.put_latency(decision);
                 match verdict.matched_rules.as_slice() {
                     [] => {}
                     // Mostly one rule: its name shared, not joined into a new string.
@@ -580,63 +640,83 @@ impl<'b> Record<'b> {
                         fields.put_text(Field::MatchedRules, &Arc::from(names.join(",")));
                     }
                 }
-                if !verdict.dry_run.is_empty() {
-                    // What each matched dry-run rule would have decided, never enforced.
-                    let runs = verdict
-                        .dry_run
-                        .iter()
-                        .map(|d| (&*d.rule, d.would_be.label()));
-                    fields.put(Field::DryRun, Value::from(StringMap::from_pairs(runs)));
+                if !verdict.status.message.is_empty() {
+                    fields.put_text(Field::Message, &Arc::from(verdict.istio_message()));
                 }
-                let (rule, handler) = deciding(config, verdict);
+                fields.put_request_id(bag);
                 if let Some(rule) = rule {
                     fields.put_text(Field::Rule, &rule);
                 }
-                if let Some(handler) = handler {
-                    fields.put_text(Field::Handler, &handler);
-                }
-                put_failed_open(&mut fields, verdict);
-                reads = read_values(bag, &verdict.referenced);
+                fields.put(Field::Verdict, Word::of_verdict(verdict).value());
+                reads = Some(Reads {
+                    bag,
+                    referenced: &verdict.referenced,
+                });
             }
             DecisionOutcome::RateLimit {
                 verdict,
                 descriptors,
             } => {
-                fields.put(Field::Verdict, Word::of_verdict(verdict).value());
-                fields.put(Field::Code, code_name(verdict.status.code));
                 fields.put(Field::Cache, Word::NoCache.value());
-                put_descriptors(&mut fields, descriptors);
+                fields.put(Field::Code, code_name(verdict.status.code));
+                fields.put_ids(config_hash, decision.id);
+                let deciding = deciding_descriptor(descriptors);
+                if let Some(d) = deciding {
+                    fields.put_text(Field::Descriptor, &Arc::from(d.entries.as_str()));
+                }
+                fields.put(Field::Descriptors, descriptor_codes(descriptors));
+                if !verdict.failed_open.is_empty() {
+                    fields.put(Field::FailPolicy, Word::Open.value());
+                }
+                fields.put(Field::FrontEnd, front_end_value(decision.front_end));
                 put_failed_open(&mut fields, verdict);
+                fields.put_latency(decision);
+                if let Some(d) = deciding {
+                    if let Some(limit) = &d.limit {
+                        fields.put_text(Field::Limit, &Arc::from(limit.as_str()));
+                    }
+                    fields.put(Field::LimitRemaining, Value::Int64(i64::from(d.remaining)));
+                }
+                fields.put_request_id(bag);
+                fields.put(Field::Verdict, Word::of_verdict(verdict).value());
             }
             DecisionOutcome::Undecided(undecided) => {
-                fields.put(Field::Verdict, Word::Undecided.value());
+                fields.put(Field::Cache, Word::NoCache.value());
                 match undecided {
                     Undecided::Handler { handler, error } => {
                         fields.put(Field::Code, code_name(Code::Unavailable));
-                        fields.put_text(Field::Handler, handler);
-                        if let Some(rule) = rule_routing_to(config, handler) {
-                            fields.put_text(Field::Rule, &rule);
-                        }
+                        fields.put_ids(config_hash, decision.id);
                         let error = error.to_string();
+                        fields.put_text(Field::Error, &Arc::from(error.as_str()));
+                        fields.put(Field::FailPolicy, Word::Close.value());
+                        fields.put(Field::FrontEnd, front_end_value(decision.front_end));
+                        fields.put_text(Field::Handler, handler);
                         let errors = [(&**handler, error.as_str())];
                         fields.put(
                             Field::HandlerErrors,
                             Value::from(StringMap::from_pairs(errors)),
                         );
-                        fields.put_text(Field::Error, &Arc::from(error));
-                        fields.put(Field::FailPolicy, Word::Close.value());
+                        fields.put_latency(decision);
+                        fields.put_request_id(bag);
+                        if let Some(rule) = rule_routing_to(config, handler) {
+                            fields.put_text(Field::Rule, &rule);
+                        }
                     }
                     Undecided::Instance(e) => {
                         fields.put(Field::Code, code_name(Code::Internal));
+                        fields.put_ids(config_hash, decision.id);
                         fields.put_text(Field::Error, &Arc::from(e.to_string()));
+                        fields.put(Field::FrontEnd, front_end_value(decision.front_end));
+                        fields.put_latency(decision);
+                        fields.put_request_id(bag);
                     }
                 }
-                fields.put(Field::Cache, Word::NoCache.value());
+                fields.put(Field::Verdict, Word::Undecided.value());
             }
         }
         Record {
             time: Timestamp::now(),
-            fields: fields.named(),
+            fields: fields.list,
             reads,
         }
     }
@@ -672,35 +752,16 @@ impl<'b> Record<'b> {
         config: &Config,
         params: &DecisionLogParams,
     ) -> Option<Value> {
-        if self.reads.is_empty() {
-            return None;
-        }
+        let reads = self.reads.as_ref()?;
         let vocabulary = &config.vocabulary;
-        // Names and values borrowed where they are shown as they are: the map copies them
-        // into its one buffer anyway. A map entry's name (`request.headers[x-user]`) is
-        // written into `keyed`, one buffer for the record, not a string each.
-        let mut keyed = String::new();
-        let mut attributes: Vec<(Shown<'_>, Cow<'_, str>)> = Vec::with_capacity(self.reads.len());
-        for &(attr, key, value) in &self.reads {
+        // Names and values written straight into the map's one buffer, a map entry's name
+        // (`request.headers[x-user]`) in its pieces.
+        let mut map: Option<StringMapBuilder> = None;
+        reads.each(|attr, key, value| {
             if params.drop.iter().any(|s| s.selects(attr, key)) {
-                continue;
+                return;
             }
             let name = vocabulary.name(attr);
-            let shown = match key {
-                Some(key) => {
-                    if keyed.capacity() == 0 {
-                        // About a header name and its attribute's each: one allocation.
-                        keyed.reserve(self.reads.len() * 32);
-                    }
-                    let start = keyed.len();
-                    keyed.push_str(name);
-                    keyed.push('[');
-                    keyed.push_str(key);
-                    keyed.push(']');
-                    Shown::Keyed(start..keyed.len())
-                }
-                None => Shown::Name(name),
-            };
             let secret = log.is_secret_key(key.unwrap_or(name));
             // Most values read are text: taken as they are, not through `Display`.
             let text = || match value {
@@ -721,19 +782,15 @@ impl<'b> Record<'b> {
                     Cow::Owned(clean) => Cow::Owned(clean),
                 }
             };
-            attributes.push((shown, text));
-        }
-        if attributes.is_empty() {
-            return None;
-        }
-        let pairs = attributes.iter().map(|(shown, text)| {
-            let shown = match shown {
-                Shown::Name(name) => *name,
-                Shown::Keyed(at) => keyed.get(at.clone()).unwrap_or_default(),
-            };
-            (shown, &**text)
+            // About a header's name, its attribute's and its value: one allocation each for
+            // the text and the entries of most records.
+            let map = map.get_or_insert_with(|| StringMapBuilder::with_capacity(4, 128));
+            match key {
+                Some(key) => map.push(&[name, "[", key, "]"], &text),
+                None => map.push(&[name], &text),
+            }
         });
-        Some(Value::from(StringMap::from_pairs(pairs)))
+        map.map(|map| Value::from(map.build()))
     }
 
     /// A logentry instance of a record's masked attribute values and its fields (in name
@@ -763,7 +820,7 @@ impl<'b> Record<'b> {
 }
 
 /// The handlers that failed and whose fail policy (open) let the decision be made without
-/// them, with their errors; nothing when none did.
+/// them, with their errors; nothing when none did (`fail_policy` is put beside it).
 fn put_failed_open(fields: &mut Fields<'_>, verdict: &Verdict) {
     if verdict.failed_open.is_empty() {
         return;
@@ -776,13 +833,10 @@ fn put_failed_open(fields: &mut Fields<'_>, verdict: &Verdict) {
         Field::HandlerErrors,
         Value::from(StringMap::from_pairs(errors)),
     );
-    fields.put(Field::FailPolicy, Word::Open.value());
 }
 
-/// A rate limit decision's descriptors (`descriptors`: each one's entries to its code) and
-/// the one that decided, with its limit: the first over its limit, else the one with the
-/// fewest requests left (as the `X-RateLimit-*` headers pick it).
-fn put_descriptors(fields: &mut Fields<'_>, descriptors: &[DescriptorDecision]) {
+/// A rate limit decision's descriptors: each one's entries to its code.
+fn descriptor_codes(descriptors: &[DescriptorDecision]) -> Value {
     let mut seen: Vec<&str> = Vec::with_capacity(descriptors.len());
     let mut codes: Vec<(String, &str)> = Vec::with_capacity(descriptors.len());
     for (i, d) in descriptors.iter().enumerate() {
@@ -795,21 +849,16 @@ fn put_descriptors(fields: &mut Fields<'_>, descriptors: &[DescriptorDecision]) 
         seen.push(&d.entries);
         codes.push((key, d.code));
     }
-    fields.put(
-        Field::Descriptors,
-        Value::from(StringMap::from_pairs(codes)),
-    );
-    let deciding = descriptors
+    Value::from(StringMap::from_pairs(codes))
+}
+
+/// The descriptor that decided a rate limit decision, with its limit: the first over its
+/// limit, else the one with the fewest requests left (as the `X-RateLimit-*` headers pick it).
+fn deciding_descriptor(descriptors: &[DescriptorDecision]) -> Option<&DescriptorDecision> {
+    descriptors
         .iter()
         .filter(|d| d.limit.is_some())
-        .min_by_key(|d| (!d.is_over(), d.remaining));
-    if let Some(d) = deciding {
-        fields.put_text(Field::Descriptor, &Arc::from(d.entries.as_str()));
-        if let Some(limit) = &d.limit {
-            fields.put_text(Field::Limit, &Arc::from(limit.as_str()));
-        }
-        fields.put(Field::LimitRemaining, Value::Int64(i64::from(d.remaining)));
-    }
+        .min_by_key(|d| (!d.is_over(), d.remaining))
 }
 
 /// The rule that decided `verdict` and its handler: for a denial, the first matched rule that
@@ -854,35 +903,6 @@ fn rule_routing_to(config: &Config, handler: &str) -> Option<Arc<str>> {
             })
         })
         .map(|r| r.name.clone())
-}
-
-/// The values of what a decision read and found present (a whole map read is every key),
-/// borrowed from `bag`.
-fn read_values<'b>(bag: &'b dyn Bag, referenced: &'b ReferencedAttributes) -> Vec<Read<'b>> {
-    let mut out = Vec::new();
-    for r in referenced.iter() {
-        if r.presence != Presence::Exact {
-            continue;
-        }
-        let Some(value) = bag.get(r.attr) else {
-            continue;
-        };
-        match (&r.map_key, value) {
-            (Some(key), Value::StringMap(map)) => {
-                if let Some(v) = map.get(key) {
-                    out.push((r.attr, Some(&**key), ReadValue::Entry(v)));
-                }
-            }
-            (None, Value::StringMap(map)) => {
-                for (k, v) in map.iter() {
-                    out.push((r.attr, Some(k), ReadValue::Entry(v)));
-                }
-            }
-            (_, v) => out.push((r.attr, None, ReadValue::Value(v))),
-        }
-    }
-    out.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
-    out
 }
 
 /// Whether `text` holds what [`redact_tokens`], [`redact_query`] or [`redact_urls_in`] could
