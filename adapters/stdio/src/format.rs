@@ -6,7 +6,6 @@ use chrono::{Datelike, Timelike};
 use mixer_model::{Duration, Timestamp, Value};
 
 use crate::config::Level;
-use crate::repeats::Repeats;
 
 /// Istio's time format: UTC with microseconds, `2017-01-01T12:30:05.000123Z` (RFC 3339).
 pub fn format_time(t: Timestamp) -> String {
@@ -391,20 +390,24 @@ pub struct Record<'a> {
 
 impl Record<'_> {
     /// Appends the record as one JSON object and a newline: `level`, `time`, `instance`,
-    /// then the fields (zap's layout in Istio).
+    /// then the fields (zap's layout in Istio). A batch's lines go through
+    /// [`crate::Repeats::write_json`] instead, which writes the same text.
     pub fn write_json(&self, out: &mut String) {
-        self.write_json_batched(out, &mut TimeText::default(), &mut Repeats::default());
+        self.write_json_head(out, &mut TimeText::default());
+        out.push_str(",\"instance\":");
+        json_string(out, self.instance);
+        for (k, v) in &self.fields {
+            out.push(',');
+            json_string(out, k);
+            out.push(':');
+            json_value(out, v);
+        }
+        out.push_str("}\n");
     }
 
-    /// [`Record::write_json`] for a line of a batch: the time through `times`, and the
-    /// fields the batch's lines repeat through `repeats`. Both must live no longer than the
-    /// batch's records ([`Repeats`]).
-    pub fn write_json_batched(
-        &self,
-        out: &mut String,
-        times: &mut TimeText,
-        repeats: &mut Repeats,
-    ) {
+    /// What a JSON line starts with: `{"level":"info","time":"..."`, the time through
+    /// `times`, which a batch's lines share.
+    pub(crate) fn write_json_head(&self, out: &mut String, times: &mut TimeText) {
         out.push_str(match self.level {
             Level::Info => "{\"level\":\"info\",\"time\":\"",
             Level::Warning => "{\"level\":\"warn\",\"time\":\"",
@@ -412,12 +415,6 @@ impl Record<'_> {
         });
         times.write(out, self.time);
         out.push('"');
-        repeats.write_instance(out, self.instance);
-        for (k, v) in &self.fields {
-            repeats.write_field(out, k, v);
-        }
-        repeats.end_line();
-        out.push_str("}\n");
     }
 
     /// Appends the record as a console line and a newline:

@@ -124,7 +124,7 @@ impl StdioHandler {
                 fields: std::mem::take(&mut fields),
             };
             if self.json {
-                record.write_json_batched(&mut out, &mut times, &mut repeats);
+                repeats.write_json(&mut out, &record, &mut times);
             } else {
                 record.write_console(&mut out);
             }

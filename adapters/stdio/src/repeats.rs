@@ -8,13 +8,16 @@
 //! copied piece by piece (#36).
 //!
 //! Strings are recognised by address and length. That is sound only while every string seen
-//! stays alive and unchanged: a [`Repeats`] lives within one batch's formatting, while the
-//! batch's instances are borrowed, so no string it saw is freed (and its address reused)
-//! before it is dropped.
+//! stays alive and unchanged: were one freed, another could take its address. A
+//! [`Repeats<'a>`] only takes strings borrowed for `'a`, and is itself bound by `'a`: the
+//! compiler keeps every string it saw alive while it is used (a batch's, while its instances
+//! are borrowed).
+
+use std::marker::PhantomData;
 
 use mixer_model::Value;
 
-use crate::format::{json_string, json_value};
+use crate::format::{Record, TimeText, json_string, json_value};
 
 /// A string's identity within a batch: where its text is, and its length.
 type Id = (usize, usize);
@@ -53,25 +56,78 @@ struct Place {
 ///
 /// (Copying a run of repeated places at once from the last line's own text was tried: the
 /// bookkeeping of where each place lay cost more than the copies it saved.)
-#[derive(Default)]
-pub struct Repeats {
+///
+/// Strings alive as long as the `Repeats` that sees them:
+///
+/// ```
+/// use mixer_adapter_stdio::Repeats;
+/// use mixer_model::Value;
+/// let ids: Vec<Value> = (0..2).map(|n| Value::string(n.to_string())).collect();
+/// let mut repeats = Repeats::default();
+/// let mut out = String::new();
+/// for id in &ids {
+///     repeats.write_field(&mut out, "id", id);
+/// }
+/// assert_eq!(out, r#","id":"0","id":"1""#);
+/// ```
+///
+/// A string freed while the `Repeats` that saw it is still in use is refused by the compiler,
+/// since another string could take its address:
+///
+/// ```compile_fail
+/// use mixer_adapter_stdio::Repeats;
+/// use mixer_model::Value;
+/// let mut repeats = Repeats::default();
+/// let mut out = String::new();
+/// for n in 0..2 {
+///     let id = Value::string(n.to_string());
+///     repeats.write_field(&mut out, "id", &id);
+/// }
+/// ```
+pub struct Repeats<'a> {
     places: Vec<Place>,
     /// How many places this line has written.
     at: usize,
     /// How many places the last line wrote.
     last_len: usize,
+    /// The strings seen, borrowed for `'a` (invariant: a `Repeats` cannot be passed off as
+    /// one of a shorter borrow).
+    strings: PhantomData<fn(&'a str) -> &'a str>,
 }
 
-impl Repeats {
+impl Default for Repeats<'_> {
+    fn default() -> Self {
+        Repeats {
+            places: Vec::new(),
+            at: 0,
+            last_len: 0,
+            strings: PhantomData,
+        }
+    }
+}
+
+impl<'a> Repeats<'a> {
+    /// Appends `record` as [`Record::write_json`] does, the time through `times` and the
+    /// fields the last line had through this. Both live no longer than the batch's records.
+    pub fn write_json(&mut self, out: &mut String, record: &Record<'a>, times: &mut TimeText) {
+        record.write_json_head(out, times);
+        self.write_instance(out, record.instance);
+        for (name, value) in &record.fields {
+            self.write_field(out, name, value);
+        }
+        self.end_line();
+        out.push_str("}\n");
+    }
+
     /// Appends `,"instance":"name"`, the first place of a line.
-    pub fn write_instance(&mut self, out: &mut String, name: &str) {
+    pub fn write_instance(&mut self, out: &mut String, name: &'a str) {
         self.write(out, "instance", Some(id_of(name)), |out| {
             json_string(out, name)
         });
     }
 
     /// Appends `,"name":value`, the next place of the line.
-    pub fn write_field(&mut self, out: &mut String, name: &str, value: &Value) {
+    pub fn write_field(&mut self, out: &mut String, name: &'a str, value: &'a Value) {
         self.write(out, name, value_id(value), |out| json_value(out, value));
     }
 
@@ -83,7 +139,7 @@ impl Repeats {
 
     /// Whether `names` are the field names the last line wrote, in its order: then they are
     /// in the order that line was sorted into, and need no sort.
-    pub fn written_last<'a>(&self, mut names: impl ExactSizeIterator<Item = &'a str>) -> bool {
+    pub fn written_last<'n>(&self, mut names: impl ExactSizeIterator<Item = &'n str>) -> bool {
         // The last line's first place is its instance.
         let fields = self.places.get(1..self.last_len).unwrap_or_default();
         names.len() == fields.len()
@@ -196,6 +252,35 @@ mod tests {
             let (with, without) = both(&names, &values, &lines);
             prop_assert_eq!(with, without);
         }
+    }
+
+    #[test]
+    fn a_batch_reads_as_its_lines_written_alone() {
+        use crate::config::Level;
+        use mixer_model::Timestamp;
+        let (verdict, rule, id): (Arc<str>, Arc<str>, Arc<str>) =
+            (Arc::from("verdict"), Arc::from("rule"), Arc::from("id"));
+        let words = [Value::string("allow"), Value::string("deny")];
+        // Each record's own id, alive as long as the batch (as a batch's instances are).
+        let ids: Vec<Value> = (0..6).map(|n| Value::string(format!("{n:032x}"))).collect();
+        let mut batch = String::new();
+        let mut alone = String::new();
+        let (mut repeats, mut times) = (Repeats::default(), TimeText::default());
+        for (n, own_id) in (0_i64..).zip(&ids) {
+            let record = Record {
+                level: if n == 4 { Level::Error } else { Level::Info },
+                time: Timestamp(n * 700_000_000),
+                instance: "decisions.instance.istio-system",
+                fields: vec![
+                    (&*id, own_id),
+                    (&*rule, &words[0]),
+                    (&*verdict, &words[usize::from(n % 3 == 2)]),
+                ],
+            };
+            repeats.write_json(&mut batch, &record, &mut times);
+            record.write_json(&mut alone);
+        }
+        assert_eq!(batch, alone);
     }
 
     #[test]
