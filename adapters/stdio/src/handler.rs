@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use mixer_adapter_api::{AdapterError, ErrorKind, Handler, ReportHandler};
-use mixer_model::{Instance, InstanceView, Timestamp, Value};
+use mixer_model::{Instance, InstanceView, Template, Timestamp, Value};
 
 use crate::config::{Level, StdioConfig};
+use crate::decision::{DecisionEntry, DecisionLines};
 use crate::format::Record;
 use crate::repeats::Repeats;
 use crate::sink::{Clock, Sink, system_clock};
@@ -70,7 +71,7 @@ impl StdioHandler {
     }
 
     /// The lines a batch produces, without writing them.
-    pub fn format_batch(&self, instances: &[Instance]) -> String {
+    pub fn format_batch<'i>(&self, instances: &'i [Instance]) -> String {
         // About a decision-log record's length a line: the batch is written without growing
         // (and copying) its buffer again and again.
         let mut out = String::with_capacity(instances.len() * 512);
@@ -78,23 +79,47 @@ impl StdioHandler {
         let mut times = crate::format::TimeText::default();
         // Dropped with this call, before any of `instances` can be ([`Repeats`]).
         let mut repeats = Repeats::default();
+        // Decision-log records, written from their typed fields.
+        let mut decisions = DecisionLines::default();
         // The last severity's level: a batch's records mostly share one severity, and the
         // map's hash of it per record cost more than the comparison.
-        let mut last_severity: Option<(&str, Level)> = None;
+        let mut last_severity: Option<(&'i str, Level)> = None;
+        let mut level_of = |severity: Option<&'i str>| {
+            severity.map_or(Level::Info, |s| match last_severity {
+                Some((last, level)) if last == s => level,
+                _ => {
+                    let level = self.severity_level(s);
+                    last_severity = Some((s, level));
+                    level
+                }
+            })
+        };
         // One list of a line's fields for the whole batch, rather than one per line.
         let mut fields: Vec<(&str, &Value)> = Vec::new();
         for instance in instances {
+            if self.json
+                && instance.template == Template::LogEntry
+                && let Some(entry) = DecisionEntry::of(instance)
+            {
+                let level = level_of(entry.severity);
+                if level < self.output_level {
+                    continue;
+                }
+                let time = entry
+                    .time
+                    .unwrap_or_else(|| *now.get_or_insert_with(|| (self.now)()));
+                decisions.write(
+                    &mut out,
+                    (level, time, &instance.name),
+                    entry.record,
+                    &mut times,
+                );
+                continue;
+            }
             fields.clear();
             let (level, time, value) = match instance.view() {
                 InstanceView::LogEntry(log) => {
-                    let level = log.severity.map_or(Level::Info, |s| match last_severity {
-                        Some((last, level)) if last == s => level,
-                        _ => {
-                            let level = self.severity_level(s);
-                            last_severity = Some((s, level));
-                            level
-                        }
-                    });
+                    let level = level_of(log.severity);
                     fields.extend(log.variables.iter());
                     (level, log.timestamp, None)
                 }

@@ -49,6 +49,7 @@
 //! ```
 
 mod config;
+mod decision;
 mod format;
 mod handler;
 mod repeats;

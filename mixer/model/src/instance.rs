@@ -30,6 +30,7 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use crate::decision_record::DecisionRecord;
 use crate::template::Template;
 use crate::value::{Timestamp, Value};
 
@@ -40,6 +41,21 @@ pub enum FieldValue {
     Value(Value),
     /// Named values (dimensions, tags, variables), in config order.
     Map(Vec<(Arc<str>, Value)>),
+    /// A decision-log record, read as named values in name order
+    /// ([`DecisionRecord::entries`]): the `variables` of a decision-log instance.
+    Decision(Arc<DecisionRecord>),
+}
+
+impl FieldValue {
+    /// The named values of a map field (a decision record's as it reads); `None` for a
+    /// single value.
+    pub fn entries(&self) -> Option<&[(Arc<str>, Value)]> {
+        match self {
+            FieldValue::Map(entries) => Some(entries),
+            FieldValue::Decision(record) => Some(record.entries()),
+            FieldValue::Value(_) => None,
+        }
+    }
 }
 
 /// A template instance: what a rule sends to a handler, built from the request's attributes.
@@ -169,7 +185,7 @@ impl<'a> Reader<'a> {
 fn value(v: &FieldValue) -> Option<&Value> {
     match v {
         FieldValue::Value(v) => Some(v),
-        FieldValue::Map(_) => None,
+        FieldValue::Map(_) | FieldValue::Decision(_) => None,
     }
 }
 
@@ -202,6 +218,7 @@ fn ip(v: &FieldValue) -> Option<IpAddr> {
 fn entries(v: &FieldValue) -> Entries<'_> {
     match v {
         FieldValue::Map(m) => Entries(m),
+        FieldValue::Decision(record) => Entries(record.entries()),
         FieldValue::Value(_) => Entries::default(),
     }
 }

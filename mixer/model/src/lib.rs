@@ -18,6 +18,7 @@
 
 mod bag;
 mod charge;
+mod decision_record;
 mod instance;
 mod referenced;
 mod standard;
@@ -30,6 +31,7 @@ mod vocabulary;
 
 pub use bag::{AttributeBag, Bag, BagError};
 pub use charge::{InvalidCharge, MAX_CHARGE, charge_amount};
+pub use decision_record::{DecisionField, DecisionRecord, DecisionValue, hex_digits, id_digits};
 pub use instance::{
     Action, ApiKeyInstance, AuthorizationInstance, CheckNothingInstance, Entries, FieldValue,
     Instance, InstanceView, JwtInstance, KubernetesInstance, ListEntryInstance, LogEntryInstance,

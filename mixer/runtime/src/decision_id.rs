@@ -56,6 +56,12 @@ impl DecisionId {
 }
 
 impl DecisionId {
+    /// The id's two halves, its text's first 16 hex digits and its last: the decision log
+    /// writes them itself ([`mixer_model::DecisionValue::Id`]).
+    pub fn parts(self) -> (u64, u64) {
+        (process_prefix(), self.counter)
+    }
+
     /// The id as written: 32 lowercase hex digits, prefix then counter. By hand rather than
     /// through `{:016x}`, as every ext_authz answer writes it.
     pub fn to_hex(self) -> [u8; 32] {
@@ -63,8 +69,9 @@ impl DecisionId {
         // digits of every answer's id).
         static PREFIX_HEX: OnceLock<[u8; 16]> = OnceLock::new();
         let mut out = [0u8; 32];
-        out[..16].copy_from_slice(PREFIX_HEX.get_or_init(|| hex16(process_prefix())));
-        out[16..].copy_from_slice(&hex16(self.counter));
+        out[..16]
+            .copy_from_slice(PREFIX_HEX.get_or_init(|| mixer_model::hex_digits(process_prefix())));
+        out[16..].copy_from_slice(&mixer_model::hex_digits(self.counter));
         out
     }
 
@@ -77,25 +84,6 @@ impl DecisionId {
 
 /// `value` as 16 lowercase hex digits, the most significant first: each byte's two digits
 /// looked up at once, rather than a digit per nibble (#36: every ext_authz answer writes them).
-fn hex16(value: u64) -> [u8; 16] {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    /// The two digits of every byte value.
-    const PAIRS: [[u8; 2]; 256] = {
-        let mut pairs = [[0u8; 2]; 256];
-        let mut i = 0;
-        while i < 256 {
-            pairs[i] = [DIGITS[i >> 4], DIGITS[i & 0xf]];
-            i += 1;
-        }
-        pairs
-    };
-    let mut out = [0u8; 16];
-    for (pair, byte) in out.chunks_exact_mut(2).zip(value.to_be_bytes()) {
-        pair.copy_from_slice(&PAIRS[usize::from(byte)]);
-    }
-    out
-}
-
 impl fmt::Display for DecisionId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let hex = self.to_hex();

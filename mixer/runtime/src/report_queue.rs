@@ -508,6 +508,7 @@ fn approx_bytes(instance: &Instance) -> usize {
                         .map(|(k, v)| 16 + k.len() + value(v))
                         .sum::<usize>()
                 }
+                FieldValue::Decision(record) => 16 + record.approx_bytes(),
             })
             .sum::<usize>()
 }

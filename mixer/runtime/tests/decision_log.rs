@@ -109,8 +109,9 @@ fn snapshot(kept: &Arc<Mutex<Vec<Instance>>>) -> Snapshot {
 
 fn variables(instance: &Instance) -> &[(Arc<str>, Value)] {
     match instance.field("variables") {
-        Some(FieldValue::Map(v)) => v,
-        other => panic!("no variables: {other:?}"),
+        // What the decision log sends: a record, read as any logentry's variables are.
+        Some(FieldValue::Decision(record)) => record.entries(),
+        other => panic!("no decision record: {other:?}"),
     }
 }
 

@@ -422,18 +422,23 @@ fn leak_str(text: String) -> &'static str {
 fn remote_instance(instance: &Instance) -> RemoteInstance {
     let mut fields = Vec::new();
     for (field, value) in &instance.fields {
-        match value {
-            FieldValue::Value(v) => fields.push(InferredField {
+        match (value, value.entries()) {
+            (FieldValue::Value(v), _) => fields.push(InferredField {
                 field,
                 key: None,
                 value_type: Some(v.value_type()),
             }),
-            FieldValue::Map(entries) => {
-                fields.extend(entries.iter().map(|(key, v)| InferredField {
-                    field,
-                    key: Some(key.clone()),
-                    value_type: Some(v.value_type()),
-                }));
+            (_, entries) => {
+                fields.extend(
+                    entries
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|(key, v)| InferredField {
+                            field,
+                            key: Some(key.clone()),
+                            value_type: Some(v.value_type()),
+                        }),
+                );
             }
         }
     }

@@ -877,8 +877,10 @@ fn compare_fields(want: &ExpectInstance, got: &Instance, problems: &mut Vec<Stri
                     ));
                 }
             }
-            (Some(FieldValue::Map(entries)), serde_json::Value::Object(e)) => {
-                let got: BTreeMap<String, String> = entries
+            (Some(map), serde_json::Value::Object(e)) if map.entries().is_some() => {
+                let got: BTreeMap<String, String> = map
+                    .entries()
+                    .unwrap_or_default()
                     .iter()
                     .map(|(k, v)| (k.to_string(), v.to_string()))
                     .collect();
@@ -891,7 +893,7 @@ fn compare_fields(want: &ExpectInstance, got: &Instance, problems: &mut Vec<Stri
                     ));
                 }
             }
-            (Some(FieldValue::Map(_)), e) => {
+            (Some(FieldValue::Map(_) | FieldValue::Decision(_)), e) => {
                 problems.push(format!(
                     "instance {}: field {field} is a map; expected value {e} is not",
                     want.name
@@ -920,7 +922,7 @@ fn compare_decision_log(want: &[ExpectInstance], got: &[Instance], problems: &mu
                 w.name, g.name
             ));
         }
-        let Some(FieldValue::Map(variables)) = g.field("variables") else {
+        let Some(variables) = g.field("variables").and_then(FieldValue::entries) else {
             problems.push(format!("decisionLog: {} has no variables", g.name));
             continue;
         };

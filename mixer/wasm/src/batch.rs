@@ -22,9 +22,13 @@ pub(crate) fn pack<'a>(instances: impl IntoIterator<Item = &'a Instance>) -> wit
         let at = w.instance(&i.name, template(i.template), i.fields.len());
         for (name, v) in &i.fields {
             let field = w.field(name);
-            match v {
-                FieldValue::Value(v) => value(&mut w, v),
-                FieldValue::Map(map) => {
+            match v.entries() {
+                None => {
+                    if let FieldValue::Value(v) = v {
+                        value(&mut w, v);
+                    }
+                }
+                Some(map) => {
                     w.map(map.len());
                     for (k, v) in map {
                         w.key(k);

@@ -79,10 +79,11 @@ pub(crate) fn instance(i: &Instance) -> wit::Instance {
             .iter()
             .map(|(name, v)| wit::Field {
                 name: (*name).to_string(),
-                value: match v {
-                    FieldValue::Value(v) => wit::FieldValue::Single(value(v)),
-                    FieldValue::Map(entries) => wit::FieldValue::Map(
+                value: match (v, v.entries()) {
+                    (FieldValue::Value(v), _) => wit::FieldValue::Single(value(v)),
+                    (_, entries) => wit::FieldValue::Map(
                         entries
+                            .unwrap_or_default()
                             .iter()
                             .map(|(k, v)| (k.to_string(), value(v)))
                             .collect(),
