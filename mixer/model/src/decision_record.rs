@@ -116,6 +116,7 @@ impl DecisionField {
     ];
 
     /// The field's name in the record's entries (`config_hash`).
+    #[inline]
     pub fn name(self) -> &'static str {
         FIELD_NAMES[self as usize]
     }
@@ -177,6 +178,7 @@ pub fn id_digits(high: u64, low: u64) -> [u8; 32] {
 /// The 16 lowercase hex digits of `value`, most significant first: a byte's two digits at
 /// once from a table, rather than a digit at a time through `{:016x}` (an id is written for
 /// every decision).
+#[inline]
 pub fn hex_digits(value: u64) -> [u8; 16] {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     const PAIRS: [[u8; 2]; 256] = {
@@ -196,6 +198,9 @@ pub fn hex_digits(value: u64) -> [u8; 16] {
 }
 
 /// One decision's record: a value for each of the fields it has.
+///
+/// Its small methods are `#[inline]`: a record is set and read field by field from other
+/// crates, and the calls cost more than the work in them (#36).
 ///
 /// ```
 /// use std::sync::Arc;
@@ -221,6 +226,7 @@ pub struct DecisionRecord {
 }
 
 /// The bytes of text `value` holds, as if none were shared.
+#[inline]
 fn held(value: &DecisionValue) -> usize {
     match value {
         DecisionValue::Text(text) => text.len(),
@@ -231,6 +237,7 @@ fn held(value: &DecisionValue) -> usize {
 
 impl DecisionRecord {
     /// Sets `field` to `value` (a field set twice keeps the last).
+    #[inline]
     pub fn set(&mut self, field: DecisionField, value: DecisionValue) {
         self.held += held(&value);
         if let Some(old) = self.slots[field as usize].replace(value) {
@@ -243,11 +250,13 @@ impl DecisionRecord {
     }
 
     /// The value of `field`, if the record has it.
+    #[inline]
     pub fn get(&self, field: DecisionField) -> Option<&DecisionValue> {
         self.slots[field as usize].as_ref()
     }
 
     /// The fields the record has, in name order.
+    #[inline]
     pub fn fields(&self) -> impl Iterator<Item = (DecisionField, &DecisionValue)> {
         DecisionField::ALL
             .iter()
@@ -266,6 +275,7 @@ impl DecisionRecord {
 
     /// A rough size in memory, for the report queue's byte bound: the record, and the text
     /// it holds as if none of it were shared.
+    #[inline]
     pub fn approx_bytes(&self) -> usize {
         std::mem::size_of::<DecisionRecord>() + self.held
     }
