@@ -161,6 +161,7 @@ impl<'a> DecisionLines<'a> {
             let key = &keys[field as usize];
             match value {
                 DecisionValue::Text(text) => self.places[field as usize].write(out, key, text),
+                DecisionValue::Word(word) => self.places[field as usize].write(out, key, word),
                 DecisionValue::Id { high, low } => {
                     let start = match &self.id_high {
                         Some((last, text)) if last == high => text,
@@ -233,6 +234,8 @@ mod tests {
         .collect();
         prop_oneof![
             proptest::sample::select(pool).prop_map(DecisionValue::Text),
+            proptest::sample::select(vec!["allow", "deny", "in_process", "a\"b"])
+                .prop_map(DecisionValue::Word),
             "[ -~é]{0,12}".prop_map(|s| DecisionValue::Text(Arc::from(s))),
             (any::<u64>(), any::<u64>()).prop_map(|(high, low)| DecisionValue::Id { high, low }),
             any::<i64>().prop_map(DecisionValue::Int),

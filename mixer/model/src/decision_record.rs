@@ -132,9 +132,11 @@ impl DecisionField {
 /// The value of one field of a record.
 #[derive(Clone, Debug, PartialEq)]
 pub enum DecisionValue {
-    /// Text: mostly strings the config or the decision log share between records (rule
-    /// names, the config hash, verdicts), so that a writer may know them by address.
+    /// Text: mostly strings the config shares between records (rule names, the config
+    /// hash), so that a writer may know them by address.
     Text(Arc<str>),
+    /// A word of the mixer's own (a verdict, a cache tier, a code's name, a front end).
+    Word(&'static str),
     /// An id of 128 bits, written as 32 lowercase hex digits: `high`'s, then `low`'s.
     Id {
         /// The first 64 bits.
@@ -155,6 +157,7 @@ impl DecisionValue {
     pub fn to_value(&self) -> Value {
         match self {
             DecisionValue::Text(text) => Value::String(text.clone()),
+            DecisionValue::Word(word) => Value::string(*word),
             DecisionValue::Id { high, low } => {
                 let digits = id_digits(*high, *low);
                 // Hex digits: always UTF-8.
@@ -230,6 +233,7 @@ pub struct DecisionRecord {
 fn held(value: &DecisionValue) -> usize {
     match value {
         DecisionValue::Text(text) => text.len(),
+        DecisionValue::Word(_) => 0,
         DecisionValue::Map(map) => map.iter().map(|(k, v)| 48 + k.len() + v.len()).sum(),
         DecisionValue::Id { .. } | DecisionValue::Int(_) | DecisionValue::Duration(_) => 0,
     }

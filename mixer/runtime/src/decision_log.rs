@@ -367,8 +367,8 @@ impl<'b> Reads<'b> {
     }
 }
 
-/// The words a record is written with that no request or config chose (verdicts, cache
-/// tiers, fail policies, severity), made once for every record to share.
+/// The words a record is written with that no request or config chose (verdicts, fail
+/// policies): static text, which a record holds without counting references.
 #[derive(Clone, Copy)]
 enum Word {
     Allow,
@@ -376,42 +376,18 @@ enum Word {
     Undecided,
     Open,
     Close,
-    Info,
-    InProcess,
-    Shared,
-    NoCache,
 }
 
 impl Word {
-    fn text(self) -> Arc<str> {
-        static WORDS: LazyLock<[Arc<str>; 9]> = LazyLock::new(|| {
-            [
-                "allow",
-                "deny",
-                "undecided",
-                "open",
-                "close",
-                "Info",
-                CacheTier::InProcess.label(),
-                CacheTier::Shared.label(),
-                CacheTier::None.label(),
-            ]
-            .map(Arc::from)
-        });
-        WORDS[self as usize].clone()
-    }
-
     /// The word as a record's field.
     fn field(self) -> DecisionValue {
-        DecisionValue::Text(self.text())
-    }
-
-    fn of_cache(tier: CacheTier) -> Word {
-        match tier {
-            CacheTier::InProcess => Word::InProcess,
-            CacheTier::Shared => Word::Shared,
-            CacheTier::None => Word::NoCache,
-        }
+        DecisionValue::Word(match self {
+            Word::Allow => "allow",
+            Word::Deny => "deny",
+            Word::Undecided => "undecided",
+            Word::Open => "open",
+            Word::Close => "close",
+        })
     }
 
     fn of_verdict(verdict: &Verdict) -> Word {
@@ -423,27 +399,25 @@ impl Word {
     }
 }
 
-/// A front end's name, shared by every record of the known front ends.
-fn front_end_value(name: &'static str) -> DecisionValue {
-    const KNOWN: [&str; 4] = ["ext_authz", "forward-auth", "mixer-v1", "ratelimit"];
-    static NAMES: LazyLock<[Arc<str>; 4]> = LazyLock::new(|| KNOWN.map(Arc::from));
-    DecisionValue::Text(match KNOWN.iter().position(|known| *known == name) {
-        Some(at) => NAMES[at].clone(),
-        None => Arc::from(name),
-    })
+/// The cache tier that answered, as a record's field.
+fn cache_field(tier: CacheTier) -> DecisionValue {
+    DecisionValue::Word(tier.label())
 }
 
-/// A status code's name (`PERMISSION_DENIED`), made once for every record to share.
+/// A front end's name, as a record's field.
+fn front_end_value(name: &'static str) -> DecisionValue {
+    DecisionValue::Word(name)
+}
+
+/// A status code's name (`PERMISSION_DENIED`), as a record's field.
 fn code_name(code: Code) -> DecisionValue {
-    static NAMES: LazyLock<Vec<Arc<str>>> = LazyLock::new(|| {
-        (0..=16)
-            .map(|n| Arc::from(Code::from_i32(n).name()))
-            .collect()
-    });
-    DecisionValue::Text(match NAMES.get(code as usize) {
-        Some(name) => name.clone(),
-        None => Arc::from(code.name()),
-    })
+    DecisionValue::Word(code.name())
+}
+
+/// Every record's severity, one string they share.
+fn info() -> Value {
+    static INFO: LazyLock<Arc<str>> = LazyLock::new(|| Arc::from("Info"));
+    Value::String(INFO.clone())
 }
 
 /// A record's fields as they are put: text that may quote a request or a handler is scrubbed
@@ -517,7 +491,7 @@ impl<'b> Record<'b> {
         let mut reads = None;
         match decision.outcome {
             DecisionOutcome::Verdict { verdict, cache } => {
-                fields.put(DecisionField::Cache, Word::of_cache(cache).field());
+                fields.put(DecisionField::Cache, cache_field(cache));
                 fields.put(DecisionField::Code, code_name(verdict.status.code));
                 fields.put_ids(config_hash, decision.id);
                 if !verdict.dry_run.is_empty() {
@@ -564,7 +538,7 @@ impl<'b> Record<'b> {
                 verdict,
                 descriptors,
             } => {
-                fields.put(DecisionField::Cache, Word::NoCache.field());
+                fields.put(DecisionField::Cache, cache_field(CacheTier::None));
                 fields.put(DecisionField::Code, code_name(verdict.status.code));
                 fields.put_ids(config_hash, decision.id);
                 let deciding = deciding_descriptor(descriptors);
@@ -591,7 +565,7 @@ impl<'b> Record<'b> {
                 fields.put(DecisionField::Verdict, Word::of_verdict(verdict).field());
             }
             DecisionOutcome::Undecided(undecided) => {
-                fields.put(DecisionField::Cache, Word::NoCache.field());
+                fields.put(DecisionField::Cache, cache_field(CacheTier::None));
                 match undecided {
                     Undecided::Handler { handler, error } => {
                         fields.put(DecisionField::Code, code_name(Code::Unavailable));
@@ -722,10 +696,7 @@ impl<'b> Record<'b> {
             fields: vec![
                 ("variables", FieldValue::Decision(fields)),
                 ("timestamp", FieldValue::Value(Value::Timestamp(time))),
-                (
-                    "severity",
-                    FieldValue::Value(Value::String(Word::Info.text())),
-                ),
+                ("severity", FieldValue::Value(info())),
             ],
         }
     }
