@@ -24,8 +24,7 @@ fn id_of(text: &str) -> Id {
     (text.as_ptr() as usize, text.len())
 }
 
-/// What a decision-log instance holds for a line: its record, time and severity. `None` for
-/// any other instance, which is written as before.
+/// What a decision-log instance holds for a line: its record, time and severity.
 pub(crate) struct DecisionEntry<'a> {
     pub(crate) record: &'a DecisionRecord,
     pub(crate) time: Option<Timestamp>,
@@ -34,7 +33,8 @@ pub(crate) struct DecisionEntry<'a> {
 
 impl<'a> DecisionEntry<'a> {
     /// The instance's record, time and severity, read as [`Instance::view`] reads a
-    /// logentry's, without making the record's generic entries.
+    /// logentry's, without making the record's generic entries; `None` for an instance
+    /// without a record, which is written as any other.
     pub(crate) fn of(instance: &'a Instance) -> Option<DecisionEntry<'a>> {
         let mut record = None;
         let mut time = None;
@@ -123,9 +123,9 @@ impl Place {
 pub(crate) struct DecisionLines<'a> {
     instance: Place,
     places: Vec<Place>,
-    /// The first half of the last id written, and its text with the key before it: the
-    /// same for every id this process makes.
-    id_high: Option<(u64, String)>,
+    /// The field and first half of the last id written, and its text with the field's key
+    /// before it: the same for every id this process makes.
+    id_high: Option<(DecisionField, u64, String)>,
     /// The strings seen, borrowed for `'a` (invariant: see [`crate::Repeats`]).
     strings: PhantomData<fn(&'a str) -> &'a str>,
 }
@@ -164,12 +164,12 @@ impl<'a> DecisionLines<'a> {
                 DecisionValue::Word(word) => self.places[field as usize].write(out, key, word),
                 DecisionValue::Id { high, low } => {
                     let start = match &self.id_high {
-                        Some((last, text)) if last == high => text,
+                        Some((at, last, text)) if *at == field && last == high => text,
                         _ => {
                             let mut text = String::from(key.as_str());
                             text.push('"');
                             push_hex(&mut text, *high);
-                            &self.id_high.insert((*high, text)).1
+                            &self.id_high.insert((field, *high, text)).2
                         }
                     };
                     out.push_str(start);
@@ -237,7 +237,9 @@ mod tests {
             proptest::sample::select(vec!["allow", "deny", "in_process", "a\"b"])
                 .prop_map(DecisionValue::Word),
             "[ -~é]{0,12}".prop_map(|s| DecisionValue::Text(Arc::from(s))),
-            (any::<u64>(), any::<u64>()).prop_map(|(high, low)| DecisionValue::Id { high, low }),
+            // Ids share their first half, as one process's do, in any field.
+            (prop_oneof![Just(7u64), any::<u64>()], any::<u64>())
+                .prop_map(|(high, low)| DecisionValue::Id { high, low }),
             any::<i64>().prop_map(DecisionValue::Int),
             any::<i64>().prop_map(|n| DecisionValue::Duration(mixer_model::Duration(n))),
             proptest::collection::vec(("[a-z\\[\\]\"]{0,6}", "[ -~]{0,6}"), 0..3)
