@@ -109,6 +109,9 @@ impl StringMapBuilder {
     }
 
     /// Adds the entry whose key is `key`'s pieces joined.
+    // Inlined: `from_pairs` calls it for every header of every request, with one piece; a
+    // call per entry cost about 40 instructions a header more than the loop it replaced.
+    #[inline]
     pub fn push(&mut self, key: &[&str], value: &str) {
         let text = &mut self.map.text;
         let start = text.len();
